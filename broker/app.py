@@ -1,0 +1,84 @@
+"""Run a broker: storage, the Kafka listener and the admin HTTP API, until a signal."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from dataclasses import dataclass
+
+import structlog
+from aiohttp import web
+
+from broker.admin import create_admin_app
+from broker.clock import Clock
+from broker.config import BrokerConfig
+from broker.core import Broker
+from broker.server import KafkaServer
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class RunningBroker:
+    broker: Broker
+    server: KafkaServer
+    admin: web.AppRunner | None
+    admin_port: int | None
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def stop(self) -> None:
+        await self.server.stop()
+        if self.admin is not None:
+            await self.admin.cleanup()
+        await self.broker.stop()
+
+
+async def start_broker(config: BrokerConfig, clock: Clock | None = None) -> RunningBroker:
+    broker = Broker(config, clock)
+    await broker.start()
+    server = KafkaServer(broker)
+    host, port = config.listen
+    await server.start(host, port)
+    if config.advertise is None:
+        broker.advertised = (host, server.port)
+    admin_runner = None
+    admin_port = None
+    if config.admin_listen is not None:
+        admin_runner = web.AppRunner(create_admin_app(broker), access_log=None)
+        await admin_runner.setup()
+        site = web.TCPSite(admin_runner, config.admin_listen[0], config.admin_listen[1])
+        await site.start()
+        server_obj = site._server
+        assert server_obj is not None
+        admin_port = server_obj.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return RunningBroker(broker, server, admin_runner, admin_port)
+
+
+async def serve(config: BrokerConfig) -> None:
+    running = await start_broker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    host, port = running.broker.advertised
+    admin = f" admin http://{config.admin_listen[0]}:{running.admin_port}" if running.admin_port else ""
+    # The one line scripts wait for.
+    print(f"streamshop broker ready on {host}:{port}{admin} data {config.data_dir}", flush=True)
+    log.info("broker ready", listen=f"{host}:{port}", admin_port=running.admin_port, data_dir=str(config.data_dir))
+    await stop.wait()
+    log.info("shutting down")
+    await running.stop()
+    sys.stdout.flush()
+
+
+def run(config: BrokerConfig) -> None:
+    try:
+        import uvloop
+
+        uvloop.run(serve(config))
+    except ImportError:
+        asyncio.run(serve(config))

@@ -1,0 +1,218 @@
+"""The broker without its sockets: storage, metadata, durability and background work.
+
+`server.py` feeds it decoded requests; handlers reach everything through this object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+
+import structlog
+
+from broker.clock import Clock, SystemClock
+from broker.config import BrokerConfig, ConfigError, validate_topic_configs, validate_topic_name
+from broker.log import cleaner
+from broker.log.flusher import Flusher
+from broker.log.partition_log import PartitionLog
+from broker.metadata import METADATA_TOPIC, MetadataStore, Topic
+from broker.metrics import BrokerMetrics
+from broker.producer_ids import ProducerIdAllocator
+from broker.protocol.errors import ErrorCode, KafkaError
+
+log = structlog.get_logger(__name__)
+
+CLEAN_SHUTDOWN = ".clean-shutdown"
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.data_dir = config.data_dir
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.node_id: int = config.get("node.id")
+        self.cluster_id = self._load_cluster_id()
+        marker = self.data_dir / CLEAN_SHUTDOWN
+        self.recovered = not marker.exists()  # no marker: the last run did not stop cleanly
+        marker.unlink(missing_ok=True)
+        self.metrics = BrokerMetrics()
+        self.store = MetadataStore(config, self.clock, recover=self.recovered)
+        self.metrics.store = self.store
+        self.producer_ids = ProducerIdAllocator(self.data_dir)
+        self.flusher = Flusher()
+        self.advertised: tuple[str, int] = config.advertise or config.listen
+        self._waiters: dict[int, set[asyncio.Future[None]]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        truncated = sum(p.truncated_bytes for p in self.store.all_logs())
+        log.info(
+            "log loaded",
+            topics=len(self.store.topics),
+            recovered=self.recovered,
+            truncated_bytes=truncated,
+        )
+
+    def _load_cluster_id(self) -> str:
+        path = self.data_dir / "meta.properties"
+        props = _read_properties(path)
+        cluster_id = props.get("cluster.id") or self.config.get("cluster.id")
+        if not cluster_id:
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        path.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
+        return cluster_id
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.flusher.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._every("log.retention.check.interval.ms", self.run_retention), name="retention"),
+            loop.create_task(self._every("log.cleaner.backoff.ms", self.run_cleaner), name="cleaner"),
+            loop.create_task(self._periodic_flush(), name="flush-ms"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.flusher.stop()
+        self.store.close(clean=True)
+        (self.data_dir / CLEAN_SHUTDOWN).write_text("")
+        log.info("log closed cleanly")
+
+    async def _every(self, setting: str, job: object) -> None:
+        interval = self.config.get(setting) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                job()  # type: ignore[operator]
+            except Exception:
+                log.exception("background job failed", job=setting)
+
+    async def _periodic_flush(self) -> None:
+        last: dict[int, int] = {}
+        while True:
+            await asyncio.sleep(0.1)
+            now = self.clock.now_ms()
+            due = []
+            for plog in self.store.all_logs():
+                if plog.config.flush_ms >= (1 << 62) or not plog.dirty_segments():
+                    continue
+                if now - last.get(id(plog), 0) >= plog.config.flush_ms:
+                    last[id(plog)] = now
+                    due.append(plog)
+            if due:
+                await self.flusher.sync(due)
+
+    def run_retention(self) -> int:
+        deleted = 0
+        for plog in self.store.all_logs():
+            deleted += plog.apply_retention()
+            plog.producer_state.expire(self.clock.now_ms(), self.config.get("producer.id.expiration.ms"))
+        if deleted:
+            log.info("retention deleted segments", segments=deleted)
+        return deleted
+
+    def run_cleaner(self) -> int:
+        if not self.config.get("log.cleaner.enable"):
+            return 0
+        cleaned = 0
+        for plog in self.store.all_logs():
+            if cleaner.needs_cleaning(plog):
+                stats = cleaner.clean(plog)
+                if stats is not None:
+                    cleaned += 1
+                    log.info("compacted", topic=plog.topic, partition=plog.partition, **stats.__dict__)
+        return cleaned
+
+    # --- durability ------------------------------------------------------------------
+
+    async def sync(self, logs: Iterable[PartitionLog]) -> None:
+        await self.flusher.sync(logs)
+
+    # --- long-poll support -----------------------------------------------------------
+
+    def notify_append(self, plog: PartitionLog) -> None:
+        waiters = self._waiters.pop(id(plog), None)
+        if waiters:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def wait_for_append(self, logs: list[PartitionLog], timeout: float) -> None:
+        """Sleep until any of `logs` gets new data or `timeout` seconds pass."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for plog in logs:
+            self._waiters.setdefault(id(plog), set()).add(fut)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            for plog in logs:
+                waiters = self._waiters.get(id(plog))
+                if waiters is not None:
+                    waiters.discard(fut)
+                    if not waiters:
+                        del self._waiters[id(plog)]
+
+    # --- topics ----------------------------------------------------------------------
+
+    def visible_topics(self) -> list[Topic]:
+        return [t for t in self.store.topics.values() if t.name != METADATA_TOPIC]
+
+    def check_new_topic(self, name: str, partitions: int, replication: int, configs: dict[str, str | None]) -> dict[str, str]:
+        """Validate a CreateTopics entry; raises KafkaError with Kafka's code."""
+        problem = validate_topic_name(name)
+        if problem:
+            raise KafkaError(ErrorCode.invalid_topic_exception, problem)
+        if name.startswith("__") and name != "__consumer_offsets":
+            raise KafkaError(ErrorCode.invalid_topic_exception, f"{name!r}: names starting with '__' are reserved")
+        if self.store.get(name) is not None:
+            raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+        if partitions == -1:
+            partitions = self.config.get("num.partitions")
+        if partitions <= 0:
+            raise KafkaError(ErrorCode.invalid_partitions, "number of partitions must be larger than 0")
+        if replication not in (-1, 1):
+            raise KafkaError(
+                ErrorCode.invalid_replication_factor,
+                f"replication factor {replication} is larger than the 1 available broker",
+            )
+        try:
+            return validate_topic_configs(configs)
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.invalid_config, str(e)) from None
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> Topic:
+        if partitions == -1:
+            partitions = self.config.get("num.partitions")
+        return self.store.create_topic(name, partitions, configs)
+
+    def auto_create(self, name: str) -> Topic | None:
+        """Kafka's auto.create.topics.enable: a produce or metadata request for an unknown
+        topic creates it with the broker defaults.  None when disabled or invalid."""
+        if not self.config.get("auto.create.topics.enable"):
+            return None
+        if validate_topic_name(name) is not None or name.startswith("__"):
+            return None
+        log.info("auto-creating topic", topic=name)
+        return self.store.create_topic(name, self.config.get("num.partitions"), {})
+
+    async def sync_metadata(self) -> None:
+        await self.flusher.sync([self.store.meta_log])

@@ -1,0 +1,32 @@
+"""The API table: every request the broker implements, with the versions it speaks.
+ApiVersions advertises exactly this list."""
+
+from __future__ import annotations
+
+from broker.handlers import api_versions, cluster, configs, fetch, list_offsets, metadata, produce, topics
+from broker.handlers.base import Api
+
+_IMPLEMENTED = [
+    Api(produce.API_KEY, "Produce", produce.MIN_VERSION, produce.MAX_VERSION, produce.handle),
+    Api(fetch.API_KEY, "Fetch", fetch.MIN_VERSION, fetch.MAX_VERSION, fetch.handle),
+    Api(list_offsets.API_KEY, "ListOffsets", list_offsets.MIN_VERSION, list_offsets.MAX_VERSION, list_offsets.handle),
+    Api(metadata.API_KEY, "Metadata", metadata.MIN_VERSION, metadata.MAX_VERSION, metadata.handle),
+    Api(cluster.INIT_PRODUCER_ID, "InitProducerId", 0, 5, cluster.init_producer_id),
+    Api(topics.CREATE_TOPICS, "CreateTopics", 2, 7, topics.create_topics),
+    Api(topics.DELETE_TOPICS, "DeleteTopics", 1, 6, topics.delete_topics),
+    Api(configs.DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4, configs.describe_configs),
+    Api(topics.CREATE_PARTITIONS, "CreatePartitions", 0, 3, topics.create_partitions),
+    Api(configs.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1, configs.incremental_alter_configs),
+    Api(cluster.DESCRIBE_CLUSTER, "DescribeCluster", 0, 1, cluster.describe_cluster),
+]
+
+APIS: list[Api] = sorted(
+    [*_IMPLEMENTED, Api(api_versions.API_KEY, "ApiVersions", api_versions.MIN_VERSION, api_versions.MAX_VERSION,
+                        api_versions.make_handler([]))],
+    key=lambda a: a.key,
+)
+APIS = [
+    Api(a.key, a.name, a.min_version, a.max_version, api_versions.make_handler(APIS)) if a.key == api_versions.API_KEY else a
+    for a in APIS
+]
+BY_KEY: dict[int, Api] = {a.key: a for a in APIS}

@@ -1,0 +1,41 @@
+"""ApiVersions: what this broker implements, and the v0 fallback for too-new clients."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.core import Broker
+from broker.handlers.base import Api
+from broker.protocol.codec import RequestHeader, build, nested, response_type
+from broker.protocol.errors import ErrorCode
+
+API_KEY = 18
+MIN_VERSION, MAX_VERSION = 0, 4
+
+
+def response(apis: list[Api], version: int, error: ErrorCode = ErrorCode.none) -> Any:
+    cls = response_type(API_KEY, version)
+    entry = nested(cls, "ApiVersion")
+    return build(
+        cls,
+        error_code=error,
+        api_keys=tuple(build(entry, api_key=a.key, min_version=a.min_version, max_version=a.max_version) for a in apis),
+        throttle_time=0,
+        supported_features=(),
+        finalized_features_epoch=-1,
+        finalized_features=(),
+        zk_migration_ready=False,
+    )
+
+
+def unsupported_version_response(apis: list[Api]) -> Any:
+    """A client asked for an ApiVersions version newer than ours: answer in v0 with
+    UNSUPPORTED_VERSION and our list, so it retries with a version we speak."""
+    return response(apis, 0, ErrorCode.unsupported_version)
+
+
+def make_handler(apis: list[Api]) -> Any:
+    def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
+        return response(apis, header.api_version)
+
+    return handle

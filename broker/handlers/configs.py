@@ -1,0 +1,188 @@
+"""DescribeConfigs and IncrementalAlterConfigs for topics (and describe for the broker)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from broker.config import BROKER_SETTINGS, TOPIC_CONFIGS, ConfigError, validate_topic_configs
+from broker.core import Broker
+from broker.protocol.codec import RequestHeader, build, nested, response_type
+from broker.protocol.errors import ErrorCode, KafkaError
+
+DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
+TOPIC, BROKER = 2, 4
+# ConfigSource values of DescribeConfigs v1+.
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+_LIST_CONFIGS = {"cleanup.policy"}
+_TYPES = {"cleanup.policy": 7, "message.timestamp.type": 2, "compression.type": 2,
+          "min.cleanable.dirty.ratio": 6, "segment.bytes": 3, "index.interval.bytes": 3,
+          "max.message.bytes": 3, "min.insync.replicas": 3}
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    name: str
+    value: str
+    source: int
+    synonyms: list[tuple[str, str, int]]
+    doc: str
+    config_type: int
+
+
+def topic_config_entries(broker: Broker, values: dict[str, str], overrides: set[str]) -> list[ConfigEntry]:
+    entries = []
+    for name, definition in TOPIC_CONFIGS.items():
+        synonyms = []
+        if name in overrides:
+            synonyms.append((name, values[name], DYNAMIC_TOPIC_CONFIG))
+        if definition.broker_name in broker.config.settings:
+            synonyms.append((definition.broker_name, broker.config.settings[definition.broker_name], STATIC_BROKER_CONFIG))
+        synonyms.append((definition.broker_name, definition.default, DEFAULT_CONFIG))
+        entries.append(
+            ConfigEntry(name, values[name], synonyms[0][2], synonyms, definition.doc, _TYPES.get(name, 5))
+        )
+    return entries
+
+
+def _broker_entries(broker: Broker) -> list[ConfigEntry]:
+    entries = []
+    for name, setting in BROKER_SETTINGS.items():
+        value = broker.config.settings.get(name, setting.default)
+        if name == "cluster.id":
+            value = broker.cluster_id
+        source = STATIC_BROKER_CONFIG if name in broker.config.settings else DEFAULT_CONFIG
+        entries.append(ConfigEntry(name, value, source, [(name, value, source)], "", 2))
+    for definition in TOPIC_CONFIGS.values():
+        name = definition.broker_name
+        value = broker.config.settings.get(name, definition.default)
+        source = STATIC_BROKER_CONFIG if name in broker.config.settings else DEFAULT_CONFIG
+        entries.append(ConfigEntry(name, value, source, [(name, value, source)], definition.doc, 5))
+    return entries
+
+
+def describe_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    cls = response_type(DESCRIBE_CONFIGS, header.api_version)
+    result_cls = nested(cls, "DescribeConfigsResult")
+    entry_cls = nested(cls, "DescribeConfigsResourceResult")
+    synonym_cls = nested(cls, "DescribeConfigsSynonym")
+    with_synonyms = getattr(request, "include_synonyms", False)
+    with_docs = getattr(request, "include_documentation", False)
+    results = []
+    for resource in request.resources:
+        entries: list[ConfigEntry] = []
+        error, message = ErrorCode.none, None
+        try:
+            if resource.resource_type == TOPIC:
+                topic = broker.store.get(resource.resource_name)
+                if topic is None:
+                    raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist")
+                values = {**broker.config.topic_defaults(), **topic.configs}
+                entries = topic_config_entries(broker, values, set(topic.configs))
+            elif resource.resource_type == BROKER:
+                if resource.resource_name not in ("", str(broker.node_id)):
+                    raise KafkaError(ErrorCode.invalid_request, f"unknown broker {resource.resource_name!r}")
+                entries = _broker_entries(broker)
+            else:
+                raise KafkaError(ErrorCode.invalid_request, f"resource type {resource.resource_type} is not supported")
+        except KafkaError as e:
+            error, message = e.code, e.message
+        keys = resource.configuration_keys
+        if keys is not None:
+            entries = [e for e in entries if e.name in keys]
+        results.append(
+            build(
+                result_cls,
+                error_code=error,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=tuple(
+                    build(
+                        entry_cls,
+                        name=e.name,
+                        value=e.value,
+                        read_only=resource.resource_type == BROKER,
+                        config_source=e.source,
+                        is_default=e.source == DEFAULT_CONFIG,
+                        is_sensitive=False,
+                        synonyms=tuple(build(synonym_cls, name=n, value=v, source=s) for n, v, s in e.synonyms)
+                        if with_synonyms else (),
+                        config_type=e.config_type,
+                        documentation=e.doc if with_docs else None,
+                    )
+                    for e in entries
+                ),
+            )
+        )
+    return build(cls, throttle_time=0, results=tuple(results))
+
+
+def _apply(current: dict[str, str], ops: Any) -> dict[str, str]:
+    out = dict(current)
+    seen = set()
+    for op in ops:
+        if op.name in seen:
+            raise KafkaError(ErrorCode.invalid_request, f"config {op.name!r} appears more than once")
+        seen.add(op.name)
+        if op.name not in TOPIC_CONFIGS:
+            raise KafkaError(ErrorCode.invalid_config, f"unknown topic config {op.name!r}")
+        if op.config_operation == SET:
+            if op.value is None:
+                raise KafkaError(ErrorCode.invalid_config, f"{op.name}: a value is required")
+            out[op.name] = op.value
+        elif op.config_operation == DELETE:
+            out.pop(op.name, None)
+        elif op.config_operation in (APPEND, SUBTRACT):
+            if op.name not in _LIST_CONFIGS:
+                raise KafkaError(ErrorCode.invalid_config, f"{op.name} is not a list; APPEND/SUBTRACT do not apply")
+            items = [v for v in out.get(op.name, TOPIC_CONFIGS[op.name].default).split(",") if v]
+            change = [v for v in (op.value or "").split(",") if v]
+            if op.config_operation == APPEND:
+                items += [v for v in change if v not in items]
+            else:
+                items = [v for v in items if v not in change]
+            out[op.name] = ",".join(items)
+        else:
+            raise KafkaError(ErrorCode.invalid_request, f"unknown config operation {op.config_operation}")
+    return out
+
+
+def incremental_alter_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    cls = response_type(INCREMENTAL_ALTER_CONFIGS, header.api_version)
+    result_cls = nested(cls, "AlterConfigsResourceResponse")
+    results = []
+    changed = False
+    for resource in request.resources:
+        error, message = ErrorCode.none, None
+        try:
+            if resource.resource_type != TOPIC:
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    "only topic configs can be altered; broker settings are set at start (--set)",
+                )
+            topic = broker.store.get(resource.resource_name)
+            if topic is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist")
+            new = _apply(topic.configs, resource.configs)
+            try:
+                validate_topic_configs(new)
+            except ConfigError as e:
+                raise KafkaError(ErrorCode.invalid_config, str(e)) from None
+            if not request.validate_only:
+                broker.store.set_configs(topic.name, new)
+                changed = True
+        except KafkaError as e:
+            error, message = e.code, e.message
+        results.append(build(result_cls, error_code=error, error_message=message,
+                             resource_type=resource.resource_type, resource_name=resource.resource_name))
+    response = build(cls, throttle_time=0, responses=tuple(results))
+    if not changed:
+        return response
+
+    async def durable() -> Any:
+        await broker.sync_metadata()
+        return response
+
+    return durable()

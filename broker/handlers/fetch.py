@@ -1,0 +1,156 @@
+"""Fetch: serve stored batches as they are, long-polling until min_bytes or max_wait.
+
+Limits follow Kafka (KIP-74): `max_bytes` bounds the response and `partition_max_bytes`
+each partition, except that the first batch of the first non-empty partition is always
+returned whole so a consumer can make progress past a batch larger than its limits.
+Fetch sessions (KIP-227) are declined: we answer with session id 0, which clients treat
+as "full fetch every time".
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from broker.core import Broker
+from broker.log.partition_log import PartitionLog
+from broker.protocol.batch import iter_headers
+from broker.protocol.codec import RequestHeader, build, nested, response_type, timedelta_ms
+from broker.protocol.errors import ErrorCode, KafkaError
+
+API_KEY = 1
+MIN_VERSION, MAX_VERSION = 4, 17
+
+
+class _Slot:
+    __slots__ = ("error", "max_bytes", "name", "offset", "partition", "plog", "records", "topic_id")
+
+    def __init__(self, name: str | None, topic_id: uuid.UUID | None, partition: int, offset: int, max_bytes: int) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.partition = partition
+        self.offset = offset
+        self.max_bytes = max_bytes
+        self.plog: PartitionLog | None = None
+        self.error = ErrorCode.none
+        self.records = b""
+
+
+def _resolve(broker: Broker, request: Any, version: int) -> list[_Slot]:
+    slots = []
+    for topic in request.topics:
+        if version >= 13:
+            found = broker.store.by_id.get(topic.topic_id)
+            name = found.name if found else None
+            missing = ErrorCode.unknown_topic_id
+        else:
+            name = topic.topic
+            found = broker.store.get(name)
+            missing = ErrorCode.unknown_topic_or_partition
+        for part in topic.partitions:
+            slot = _Slot(name, getattr(topic, "topic_id", None), part.partition, part.fetch_offset, part.partition_max_bytes)
+            slot.plog = broker.store.partition_log(name, part.partition) if name else None
+            if slot.plog is None:
+                slot.error = missing if found is None else ErrorCode.unknown_topic_or_partition
+            slots.append(slot)
+    return slots
+
+
+def _gather(slots: list[_Slot], max_bytes: int) -> tuple[int, bool]:
+    """Read every partition; returns (bytes gathered, any error)."""
+    budget = max_bytes
+    total = 0
+    error = False
+    for slot in slots:
+        slot.records = b""
+        if slot.plog is None:
+            error = True
+            continue
+        try:
+            limit = min(slot.max_bytes, budget)
+            data = slot.plog.read(slot.offset, limit) if (limit > 0 or total == 0) else b""
+            if total > 0 and len(data) > limit:
+                data = b""  # only the very first batch may exceed the limits
+        except KafkaError as e:
+            slot.error = e.code
+            error = True
+            continue
+        slot.error = ErrorCode.none
+        slot.records = data
+        total += len(data)
+        budget -= len(data)
+    return total, error
+
+
+def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    version = header.api_version
+    session_id = getattr(request, "session_id", 0)
+    if session_id != 0:
+        return _response(broker, version, [], ErrorCode.fetch_session_id_not_found)
+    slots = _resolve(broker, request, version)
+    max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
+    total, error = _gather(slots, max_bytes)
+    max_wait = timedelta_ms(request.max_wait) / 1000
+    if error or total >= max(request.min_bytes, 1) or max_wait <= 0 or not slots:
+        return _response(broker, version, slots)
+
+    logs = [s.plog for s in slots if s.plog is not None]
+    marks = [plog.next_offset for plog in logs]
+
+    async def long_poll() -> Any:
+        deadline = time.monotonic() + max_wait
+        while True:
+            # Data may have arrived between the first read and this task running.
+            if [plog.next_offset for plog in logs] != marks:
+                marks[:] = [plog.next_offset for plog in logs]
+                gathered, failed = _gather(slots, max_bytes)
+                if failed or gathered >= request.min_bytes:
+                    break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            await broker.wait_for_append(logs, remaining)
+        return _response(broker, version, slots)
+
+    return long_poll()
+
+
+def _response(broker: Broker, version: int, slots: list[_Slot], top_error: ErrorCode = ErrorCode.none) -> Any:
+    cls = response_type(API_KEY, version)
+    topic_cls = nested(cls, "FetchableTopicResponse")
+    part_cls = nested(cls, "PartitionData")
+    grouped: dict[tuple[str | None, uuid.UUID | None], list[Any]] = {}
+    for slot in slots:
+        plog = slot.plog
+        hw = plog.high_watermark if plog else -1
+        if slot.records and plog is not None:
+            records = sum(h.records_count for _, h in iter_headers(slot.records))
+            broker.metrics.bytes_out.labels(plog.topic).inc(len(slot.records))
+            broker.metrics.records_out.labels(plog.topic).inc(records)
+        if slot.error != ErrorCode.none:
+            broker.metrics.errors.labels("Fetch", slot.error.name).inc()
+        grouped.setdefault((slot.name, slot.topic_id), []).append(
+            build(
+                part_cls,
+                partition_index=slot.partition,
+                error_code=slot.error,
+                high_watermark=hw,
+                last_stable_offset=hw,
+                log_start_offset=plog.log_start_offset if plog else -1,
+                aborted_transactions=None,
+                preferred_read_replica=-1,
+                records=slot.records,
+            )
+        )
+    return build(
+        cls,
+        throttle_time=0,
+        error_code=top_error,
+        session_id=0,
+        responses=tuple(
+            build(topic_cls, topic=name or "", topic_id=topic_id, partitions=tuple(parts))
+            for (name, topic_id), parts in grouped.items()
+        ),
+        node_endpoints=(),
+    )

@@ -1,0 +1,56 @@
+"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4),
+or the first offset whose record timestamp is at or after a given time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.core import Broker
+from broker.protocol.codec import RequestHeader, build, nested, response_type
+from broker.protocol.errors import ErrorCode
+
+API_KEY = 2
+MIN_VERSION, MAX_VERSION = 1, 8
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+
+
+def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    cls = response_type(API_KEY, header.api_version)
+    topic_cls = nested(cls, "ListOffsetsTopicResponse")
+    part_cls = nested(cls, "ListOffsetsPartitionResponse")
+    topics = []
+    for topic in request.topics:
+        parts = []
+        for part in topic.partitions:
+            error, offset, timestamp = ErrorCode.none, -1, -1
+            plog = broker.store.partition_log(topic.name, part.partition_index)
+            ts = part.timestamp
+            if plog is None:
+                error = ErrorCode.unknown_topic_or_partition
+            elif ts == LATEST:
+                offset = plog.high_watermark
+            elif ts in (EARLIEST, EARLIEST_LOCAL):
+                offset = plog.log_start_offset
+            elif ts == MAX_TIMESTAMP:
+                found = plog.max_timestamp_offset()
+                if found is not None:
+                    offset, timestamp = found
+            elif ts < 0:
+                error = ErrorCode.invalid_request
+            else:
+                found = plog.offset_for_timestamp(ts)
+                if found is not None:
+                    offset, timestamp = found
+            parts.append(
+                build(
+                    part_cls,
+                    partition_index=part.partition_index,
+                    error_code=error,
+                    timestamp=timestamp,
+                    offset=offset,
+                    leader_epoch=0 if error == ErrorCode.none else -1,
+                )
+            )
+        topics.append(build(topic_cls, name=topic.name, partitions=tuple(parts)))
+    return build(cls, throttle_time=0, topics=tuple(topics))

@@ -1,0 +1,378 @@
+"""The log of one partition: an ordered list of segments, the last one active.
+
+Appends validate each batch once (size, magic, CRC, offsets, timestamps, producer
+sequence) and write it with its broker-assigned offsets; reads return whole batches
+as stored.  Rolling, retention and recovery live here; compaction is in `cleaner.py`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.clock import Clock
+from broker.config import LogConfig
+from broker.log.producer_state import BatchMeta, ProducerStateError, ProducerStateManager
+from broker.log.segment import LogSegment
+from broker.protocol.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    InvalidBatch,
+    parse_header,
+    patch_for_append,
+    validate_batch,
+    whole_batches_prefix,
+)
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.records import build_batch, decode_records
+
+_OFFSET_DELTA_LIMIT = 0x7FFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # -1 for CreateTime topics
+    log_start_offset: int
+    duplicate: bool = False
+
+
+_BATCH_ERRORS = {
+    "corrupt": ErrorCode.corrupt_message,
+    "magic": ErrorCode.invalid_record,
+    "invalid": ErrorCode.invalid_record,
+}
+_PRODUCER_ERRORS = {
+    "out_of_order_sequence": ErrorCode.out_of_order_sequence_number,
+    "invalid_producer_epoch": ErrorCode.invalid_producer_epoch,
+}
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        clock: Clock,
+        *,
+        recover: bool,
+    ) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.clock = clock
+        directory.mkdir(parents=True, exist_ok=True)
+        self.dir_dirty = True  # the directory entry of a new segment needs an fsync
+        self.producer_state = ProducerStateManager(directory)
+        self.segments: list[LogSegment] = []
+        self.truncated_bytes = 0
+        self._load(recover)
+
+    # --- loading ---------------------------------------------------------------------
+
+    def _load(self, recover: bool) -> None:
+        from broker.log.cleaner import complete_interrupted_swaps
+
+        complete_interrupted_swaps(self.directory)
+        now = self.clock.now_ms()
+        bases = sorted(int(p.name.split(".")[0]) for p in self.directory.glob("*.log"))
+        for i, base in enumerate(bases):
+            segment = LogSegment(
+                self.directory, base, index_interval_bytes=self.config.index_interval_bytes, created_ms=now
+            )
+            # After an unclean shutdown only the active segment can have a torn tail;
+            # closed ones are rebuilt only if their indexes fail the sanity check.
+            is_active = i == len(bases) - 1
+            self.truncated_bytes += segment.load(recover=recover and is_active)
+            self.segments.append(segment)
+        if not self.segments:
+            self.segments.append(self._new_segment(0))
+        start_file = self.directory / "log-start-offset"
+        stored_start = int(start_file.read_text()) if start_file.exists() else 0
+        self.log_start_offset = max(self.segments[0].base_offset, stored_start)
+        self.next_offset = max(self.segments[-1].next_offset, self.segments[-1].base_offset)
+        self._rebuild_producer_state()
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        self.dir_dirty = True
+        return LogSegment(
+            self.directory,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            created_ms=self.clock.now_ms(),
+        )
+
+    def _rebuild_producer_state(self) -> None:
+        start = self.producer_state.load_snapshot(self.next_offset)
+        for segment in self.segments:
+            if segment.next_offset <= start:
+                continue
+            for _, header in segment.headers_from(0):
+                if header.base_offset >= start:
+                    self.producer_state.update(header)
+
+    # --- properties ------------------------------------------------------------------
+
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def high_watermark(self) -> int:
+        # Single node: a record is committed once appended (Kafka's single-replica rule).
+        return self.next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # --- append ----------------------------------------------------------------------
+
+    def _validate(self, batch: memoryview, now: int) -> BatchHeader:
+        try:
+            header = validate_batch(batch)
+        except InvalidBatch as e:
+            raise KafkaError(_BATCH_ERRORS[e.kind], str(e)) from e
+        if header.size > self.config.max_message_bytes:
+            raise KafkaError(
+                ErrorCode.message_too_large,
+                f"batch of {header.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}",
+            )
+        if header.size > self.config.segment_bytes:
+            raise KafkaError(
+                ErrorCode.record_list_too_large,
+                f"batch of {header.size} bytes exceeds segment.bytes={self.config.segment_bytes}",
+            )
+        if header.records_count != header.last_offset_delta + 1 or header.records_count == 0:
+            raise KafkaError(ErrorCode.invalid_record, "record count does not match the last offset delta")
+        if header.is_transactional or header.is_control:
+            raise KafkaError(ErrorCode.invalid_record, "transactional batches are not supported by this broker")
+        if not self.config.log_append_time:
+            for ts in (header.base_timestamp, header.max_timestamp):
+                if ts < 0:
+                    continue
+                if now - ts > self.config.timestamp_before_max_ms or ts - now > self.config.timestamp_after_max_ms:
+                    raise KafkaError(
+                        ErrorCode.invalid_timestamp,
+                        f"timestamp {ts} is out of the accepted range around {now}",
+                    )
+        return header
+
+    def _prepare(self, batch: memoryview, header: BatchHeader) -> memoryview | bytes:
+        """Batch-level work that needs the records: null keys on compacted topics, and
+        recompression when the topic pins a codec other than the producer's."""
+        recompress = self.config.compression is not None and header.compression != self.config.compression
+        if not (self.config.compact or recompress):
+            return batch
+        try:
+            _, records = decode_records(batch)
+        except InvalidBatch as e:
+            raise KafkaError(_BATCH_ERRORS[e.kind], str(e)) from e
+        if self.config.compact and any(r.key is None for r in records):
+            raise KafkaError(ErrorCode.invalid_record, "a compacted topic cannot accept a record without a key")
+        if not recompress:
+            return batch
+        return build_batch(
+            records,
+            compression=self.config.compression or 0,
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            base_sequence=header.base_sequence,
+        )
+
+    def append(self, batch: memoryview | bytes) -> AppendResult:
+        """Validate and append one client batch.  Raises KafkaError."""
+        now = self.clock.now_ms()
+        view = memoryview(batch)
+        header = self._validate(view, now)
+        try:
+            duplicate = self.producer_state.check(header)
+        except ProducerStateError as e:
+            raise KafkaError(_PRODUCER_ERRORS[e.kind], str(e)) from e
+        if duplicate is not None:
+            return self._duplicate_result(duplicate)
+        prepared = self._prepare(view, header)
+        self._maybe_roll(header.size, now)
+        base = self.next_offset
+        stamped = patch_for_append(prepared, base, 0, now if self.config.log_append_time else None)
+        written = parse_header(stamped)
+        self.active.append(stamped, [written])
+        self.producer_state.update(written)
+        self.next_offset = written.last_offset + 1
+        return AppendResult(
+            base_offset=base,
+            last_offset=written.last_offset,
+            log_append_time=now if self.config.log_append_time else -1,
+            log_start_offset=self.log_start_offset,
+        )
+
+    def append_internal(self, batch: bytes) -> AppendResult:
+        """Append a batch the broker built itself (internal topics): no client checks."""
+        self._maybe_roll(len(batch), self.clock.now_ms())
+        stamped = patch_for_append(batch, self.next_offset, 0, None)
+        written = parse_header(stamped)
+        self.active.append(stamped, [written])
+        self.next_offset = written.last_offset + 1
+        return AppendResult(written.base_offset, written.last_offset, -1, self.log_start_offset)
+
+    def _duplicate_result(self, meta: BatchMeta) -> AppendResult:
+        return AppendResult(
+            base_offset=meta.first_offset,
+            last_offset=meta.last_offset,
+            log_append_time=meta.timestamp if self.config.log_append_time else -1,
+            log_start_offset=self.log_start_offset,
+            duplicate=True,
+        )
+
+    # --- rolling ---------------------------------------------------------------------
+
+    def _maybe_roll(self, incoming: int, now: int) -> None:
+        active = self.active
+        if active.size == 0:
+            return
+        since = active.first_batch_timestamp if active.first_batch_timestamp >= 0 else active.created_ms
+        if (
+            active.size + incoming > self.config.segment_bytes
+            or now - since > self.config.segment_ms
+            or self.next_offset - active.base_offset > _OFFSET_DELTA_LIMIT
+        ):
+            self.roll()
+
+    def roll(self) -> LogSegment:
+        """Close the active segment and start a new one at the log end offset."""
+        if self.active.size == 0:
+            return self.active
+        self.active.seal()
+        self.producer_state.write_snapshot(self.next_offset)
+        segment = self._new_segment(self.next_offset)
+        self.segments.append(segment)
+        return segment
+
+    # --- read ------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from `offset`, at most `max_bytes` unless the first batch alone
+        is larger (then just it, as Kafka does so that consumers always progress)."""
+        if offset == self.next_offset:
+            return b""
+        if offset < self.log_start_offset or offset > self.next_offset:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"offset {offset} is outside [{self.log_start_offset}, {self.next_offset}]",
+            )
+        i = max(0, bisect_right([s.base_offset for s in self.segments], offset) - 1)
+        for segment in self.segments[i:]:
+            found = segment.find_position(offset)
+            if found is None:
+                continue  # compaction can leave gaps: the offset lives in a later segment
+            position, header = found
+            data = segment.read(position, max(max_bytes, 0))
+            cut = whole_batches_prefix(data)
+            if cut == 0:
+                return segment.read(position, header.size)
+            return data[:cut] if cut < len(data) else data
+        return b""
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp`."""
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            start = max(segment.time_index.lookup(timestamp), self.log_start_offset)
+            found = segment.find_position(start)
+            if found is None:
+                continue
+            for position, header in segment.headers_from(found[0]):
+                if header.max_timestamp < timestamp:
+                    continue
+                raw = segment.read(position, header.size)
+                _, records = decode_records(raw)
+                for record in records:
+                    if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
+                        return record.offset, record.timestamp
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
+        best: tuple[int, int] | None = None
+        for segment in self.segments:
+            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best[1]):
+                best = (segment.base_offset, segment.max_timestamp)
+        if best is None:
+            return None
+        return self.offset_for_timestamp(best[1])
+
+    # --- retention -------------------------------------------------------------------
+
+    def apply_retention(self) -> int:
+        """Delete whole segments past retention.ms / retention.bytes; returns the count."""
+        if not self.config.delete:
+            return 0
+        now = self.clock.now_ms()
+        doomed = 0
+        if self.config.retention_ms >= 0:
+            for segment in self.segments:
+                if segment.size == 0 or segment.max_timestamp < 0:
+                    break
+                if now - segment.max_timestamp <= self.config.retention_ms:
+                    break
+                doomed += 1
+        if self.config.retention_bytes >= 0:
+            total = self.size_bytes
+            for segment in self.segments[:doomed]:
+                total -= segment.size
+            for segment in self.segments[doomed:-1]:
+                if total - segment.size < self.config.retention_bytes:
+                    break
+                total -= segment.size
+                doomed += 1
+        if doomed == 0:
+            return 0
+        if doomed >= len(self.segments):
+            self.roll()  # the active segment has expired too: roll so it can go
+        victims = self.segments[:doomed]
+        self.segments = self.segments[doomed:]
+        self.advance_log_start(self.segments[0].base_offset)
+        for segment in victims:
+            segment.delete()
+        return len(victims)
+
+    def advance_log_start(self, offset: int) -> None:
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            tmp = self.directory / "log-start-offset.tmp"
+            tmp.write_text(str(offset))
+            tmp.replace(self.directory / "log-start-offset")
+
+    # --- durability and lifecycle ----------------------------------------------------
+
+    def dirty_segments(self) -> list[LogSegment]:
+        return [s for s in self.segments if s.dirty and not s.closed]
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        for segment in self.segments:
+            segment.index_interval_bytes = config.index_interval_bytes
+
+    def close(self, *, clean: bool) -> None:
+        if clean:
+            self.active.seal()
+            self.producer_state.write_snapshot(self.next_offset)
+        for segment in self.segments:
+            if clean and segment.dirty:
+                segment.fsync()
+            segment.close()
+
+    def delete(self) -> None:
+        for segment in self.segments:
+            segment.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+__all__ = ["HEADER_SIZE", "AppendResult", "PartitionLog"]

@@ -1,0 +1,234 @@
+"""One log segment: `{base_offset:020d}.log` plus its `.index` and `.timeindex`.
+
+A segment has a single owner (its PartitionLog).  Appends go straight to the OS with
+os.write (that is what `acks=1` waits for); fsync is done by the group-commit flusher.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from broker.log.index import IndexCorrupt, OffsetIndex, TimeIndex
+from broker.protocol.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    InvalidBatch,
+    iter_headers,
+    parse_header,
+    peek_offset_and_length,
+    validate_batch,
+)
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+class LogSegment:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        created_ms: int,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        name = segment_name(base_offset)
+        self.log_path = directory / f"{name}.log"
+        self.offset_index = OffsetIndex(directory / f"{name}.index", base_offset)
+        self.time_index = TimeIndex(directory / f"{name}.timeindex", base_offset)
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.created_ms = created_ms
+        self.first_batch_timestamp = -1
+        self._bytes_since_index = 0
+        self._bytes_since_time_index = 0
+        self.dirty = False  # bytes written since the last fsync
+        self.closed = False
+
+    # --- loading and recovery --------------------------------------------------------
+
+    def load(self, *, recover: bool) -> int:
+        """Load indexes, or rebuild them by scanning.  Returns bytes truncated from a torn
+        or corrupt tail (only when `recover` is set, i.e. after an unclean shutdown)."""
+        if not recover:
+            try:
+                if not self.offset_index.path.exists() or not self.time_index.path.exists():
+                    raise IndexCorrupt("index missing")
+                self.offset_index.load(self.size)
+                self._load_tail_from_index()
+                self.time_index.load(self.next_offset)
+                self.max_timestamp = self.time_index.max_timestamp
+                return 0
+            except IndexCorrupt:
+                pass
+        return self.rebuild()
+
+    def _load_tail_from_index(self) -> None:
+        """Find next_offset by walking headers from the last offset-index entry."""
+        _, pos = self.offset_index.lookup(1 << 62)
+        last = None
+        while pos < self.size:
+            header = self._read_header(pos)
+            if header is None or pos + header.size > self.size:
+                raise IndexCorrupt("log does not end on a batch boundary")
+            last = header
+            pos += header.size
+        if last is not None:
+            self.next_offset = last.last_offset + 1
+        first = self._read_header(0) if self.size >= HEADER_SIZE else None
+        if first is not None:
+            self.first_batch_timestamp = first.max_timestamp
+            self.next_offset = max(self.next_offset, first.last_offset + 1)
+
+    def rebuild(self) -> int:
+        """Scan every batch (CRC checked), rebuild both indexes, truncate a bad tail."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.first_batch_timestamp = -1
+        self._bytes_since_index = self._bytes_since_time_index = 0
+        pos = 0
+        while self.size - pos >= HEADER_SIZE:
+            _, size = peek_offset_and_length(os.pread(self.fd, LOG_OVERHEAD, pos), 0)
+            if size < HEADER_SIZE or pos + size > self.size:
+                break  # torn write: the length points past the end of the file
+            try:
+                header = validate_batch(os.pread(self.fd, size, pos))
+            except InvalidBatch:
+                break  # corrupt: never serve it, drop it and everything after it
+            if header.base_offset < self.next_offset:
+                break  # offsets must grow; anything else is garbage
+            self._index_batch(header, pos)
+            pos += size
+        truncated = self.size - pos
+        if truncated:
+            os.ftruncate(self.fd, pos)
+            self.size = pos
+            self.dirty = True
+        self.flush_indexes()
+        return truncated
+
+    # --- append ----------------------------------------------------------------------
+
+    def _index_batch(self, header: BatchHeader, position: int) -> None:
+        if self.first_batch_timestamp < 0:
+            self.first_batch_timestamp = header.max_timestamp
+        if self._bytes_since_index >= self.index_interval_bytes or position == 0:
+            self.offset_index.append(header.base_offset, position)
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.size
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            if self._bytes_since_time_index >= self.index_interval_bytes or position == 0:
+                self.time_index.maybe_append(header.max_timestamp, header.base_offset)
+                self._bytes_since_time_index = 0
+        self._bytes_since_time_index += header.size
+        self.next_offset = header.last_offset + 1
+
+    def append(self, data: bytes | bytearray, headers: list[BatchHeader]) -> None:
+        """Write already-validated, offset-patched batches (concatenated in `data`)."""
+        position = self.size
+        written = os.pwrite(self.fd, data, position)
+        while written < len(data):  # short writes are legal for regular files, if rare
+            written += os.pwrite(self.fd, memoryview(data)[written:], position + written)
+        for header in headers:
+            self._index_batch(header, position)
+            position += header.size
+        self.size = position
+        self.dirty = True
+
+    # --- read ------------------------------------------------------------------------
+
+    def _read_header(self, position: int) -> BatchHeader | None:
+        raw = os.pread(self.fd, HEADER_SIZE, position)
+        if len(raw) < HEADER_SIZE:
+            return None
+        return parse_header(raw)
+
+    def find_position(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= `offset`."""
+        _, pos = self.offset_index.lookup(offset)
+        while pos < self.size:
+            # Read a few headers per syscall: batches between sparse index entries are small.
+            raw = os.pread(self.fd, min(self.index_interval_bytes * 2, self.size - pos) + HEADER_SIZE, pos)
+            advanced = False
+            for rel, header in iter_headers(raw):
+                if header.last_offset >= offset:
+                    return pos + rel, header
+                advanced = True
+                next_pos = pos + rel + header.size
+            if not advanced:
+                header_or_none = self._read_header(pos)
+                if header_or_none is None:
+                    return None
+                if header_or_none.last_offset >= offset:
+                    return pos, header_or_none
+                next_pos = pos + header_or_none.size
+            pos = next_pos
+        return None
+
+    def read(self, position: int, max_bytes: int) -> bytes:
+        return os.pread(self.fd, max(0, min(max_bytes, self.size - position)), position)
+
+    def headers_from(self, position: int = 0) -> list[tuple[int, BatchHeader]]:
+        """All batch headers from `position` to the end (used by offset-by-time lookups,
+        producer-state rebuilds and the cleaner)."""
+        out: list[tuple[int, BatchHeader]] = []
+        pos = position
+        while pos < self.size:
+            header = self._read_header(pos)
+            if header is None:
+                break
+            out.append((pos, header))
+            pos += header.size
+        return out
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def flush_indexes(self) -> None:
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def fsync(self) -> None:
+        """Called from the flusher's thread; safe alongside appends on the loop thread."""
+        os.fdatasync(self.fd)
+
+    def seal(self) -> None:
+        """On roll: record the final max timestamp so a reload needs no scan."""
+        if self.max_timestamp >= 0:
+            last_rel = self.time_index.rel_offsets[-1] if self.time_index.rel_offsets else 0
+            if self.max_timestamp > self.time_index.max_timestamp:
+                self.time_index.maybe_append(self.max_timestamp, max(self.next_offset - 1, self.base_offset + last_rel))
+        self.flush_indexes()
+
+    def truncate_to(self, next_offset: int) -> None:
+        """Drop every batch at or after `next_offset` (which must start a batch)."""
+        found = self.find_position(next_offset)
+        if found is None:
+            return
+        position, _ = found
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.offset_index.truncate_to_position(position)
+        self.time_index.truncate_to_offset(next_offset)
+        self.next_offset = next_offset
+        self.dirty = True
+
+    def close(self) -> None:
+        if not self.closed:
+            self.flush_indexes()
+            os.close(self.fd)
+            self.closed = True
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            path.unlink(missing_ok=True)

@@ -1,0 +1,67 @@
+"""Prometheus metrics of one broker (own registry, so several brokers can share a
+process in tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from broker.metadata import MetadataStore
+
+
+class _LogCollector(Collector):
+    def __init__(self, store: Callable[[], MetadataStore | None]) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        store = self._store()
+        if store is None:
+            return
+        size = GaugeMetricFamily("streamshop_log_size_bytes", "Bytes on disk per partition", labels=["topic", "partition"])
+        end = GaugeMetricFamily("streamshop_log_end_offset", "Log end offset per partition", labels=["topic", "partition"])
+        start = GaugeMetricFamily("streamshop_log_start_offset", "Log start offset per partition", labels=["topic", "partition"])
+        segments = GaugeMetricFamily("streamshop_log_segments", "Segments per partition", labels=["topic", "partition"])
+        count = 0
+        for plog in store.all_logs():
+            labels = [plog.topic, str(plog.partition)]
+            size.add_metric(labels, plog.size_bytes)
+            end.add_metric(labels, plog.next_offset)
+            start.add_metric(labels, plog.log_start_offset)
+            segments.add_metric(labels, len(plog.segments))
+            count += 1
+        yield size
+        yield end
+        yield start
+        yield segments
+        yield GaugeMetricFamily("streamshop_partitions", "Partitions hosted", value=count)
+
+
+class BrokerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.store: MetadataStore | None = None
+        r = self.registry
+        self.requests = Counter("streamshop_requests", "Requests handled", ["api"], registry=r)
+        self.latency = Histogram(
+            "streamshop_request_latency_seconds",
+            "Time from request received to response queued",
+            ["api"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.bytes_in = Counter("streamshop_bytes_in", "Record bytes appended", ["topic"], registry=r)
+        self.bytes_out = Counter("streamshop_bytes_out", "Record bytes served by Fetch", ["topic"], registry=r)
+        self.records_in = Counter("streamshop_records_in", "Records appended", ["topic"], registry=r)
+        self.records_out = Counter("streamshop_records_out", "Records served by Fetch", ["topic"], registry=r)
+        self.errors = Counter("streamshop_request_errors", "Error codes returned", ["api", "error"], registry=r)
+        self.connections = Counter("streamshop_connections", "Connections accepted", registry=r)
+        self.closed_malformed = Counter(
+            "streamshop_connections_closed_malformed", "Connections closed for a malformed request", registry=r
+        )
+        self.fsyncs = Counter("streamshop_fsync_rounds", "Group-commit fsync rounds", registry=r)
+        r.register(_LogCollector(lambda: self.store))

@@ -1,0 +1,197 @@
+"""Kafka framing and the glue to `kio`'s generated message types, sans-io.
+
+A request frame is: int32 size, then the request header (api key, api version,
+correlation id, client id, and tagged fields for flexible versions), then the body.
+Headers are parsed by hand (they are on every request); bodies by kio's native reader.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+import sys
+from dataclasses import dataclass, fields
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.static.protocol import Entity
+
+from broker.protocol.errors import ErrorCode
+
+_HEAD = struct.Struct(">hhi")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
+
+
+class MalformedRequest(Exception):
+    """The frame cannot be parsed: Kafka closes the connection; so do we."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    size: int  # bytes of the header within the frame
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    if len(frame) < _HEAD.size:
+        raise MalformedRequest(f"frame of {len(frame)} bytes has no request header")
+    api_key, api_version, correlation_id = _HEAD.unpack_from(frame, 0)
+    return api_key, api_version, correlation_id
+
+
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise MalformedRequest("truncated varint in request header")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 35:
+            raise MalformedRequest("varint too long in request header")
+
+
+def parse_header(frame: bytes, flexible: bool) -> RequestHeader:
+    api_key, api_version, correlation_id = peek_header(frame)
+    pos = 8
+    if len(frame) < pos + 2:
+        raise MalformedRequest("truncated client id")
+    (length,) = _I16.unpack_from(frame, pos)
+    pos += 2
+    client_id = None
+    if length >= 0:
+        if len(frame) < pos + length:
+            raise MalformedRequest("truncated client id")
+        client_id = frame[pos : pos + length].decode("utf-8", "replace")
+        pos += length
+    if flexible:
+        count, pos = _read_uvarint(frame, pos)
+        for _ in range(count):
+            _, pos = _read_uvarint(frame, pos)
+            size, pos = _read_uvarint(frame, pos)
+            pos += size
+        if pos > len(frame):
+            raise MalformedRequest("truncated tagged fields in request header")
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+@cache
+def request_type(api_key: int, version: int) -> type[Entity]:
+    return load_request_schema(api_key, version)
+
+
+@cache
+def response_type(api_key: int, version: int) -> type[Entity]:
+    return load_response_schema(api_key, version)
+
+
+@cache
+def _reader(cls: type[Entity]) -> Any:
+    return entity_reader(cls)
+
+
+@cache
+def _writer(cls: type[Entity]) -> Any:
+    return entity_writer(cls)
+
+
+def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
+    """Parse header and body of a request whose api key and version are supported."""
+    api_key, api_version, _ = peek_header(frame)
+    cls = request_type(api_key, api_version)
+    header = parse_header(frame, cls.__flexible__)
+    try:
+        body, size = _reader(cls)(frame, header.size)
+    except Exception as e:  # kio raises a variety of errors on bad input
+        raise MalformedRequest(f"cannot parse {cls.__name__} v{api_version}: {e}") from e
+    if header.size + size != len(frame):
+        raise MalformedRequest(
+            f"{cls.__name__} v{api_version}: {len(frame) - header.size - size} trailing bytes"
+        )
+    return header, body
+
+
+def encode_response(correlation_id: int, response: Entity, *, header_v0: bool = False) -> bytes:
+    """Size-prefixed response frame.  ApiVersions always uses response header v0."""
+    buf = io.BytesIO()
+    buf.write(b"\x00\x00\x00\x00")
+    buf.write(_I32.pack(correlation_id))
+    if type(response).__flexible__ and not header_v0:
+        buf.write(b"\x00")  # no tagged fields
+    _writer(type(response))(buf, response)
+    out = buf.getbuffer()
+    _I32.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+# --- building version-specific responses ------------------------------------------------
+
+
+@cache
+def _field_info(cls: type) -> dict[str, str]:
+    return {f.name: f.metadata.get("kafka_type", "") for f in fields(cls)}
+
+
+def ms_to_datetime(ms: int) -> datetime.datetime:
+    return _EPOCH + datetime.timedelta(milliseconds=ms)
+
+
+def datetime_to_ms(value: datetime.datetime | None) -> int:
+    if value is None:
+        return -1
+    return (value - _EPOCH) // datetime.timedelta(milliseconds=1)
+
+
+def timedelta_ms(value: datetime.timedelta | int) -> int:
+    if isinstance(value, datetime.timedelta):
+        return value // datetime.timedelta(milliseconds=1)
+    return int(value)
+
+
+def build(cls: type[Any], **values: Any) -> Any:
+    """Construct a kio entity from plain values, dropping fields this version lacks and
+    converting ints to the timedelta / datetime / ErrorCode the field expects."""
+    info = _field_info(cls)
+    kwargs = {}
+    for name, value in values.items():
+        kafka_type = info.get(name)
+        if kafka_type is None:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool):
+            if kafka_type.startswith("timedelta"):
+                value = datetime.timedelta(milliseconds=value)
+            elif kafka_type == "datetime_i64":
+                value = None if value < 0 else ms_to_datetime(value)
+            elif kafka_type == "error_code" and not isinstance(value, ErrorCode):
+                value = ErrorCode(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def nested(cls: type[Any], name: str) -> type[Any]:
+    """A nested entity type of the same message and version as `cls`."""
+    module: ModuleType = sys.modules[cls.__module__]
+    found = getattr(module, name)
+    assert isinstance(found, type)
+    return found
+
+
+def nested_or_none(cls: type[Any], name: str) -> type[Any] | None:
+    """Like `nested`, for types that only some versions have."""
+    return getattr(sys.modules[cls.__module__], name, None)
+
+
+def has_field(cls: type[Any], name: str) -> bool:
+    return name in _field_info(cls)

@@ -1,0 +1,248 @@
+"""Record-level codec for magic v2 batches, sans-io.
+
+The produce and fetch paths never decode records.  This module is for the places that
+must: the log cleaner (keep the latest record per key), ListOffsets by timestamp, the
+broker's own internal topics and the console tools.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import cramjam
+
+from broker.protocol.batch import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_TIMESTAMP_TYPE,
+    HEADER_SIZE,
+    MAGIC_V2,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    BatchHeader,
+    InvalidBatch,
+    compute_crc,
+    parse_header,
+)
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = struct.Struct(">8sii")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_HEADER_NO_CRC = struct.Struct(">qiiBIhiqqqhii")
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = field(default=())
+
+
+# --- varints -------------------------------------------------------------------------
+
+
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise InvalidBatch("corrupt", "truncated varint in record")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise InvalidBatch("corrupt", "varint too long in record")
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    raw, pos = _read_uvarint(buf, pos)
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def _write_varint(out: bytearray, value: int) -> None:
+    raw = (value << 1) ^ (value >> 63)
+    raw &= 0xFFFFFFFFFFFFFFFF
+    while raw >= 0x80:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+
+
+def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(buf, pos)
+    if length < 0:
+        return None, pos
+    if pos + length > len(buf):
+        raise InvalidBatch("corrupt", "record field runs past the batch")
+    return bytes(buf[pos : pos + length]), pos + length
+
+
+def _write_bytes(out: bytearray, value: bytes | None) -> None:
+    if value is None:
+        _write_varint(out, -1)
+    else:
+        _write_varint(out, len(value))
+        out += value
+
+
+# --- compression ---------------------------------------------------------------------
+
+
+def decompress(codec: int, data: bytes) -> bytes:
+    try:
+        if codec == 0:
+            return data
+        if codec == 1:
+            return bytes(cramjam.gzip.decompress(data))
+        if codec == 2:
+            return _snappy_decompress(data)
+        if codec == 3:
+            return bytes(cramjam.lz4.decompress(data))
+        if codec == 4:
+            return bytes(cramjam.zstd.decompress(data))
+    except (cramjam.DecompressionError, ValueError) as e:
+        raise InvalidBatch("corrupt", f"cannot decompress batch: {e}") from e
+    raise InvalidBatch("invalid", f"unknown compression codec {codec}")
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    if codec == 0:
+        return data
+    if codec == 1:
+        return bytes(cramjam.gzip.compress(data))
+    if codec == 2:
+        return _snappy_compress_xerial(data)
+    if codec == 3:
+        return bytes(cramjam.lz4.compress(data))
+    if codec == 4:
+        return bytes(cramjam.zstd.compress(data))
+    raise InvalidBatch("invalid", f"unknown compression codec {codec}")
+
+
+def _snappy_decompress(data: bytes) -> bytes:
+    # The Java client frames snappy the xerial way; librdkafka may send raw snappy.
+    if not data.startswith(_XERIAL_MAGIC):
+        return bytes(cramjam.snappy.decompress_raw(data))
+    out = bytearray()
+    pos = _XERIAL_HEADER.size
+    while pos < len(data):
+        (length,) = _I32.unpack_from(data, pos)
+        pos += 4
+        out += cramjam.snappy.decompress_raw(data[pos : pos + length])
+        pos += length
+    return bytes(out)
+
+
+def _snappy_compress_xerial(data: bytes) -> bytes:
+    out = bytearray(_XERIAL_HEADER.pack(_XERIAL_MAGIC, 1, 1))
+    block = 32 * 1024
+    for start in range(0, max(len(data), 1), block):
+        chunk = bytes(cramjam.snappy.compress_raw(data[start : start + block]))
+        out += _I32.pack(len(chunk)) + chunk
+    return bytes(out)
+
+
+# --- records -------------------------------------------------------------------------
+
+
+def decode_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[Record]]:
+    """Decode every record of one complete batch (decompressing as needed)."""
+    raw = bytes(batch)
+    header = parse_header(raw)
+    if header.magic != MAGIC_V2:
+        raise InvalidBatch("magic", f"unsupported record batch magic {header.magic}")
+    body = decompress(header.compression, raw[HEADER_SIZE:])
+    records: list[Record] = []
+    pos = 0
+    for _ in range(header.records_count):
+        length, pos = _read_varint(body, pos)
+        end = pos + length
+        if end > len(body):
+            raise InvalidBatch("corrupt", "record runs past the batch")
+        pos += 1  # record attributes: unused in v2
+        ts_delta, pos = _read_varint(body, pos)
+        offset_delta, pos = _read_varint(body, pos)
+        key, pos = _read_bytes(body, pos)
+        value, pos = _read_bytes(body, pos)
+        count, pos = _read_varint(body, pos)
+        headers = []
+        for _ in range(count):
+            hkey, pos = _read_bytes(body, pos)
+            hval, pos = _read_bytes(body, pos)
+            headers.append(((hkey or b"").decode("utf-8", "replace"), hval))
+        if pos != end:
+            raise InvalidBatch("corrupt", "record length does not match its fields")
+        timestamp = header.max_timestamp if header.is_log_append_time else header.base_timestamp + ts_delta
+        records.append(
+            Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers))
+        )
+    return header, records
+
+
+def _encode_record(out: bytearray, rec: Record, base_offset: int, base_ts: int) -> None:
+    body = bytearray(b"\x00")
+    _write_varint(body, rec.timestamp - base_ts)
+    _write_varint(body, rec.offset - base_offset)
+    _write_bytes(body, rec.key)
+    _write_bytes(body, rec.value)
+    _write_varint(body, len(rec.headers))
+    for hkey, hval in rec.headers:
+        _write_bytes(body, hkey.encode())
+        _write_bytes(body, hval)
+    _write_varint(out, len(body))
+    out += body
+
+
+def build_batch(
+    records: list[Record],
+    *,
+    base_offset: int | None = None,
+    last_offset: int | None = None,
+    compression: int = 0,
+    log_append_time: bool = False,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    attributes_extra: int = 0,
+    partition_leader_epoch: int = 0,
+) -> bytes:
+    """Encode a v2 batch.  `base_offset`/`last_offset` default to the records' own range;
+    the cleaner passes the original batch's range so a filtered batch still spans it."""
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    base = records[0].offset if base_offset is None else base_offset
+    last = records[-1].offset if last_offset is None else last_offset
+    base_ts = records[0].timestamp
+    max_ts = max(r.timestamp for r in records)
+    body = bytearray()
+    for rec in records:
+        _encode_record(body, rec, base, base_ts)
+    payload = compress(compression, bytes(body))
+    attributes = (compression & ATTR_COMPRESSION_MASK) | attributes_extra
+    if log_append_time:
+        attributes |= ATTR_TIMESTAMP_TYPE
+    out = bytearray(HEADER_SIZE) + payload
+    _HEADER_NO_CRC.pack_into(
+        out,
+        0,
+        base,
+        len(out) - 12,
+        partition_leader_epoch,
+        MAGIC_V2,
+        0,
+        attributes,
+        last - base,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
+    )
+    _U32.pack_into(out, 17, compute_crc(out))
+    return bytes(out)
