@@ -1,0 +1,161 @@
+"""Real brokers for tests: in a background thread (fast; works with blocking clients such
+as confluent-kafka and with asyncio clients alike) or as a child process (for restarts
+and SIGKILL).  Both listen on 127.0.0.1 with an OS-assigned port."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from broker.app import RunningBroker, start_broker
+from broker.clock import Clock
+from broker.config import BrokerConfig
+
+T = TypeVar("T")
+READY = re.compile(r"streamshop broker ready on (\S+):(\d+)(?: admin http://(\S+):(\d+))?")
+REPO = Path(__file__).resolve().parents[2]
+
+
+class ThreadBroker:
+    """A broker on its own event loop in a daemon thread."""
+
+    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None, clock: Clock | None = None) -> None:
+        self.data_dir = data_dir
+        self.settings = dict(settings or {})
+        self.clock = clock
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="test-broker")
+        self.running: RunningBroker | None = None
+        self.port = 0
+
+    def start(self) -> ThreadBroker:
+        if not self.thread.is_alive():
+            self.thread.start()
+        config = BrokerConfig(
+            data_dir=self.data_dir,
+            listen=("127.0.0.1", self.port),
+            admin_listen=("127.0.0.1", 0),
+            settings=self.settings,
+        )
+        self.running = self.run(start_broker(config, self.clock))
+        self.port = self.running.port
+        return self
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        """Run a coroutine on the broker's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call(self, fn: Callable[[], T], timeout: float = 30) -> T:
+        """Run a plain function on the broker's loop thread (safe access to its state)."""
+
+        async def wrapper() -> T:
+            return fn()
+
+        return self.run(wrapper(), timeout)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        assert self.running is not None
+        return f"http://127.0.0.1:{self.running.admin_port}"
+
+    @property
+    def broker(self) -> Any:
+        assert self.running is not None
+        return self.running.broker
+
+    def stop(self) -> None:
+        if self.running is not None:
+            self.run(self.running.stop())
+            self.running = None
+
+    def restart(self) -> ThreadBroker:
+        self.stop()
+        return self.start()
+
+    def close(self) -> None:
+        self.stop()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+class BrokerProcess:
+    """`streamshop broker` as a child process, for restarts and crash tests."""
+
+    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.settings = dict(settings or {})
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.admin_port = 0
+        self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
+
+    def start(self, timeout: float = 30) -> BrokerProcess:
+        cmd = [
+            sys.executable, "-m", "streamshop.cli", "broker",
+            "--data-dir", str(self.data_dir),
+            "--listen", f"127.0.0.1:{self.port}",
+            "--admin-listen", f"127.0.0.1:{self.admin_port}",
+        ]
+        for key, value in self.settings.items():
+            cmd += ["--set", f"{key}={value}"]
+        log = open(self.log_path, "a")  # noqa: SIM115 - the child owns it for its lifetime
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        log.close()
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"broker exited with {self.proc.wait()}: see {self.log_path}")
+            match = READY.search(line)
+            if match:
+                self.port = int(match.group(2))
+                if match.group(4):
+                    self.admin_port = int(match.group(4))
+                return self
+        raise TimeoutError("broker did not report ready")
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no clean-shutdown marker."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self.proc = None
+
+    def stop(self) -> int:
+        """SIGTERM and wait: a clean shutdown."""
+        code = 0
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            code = self.proc.wait(30)
+        self.proc = None
+        return code
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return self.start()
