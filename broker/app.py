@@ -52,9 +52,7 @@ async def start_broker(config: BrokerConfig, clock: Clock | None = None) -> Runn
         await admin_runner.setup()
         site = web.TCPSite(admin_runner, config.admin_listen[0], config.admin_listen[1])
         await site.start()
-        server_obj = site._server
-        assert server_obj is not None
-        admin_port = server_obj.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        admin_port = int(admin_runner.addresses[0][1])
     return RunningBroker(broker, server, admin_runner, admin_port)
 
 
@@ -65,7 +63,7 @@ async def serve(config: BrokerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     host, port = running.broker.advertised
-    admin = f" admin http://{config.admin_listen[0]}:{running.admin_port}" if running.admin_port else ""
+    admin = f" admin http://{config.admin_listen[0]}:{running.admin_port}" if config.admin_listen else ""
     # The one line scripts wait for.
     print(f"streamshop broker ready on {host}:{port}{admin} data {config.data_dir}", flush=True)
     log.info("broker ready", listen=f"{host}:{port}", admin_port=running.admin_port, data_dir=str(config.data_dir))

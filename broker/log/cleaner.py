@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker.log.segment import LogSegment, segment_name
+from broker.log.segment import LogSegment, fsync_dir, segment_name
 from broker.protocol.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -154,12 +154,12 @@ def _swap_in(log: PartitionLog, members: list[LogSegment], data: bytes) -> None:
         os.fsync(f.fileno())
     swap = cleaned.with_suffix(".swap")
     os.replace(cleaned, swap)
-    _fsync_dir(log.directory)
+    fsync_dir(log.directory)
     for segment in members:
         segment.delete()
     final = log.directory / f"{segment_name(base)}.log"
     os.replace(swap, final)
-    _fsync_dir(log.directory)
+    fsync_dir(log.directory)
     replacement = LogSegment(
         log.directory, base, index_interval_bytes=log.config.index_interval_bytes, created_ms=log.clock.now_ms()
     )
@@ -168,14 +168,6 @@ def _swap_in(log: PartitionLog, members: list[LogSegment], data: bytes) -> None:
     replacement.next_offset = max(replacement.next_offset, members[-1].next_offset)
     i = log.segments.index(members[0])
     log.segments[i : i + len(members)] = [replacement]
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def complete_interrupted_swaps(directory: Path) -> None:

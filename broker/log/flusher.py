@@ -1,33 +1,48 @@
 """Group commit: one fsync round serves every acks=all request that arrived before it.
 
-Requests append on the event loop (the bytes reach the OS immediately), then await
-`sync(logs)`.  A single task takes all pending segments, fsyncs them in a worker thread
-while the loop keeps appending, and wakes every waiter of that round.  Throughput stays
-high because concurrent producers share fsyncs instead of queuing for one each.
+Requests append on the event loop (the bytes reach the OS at once), then await
+`sync(logs)`.  Each segment counts its appends (`write_seq`) and remembers how far an
+fsync has covered (`durable_seq`).  A waiter records the write_seq of every segment it
+touched and is released once each one's durable_seq has caught up.  A single task runs
+rounds: it captures the write_seq of every pending segment, fsyncs them in a worker
+thread while the loop keeps appending, then advances durable_seq and wakes whoever is
+covered.  Concurrent producers share rounds instead of queuing for one fsync each, and a
+request whose bytes landed just after a round started simply waits for the next one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
 
 if TYPE_CHECKING:
     from broker.log.partition_log import PartitionLog
+    from broker.log.segment import LogSegment
 
 log = structlog.get_logger(__name__)
 
 
+class _Waiter:
+    __slots__ = ("future", "targets")
+
+    def __init__(self, future: asyncio.Future[None], targets: list[tuple[LogSegment, int]]) -> None:
+        self.future = future
+        self.targets = targets
+
+    def covered(self) -> bool:
+        return all(seg.durable_seq >= seq or seg.closed for seg, seq in self.targets)
+
+
 class Flusher:
     def __init__(self) -> None:
-        self._pending_fds: dict[int, int] = {}  # id(segment) -> dup'ed fd
-        self._pending_dirs: set[Path] = set()
-        self._waiters: list[asyncio.Future[None]] = []
+        self._pending: dict[int, LogSegment] = {}
+        self._waiters: list[_Waiter] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
@@ -40,34 +55,21 @@ class Flusher:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
-        for fd in self._pending_fds.values():
-            os.close(fd)
-        self._pending_fds.clear()
-
-    def _collect(self, logs: Iterable[PartitionLog]) -> None:
-        for plog in logs:
-            for segment in plog.dirty_segments():
-                # dup() so a segment closed by retention mid-flush cannot hand its fd
-                # number to another file under the worker thread.
-                if id(segment) not in self._pending_fds:
-                    self._pending_fds[id(segment)] = os.dup(segment.fd)
-                segment.dirty = False
-            if plog.dir_dirty:
-                self._pending_dirs.add(plog.directory)
-                self._pending_dirs.add(plog.directory.parent)
-                plog.dir_dirty = False
 
     async def sync(self, logs: Iterable[PartitionLog]) -> None:
         """Return once everything appended to `logs` so far is on disk."""
-        self._collect(logs)
-        if not self._pending_fds and not self._pending_dirs:
+        targets = []
+        for plog in logs:
+            for segment in plog.segments:
+                if segment.durable_seq < segment.write_seq and not segment.closed:
+                    targets.append((segment, segment.write_seq))
+                    self._pending[id(segment)] = segment
+        if not targets:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(future)
+        self._waiters.append(_Waiter(future, targets))
         self._wake.set()
         await future
 
@@ -75,39 +77,49 @@ class Flusher:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            fds, self._pending_fds = list(self._pending_fds.values()), {}
-            dirs, self._pending_dirs = list(self._pending_dirs), set()
-            waiters, self._waiters = self._waiters, []
+            segments, self._pending = list(self._pending.values()), {}
+            # Capture how far each segment has been written, and dup() its fd so a
+            # segment closed by retention mid-round cannot hand its fd number to another
+            # file under the worker thread.
+            work = [(seg, seg.write_seq, os.dup(seg.fd)) for seg in segments if not seg.closed]
             started = time.perf_counter()
             try:
-                await asyncio.to_thread(_fsync_all, fds, dirs)
+                await asyncio.to_thread(_fsync_all, [fd for _, _, fd in work])
             except OSError as e:
-                log.error("fsync failed", error=str(e))
-                for w in waiters:
-                    if not w.done():
-                        w.set_exception(e)
+                log.exception("fsync failed", error=str(e))
+                self._fail(e)
                 continue
+            for seg, seq, _ in work:
+                seg.durable_seq = max(seg.durable_seq, seq)
             self.rounds += 1
-            self.fsyncs += len(fds)
+            self.fsyncs += len(work)
             self.seconds += time.perf_counter() - started
-            for w in waiters:
-                if not w.done():
-                    w.set_result(None)
+            still_waiting = []
+            for waiter in self._waiters:
+                if waiter.future.done():
+                    continue
+                if waiter.covered():
+                    waiter.future.set_result(None)
+                else:
+                    still_waiting.append(waiter)
+                    for seg, _ in waiter.targets:
+                        if seg.durable_seq < seg.write_seq and not seg.closed:
+                            self._pending[id(seg)] = seg
+            self._waiters = still_waiting
+            if self._pending:
+                self._wake.set()
+
+    def _fail(self, error: OSError) -> None:
+        for waiter in self._waiters:
+            if not waiter.future.done():
+                waiter.future.set_exception(error)
+        self._waiters = []
 
 
-def _fsync_all(fds: list[int], dirs: list[Path]) -> None:
+def _fsync_all(fds: list[int]) -> None:
     try:
         for fd in fds:
             os.fdatasync(fd)
-        for directory in dirs:
-            try:
-                dfd = os.open(directory, os.O_RDONLY)
-            except FileNotFoundError:
-                continue  # deleted meanwhile: nothing left to make durable
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
     finally:
         for fd in fds:
             os.close(fd)

@@ -15,7 +15,7 @@ from pathlib import Path
 from broker.clock import Clock
 from broker.config import LogConfig
 from broker.log.producer_state import BatchMeta, ProducerStateError, ProducerStateManager
-from broker.log.segment import LogSegment
+from broker.log.segment import LogSegment, fsync_dir
 from broker.protocol.batch import (
     HEADER_SIZE,
     BatchHeader,
@@ -67,8 +67,9 @@ class PartitionLog:
         self.partition = partition
         self.config = config
         self.clock = clock
-        directory.mkdir(parents=True, exist_ok=True)
-        self.dir_dirty = True  # the directory entry of a new segment needs an fsync
+        if not directory.exists():
+            directory.mkdir(parents=True)
+            fsync_dir(directory.parent)
         self.producer_state = ProducerStateManager(directory)
         self.segments: list[LogSegment] = []
         self.truncated_bytes = 0
@@ -100,13 +101,15 @@ class PartitionLog:
         self._rebuild_producer_state()
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        self.dir_dirty = True
-        return LogSegment(
+        segment = LogSegment(
             self.directory,
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             created_ms=self.clock.now_ms(),
         )
+        # The new file's directory entry must be durable before its data can be.
+        fsync_dir(self.directory)
+        return segment
 
     def _rebuild_producer_state(self) -> None:
         start = self.producer_state.load_snapshot(self.next_offset)

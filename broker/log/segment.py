@@ -21,6 +21,16 @@ from broker.protocol.batch import (
     validate_batch,
 )
 
+
+def fsync_dir(directory: Path) -> None:
+    """Make a directory's entries (new, renamed or deleted files) durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
@@ -49,7 +59,8 @@ class LogSegment:
         self.first_batch_timestamp = -1
         self._bytes_since_index = 0
         self._bytes_since_time_index = 0
-        self.dirty = False  # bytes written since the last fsync
+        self.write_seq = 0  # appends (and truncations) so far
+        self.durable_seq = 0  # write_seq covered by the last completed fsync
         self.closed = False
 
     # --- loading and recovery --------------------------------------------------------
@@ -112,7 +123,7 @@ class LogSegment:
         if truncated:
             os.ftruncate(self.fd, pos)
             self.size = pos
-            self.dirty = True
+            self.write_seq += 1
         self.flush_indexes()
         return truncated
 
@@ -143,7 +154,7 @@ class LogSegment:
             self._index_batch(header, position)
             position += header.size
         self.size = position
-        self.dirty = True
+        self.write_seq += 1
 
     # --- read ------------------------------------------------------------------------
 
@@ -197,9 +208,15 @@ class LogSegment:
         self.offset_index.flush()
         self.time_index.flush()
 
+    @property
+    def dirty(self) -> bool:
+        return self.durable_seq < self.write_seq
+
     def fsync(self) -> None:
-        """Called from the flusher's thread; safe alongside appends on the loop thread."""
+        """Synchronous fsync (clean shutdown); the flusher does its own in a thread."""
+        seq = self.write_seq
         os.fdatasync(self.fd)
+        self.durable_seq = seq
 
     def seal(self) -> None:
         """On roll: record the final max timestamp so a reload needs no scan."""
@@ -220,7 +237,7 @@ class LogSegment:
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to_offset(next_offset)
         self.next_offset = next_offset
-        self.dirty = True
+        self.write_seq += 1
 
     def close(self) -> None:
         if not self.closed:

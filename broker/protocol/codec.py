@@ -139,9 +139,14 @@ def encode_response(correlation_id: int, response: Entity, *, header_v0: bool = 
 # --- building version-specific responses ------------------------------------------------
 
 
-@cache
+_FIELD_INFO: dict[type, dict[str, str]] = {}
+
+
 def _field_info(cls: type) -> dict[str, str]:
-    return {f.name: f.metadata.get("kafka_type", "") for f in fields(cls)}
+    info = _FIELD_INFO.get(cls)
+    if info is None:
+        info = _FIELD_INFO[cls] = {f.name: f.metadata.get("kafka_type", "") for f in fields(cls)}
+    return info
 
 
 def ms_to_datetime(ms: int) -> datetime.datetime:
@@ -165,17 +170,18 @@ def build(cls: type[Any], **values: Any) -> Any:
     converting ints to the timedelta / datetime / ErrorCode the field expects."""
     info = _field_info(cls)
     kwargs = {}
-    for name, value in values.items():
+    for name, raw in values.items():
         kafka_type = info.get(name)
         if kafka_type is None:
             continue
-        if isinstance(value, int) and not isinstance(value, bool):
+        value = raw
+        if isinstance(raw, int) and not isinstance(raw, bool):
             if kafka_type.startswith("timedelta"):
-                value = datetime.timedelta(milliseconds=value)
+                value = datetime.timedelta(milliseconds=raw)
             elif kafka_type == "datetime_i64":
-                value = None if value < 0 else ms_to_datetime(value)
-            elif kafka_type == "error_code" and not isinstance(value, ErrorCode):
-                value = ErrorCode(value)
+                value = None if raw < 0 else ms_to_datetime(raw)
+            elif kafka_type == "error_code" and not isinstance(raw, ErrorCode):
+                value = ErrorCode(raw)
         kwargs[name] = value
     return cls(**kwargs)
 
