@@ -116,9 +116,11 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
         body, size = _reader(cls)(frame, header.size)
     except Exception as e:  # kio raises a variety of errors on bad input
         raise MalformedRequest(f"cannot parse {cls.__name__} v{api_version}: {e}") from e
-    if header.size + size != len(frame):
+    # Trailing bytes after a complete body are ignored, as Kafka does: librdkafka's
+    # all-topics Metadata v12 request carries 3 bytes of padding after its null array.
+    if header.size + size > len(frame):
         raise MalformedRequest(
-            f"{cls.__name__} v{api_version}: {len(frame) - header.size - size} trailing bytes"
+            f"{cls.__name__} v{api_version}: body overruns the frame by {header.size + size - len(frame)} bytes"
         )
     return header, body
 
