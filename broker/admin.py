@@ -1,4 +1,14 @@
-"""The broker's admin HTTP API (aiohttp): health, Prometheus metrics, topics."""
+"""The broker's admin HTTP API (aiohttp): health, Prometheus metrics, topics.
+
+    GET /healthz               {"status": "ok", "node_id", "cluster_id"}
+    GET /metrics               Prometheus text format (see broker/metrics.py)
+    GET /api/topics            {"topics": [topic, ...]}, the cluster metadata log last
+    GET /api/topics/{name}     one topic; 404 {"error": "not_found", "message"} if unknown
+
+A topic is {name, id, internal, configs (effective), overrides (set on the topic),
+size_bytes, partitions: [{partition, log_start_offset, log_end_offset, high_watermark,
+size_bytes, segments}]}.
+"""
 
 from __future__ import annotations
 
@@ -8,55 +18,51 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from broker.core import Broker
-from broker.metadata import METADATA_TOPIC
+from broker.log.partition_log import PartitionLog
+from broker.metadata import METADATA_TOPIC, Topic
+
+
+def _partition(plog: PartitionLog) -> dict[str, Any]:
+    return {
+        "partition": plog.partition,
+        "log_start_offset": plog.log_start_offset,
+        "log_end_offset": plog.next_offset,
+        "high_watermark": plog.high_watermark,
+        "size_bytes": plog.size_bytes,
+        "segments": len(plog.segments),
+    }
+
+
+def _topic(topic: Topic, defaults: dict[str, str]) -> dict[str, Any]:
+    return {
+        "name": topic.name,
+        "id": str(topic.topic_id),
+        "internal": topic.internal,
+        "configs": {**defaults, **topic.configs},
+        "overrides": dict(topic.configs),
+        "size_bytes": sum(plog.size_bytes for plog in topic.logs),
+        "partitions": [_partition(plog) for plog in topic.logs],
+    }
+
+
+def _metadata_log(broker: Broker) -> dict[str, Any]:
+    meta = broker.store.meta_log
+    return {
+        "name": METADATA_TOPIC,
+        "id": None,
+        "internal": True,
+        "configs": {},
+        "overrides": {},
+        "size_bytes": meta.size_bytes,
+        "partitions": [_partition(meta)],
+    }
 
 
 def topic_summary(broker: Broker, include_internal: bool = True) -> list[dict[str, Any]]:
-    out = []
-    topics = list(broker.store.topics.values())
-    for topic in sorted(topics, key=lambda t: t.name):
-        defaults = broker.config.topic_defaults()
-        out.append(
-            {
-                "name": topic.name,
-                "id": str(topic.topic_id),
-                "internal": topic.internal,
-                "configs": {**defaults, **topic.configs},
-                "overrides": dict(topic.configs),
-                "partitions": [
-                    {
-                        "partition": plog.partition,
-                        "log_start_offset": plog.log_start_offset,
-                        "log_end_offset": plog.next_offset,
-                        "high_watermark": plog.high_watermark,
-                        "size_bytes": plog.size_bytes,
-                        "segments": len(plog.segments),
-                    }
-                    for plog in topic.logs
-                ],
-            }
-        )
+    defaults = broker.config.topic_defaults()
+    out = [_topic(t, defaults) for t in sorted(broker.store.topics.values(), key=lambda t: t.name)]
     if include_internal:
-        meta = broker.store.meta_log
-        out.append(
-            {
-                "name": METADATA_TOPIC,
-                "id": None,
-                "internal": True,
-                "configs": {},
-                "overrides": {},
-                "partitions": [
-                    {
-                        "partition": 0,
-                        "log_start_offset": meta.log_start_offset,
-                        "log_end_offset": meta.next_offset,
-                        "high_watermark": meta.high_watermark,
-                        "size_bytes": meta.size_bytes,
-                        "segments": len(meta.segments),
-                    }
-                ],
-            }
-        )
+        out.append(_metadata_log(broker))
     return out
 
 
@@ -75,10 +81,12 @@ def create_admin_app(broker: Broker) -> web.Application:
 
     async def topic(request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        for entry in topic_summary(broker):
-            if entry["name"] == name:
-                return web.json_response(entry)
-        return web.json_response({"error": "not_found", "message": f"topic {name!r} does not exist"}, status=404)
+        if name == METADATA_TOPIC:
+            return web.json_response(_metadata_log(broker))
+        found = broker.store.get(name)
+        if found is None:
+            return web.json_response({"error": "not_found", "message": f"topic {name!r} does not exist"}, status=404)
+        return web.json_response(_topic(found, broker.config.topic_defaults()))
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)

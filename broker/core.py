@@ -26,6 +26,7 @@ from broker.protocol.errors import ErrorCode, KafkaError
 log = structlog.get_logger(__name__)
 
 CLEAN_SHUTDOWN = ".clean-shutdown"
+INTERNAL_TOPICS = frozenset({METADATA_TOPIC, "__consumer_offsets", "__transaction_state"})
 
 
 def _read_properties(path: Path) -> dict[str, str]:
@@ -181,10 +182,16 @@ class Broker:
         problem = validate_topic_name(name)
         if problem:
             raise KafkaError(ErrorCode.invalid_topic_exception, problem)
-        if name.startswith("__") and name != "__consumer_offsets":
-            raise KafkaError(ErrorCode.invalid_topic_exception, f"{name!r}: names starting with '__' are reserved")
+        if name in INTERNAL_TOPICS:
+            raise KafkaError(ErrorCode.invalid_request, f"creation of internal topic {name} is prohibited")
         if self.store.get(name) is not None:
             raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+        collision = self._colliding_topic(name)
+        if collision is not None:
+            raise KafkaError(
+                ErrorCode.invalid_topic_exception,
+                f"topic {name!r} collides with existing topic {collision!r}: '.' and '_' are interchangeable in metrics",
+            )
         if partitions == -1:
             partitions = self.config.get("num.partitions")
         if partitions <= 0:
@@ -199,6 +206,14 @@ class Broker:
         except ConfigError as e:
             raise KafkaError(ErrorCode.invalid_config, str(e)) from None
 
+    def _colliding_topic(self, name: str) -> str | None:
+        """Kafka refuses names that differ from an existing one only by '.' versus '_'."""
+        normal = name.replace(".", "_")
+        for other in self.store.topics:
+            if other != name and other.replace(".", "_") == normal:
+                return other
+        return None
+
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> Topic:
         if partitions == -1:
             partitions = self.config.get("num.partitions")
@@ -209,7 +224,7 @@ class Broker:
         topic creates it with the broker defaults.  None when disabled or invalid."""
         if not self.config.get("auto.create.topics.enable"):
             return None
-        if validate_topic_name(name) is not None or name.startswith("__"):
+        if validate_topic_name(name) is not None or name in INTERNAL_TOPICS or self._colliding_topic(name):
             return None
         log.info("auto-creating topic", topic=name)
         return self.store.create_topic(name, self.config.get("num.partitions"), {})

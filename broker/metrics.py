@@ -22,23 +22,26 @@ class _LogCollector(Collector):
         store = self._store()
         if store is None:
             return
-        size = GaugeMetricFamily("streamshop_log_size_bytes", "Bytes on disk per partition", labels=["topic", "partition"])
-        end = GaugeMetricFamily("streamshop_log_end_offset", "Log end offset per partition", labels=["topic", "partition"])
-        start = GaugeMetricFamily("streamshop_log_start_offset", "Log start offset per partition", labels=["topic", "partition"])
-        segments = GaugeMetricFamily("streamshop_log_segments", "Segments per partition", labels=["topic", "partition"])
-        count = 0
+        labels = ["topic", "partition"]
+        size = GaugeMetricFamily("streamshop_log_size_bytes", "Bytes on disk per partition", labels=labels)
+        end = GaugeMetricFamily("streamshop_log_end_offset", "Log end offset per partition", labels=labels)
+        start = GaugeMetricFamily("streamshop_log_start_offset", "Log start offset per partition", labels=labels)
+        segments = GaugeMetricFamily("streamshop_log_segments", "Segments per partition", labels=labels)
+        partitions = 0
         for plog in store.all_logs():
-            labels = [plog.topic, str(plog.partition)]
-            size.add_metric(labels, plog.size_bytes)
-            end.add_metric(labels, plog.next_offset)
-            start.add_metric(labels, plog.log_start_offset)
-            segments.add_metric(labels, len(plog.segments))
-            count += 1
+            values = [plog.topic, str(plog.partition)]
+            size.add_metric(values, plog.size_bytes)
+            end.add_metric(values, plog.next_offset)
+            start.add_metric(values, plog.log_start_offset)
+            segments.add_metric(values, len(plog.segments))
+            if plog is not store.meta_log:
+                partitions += 1
         yield size
         yield end
         yield start
         yield segments
-        yield GaugeMetricFamily("streamshop_partitions", "Partitions hosted", value=count)
+        # Topic partitions, as Kafka's PartitionCount: the cluster metadata log is not one.
+        yield GaugeMetricFamily("streamshop_partitions", "Topic partitions hosted", value=partitions)
 
 
 class BrokerMetrics:

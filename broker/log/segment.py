@@ -76,6 +76,10 @@ class LogSegment:
                 self._load_tail_from_index()
                 self.time_index.load(self.next_offset)
                 self.max_timestamp = self.time_index.max_timestamp
+                if self.max_timestamp < self.first_batch_timestamp:
+                    # The first batch always gets a time entry: an empty or cut time index
+                    # would hide the segment from retention and from lookups by time.
+                    raise IndexCorrupt("time index is behind the log")
                 return 0
             except IndexCorrupt:
                 pass

@@ -142,19 +142,27 @@ class BrokerProcess:
 
     def kill(self) -> None:
         """SIGKILL: no flush, no clean-shutdown marker."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-        self.proc = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGKILL)
+                self.proc.wait(10)
+            self._release()
 
     def stop(self) -> int:
         """SIGTERM and wait: a clean shutdown."""
         code = 0
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
             code = self.proc.wait(30)
-        self.proc = None
+            self._release()
         return code
+
+    def _release(self) -> None:
+        assert self.proc is not None
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.proc = None
 
     def restart(self) -> BrokerProcess:
         self.stop()

@@ -17,22 +17,30 @@ from types import TracebackType
 from typing import Any
 
 from kio.index import load_response_schema
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.create_topics.v7.request import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
-from broker.protocol.records import Record, build_batch
+from broker.protocol.batch import split_batches, validate_batch
+from broker.protocol.records import Record, build_batch, decode_records
 
 API_VERSIONS_KEY = 18
 _I32 = struct.Struct(">i")
-_HEAD = struct.Struct(">hhi")
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def header_bytes(api_key: int, version: int, correlation_id: int, *, flexible: bool, client_id: str | None = "raw") -> bytes:
+def header_bytes(
+    api_key: int, version: int, correlation_id: int, *, flexible: bool, client_id: str | None = "raw"
+) -> bytes:
     """A request header (v2 for flexible request versions, v1 otherwise), built by kio."""
     buf = io.BytesIO()
     if flexible:
@@ -171,9 +179,7 @@ class RawClient:
                     chunk = self.sock.recv(65536)
                 except TimeoutError:
                     if time.monotonic() > deadline:
-                        raise AssertionError(
-                            f"broker did not close the connection within {timeout}s"
-                        ) from None
+                        raise AssertionError(f"broker did not close the connection within {timeout}s") from None
                     continue
                 except ConnectionResetError:
                     return bytes(received)
@@ -203,13 +209,9 @@ class RawClient:
     # --- common requests -------------------------------------------------------------
 
     def api_versions(self) -> Any:
-        from kio.schema.api_versions.v3.request import ApiVersionsRequest
-
         return self.request(ApiVersionsRequest(client_software_name="raw", client_software_version="1"))
 
     def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> Any:
-        from kio.schema.create_topics.v7.request import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
-
         response = self.request(
             CreateTopicsRequest(
                 topics=(
@@ -228,12 +230,12 @@ class RawClient:
 
     def produce(self, topic: str, partition: int, records: bytes | None, *, acks: int = -1) -> Any:
         """Produce v9; returns the partition response (None for acks=0: nothing is read)."""
-        from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-
         request = ProduceRequest(
             acks=acks,
             timeout=datetime.timedelta(seconds=10),
-            topic_data=(TopicProduceData(name=topic, partition_data=(PartitionProduceData(index=partition, records=records),)),),
+            topic_data=(
+                TopicProduceData(name=topic, partition_data=(PartitionProduceData(index=partition, records=records),)),
+            ),
         )
         if acks == 0:
             self.send(request)
@@ -243,8 +245,6 @@ class RawClient:
 
     def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int = 16 << 20) -> Any:
         """Fetch v12 without waiting; returns the partition response."""
-        from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-
         response = self.request(
             FetchRequest(
                 max_wait=datetime.timedelta(0),
@@ -253,7 +253,9 @@ class RawClient:
                 topics=(
                     FetchTopic(
                         topic=topic,
-                        partitions=(FetchPartition(partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes),),
+                        partitions=(
+                            FetchPartition(partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes),
+                        ),
                     ),
                 ),
                 forgotten_topics_data=(),
@@ -263,8 +265,6 @@ class RawClient:
         return response.responses[0].partitions[0]
 
     def list_offsets(self, topic: str, partition: int, timestamp: int) -> Any:
-        from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
-
         response = self.request(
             ListOffsetsRequest(
                 replica_id=-1,
@@ -279,8 +279,6 @@ class RawClient:
         return response.topics[0].partitions[0]
 
     def metadata(self, topics: list[str] | None, *, allow_auto_create: bool = False) -> Any:
-        from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-
         return self.request(
             MetadataRequest(
                 topics=None if topics is None else tuple(MetadataRequestTopic(topic_id=None, name=t) for t in topics),
@@ -291,9 +289,6 @@ class RawClient:
 
     def read_all(self, topic: str, partition: int = 0) -> list[Record]:
         """Every record from offset 0 to the high watermark, decoded (CRC checked)."""
-        from broker.protocol.batch import split_batches, validate_batch
-        from broker.protocol.records import decode_records
-
         out: list[Record] = []
         offset = 0
         while True:

