@@ -55,7 +55,7 @@ class Broker:
         self.store = MetadataStore(config, self.clock, recover=self.recovered)
         self.metrics.store = self.store
         self.producer_ids = ProducerIdAllocator(self.data_dir)
-        self.flusher = Flusher()
+        self.flusher = Flusher(on_round=self.metrics.fsync_round)
         self.advertised: tuple[str, int] = config.advertise or config.listen
         self._waiters: dict[int, set[asyncio.Future[None]]] = {}
         self._tasks: list[asyncio.Task[None]] = []

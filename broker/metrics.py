@@ -66,5 +66,17 @@ class BrokerMetrics:
         self.closed_malformed = Counter(
             "streamshop_connections_closed_malformed", "Connections closed for a malformed request", registry=r
         )
-        self.fsyncs = Counter("streamshop_fsync_rounds", "Group-commit fsync rounds", registry=r)
+        self.fsync_rounds = Counter("streamshop_fsync_rounds", "Group-commit fsync rounds", registry=r)
+        self.fsync_files = Counter("streamshop_fsync_files", "Segment files fsynced by group commit", registry=r)
+        self.fsync_seconds = Histogram(
+            "streamshop_fsync_round_seconds",
+            "Duration of one group-commit fsync round",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+            registry=r,
+        )
         r.register(_LogCollector(lambda: self.store))
+
+    def fsync_round(self, files: int, seconds: float) -> None:
+        self.fsync_rounds.inc()
+        self.fsync_files.inc(files)
+        self.fsync_seconds.observe(seconds)

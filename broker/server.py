@@ -26,7 +26,8 @@ from broker.handlers import APIS, BY_KEY
 from broker.handlers.api_versions import API_KEY as API_VERSIONS
 from broker.handlers.api_versions import unsupported_version_response
 from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE
-from broker.protocol.codec import MalformedRequest, decode_request, encode_response, peek_header
+from broker.protocol.codec import MalformedRequest, decode_request, encode_response, frame_raw_response, peek_header
+from broker.protocol.fetch_codec import RawResponse
 
 log = structlog.get_logger(__name__)
 
@@ -161,21 +162,37 @@ class KafkaServer:
         self.broker.metrics.latency.labels(api).observe(time.perf_counter() - started)
 
     async def _send(self, queue: asyncio.Queue[Any], writer: asyncio.StreamWriter) -> None:
+        """Write responses in request order; whatever is ready goes out in one write."""
+        frames: list[bytes | bytearray | memoryview] = []
         while True:
             item = await queue.get()
-            if item is _CLOSE:
-                return
-            correlation_id, api, started, result, header_v0 = item
-            if isinstance(result, asyncio.Future):
-                try:
-                    result = await result
-                except Exception:
-                    log.exception("handler failed; closing connection", api=api.name)
+            while True:
+                if item is _CLOSE:
+                    if frames:
+                        writer.writelines(frames)
+                        await writer.drain()
                     return
-            writer.write(encode_response(correlation_id, result, header_v0=header_v0))
-            self._observe(api.name, started)
-            if queue.empty() or writer.transport.get_write_buffer_size() > (1 << 20):
-                await writer.drain()
+                correlation_id, api, started, result, header_v0 = item
+                if isinstance(result, asyncio.Future):
+                    if not result.done() and frames:
+                        writer.writelines(frames)  # don't hold ready responses behind a long poll
+                        frames = []
+                    try:
+                        result = await result
+                    except Exception:
+                        log.exception("handler failed; closing connection", api=api.name)
+                        return
+                if isinstance(result, RawResponse):
+                    frames.extend(frame_raw_response(correlation_id, result))
+                else:
+                    frames.append(encode_response(correlation_id, result, header_v0=header_v0))
+                self._observe(api.name, started)
+                if queue.empty():
+                    break
+                item = queue.get_nowait()
+            writer.writelines(frames)
+            frames = []
+            await writer.drain()
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -16,7 +16,8 @@ from typing import Any
 from broker.core import Broker
 from broker.log.partition_log import PartitionLog
 from broker.protocol.batch import iter_headers
-from broker.protocol.codec import RequestHeader, build, nested, response_type, timedelta_ms
+from broker.protocol.codec import RequestHeader, timedelta_ms
+from broker.protocol.fetch_codec import FetchPartition, FetchTopic, RawResponse, encode_fetch_response
 from broker.protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 1
@@ -116,41 +117,32 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
     return long_poll()
 
 
-def _response(broker: Broker, version: int, slots: list[_Slot], top_error: ErrorCode = ErrorCode.none) -> Any:
-    cls = response_type(API_KEY, version)
-    topic_cls = nested(cls, "FetchableTopicResponse")
-    part_cls = nested(cls, "PartitionData")
-    grouped: dict[tuple[str | None, uuid.UUID | None], list[Any]] = {}
+def _response(broker: Broker, version: int, slots: list[_Slot], top_error: ErrorCode = ErrorCode.none) -> RawResponse:
+    topics: dict[tuple[str | None, uuid.UUID | None], FetchTopic] = {}
     for slot in slots:
         plog = slot.plog
         hw = plog.high_watermark if plog else -1
         if slot.records and plog is not None:
-            records = sum(h.records_count for _, h in iter_headers(slot.records))
-            broker.metrics.bytes_out.labels(plog.topic).inc(len(slot.records))
-            broker.metrics.records_out.labels(plog.topic).inc(records)
+            _count_out(broker, plog.topic, slot.records)
         if slot.error != ErrorCode.none:
             broker.metrics.errors.labels("Fetch", slot.error.name).inc()
-        grouped.setdefault((slot.name, slot.topic_id), []).append(
-            build(
-                part_cls,
-                partition_index=slot.partition,
-                error_code=slot.error,
+        key = (slot.name, slot.topic_id)
+        topic = topics.get(key)
+        if topic is None:
+            topic = topics[key] = FetchTopic(slot.name or "", slot.topic_id)
+        topic.partitions.append(
+            FetchPartition(
+                index=slot.partition,
+                error=int(slot.error),
                 high_watermark=hw,
                 last_stable_offset=hw,
                 log_start_offset=plog.log_start_offset if plog else -1,
-                aborted_transactions=None,
-                preferred_read_replica=-1,
                 records=slot.records,
             )
         )
-    return build(
-        cls,
-        throttle_time=0,
-        error_code=top_error,
-        session_id=0,
-        responses=tuple(
-            build(topic_cls, topic=name or "", topic_id=topic_id, partitions=tuple(parts))
-            for (name, topic_id), parts in grouped.items()
-        ),
-        node_endpoints=(),
-    )
+    return encode_fetch_response(version, list(topics.values()), error=int(top_error))
+
+
+def _count_out(broker: Broker, topic: str, data: bytes) -> None:
+    broker.metrics.bytes_out.labels(topic).inc(len(data))
+    broker.metrics.records_out.labels(topic).inc(sum(h.records_count for _, h in iter_headers(data)))

@@ -21,6 +21,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.protocol import Entity
 
 from broker.protocol.errors import ErrorCode
+from broker.protocol.fetch_codec import RawResponse
 
 _HEAD = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
@@ -136,6 +137,13 @@ def encode_response(correlation_id: int, response: Entity, *, header_v0: bool = 
     out = buf.getbuffer()
     _I32.pack_into(out, 0, len(out) - 4)
     return bytes(out)
+
+
+def frame_raw_response(correlation_id: int, response: RawResponse) -> list[bytes | bytearray | memoryview]:
+    """Size prefix and response header for an already-encoded body."""
+    size = sum(len(p) for p in response.parts) + 4 + (1 if response.flexible else 0)
+    head = _I32.pack(size) + _I32.pack(correlation_id) + (b"\x00" if response.flexible else b"")
+    return [head, *response.parts]
 
 
 # --- building version-specific responses ------------------------------------------------

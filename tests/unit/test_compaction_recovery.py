@@ -281,19 +281,29 @@ def test_compact_delete_applies_retention_and_compaction_while_compact_alone_nev
             try:
                 clean(log)
                 before = read_from(log)
-                env.clock.advance(20_000 - 6_000)  # the oldest ~6 s of records are past retention
+                first, last_closed = log.segments[0], log.segments[-2]
+                assert first.max_timestamp < last_closed.max_timestamp
+                # Now the first segment's newest record is just past retention.ms, the last
+                # closed segment's is not.
+                env.clock.advance(first.max_timestamp + 20_000 + 1 - env.clock.now_ms())
+                now = env.clock.now_ms()
+                assert now - last_closed.max_timestamp <= 20_000
+                expired = 0
+                for segment in log.segments[:-1]:
+                    if now - segment.max_timestamp <= 20_000:
+                        break
+                    expired += 1
                 deleted = log.apply_retention()
                 if not deletes:
                     assert deleted == 0
                     assert log.log_start_offset == 0
                     assert read_from(log) == before
                     continue
-                assert deleted >= 1
+                assert deleted == expired >= 1
                 start = log.log_start_offset
                 assert start == log.segments[0].base_offset > 0
                 assert read_from(log, start) == [r for r in before if r.offset >= start]
-                now = env.clock.now_ms()
-                assert all(now - r.timestamp <= 20_000 + 1000 for r in read_from(log, start)[-1:])
+                assert all(now - s.max_timestamp <= 20_000 for s in log.segments[:-1])
                 with pytest.raises(KafkaError) as caught:
                     log.read(start - 1, 1024)
                 assert caught.value.code == ErrorCode.offset_out_of_range
@@ -369,7 +379,10 @@ def test_interrupted_swap_is_completed_on_start_with_no_loss_or_duplication(old_
             replaced = [b for b in old_bases if b < group_end]
             assert len(replaced) >= 3, "the first group must merge several old segments"
             swap = env.directory / f"{0:020d}.log.swap"
-            swap.write_bytes((copy / f"{0:020d}.log").read_bytes())
+            swapped = (copy / f"{0:020d}.log").read_bytes()
+            swap.write_bytes(swapped)
+            swap_last = max(validate_batch(raw).last_offset for raw in split_batches(swapped))
+            assert swap_last < group_end
             for base in replaced[:old_deleted]:
                 for suffix in (".log", ".index", ".timeindex"):
                     (env.directory / f"{base:020d}{suffix}").unlink()
@@ -378,9 +391,14 @@ def test_interrupted_swap_is_completed_on_start_with_no_loss_or_duplication(old_
             try:
                 names = files(env.directory)
                 assert not any(n.endswith((".swap", ".cleaned")) for n in names)
-                assert [s.base_offset for s in log.segments] == [0, *[b for b in old_bases if b >= group_end]]
-                expected = [r for r in cleaned_records if r.offset < group_end] + [
-                    r for r in written if r.offset >= group_end
+                # As in Kafka, the old segments replaced are those whose base offset lies in
+                # the swap's offset range; later members of the group (whose records were
+                # all compacted away) stay, uncleaned, until the next pass.
+                assert [s.base_offset for s in log.segments] == [0, *[b for b in old_bases if b > swap_last]]
+                expected = [r for r in cleaned_records if r.offset <= swap_last] + [
+                    r
+                    for r in written
+                    if r.offset > swap_last and r.offset >= min(b for b in old_bases if b > swap_last)
                 ]
                 got = read_from(log)
                 assert got == expected
