@@ -13,6 +13,7 @@ import io
 import socket
 import struct
 import time
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
@@ -93,9 +94,9 @@ def decode_response(api_key: int, version: int, payload: bytes) -> tuple[int, An
 
 
 def batch(
-    values: list[bytes | None],
+    values: Sequence[bytes | None],
     *,
-    keys: list[bytes | None] | None = None,
+    keys: Sequence[bytes | None] | None = None,
     timestamp: int | None = None,
     compression: int = 0,
     producer_id: int = -1,

@@ -29,7 +29,7 @@ from broker.protocol.records import Record, build_batch, decode_records
 START_MS = 1_700_000_000_000
 DELETE_RETENTION_MS = 3_600_000
 PROPERTY_SETTINGS = settings(
-    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 COMPACT = {
     "cleanup.policy": "compact",
