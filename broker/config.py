@@ -82,39 +82,98 @@ class TopicConfigDef:
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
     d.name: d
     for d in [
-        TopicConfigDef("cleanup.policy", "log.cleanup.policy", "delete", _policy,
-                       "delete old segments, compact to the latest record per key, or both"),
-        TopicConfigDef("retention.ms", "log.retention.ms", "604800000", _int(-1),
-                       "delete segments whose newest record is older than this (-1: never)"),
-        TopicConfigDef("retention.bytes", "log.retention.bytes", "-1", _int(-1),
-                       "delete the oldest segments while a partition is larger (-1: no limit)"),
-        TopicConfigDef("segment.bytes", "log.segment.bytes", "1073741824", _int(14, INT_MAX),
-                       "roll to a new segment at this size"),
-        TopicConfigDef("segment.ms", "log.roll.ms", "604800000", _int(1),
-                       "roll to a new segment after this long"),
-        TopicConfigDef("index.interval.bytes", "log.index.interval.bytes", "4096", _int(0, INT_MAX),
-                       "bytes between sparse index entries"),
-        TopicConfigDef("max.message.bytes", "message.max.bytes", "1048588", _int(0, INT_MAX),
-                       "largest record batch accepted"),
-        TopicConfigDef("message.timestamp.type", "log.message.timestamp.type", "CreateTime",
-                       _choice("CreateTime", "LogAppendTime"), "keep the producer's timestamps or stamp on append"),
-        TopicConfigDef("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms",
-                       str(LONG_MAX), _int(0), "reject timestamps older than this (CreateTime)"),
-        TopicConfigDef("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms",
-                       "3600000", _int(0), "reject timestamps further in the future (CreateTime)"),
-        TopicConfigDef("delete.retention.ms", "log.cleaner.delete.retention.ms", "86400000", _int(0),
-                       "how long compaction keeps tombstones"),
-        TopicConfigDef("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", "0.5",
-                       _float(0.0, 1.0), "dirty share of a log that triggers compaction"),
-        TopicConfigDef("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", "0", _int(0),
-                       "records younger than this are not compacted"),
-        TopicConfigDef("compression.type", "compression.type", "producer",
-                       _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
-                       "keep the producer's codec or recompress batches on append"),
-        TopicConfigDef("flush.ms", "log.flush.interval.ms", str(LONG_MAX), _int(0),
-                       "fsync a partition at least this often, whatever the acks"),
-        TopicConfigDef("min.insync.replicas", "min.insync.replicas", "1", _int(1, 1),
-                       "single-node broker: always 1"),
+        TopicConfigDef(
+            "cleanup.policy",
+            "log.cleanup.policy",
+            "delete",
+            _policy,
+            "delete old segments, compact to the latest record per key, or both",
+        ),
+        TopicConfigDef(
+            "retention.ms",
+            "log.retention.ms",
+            "604800000",
+            _int(-1),
+            "delete segments whose newest record is older than this (-1: never)",
+        ),
+        TopicConfigDef(
+            "retention.bytes",
+            "log.retention.bytes",
+            "-1",
+            _int(-1),
+            "delete the oldest segments while a partition is larger (-1: no limit)",
+        ),
+        TopicConfigDef(
+            "segment.bytes", "log.segment.bytes", "1073741824", _int(14, INT_MAX), "roll to a new segment at this size"
+        ),
+        TopicConfigDef("segment.ms", "log.roll.ms", "604800000", _int(1), "roll to a new segment after this long"),
+        TopicConfigDef(
+            "index.interval.bytes",
+            "log.index.interval.bytes",
+            "4096",
+            _int(0, INT_MAX),
+            "bytes between sparse index entries",
+        ),
+        TopicConfigDef(
+            "max.message.bytes", "message.max.bytes", "1048588", _int(0, INT_MAX), "largest record batch accepted"
+        ),
+        TopicConfigDef(
+            "message.timestamp.type",
+            "log.message.timestamp.type",
+            "CreateTime",
+            _choice("CreateTime", "LogAppendTime"),
+            "keep the producer's timestamps or stamp on append",
+        ),
+        TopicConfigDef(
+            "message.timestamp.before.max.ms",
+            "log.message.timestamp.before.max.ms",
+            str(LONG_MAX),
+            _int(0),
+            "reject timestamps older than this (CreateTime)",
+        ),
+        TopicConfigDef(
+            "message.timestamp.after.max.ms",
+            "log.message.timestamp.after.max.ms",
+            "3600000",
+            _int(0),
+            "reject timestamps further in the future (CreateTime)",
+        ),
+        TopicConfigDef(
+            "delete.retention.ms",
+            "log.cleaner.delete.retention.ms",
+            "86400000",
+            _int(0),
+            "how long compaction keeps tombstones",
+        ),
+        TopicConfigDef(
+            "min.cleanable.dirty.ratio",
+            "log.cleaner.min.cleanable.ratio",
+            "0.5",
+            _float(0.0, 1.0),
+            "dirty share of a log that triggers compaction",
+        ),
+        TopicConfigDef(
+            "min.compaction.lag.ms",
+            "log.cleaner.min.compaction.lag.ms",
+            "0",
+            _int(0),
+            "records younger than this are not compacted",
+        ),
+        TopicConfigDef(
+            "compression.type",
+            "compression.type",
+            "producer",
+            _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+            "keep the producer's codec or recompress batches on append",
+        ),
+        TopicConfigDef(
+            "flush.ms",
+            "log.flush.interval.ms",
+            str(LONG_MAX),
+            _int(0),
+            "fsync a partition at least this often, whatever the acks",
+        ),
+        TopicConfigDef("min.insync.replicas", "min.insync.replicas", "1", _int(1, 1), "single-node broker: always 1"),
     ]
 }
 
@@ -175,8 +234,7 @@ class BrokerConfig:
             elif key in _TOPIC_DEFAULT_BY_BROKER_NAME:
                 _TOPIC_DEFAULT_BY_BROKER_NAME[key].parse(raw)
             elif key in TOPIC_CONFIGS:
-                raise ConfigError(f"{key} is a topic config; its broker default is "
-                                  f"{TOPIC_CONFIGS[key].broker_name}")
+                raise ConfigError(f"{key} is a topic config; its broker default is {TOPIC_CONFIGS[key].broker_name}")
             else:
                 raise ConfigError(f"unknown broker setting {key!r}")
 

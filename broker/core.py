@@ -155,13 +155,13 @@ class Broker:
                 if not fut.done():
                     fut.set_result(None)
 
-    async def wait_for_append(self, logs: list[PartitionLog], timeout: float) -> None:
-        """Sleep until any of `logs` gets new data or `timeout` seconds pass."""
+    async def wait_for_append(self, logs: list[PartitionLog], seconds: float) -> None:
+        """Sleep until any of `logs` gets new data or `seconds` pass (Fetch long poll)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         for plog in logs:
             self._waiters.setdefault(id(plog), set()).add(fut)
         try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout)
+            await asyncio.wait_for(asyncio.shield(fut), seconds)
         except TimeoutError:
             pass
         finally:
@@ -177,7 +177,9 @@ class Broker:
     def visible_topics(self) -> list[Topic]:
         return [t for t in self.store.topics.values() if t.name != METADATA_TOPIC]
 
-    def check_new_topic(self, name: str, partitions: int, replication: int, configs: dict[str, str | None]) -> dict[str, str]:
+    def check_new_topic(
+        self, name: str, partitions: int, replication: int, configs: dict[str, str | None]
+    ) -> dict[str, str]:
         """Validate a CreateTopics entry; raises KafkaError with Kafka's code."""
         problem = validate_topic_name(name)
         if problem:
@@ -190,7 +192,8 @@ class Broker:
         if collision is not None:
             raise KafkaError(
                 ErrorCode.invalid_topic_exception,
-                f"topic {name!r} collides with existing topic {collision!r}: '.' and '_' are interchangeable in metrics",
+                f"topic {name!r} collides with existing topic {collision!r}: "
+                "'.' and '_' are interchangeable in metric names",
             )
         if partitions == -1:
             partitions = self.config.get("num.partitions")

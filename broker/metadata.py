@@ -122,13 +122,17 @@ class MetadataStore:
 
     def _write(self, topic: Topic, *, delete: bool = False) -> None:
         key = msgpack.packb(["topic", topic.name])
-        value = None if delete else msgpack.packb(
-            {
-                "id": topic.topic_id.bytes,
-                "partitions": topic.partitions,
-                "configs": topic.configs,
-                "internal": topic.internal,
-            }
+        value = (
+            None
+            if delete
+            else msgpack.packb(
+                {
+                    "id": topic.topic_id.bytes,
+                    "partitions": topic.partitions,
+                    "configs": topic.configs,
+                    "internal": topic.internal,
+                }
+            )
         )
         now = self.clock.now_ms()
         self.meta_log.append_internal(build_batch([Record(0, now, key, value)]))

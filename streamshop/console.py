@@ -51,10 +51,13 @@ def produce(args: argparse.Namespace) -> int:
         (k, v.encode()) for k, v in parse_pairs(args.header, "--header").items()
     ]
     separator = args.key_separator.encode() if args.key_separator else None
-    producer = Producer(client_config(
-        args.bootstrap, args.client_config,
-        {"acks": args.acks, "linger.ms": 5, "message.timeout.ms": int(args.timeout * 1000)},
-    ))
+    producer = Producer(
+        client_config(
+            args.bootstrap,
+            args.client_config,
+            {"acks": args.acks, "linger.ms": 5, "message.timeout.ms": int(args.timeout * 1000)},
+        )
+    )
     deliveries = _Deliveries()
     skipped = 0
     started = time.monotonic()
@@ -67,8 +70,9 @@ def produce(args: argparse.Namespace) -> int:
                 continue
             while True:
                 try:
-                    producer.produce(args.topic, value, key, headers=headers or None,
-                                     on_delivery=deliveries, **partition)
+                    producer.produce(
+                        args.topic, value, key, headers=headers or None, on_delivery=deliveries, **partition
+                    )
                     break
                 except BufferError:
                     producer.poll(0.1)  # the local queue is full: wait for deliveries

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import queue
-import re
 import signal
 import subprocess
 import sys
@@ -24,13 +23,13 @@ from typing import IO, Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from streamshop.broker_process import broker_command, parse_ready_line
 from streamshop.clients import CLIENT_ID, CommandError, StopSignal, client_config, error_text
 
 TOPIC = "demo.events"
 PARTITIONS = 6
 RECORDS = 1000
 KEYS = 50
-READY = re.compile(r"streamshop broker ready on (\S+):(\d+)(?: admin (http://\S+))?")
 
 
 @dataclass
@@ -47,8 +46,7 @@ class ChildBroker:
     def start(cls, data_dir: Path, listen: str, admin_listen: str, timeout: float = 60) -> ChildBroker:
         data_dir.mkdir(parents=True, exist_ok=True)
         log_path = data_dir / "broker.log"
-        cmd = [sys.executable, "-m", "streamshop.cli", "broker", "--data-dir", str(data_dir / "broker"),
-               "--listen", listen, "--admin-listen", admin_listen]
+        cmd = broker_command(data_dir / "broker", listen, admin_listen)
         with log_path.open("a") as log:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
         child = cls(proc, log_path)
@@ -71,13 +69,10 @@ class ChildBroker:
                 break
             if line is None:
                 raise CommandError(f"the broker exited with status {self.proc.wait()}; see {self.log_path}")
-            match = READY.search(line)
-            if match:
-                host = "127.0.0.1" if match.group(1) in ("0.0.0.0", "") else match.group(1)
-                self.bootstrap = f"{host}:{match.group(2)}"
-                self.admin_url = match.group(3)
-                if self.admin_url:
-                    self.admin_url = self.admin_url.replace("//0.0.0.0:", "//127.0.0.1:")
+            ready = parse_ready_line(line)
+            if ready is not None:
+                self.bootstrap = ready.bootstrap
+                self.admin_url = ready.admin_url
                 return
         self.stop()
         raise CommandError(f"the broker did not report ready within {timeout:g} s; see {self.log_path}")
@@ -164,8 +159,10 @@ def _run_demo(broker: ChildBroker) -> bool:
     consumed = sum(counts.values())
     print(f"streamshop demo: broker {broker.bootstrap} (pid {broker.proc.pid}, log {broker.log_path})")
     print(f"  topic        {TOPIC} ({len(starts)} partitions)")
-    print(f"  produced     {RECORDS - failures} records in {produce_s:.2f} s ({_rate(RECORDS - failures, produce_s)}, "
-          f"acks=all, {failures} failed)")
+    print(
+        f"  produced     {RECORDS - failures} records in {produce_s:.2f} s ({_rate(RECORDS - failures, produce_s)}, "
+        f"acks=all, {failures} failed)"
+    )
     print(f"  consumed     {consumed} records in {consume_s:.2f} s ({_rate(consumed, consume_s)})")
     print("  partitions   " + " ".join(f"{p}:{counts.get(p, 0)}" for p in sorted(starts)))
     print(f"  keys         {KEYS} keys, each in exactly one partition: {'yes' if keys_ok else 'NO'}")

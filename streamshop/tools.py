@@ -35,12 +35,21 @@ def _lazy(module: str, function: str, command: str) -> Callable[[argparse.Namesp
 def _client_options(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
     """--bootstrap and -X; `suppress` for a sub-action that may repeat them after its name."""
     default = os.environ.get(BOOTSTRAP_ENV, "127.0.0.1:9092")
-    parser.add_argument("--bootstrap", "--bootstrap-server", metavar="HOST:PORT",
-                        default=argparse.SUPPRESS if suppress else default,
-                        help=f"bootstrap servers (env {BOOTSTRAP_ENV}; default {default})")
-    parser.add_argument("-X", dest="client_config", action="append", metavar="KEY=VALUE",
-                        default=argparse.SUPPRESS if suppress else [],
-                        help="extra librdkafka setting, e.g. -X security.protocol=SSL (repeatable)")
+    parser.add_argument(
+        "--bootstrap",
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        default=argparse.SUPPRESS if suppress else default,
+        help=f"bootstrap servers (env {BOOTSTRAP_ENV}; default {default})",
+    )
+    parser.add_argument(
+        "-X",
+        dest="client_config",
+        action="append",
+        metavar="KEY=VALUE",
+        default=argparse.SUPPRESS if suppress else [],
+        help="extra librdkafka setting, e.g. -X security.protocol=SSL (repeatable)",
+    )
 
 
 def _topics_parser(sub: SubParsers) -> None:
@@ -74,20 +83,28 @@ def _topics_parser(sub: SubParsers) -> None:
     alter = action("alter", "change topic configs (--set/--delete) or add partitions (--partitions)")
     alter.add_argument("name")
     alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="set a config (repeatable)")
-    alter.add_argument("--delete", action="append", default=[], metavar="KEY",
-                       help="remove a config override, back to the default (repeatable)")
+    alter.add_argument(
+        "--delete",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="remove a config override, back to the default (repeatable)",
+    )
     alter.add_argument("--partitions", type=int, help="new, larger partition count")
 
 
 def _produce_parser(sub: SubParsers) -> None:
-    p = sub.add_parser("produce", help="send stdin lines as records",
-                       description="Send one record per stdin line. Exit status 1 if a line was rejected "
-                                   "or a delivery failed.")
+    p = sub.add_parser(
+        "produce",
+        help="send stdin lines as records",
+        description="Send one record per stdin line. Exit status 1 if a line was rejected or a delivery failed.",
+    )
     _client_options(p)
     p.add_argument("--topic", required=True)
     p.add_argument("--partition", type=int, help="send every record to this partition (default: by key)")
-    p.add_argument("--key-separator", metavar="SEP",
-                   help="parse lines as KEY<SEP>VALUE (lines without SEP are rejected)")
+    p.add_argument(
+        "--key-separator", metavar="SEP", help="parse lines as KEY<SEP>VALUE (lines without SEP are rejected)"
+    )
     p.add_argument("--acks", choices=["all", "1", "0"], default="all", help="default all")
     p.add_argument("--header", action="append", default=[], metavar="KEY=VALUE", help="header on every record")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds a record may take to be delivered (default 30)")
@@ -95,9 +112,12 @@ def _produce_parser(sub: SubParsers) -> None:
 
 
 def _consume_parser(sub: SubParsers) -> None:
-    p = sub.add_parser("consume", help="print records of a topic",
-                       description="Print record values, one per line. Without --group the partitions are "
-                                   "assigned directly and no offsets are committed.")
+    p = sub.add_parser(
+        "consume",
+        help="print records of a topic",
+        description="Print record values, one per line. Without --group the partitions are "
+        "assigned directly and no offsets are committed.",
+    )
     _client_options(p)
     p.add_argument("--topic", required=True)
     p.add_argument("--from-beginning", action="store_true", help="start at the log start (default: the end)")
@@ -116,8 +136,9 @@ def _demo_parser(sub: SubParsers) -> None:
     p = sub.add_parser("demo", help="start a broker, produce and consume 1,000 records, report")
     p.add_argument("--data-dir", default="./data/demo", help="default ./data/demo (broker data in DIR/broker)")
     p.add_argument("--listen", default="127.0.0.1:9092", help="broker HOST:PORT (port 0: any free port)")
-    p.add_argument("--admin-listen",
-                   help="admin HTTP HOST:PORT (default HOST:9644, or HOST:0 when --listen uses port 0)")
+    p.add_argument(
+        "--admin-listen", help="admin HTTP HOST:PORT (default HOST:9644, or HOST:0 when --listen uses port 0)"
+    )
     p.add_argument("--exit", action="store_true", help="stop the broker after the report instead of waiting for Ctrl-C")
     p.set_defaults(func=_lazy("streamshop.demo", "demo", "demo"))
 

@@ -129,8 +129,14 @@ def _describe_one(args: argparse.Namespace, description: Any, configs: dict[str,
 def _print_description(topic: dict[str, Any]) -> None:
     print(f"Topic: {topic['name']}  id: {topic['id']}  partitions: {len(topic['partitions'])}")
     rows = [
-        (p["partition"], p["leader"], ",".join(map(str, p["replicas"])), ",".join(map(str, p["isr"])),
-         p["log_start_offset"], p["log_end_offset"])
+        (
+            p["partition"],
+            p["leader"],
+            ",".join(map(str, p["replicas"])),
+            ",".join(map(str, p["isr"])),
+            p["log_start_offset"],
+            p["log_end_offset"],
+        )
         for p in topic["partitions"]
     ]
     print(table(["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START", "LOG-END"], rows))
@@ -201,12 +207,9 @@ def alter(args: argparse.Namespace) -> int:
         entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in sets.items()]
         entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in args.delete]
         resource = ConfigResource(ResourceType.TOPIC, args.name, incremental_configs=entries)
-        done, failed = _results(
-            admin.incremental_alter_configs([resource], request_timeout=args.timeout), args.timeout
-        )
+        done, failed = _results(admin.incremental_alter_configs([resource], request_timeout=args.timeout), args.timeout)
         if done:
             changes = [f"{k}={v}" for k, v in sets.items()] + [f"-{k}" for k in args.delete]
             print(f"altered configs of topic {args.name}: {' '.join(changes)}")
         status |= _report(failed, label=lambda r: r.name)
     return status
-

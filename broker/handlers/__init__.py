@@ -21,12 +21,22 @@ _IMPLEMENTED = [
 ]
 
 APIS: list[Api] = sorted(
-    [*_IMPLEMENTED, Api(api_versions.API_KEY, "ApiVersions", api_versions.MIN_VERSION, api_versions.MAX_VERSION,
-                        api_versions.make_handler([]))],
+    [
+        *_IMPLEMENTED,
+        Api(
+            api_versions.API_KEY,
+            "ApiVersions",
+            api_versions.MIN_VERSION,
+            api_versions.MAX_VERSION,
+            api_versions.make_handler([]),
+        ),
+    ],
     key=lambda a: a.key,
 )
 APIS = [
-    Api(a.key, a.name, a.min_version, a.max_version, api_versions.make_handler(APIS)) if a.key == api_versions.API_KEY else a
+    Api(a.key, a.name, a.min_version, a.max_version, api_versions.make_handler(APIS))
+    if a.key == api_versions.API_KEY
+    else a
     for a in APIS
 ]
 BY_KEY: dict[int, Api] = {a.key: a for a in APIS}

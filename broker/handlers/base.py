@@ -35,6 +35,7 @@ class Api:
     max_version: int
     handler: Handler
 
+
 # Kafka's ACL operation bits: READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE,
 # DESCRIBE_CONFIGS, ALTER_CONFIGS.  No authorizer runs, so every client may do all.
 ALL_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))

@@ -22,10 +22,17 @@ def describe_cluster(broker: Broker, header: RequestHeader, request: Any) -> Any
     endpoint_type = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
     host, port = broker.advertised
     if endpoint_type != BROKERS_ENDPOINT:
-        return build(cls, throttle_time=0, error_code=ErrorCode.unsupported_endpoint_type,
-                     error_message="a broker describes brokers only", endpoint_type=endpoint_type,
-                     cluster_id=broker.cluster_id, controller_id=-1, brokers=(),
-                     cluster_authorized_operations=NOT_REQUESTED_OPERATIONS)
+        return build(
+            cls,
+            throttle_time=0,
+            error_code=ErrorCode.unsupported_endpoint_type,
+            error_message="a broker describes brokers only",
+            endpoint_type=endpoint_type,
+            cluster_id=broker.cluster_id,
+            controller_id=-1,
+            brokers=(),
+            cluster_authorized_operations=NOT_REQUESTED_OPERATIONS,
+        )
     return build(
         cls,
         throttle_time=0,
@@ -36,7 +43,8 @@ def describe_cluster(broker: Broker, header: RequestHeader, request: Any) -> Any
         controller_id=broker.node_id,
         brokers=(build(broker_cls, broker_id=broker.node_id, host=host, port=port, rack=None),),
         cluster_authorized_operations=_CLUSTER_OPERATIONS
-        if request.include_cluster_authorized_operations else NOT_REQUESTED_OPERATIONS,
+        if request.include_cluster_authorized_operations
+        else NOT_REQUESTED_OPERATIONS,
     )
 
 
@@ -45,5 +53,6 @@ def init_producer_id(broker: Broker, header: RequestHeader, request: Any) -> Any
     if request.transactional_id is not None:
         return build(cls, throttle_time=0, error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)
     # Idempotent (non-transactional) producers get a fresh id every time, as in Kafka.
-    return build(cls, throttle_time=0, error_code=ErrorCode.none, producer_id=broker.producer_ids.allocate(),
-                 producer_epoch=0)
+    return build(
+        cls, throttle_time=0, error_code=ErrorCode.none, producer_id=broker.producer_ids.allocate(), producer_epoch=0
+    )

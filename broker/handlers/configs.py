@@ -16,9 +16,16 @@ TOPIC, BROKER = 2, 4
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _LIST_CONFIGS = {"cleanup.policy"}
-_TYPES = {"cleanup.policy": 7, "message.timestamp.type": 2, "compression.type": 2,
-          "min.cleanable.dirty.ratio": 6, "segment.bytes": 3, "index.interval.bytes": 3,
-          "max.message.bytes": 3, "min.insync.replicas": 3}
+_TYPES = {
+    "cleanup.policy": 7,
+    "message.timestamp.type": 2,
+    "compression.type": 2,
+    "min.cleanable.dirty.ratio": 6,
+    "segment.bytes": 3,
+    "index.interval.bytes": 3,
+    "max.message.bytes": 3,
+    "min.insync.replicas": 3,
+}
 
 
 @dataclass(frozen=True)
@@ -38,11 +45,11 @@ def topic_config_entries(broker: Broker, values: dict[str, str], overrides: set[
         if name in overrides:
             synonyms.append((name, values[name], DYNAMIC_TOPIC_CONFIG))
         if definition.broker_name in broker.config.settings:
-            synonyms.append((definition.broker_name, broker.config.settings[definition.broker_name], STATIC_BROKER_CONFIG))
+            synonyms.append(
+                (definition.broker_name, broker.config.settings[definition.broker_name], STATIC_BROKER_CONFIG)
+            )
         synonyms.append((definition.broker_name, definition.default, DEFAULT_CONFIG))
-        entries.append(
-            ConfigEntry(name, values[name], synonyms[0][2], synonyms, definition.doc, _TYPES.get(name, 5))
-        )
+        entries.append(ConfigEntry(name, values[name], synonyms[0][2], synonyms, definition.doc, _TYPES.get(name, 5)))
     return entries
 
 
@@ -77,7 +84,9 @@ def describe_configs(broker: Broker, header: RequestHeader, request: Any) -> Any
             if resource.resource_type == TOPIC:
                 topic = broker.store.get(resource.resource_name)
                 if topic is None:
-                    raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist")
+                    raise KafkaError(
+                        ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist"
+                    )
                 values = {**broker.config.topic_defaults(), **topic.configs}
                 entries = topic_config_entries(broker, values, set(topic.configs))
             elif resource.resource_type == BROKER:
@@ -108,7 +117,8 @@ def describe_configs(broker: Broker, header: RequestHeader, request: Any) -> Any
                         is_default=e.source == DEFAULT_CONFIG,
                         is_sensitive=False,
                         synonyms=tuple(build(synonym_cls, name=n, value=v, source=s) for n, v, s in e.synonyms)
-                        if with_synonyms else (),
+                        if with_synonyms
+                        else (),
                         config_type=e.config_type,
                         documentation=e.doc if with_docs else None,
                     )
@@ -164,7 +174,9 @@ def incremental_alter_configs(broker: Broker, header: RequestHeader, request: An
                 )
             topic = broker.store.get(resource.resource_name)
             if topic is None:
-                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist")
+                raise KafkaError(
+                    ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist"
+                )
             new = _apply(topic.configs, resource.configs)
             try:
                 validate_topic_configs(new)
@@ -175,8 +187,15 @@ def incremental_alter_configs(broker: Broker, header: RequestHeader, request: An
                 changed = True
         except KafkaError as e:
             error, message = e.code, e.message
-        results.append(build(result_cls, error_code=error, error_message=message,
-                             resource_type=resource.resource_type, resource_name=resource.resource_name))
+        results.append(
+            build(
+                result_cls,
+                error_code=error,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+        )
     response = build(cls, throttle_time=0, responses=tuple(results))
     if not changed:
         return response

@@ -17,8 +17,8 @@ from broker.core import Broker
 from broker.log.partition_log import PartitionLog
 from broker.protocol.batch import iter_headers
 from broker.protocol.codec import RequestHeader, timedelta_ms
-from broker.protocol.fetch_codec import FetchPartition, FetchTopic, RawResponse, encode_fetch_response
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.fetch_codec import FetchPartition, FetchTopic, RawResponse, encode_fetch_response
 
 API_KEY = 1
 MIN_VERSION, MAX_VERSION = 4, 17
@@ -27,7 +27,9 @@ MIN_VERSION, MAX_VERSION = 4, 17
 class _Slot:
     __slots__ = ("error", "max_bytes", "name", "offset", "partition", "plog", "records", "topic_id")
 
-    def __init__(self, name: str | None, topic_id: uuid.UUID | None, partition: int, offset: int, max_bytes: int) -> None:
+    def __init__(
+        self, name: str | None, topic_id: uuid.UUID | None, partition: int, offset: int, max_bytes: int
+    ) -> None:
         self.name = name
         self.topic_id = topic_id
         self.partition = partition
@@ -50,7 +52,9 @@ def _resolve(broker: Broker, request: Any, version: int) -> list[_Slot]:
             found = broker.store.get(name)
             missing = ErrorCode.unknown_topic_or_partition
         for part in topic.partitions:
-            slot = _Slot(name, getattr(topic, "topic_id", None), part.partition, part.fetch_offset, part.partition_max_bytes)
+            slot = _Slot(
+                name, getattr(topic, "topic_id", None), part.partition, part.fetch_offset, part.partition_max_bytes
+            )
             slot.plog = broker.store.partition_log(name, part.partition) if name else None
             if slot.plog is None:
                 slot.error = missing if found is None else ErrorCode.unknown_topic_or_partition

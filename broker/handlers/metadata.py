@@ -53,6 +53,7 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
         return _response(broker, version, entries, include_ops)
 
     if created:
+
         async def durable() -> Any:
             await broker.sync_metadata()
             return respond()

@@ -44,7 +44,9 @@ def _append(broker: Broker, plog: PartitionLog, records: bytes | None, out: _Out
     except InvalidBatch as e:
         raise KafkaError(ErrorCode.corrupt_message, str(e)) from e
     if len(batches) != 1:
-        raise KafkaError(ErrorCode.invalid_record, "produce requests v3+ must hold exactly one record batch per partition")
+        raise KafkaError(
+            ErrorCode.invalid_record, "produce requests v3+ must hold exactly one record batch per partition"
+        )
     result = plog.append(batches[0])
     out.base_offset = result.base_offset
     out.log_append_time = result.log_append_time
@@ -74,7 +76,9 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
                     raise KafkaError(ErrorCode.invalid_request, "transactions are not supported by this broker")
                 plog = broker.store.partition_log(topic_data.name, pdata.index)
                 if plog is None:
-                    raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic_data.name}-{pdata.index} does not exist")
+                    raise KafkaError(
+                        ErrorCode.unknown_topic_or_partition, f"{topic_data.name}-{pdata.index} does not exist"
+                    )
                 _append(broker, plog, pdata.records, out)
                 touched.append(plog)
             except KafkaError as e:
@@ -86,11 +90,12 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
     if acks == 0:
         return CLOSE_CONNECTION if failed else NO_RESPONSE
     if acks == -1 and touched:
+
         async def durable() -> Any:
             try:
                 await broker.sync(touched)
             except OSError as e:
-                log.error("fsync failed; failing acks=all produce", error=str(e))
+                log.exception("fsync failed; failing acks=all produce", error=str(e))
                 for _, outcomes in results:
                     for out in outcomes:
                         if out.error == ErrorCode.none:

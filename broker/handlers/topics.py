@@ -58,9 +58,20 @@ def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
                 topic = broker.create_topic(item.name, partitions, configs)
                 topic_id = topic.topic_id
             values = {**broker.config.topic_defaults(), **configs}
-            configs_out = () if config_cls is None else tuple(
-                build(config_cls, name=e.name, value=e.value, read_only=False, config_source=e.source, is_sensitive=False)
-                for e in topic_config_entries(broker, values, set(configs))
+            configs_out = (
+                ()
+                if config_cls is None
+                else tuple(
+                    build(
+                        config_cls,
+                        name=e.name,
+                        value=e.value,
+                        read_only=False,
+                        config_source=e.source,
+                        is_sensitive=False,
+                    )
+                    for e in topic_config_entries(broker, values, set(configs))
+                )
             )
             error, message = ErrorCode.none, None
         except KafkaError as e:
@@ -100,12 +111,20 @@ def delete_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
             topic = broker.store.get(name) if name else None
             missing = ErrorCode.unknown_topic_or_partition
         if topic is None:
-            results.append(build(result_cls, name=name, topic_id=topic_id or _ZERO_UUID, error_code=missing,
-                                 error_message=f"topic {name or topic_id} does not exist"))
+            results.append(
+                build(
+                    result_cls,
+                    name=name,
+                    topic_id=topic_id or _ZERO_UUID,
+                    error_code=missing,
+                    error_message=f"topic {name or topic_id} does not exist",
+                )
+            )
             continue
         broker.store.delete_topic(topic.name)
-        results.append(build(result_cls, name=topic.name, topic_id=topic.topic_id, error_code=ErrorCode.none,
-                             error_message=None))
+        results.append(
+            build(result_cls, name=topic.name, topic_id=topic.topic_id, error_code=ErrorCode.none, error_message=None)
+        )
     return _durable(broker, build(cls, throttle_time=0, responses=tuple(results)))
 
 
@@ -129,8 +148,7 @@ def create_partitions(broker: Broker, header: RequestHeader, request: Any) -> An
                     raise KafkaError(ErrorCode.invalid_replica_assignment, "one assignment is needed per new partition")
                 for assignment in item.assignments:
                     if list(assignment.broker_ids) != [broker.node_id]:
-                        raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                         f"the only broker is {broker.node_id}")
+                        raise KafkaError(ErrorCode.invalid_replica_assignment, f"the only broker is {broker.node_id}")
             if not request.validate_only:
                 broker.store.add_partitions(item.name, item.count)
             results.append(build(result_cls, name=item.name, error_code=ErrorCode.none, error_message=None))

@@ -71,11 +71,7 @@ def dirty_ratio(log: PartitionLog) -> float:
 
 
 def needs_cleaning(log: PartitionLog) -> bool:
-    return (
-        log.config.compact
-        and len(log.segments) > 1
-        and dirty_ratio(log) >= log.config.min_cleanable_dirty_ratio
-    )
+    return log.config.compact and len(log.segments) > 1 and dirty_ratio(log) >= log.config.min_cleanable_dirty_ratio
 
 
 def clean(log: PartitionLog) -> CleanStats | None:
@@ -107,10 +103,7 @@ def clean(log: PartitionLog) -> CleanStats | None:
         drop_tombstones = segment.max_timestamp < tombstone_horizon
         for raw in batches:
             header, records = decode_records(raw)
-            kept = [
-                r for r in records
-                if latest.get(r.key) == r.offset and not (r.value is None and drop_tombstones)
-            ]
+            kept = [r for r in records if latest.get(r.key) == r.offset and not (r.value is None and drop_tombstones)]
             removed += len(records) - len(kept)
             if len(kept) == len(records):
                 out += raw

@@ -16,8 +16,8 @@ import asyncio
 import contextlib
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import structlog

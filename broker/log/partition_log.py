@@ -21,7 +21,7 @@ from broker.protocol.batch import (
     BatchHeader,
     InvalidBatch,
     parse_header,
-    patch_for_append,
+    stamp_header,
     validate_batch,
     whole_batches_prefix,
 )
@@ -207,9 +207,9 @@ class PartitionLog:
         prepared = self._prepare(view, header)
         self._maybe_roll(header.size, now)
         base = self.next_offset
-        stamped = patch_for_append(prepared, base, 0, now if self.config.log_append_time else None)
-        written = parse_header(stamped)
-        self.active.append(stamped, [written])
+        header_bytes, body = stamp_header(prepared, base, 0, now if self.config.log_append_time else None)
+        written = parse_header(header_bytes)
+        self.active.append([header_bytes, body], [written])
         self.producer_state.update(written)
         self.next_offset = written.last_offset + 1
         return AppendResult(
@@ -222,9 +222,9 @@ class PartitionLog:
     def append_internal(self, batch: bytes) -> AppendResult:
         """Append a batch the broker built itself (internal topics): no client checks."""
         self._maybe_roll(len(batch), self.clock.now_ms())
-        stamped = patch_for_append(batch, self.next_offset, 0, None)
-        written = parse_header(stamped)
-        self.active.append(stamped, [written])
+        header_bytes, body = stamp_header(batch, self.next_offset, 0, None)
+        written = parse_header(header_bytes)
+        self.active.append([header_bytes, body], [written])
         self.next_offset = written.last_offset + 1
         return AppendResult(written.base_offset, written.last_offset, -1, self.log_start_offset)
 

@@ -135,10 +135,7 @@ class ProducerStateManager:
                 pid,
                 e.epoch,
                 e.last_timestamp,
-                [
-                    [m.first_seq, m.last_seq, m.first_offset, m.last_offset, m.timestamp]
-                    for m in e.batches
-                ],
+                [[m.first_seq, m.last_seq, m.first_offset, m.last_offset, m.timestamp] for m in e.batches],
             ]
             for pid, e in self.producers.items()
         ]

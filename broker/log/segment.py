@@ -7,6 +7,7 @@ os.write (that is what `acks=1` waits for); fsync is done by the group-commit fl
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from broker.log.index import IndexCorrupt, OffsetIndex, TimeIndex
@@ -148,12 +149,18 @@ class LogSegment:
         self._bytes_since_time_index += header.size
         self.next_offset = header.last_offset + 1
 
-    def append(self, data: bytes | bytearray, headers: list[BatchHeader]) -> None:
-        """Write already-validated, offset-patched batches (concatenated in `data`)."""
+    def append(self, parts: Sequence[bytes | bytearray | memoryview], headers: list[BatchHeader]) -> None:
+        """Write already-validated, offset-patched batches, given as buffers in order
+        (a vectored write: the records are never copied in user space)."""
         position = self.size
-        written = os.pwrite(self.fd, data, position)
-        while written < len(data):  # short writes are legal for regular files, if rare
-            written += os.pwrite(self.fd, memoryview(data)[written:], position + written)
+        total = sum(len(p) for p in parts)
+        written = os.pwritev(self.fd, parts, position)
+        if written < total:  # short writes are legal for regular files, if rare
+            rest = b"".join(bytes(p) for p in parts)[written:]
+            while rest:
+                n = os.pwrite(self.fd, rest, position + written)
+                written += n
+                rest = rest[n:]
         for header in headers:
             self._index_batch(header, position)
             position += header.size

@@ -130,9 +130,7 @@ def validate_batch(batch: bytes | bytearray | memoryview) -> BatchHeader:
     if header.magic != MAGIC_V2:
         raise InvalidBatch("magic", f"unsupported record batch magic {header.magic}")
     if header.size != len(batch):
-        raise InvalidBatch(
-            "corrupt", f"batch length {header.batch_length} does not match {len(batch)} bytes"
-        )
+        raise InvalidBatch("corrupt", f"batch length {header.batch_length} does not match {len(batch)} bytes")
     crc = compute_crc(batch)
     if crc != header.crc:
         raise InvalidBatch("corrupt", f"CRC mismatch: stored {header.crc:#x}, computed {crc:#x}")
@@ -161,9 +159,7 @@ def split_batches(data: bytes | memoryview) -> list[memoryview]:
     return out
 
 
-def iter_headers(
-    buf: bytes | bytearray | memoryview, start: int = 0
-) -> Iterator[tuple[int, BatchHeader]]:
+def iter_headers(buf: bytes | bytearray | memoryview, start: int = 0) -> Iterator[tuple[int, BatchHeader]]:
     """Yield (position, header) for every complete batch header in `buf` from `start`.
 
     Stops at the first incomplete batch; the caller decides whether that is a torn tail.
@@ -208,6 +204,28 @@ def patch_for_append(
         _I64.pack_into(out, 35, log_append_time_ms)
         _U32.pack_into(out, 17, compute_crc(out))
     return out
+
+
+def stamp_header(
+    batch: memoryview | bytes,
+    base_offset: int,
+    leader_epoch: int,
+    log_append_time_ms: int | None,
+) -> tuple[bytes, memoryview]:
+    """Like `patch_for_append`, but without copying the records: returns the patched
+    61-byte header and a view of the untouched rest, for a vectored write."""
+    view = memoryview(batch)
+    header = bytearray(view[:HEADER_SIZE])
+    body = view[HEADER_SIZE:]
+    _I64.pack_into(header, 0, base_offset)
+    _I32.pack_into(header, 12, leader_epoch)
+    if log_append_time_ms is not None:
+        attributes = _I16.unpack_from(header, 21)[0] | ATTR_TIMESTAMP_TYPE
+        _I16.pack_into(header, 21, attributes)
+        _I64.pack_into(header, 35, log_append_time_ms)
+        crc = crc32c.crc32c(memoryview(header)[21:])
+        _U32.pack_into(header, 17, crc32c.crc32c(body, crc))
+    return bytes(header), body
 
 
 def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:

@@ -42,14 +42,14 @@ class RequestHeader:
     size: int  # bytes of the header within the frame
 
 
-def peek_header(frame: bytes) -> tuple[int, int, int]:
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     if len(frame) < _HEAD.size:
         raise MalformedRequest(f"frame of {len(frame)} bytes has no request header")
     api_key, api_version, correlation_id = _HEAD.unpack_from(frame, 0)
     return api_key, api_version, correlation_id
 
 
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= len(buf):
@@ -64,7 +64,7 @@ def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
             raise MalformedRequest("varint too long in request header")
 
 
-def parse_header(frame: bytes, flexible: bool) -> RequestHeader:
+def parse_header(frame: bytes | memoryview, flexible: bool) -> RequestHeader:
     api_key, api_version, correlation_id = peek_header(frame)
     pos = 8
     if len(frame) < pos + 2:
@@ -75,7 +75,7 @@ def parse_header(frame: bytes, flexible: bool) -> RequestHeader:
     if length >= 0:
         if len(frame) < pos + length:
             raise MalformedRequest("truncated client id")
-        client_id = frame[pos : pos + length].decode("utf-8", "replace")
+        client_id = bytes(frame[pos : pos + length]).decode("utf-8", "replace")
         pos += length
     if flexible:
         count, pos = _read_uvarint(frame, pos)
@@ -108,7 +108,7 @@ def _writer(cls: type[Entity]) -> Any:
     return entity_writer(cls)
 
 
-def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
+def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
     """Parse header and body of a request whose api key and version are supported."""
     api_key, api_version, _ = peek_header(frame)
     cls = request_type(api_key, api_version)

@@ -178,9 +178,7 @@ def decode_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[Record]
         if pos != end:
             raise InvalidBatch("corrupt", "record length does not match its fields")
         timestamp = header.max_timestamp if header.is_log_append_time else header.base_timestamp + ts_delta
-        records.append(
-            Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers))
-        )
+        records.append(Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers)))
     return header, records
 
 

@@ -51,8 +51,10 @@ async def produce(broker: ThreadBroker, topic: str, count: int, partition: int |
     producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
     await producer.start()
     try:
-        sent = [await producer.send(topic, f"record-{i}".encode(), key=f"k{i % 5}".encode(), partition=partition)
-                for i in range(count)]
+        sent = [
+            await producer.send(topic, f"record-{i}".encode(), key=f"k{i % 5}".encode(), partition=partition)
+            for i in range(count)
+        ]
         await asyncio.gather(*sent)
     finally:
         await producer.stop()
@@ -143,7 +145,8 @@ async def test_api_topics_lists_partitions_offsets_sizes_and_configs(broker: Thr
     assert topic["id"] == str(broker.call(lambda: broker.broker.store.get("listed").topic_id))
     assert topic["internal"] is False
     assert [(p["partition"], p["log_start_offset"], p["log_end_offset"]) for p in topic["partitions"]] == [
-        (0, 0, 0), (1, 0, 7)
+        (0, 0, 0),
+        (1, 0, 7),
     ]
     assert topic["partitions"][0]["size_bytes"] == 0
     assert topic["partitions"][1]["size_bytes"] == disk_bytes(broker, "listed", 1) > 0

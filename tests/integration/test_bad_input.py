@@ -38,14 +38,15 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from kio.serial import entity_reader
 
 from tests.support.harness import ThreadBroker
-from tests.support.raw_client import (
-    RawClient,
+from tests.support.kafka_wire import (
+    KafkaConnection,
     batch,
     body_bytes,
+    connect,
     decode_response,
+    encode_request,
     frame,
     header_bytes,
-    request_frame,
 )
 
 TOPIC = "stored"
@@ -59,7 +60,7 @@ class Stored:
     """A broker with records already stored, and a connection opened before the bad input."""
 
     broker: ThreadBroker
-    bystander: RawClient
+    bystander: KafkaConnection
     values: list[bytes] = field(default_factory=list)
 
     def malformed_closes(self) -> float:
@@ -68,7 +69,7 @@ class Stored:
 
 
 def seed(broker: ThreadBroker) -> Stored:
-    with RawClient(broker.port) as c:
+    with connect(broker.bootstrap) as c:
         assert c.create_topic(TOPIC, 1).error_code == ErrorCode.none
         values = []
         for i in range(SEED_BATCHES):
@@ -77,7 +78,7 @@ def seed(broker: ThreadBroker) -> Stored:
             assert result.error_code == ErrorCode.none
             values += chunk
         assert [r.value for r in c.read_all(TOPIC)] == values
-    return Stored(broker, RawClient(broker.port), values)
+    return Stored(broker, connect(broker.bootstrap), values)
 
 
 @pytest.fixture
@@ -102,7 +103,7 @@ def small_requests(broker_factory: Callable[..., ThreadBroker]) -> Iterator[Stor
 def assert_survived(stored: Stored) -> None:
     """The broker still serves an old and a new connection, and lost nothing."""
     assert stored.bystander.api_versions().error_code == ErrorCode.none
-    with RawClient(stored.broker.port) as fresh:
+    with connect(stored.broker.bootstrap) as fresh:
         assert fresh.api_versions().error_code == ErrorCode.none
         value = f"after-{len(stored.values)}".encode()
         result = fresh.produce(TOPIC, 0, batch([value]))
@@ -163,7 +164,7 @@ def test_frame_smaller_than_a_request_header_closes_only_that_connection(
     """A size prefix below 8 (no room for api key, version and correlation id) or
     negative closes that connection without a response and is counted."""
     before = stored.malformed_closes()
-    with RawClient(stored.broker.port) as bad:
+    with connect(stored.broker.bootstrap) as bad:
         bad.send_raw(struct.pack(">i", size) + payload)
         assert bad.wait_closed() == b""
     assert stored.malformed_closes() == before + 1
@@ -195,7 +196,7 @@ def test_garbage_request_closes_only_that_connection(stored: Stored, name: str) 
     """A whole frame whose header or body cannot be parsed closes that connection with
     no response; the broker goes on serving everyone else."""
     before = stored.malformed_closes()
-    with RawClient(stored.broker.port) as bad:
+    with connect(stored.broker.bootstrap) as bad:
         bad.send_raw(frame(_garbage_frames()[name]))
         assert bad.wait_closed() == b""
     assert stored.malformed_closes() == before + 1
@@ -205,7 +206,7 @@ def test_garbage_request_closes_only_that_connection(stored: Stored, name: str) 
 def test_requests_before_a_garbage_frame_are_answered_then_the_connection_closes(stored: Stored) -> None:
     """Pipelined: a produce and an ApiVersions sent before a garbage frame are executed and
     answered in order; only then is the connection closed."""
-    with RawClient(stored.broker.port) as bad:
+    with connect(stored.broker.bootstrap) as bad:
         value = b"pipelined-before-garbage"
         produce = ProduceRequest(
             acks=-1,
@@ -215,7 +216,7 @@ def test_requests_before_a_garbage_frame_are_answered_then_the_connection_closes
             ),
         )
         versions = ApiVersionsRequest(client_software_name="raw", client_software_version="1")
-        bad.send_raw(request_frame(produce, 1) + request_frame(versions, 2) + frame(b"\x7f\xff" + bytes(10)))
+        bad.send_raw(encode_request(produce, 1) + encode_request(versions, 2) + frame(b"\x7f\xff" + bytes(10)))
         received = bad.wait_closed()
     frames = []
     pos = 0
@@ -252,10 +253,10 @@ def test_connection_closed_mid_frame_loses_nothing(stored: Stored, sent: int) ->
             ),
         ),
     )
-    whole = request_frame(request, 1)
+    whole = encode_request(request, 1)
     promised = struct.pack(">i", len(whole) - 4 + 100) + whole[4:]
     data = promised if sent == -1 else promised[:sent]
-    with RawClient(stored.broker.port) as bad:
+    with connect(stored.broker.bootstrap) as bad:
         bad.send_raw(data)
     assert_survived(stored)
 
@@ -263,7 +264,7 @@ def test_connection_closed_mid_frame_loses_nothing(stored: Stored, sent: int) ->
 def test_half_closed_connection_mid_frame_is_closed_by_the_broker(stored: Stored) -> None:
     """A client that sends part of a frame and then shuts down its sending side gets the
     connection closed by the broker (no response, no hang)."""
-    with RawClient(stored.broker.port) as bad:
+    with connect(stored.broker.bootstrap) as bad:
         bad.send_raw(struct.pack(">i", 200) + produce_v9_header() + b"\x00" * 10)
         bad.sock.shutdown(socket.SHUT_WR)
         assert bad.wait_closed() == b""
@@ -274,7 +275,7 @@ def test_frame_larger_than_socket_request_max_bytes_closes_the_connection(small_
     """A size prefix above socket.request.max.bytes closes the connection before the body
     is read (Kafka's InvalidReceiveException); the broker keeps serving."""
     before = small_requests.malformed_closes()
-    with RawClient(small_requests.broker.port) as bad:
+    with connect(small_requests.broker.bootstrap) as bad:
         bad.send_raw(struct.pack(">i", 10_001))
         assert bad.wait_closed() == b""
     assert small_requests.malformed_closes() == before + 1
@@ -295,7 +296,7 @@ def _produce_frame_of_size(payload_size: int, value_byte: bytes = b"x") -> bytes
                 ),
             ),
         )
-        return request_frame(request, 1)
+        return encode_request(request, 1)
 
     length = payload_size
     for _ in range(10):
@@ -313,13 +314,13 @@ def test_produce_request_larger_than_socket_request_max_bytes_closes_and_stores_
     """A complete, valid Produce request of 10001 bytes exceeds the 10000-byte limit: the
     connection is closed and none of its records is stored; one of exactly 10000 bytes is
     accepted."""
-    with RawClient(small_requests.broker.port) as bad:
+    with connect(small_requests.broker.bootstrap) as bad:
         # The broker may close before the whole request is sent.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             bad.send_raw(_produce_frame_of_size(10_001, b"n"))
         assert bad.wait_closed() == b""
     assert_survived(small_requests)
-    with RawClient(small_requests.broker.port) as ok:
+    with connect(small_requests.broker.bootstrap) as ok:
         ok.send_raw(_produce_frame_of_size(10_000, b"y"))
         _, response = decode_response(0, 9, ok.recv_frame())
         partition = response.responses[0].partition_responses[0]
@@ -338,7 +339,7 @@ def test_produce_request_larger_than_socket_request_max_bytes_closes_and_stores_
 def test_unknown_api_key_closes_the_connection(stored: Stored, api_key: int) -> None:
     """An API key the broker does not implement: no response, connection closed."""
     before = stored.malformed_closes()
-    with RawClient(stored.broker.port) as bad:
+    with connect(stored.broker.bootstrap) as bad:
         bad.send_raw(frame(header_bytes(api_key, 0, 1, flexible=False)))
         assert bad.wait_closed() == b""
     assert stored.malformed_closes() == before + 1
@@ -363,7 +364,7 @@ def test_unsupported_version_of_known_api_closes_the_connection(stored: Stored, 
     """A version outside the advertised range of an implemented API (other than
     ApiVersions): Kafka closes the connection; so does the broker."""
     before = stored.malformed_closes()
-    with RawClient(stored.broker.port) as bad:
+    with connect(stored.broker.bootstrap) as bad:
         advertised = {a.api_key: (a.min_version, a.max_version) for a in bad.api_versions().api_keys}
         low, high = advertised[api_key]
         assert not low <= version <= high, "the case must use a version the broker does not advertise"
@@ -380,7 +381,7 @@ def test_api_versions_too_new_is_answered_in_v0_with_unsupported_version_and_the
     """ApiVersions newer than the broker's: the response is ApiVersionsResponse v0 (header
     v0, no tagged fields) with UNSUPPORTED_VERSION and the full API list, and the
     connection stays open so the client can retry with a version it finds there."""
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         # The body is in some future format the broker cannot know; it must not be parsed.
         client.send_raw(frame(header_bytes(18, version, 42, flexible=True) + b"\x07future\x021\x00\xde\xad"))
         payload = client.recv_frame()
@@ -422,7 +423,7 @@ def test_batch_with_wrong_crc_is_rejected_with_corrupt_message(stored: Stored, w
     stored; the connection stays usable."""
     good = batch([b"will-be-corrupted", b"second"])
     bad_batch = flip(good, CRC_POSITIONS[where] % len(good), 0x10)
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         result = client.produce(TOPIC, 0, bad_batch, acks=acks)
         assert result.error_code == ErrorCode.corrupt_message
         assert result.base_offset == -1
@@ -434,7 +435,7 @@ def test_batch_with_wrong_crc_is_rejected_with_corrupt_message(stored: Stored, w
 def test_batch_with_wrong_magic_is_rejected_with_invalid_record(stored: Stored, magic: int) -> None:
     """Produce v3+ accepts only magic v2 batches: any other magic byte is INVALID_RECORD (87)."""
     bad_batch = set_byte(batch([b"wrong-magic"]), 16, magic)
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         result = client.produce(TOPIC, 0, bad_batch)
         assert result.error_code == ErrorCode.invalid_record
         assert client.list_offsets(TOPIC, 0, -1).offset == len(stored.values)
@@ -445,7 +446,7 @@ def test_records_field_that_is_not_whole_batches_is_rejected_with_corrupt_messag
     """A records field cut short (batch length pointing past the end) or shorter than a
     batch header is CORRUPT_MESSAGE; nothing is stored."""
     good = batch([b"truncated-in-request"] * 3)
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         for records in (good[:-5], good[:40], good + good[:30]):
             result = client.produce(TOPIC, 0, records)
             assert result.error_code == ErrorCode.corrupt_message
@@ -458,7 +459,7 @@ def test_batch_larger_than_max_message_bytes_is_rejected_with_message_too_large(
     stored; one of exactly max.message.bytes is accepted."""
     limit = 1000
     rng = random.Random(1)
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         assert client.create_topic("limited", 1, {"max.message.bytes": str(limit)}).error_code == ErrorCode.none
         exact, exact_value = batch_of_size(limit, rng)
         too_big, _ = batch_of_size(limit + 1, rng)
@@ -475,7 +476,7 @@ def test_batch_larger_than_broker_message_max_bytes_is_rejected(broker_factory: 
     """The broker-wide default (message.max.bytes) applies to topics without an override."""
     s = seed(broker_factory(settings={"message.max.bytes": "2000"}, name="limited"))
     try:
-        with RawClient(s.broker.port) as client:
+        with connect(s.broker.bootstrap) as client:
             result = client.produce(TOPIC, 0, batch([b"z" * 3000]))
             assert result.error_code == ErrorCode.message_too_large
         assert_survived(s)
@@ -491,7 +492,7 @@ def test_produce_to_unknown_topic_or_partition_gets_unknown_topic_or_partition(
     stored: Stored, topic: str, partition: int
 ) -> None:
     """Produce to a topic or partition that does not exist: UNKNOWN_TOPIC_OR_PARTITION (3)."""
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         result = client.produce(topic, partition, batch([b"nowhere"]))
         assert result.error_code == ErrorCode.unknown_topic_or_partition
         assert result.base_offset == -1
@@ -503,8 +504,8 @@ def test_fetch_from_unknown_topic_or_partition_gets_unknown_topic_or_partition(
     stored: Stored, topic: str, partition: int
 ) -> None:
     """Fetch (v12, by name) of a topic or partition that does not exist: error 3, no records."""
-    with RawClient(stored.broker.port) as client:
-        part = client.fetch(topic, partition, 0)
+    with connect(stored.broker.bootstrap) as client:
+        part = client.fetch_partition(topic, partition, 0)
         assert part.error_code == ErrorCode.unknown_topic_or_partition
         assert not part.records
     assert_survived(stored)
@@ -512,7 +513,7 @@ def test_fetch_from_unknown_topic_or_partition_gets_unknown_topic_or_partition(
 
 def test_fetch_by_unknown_topic_id_gets_unknown_topic_id(stored: Stored) -> None:
     """Fetch v13+ addresses topics by id: an unknown id is UNKNOWN_TOPIC_ID (100)."""
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         response = client.request(
             FetchRequestV13(
                 max_wait=datetime.timedelta(0),
@@ -536,7 +537,7 @@ def test_list_offsets_of_unknown_topic_or_partition_gets_unknown_topic_or_partit
     stored: Stored, topic: str, partition: int, timestamp: int
 ) -> None:
     """ListOffsets (latest, earliest, by time) for a missing topic or partition: error 3."""
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         part = client.list_offsets(topic, partition, timestamp)
         assert part.error_code == ErrorCode.unknown_topic_or_partition
         assert part.offset == -1
@@ -545,7 +546,7 @@ def test_list_offsets_of_unknown_topic_or_partition_gets_unknown_topic_or_partit
 
 def test_metadata_for_unknown_topic_without_auto_creation_gets_unknown_topic_or_partition(stored: Stored) -> None:
     """Metadata with allow_auto_topic_creation=false does not create the topic: error 3."""
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         response = client.metadata(["not-there"], allow_auto_create=False)
         assert [(t.name, t.error_code) for t in response.topics] == [
             ("not-there", ErrorCode.unknown_topic_or_partition)
@@ -564,7 +565,7 @@ INVALID_NAMES = ["", ".", "..", "x" * 250, "has space", "slash/name", "colon:nam
 def test_create_topics_with_invalid_name_gets_invalid_topic_exception(stored: Stored, name: str) -> None:
     """Kafka's topic-name rules (non-empty, not '.'/'..', at most 249 of [a-zA-Z0-9._-]):
     anything else is INVALID_TOPIC_EXCEPTION (17) and nothing is created."""
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         result = client.create_topic(name, 1)
         assert result.error_code == ErrorCode.invalid_topic_exception
         assert result.error_message
@@ -575,7 +576,7 @@ def test_create_topics_with_invalid_name_gets_invalid_topic_exception(stored: St
 def test_topic_name_of_249_allowed_characters_is_accepted(stored: Stored) -> None:
     """The boundary of the name rules: 249 characters of letters, digits, '.', '_', '-'."""
     name = ("aZ09._-" * 36)[:249]
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         assert client.create_topic(name, 1).error_code == ErrorCode.none
         assert name in {t.name for t in client.metadata(None).topics}
     assert_survived(stored)
@@ -588,7 +589,7 @@ def test_metadata_with_invalid_topic_name_gets_invalid_topic_exception_and_creat
     """Metadata for an invalid name, even with auto-creation allowed, is
     INVALID_TOPIC_EXCEPTION (17) and creates nothing; valid names in the same request
     are still answered."""
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         response = client.request(
             MetadataRequest(
                 topics=(
@@ -628,7 +629,7 @@ INVALID_CONFIGS: list[dict[str, str | None]] = [
 def test_create_topics_with_invalid_config_gets_invalid_config(stored: Stored, configs: dict[str, str | None]) -> None:
     """An unknown config name or an unparseable / out-of-range value is INVALID_CONFIG (40)
     and the topic is not created."""
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         response = client.request(
             CreateTopicsRequest(
                 topics=(
@@ -649,7 +650,7 @@ def test_create_topics_with_invalid_config_gets_invalid_config(stored: Stored, c
     assert_survived(stored)
 
 
-def _describe_topic_configs(client: RawClient, topic: str) -> dict[str, str | None]:
+def _describe_topic_configs(client: KafkaConnection, topic: str) -> dict[str, str | None]:
     response = client.request(
         DescribeConfigsRequest(
             resources=(
@@ -680,7 +681,7 @@ def test_incremental_alter_configs_with_invalid_config_gets_invalid_config_and_c
 ) -> None:
     """An invalid operation is INVALID_CONFIG (40); the resource is altered all or
     nothing, so a valid change next to an invalid one is not applied either."""
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         before = _describe_topic_configs(client, TOPIC)
         response = client.request(
             IncrementalAlterConfigsRequest(
@@ -700,7 +701,7 @@ def test_incremental_alter_configs_with_invalid_config_gets_invalid_config_and_c
 
 
 def test_incremental_alter_configs_of_unknown_topic_gets_unknown_topic_or_partition(stored: Stored) -> None:
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         response = client.request(
             IncrementalAlterConfigsRequest(
                 resources=(
@@ -720,7 +721,7 @@ def test_incremental_alter_configs_of_unknown_topic_gets_unknown_topic_or_partit
 # --- partitions and replication ------------------------------------------------------
 
 
-def _create(client: RawClient, name: str, partitions: int, replication: int) -> object:
+def _create(client: KafkaConnection, name: str, partitions: int, replication: int) -> object:
     response = client.request(
         CreateTopicsRequest(
             topics=(
@@ -737,7 +738,7 @@ def _create(client: RawClient, name: str, partitions: int, replication: int) -> 
 @pytest.mark.parametrize("partitions", [0, -2, -1000])
 def test_create_topics_with_invalid_partition_count_gets_invalid_partitions(stored: Stored, partitions: int) -> None:
     """A partition count of 0 or below -1 (-1 means the broker default) is INVALID_PARTITIONS (37)."""
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         result = _create(client, "counted", partitions, -1)
         assert result.error_code == ErrorCode.invalid_partitions  # type: ignore[attr-defined]
         assert {t.name for t in client.metadata(None).topics} == {TOPIC}
@@ -750,7 +751,7 @@ def test_create_topics_with_replication_factor_other_than_one_gets_invalid_repli
 ) -> None:
     """A single broker cannot hold more than one replica; 0 and values below -1 are invalid
     too: INVALID_REPLICATION_FACTOR (38), nothing created."""
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         result = _create(client, "replicated", 1, replication)
         assert result.error_code == ErrorCode.invalid_replication_factor  # type: ignore[attr-defined]
         assert {t.name for t in client.metadata(None).topics} == {TOPIC}
@@ -761,7 +762,7 @@ def test_create_topics_with_replication_factor_other_than_one_gets_invalid_repli
 def test_create_partitions_to_fewer_or_equal_count_gets_invalid_partitions(stored: Stored, count: int) -> None:
     """CreatePartitions can only grow a topic: a count at or below the current one is
     INVALID_PARTITIONS (37) and the topic keeps its partitions and records."""
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         assert client.create_topic("grown", 2).error_code == ErrorCode.none
         response = client.request(
             CreatePartitionsRequest(
@@ -777,7 +778,7 @@ def test_create_partitions_to_fewer_or_equal_count_gets_invalid_partitions(store
 
 
 def test_create_partitions_of_unknown_topic_gets_unknown_topic_or_partition(stored: Stored) -> None:
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         response = client.request(
             CreatePartitionsRequest(
                 topics=(CreatePartitionsTopic(name="no-such-topic", count=4, assignments=None),),
@@ -795,7 +796,7 @@ def test_create_partitions_of_unknown_topic_gets_unknown_topic_or_partition(stor
 def test_successful_acks_0_produce_gets_no_response_and_keeps_the_connection(stored: Stored) -> None:
     """The control for the failure cases: acks=0 that succeeds sends nothing back, and
     the next request on the same connection is answered."""
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         client.produce(TOPIC, 0, batch([b"fire-and-forget"]), acks=0)
         assert client.api_versions().error_code == ErrorCode.none  # the next frame is this answer
         stored.values.append(b"fire-and-forget")
@@ -818,7 +819,7 @@ def test_failed_acks_0_produce_closes_the_connection(stored: Stored, case: str) 
         partition = 7
     else:
         records = good[:-3]
-    with RawClient(stored.broker.port) as client:
+    with connect(stored.broker.bootstrap) as client:
         client.produce(topic, partition, records, acks=0)
         assert client.wait_closed() == b""
     assert_survived(stored)

@@ -20,8 +20,13 @@ from tests.support.harness import REPO, ThreadBroker
 def cli(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "streamshop.cli", *args],
-        input=stdin, capture_output=True, text=True, timeout=timeout, cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        check=False,
     )
 
 
@@ -52,7 +57,10 @@ def test_topics_create_then_list_and_describe_json_show_partitions_offsets_id_an
     topic_id = broker.call(lambda: broker.broker.store.get("orders").topic_id)
     assert topic["id"] == base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")  # Kafka's text form
     assert [(p["partition"], p["log_start_offset"], p["log_end_offset"]) for p in topic["partitions"]] == [
-        (0, 0, 0), (1, 0, 0), (2, 0, 3), (3, 0, 0)
+        (0, 0, 0),
+        (1, 0, 0),
+        (2, 0, 3),
+        (3, 0, 0),
     ]
     assert topic["partitions"][0]["leader"] == 1
     assert topic["overrides"] == {"retention.ms": "60000"}
@@ -118,13 +126,35 @@ def test_produce_keyed_lines_with_headers_then_consume_from_beginning_prints_key
 ) -> None:
     assert topics(broker, "create", "keyed", "--partitions", "3").returncode == 0
     lines = [f"user-{i % 4}:event-{i}" for i in range(40)]
-    produced = cli("produce", "--bootstrap", broker.bootstrap, "--topic", "keyed", "--key-separator", ":",
-                   "--header", "source=cli", stdin="\n".join(lines) + "\n")
+    produced = cli(
+        "produce",
+        "--bootstrap",
+        broker.bootstrap,
+        "--topic",
+        "keyed",
+        "--key-separator",
+        ":",
+        "--header",
+        "source=cli",
+        stdin="\n".join(lines) + "\n",
+    )
     assert produced.returncode == 0, produced.stderr
     assert "40 records sent to keyed" in produced.stderr
 
-    consumed = cli("consume", "--bootstrap", broker.bootstrap, "--topic", "keyed", "--from-beginning",
-                   "--print-key", "--print-offset", "--max-messages", "40", "--timeout", "20")
+    consumed = cli(
+        "consume",
+        "--bootstrap",
+        broker.bootstrap,
+        "--topic",
+        "keyed",
+        "--from-beginning",
+        "--print-key",
+        "--print-offset",
+        "--max-messages",
+        "40",
+        "--timeout",
+        "20",
+    )
     assert consumed.returncode == 0, consumed.stderr
     rows = [line.split("\t") for line in consumed.stdout.splitlines()]
     assert sorted(value for _, _, value in rows) == sorted(f"event-{i}" for i in range(40))
@@ -155,15 +185,33 @@ def test_produce_keyed_lines_with_headers_then_consume_from_beginning_prints_key
 
 @pytest.mark.parametrize("acks", ["all", "1", "0"])
 def test_produce_with_each_acks_setting_stores_every_line(broker: ThreadBroker, acks: str) -> None:
-    result = cli("produce", "--bootstrap", broker.bootstrap, "--topic", "acks", "--acks", acks, "--partition", "0",
-                 stdin="".join(f"line {i}\n" for i in range(25)))
+    result = cli(
+        "produce",
+        "--bootstrap",
+        broker.bootstrap,
+        "--topic",
+        "acks",
+        "--acks",
+        acks,
+        "--partition",
+        "0",
+        stdin="".join(f"line {i}\n" for i in range(25)),
+    )
     assert result.returncode == 0, result.stderr
     assert end_offsets(broker, "acks")[0] == 25
 
 
 def test_produce_reports_each_line_without_the_key_separator_and_exits_1(broker: ThreadBroker) -> None:
-    result = cli("produce", "--bootstrap", broker.bootstrap, "--topic", "strict", "--key-separator", ":",
-                 stdin="a:1\nno separator here\nb:2\nalso bad\n")
+    result = cli(
+        "produce",
+        "--bootstrap",
+        broker.bootstrap,
+        "--topic",
+        "strict",
+        "--key-separator",
+        ":",
+        stdin="a:1\nno separator here\nb:2\nalso bad\n",
+    )
     assert result.returncode == 1
     assert "line 2: no key separator ':'" in result.stderr
     assert "line 4: no key separator ':'" in result.stderr
@@ -174,10 +222,32 @@ def test_produce_reports_each_line_without_the_key_separator_and_exits_1(broker:
 def test_consume_partition_and_offset_start_there_and_stop_at_max_messages(broker: ThreadBroker) -> None:
     assert topics(broker, "create", "picked", "--partitions", "2").returncode == 0
     for partition in ("0", "1"):
-        cli("produce", "--bootstrap", broker.bootstrap, "--topic", "picked", "--partition", partition,
-            stdin="".join(f"p{partition}-{i}\n" for i in range(6)))
-    result = cli("consume", "--bootstrap", broker.bootstrap, "--topic", "picked", "--partition", "1",
-                 "--offset", "2", "--max-messages", "3", "--print-offset", "--timeout", "20")
+        cli(
+            "produce",
+            "--bootstrap",
+            broker.bootstrap,
+            "--topic",
+            "picked",
+            "--partition",
+            partition,
+            stdin="".join(f"p{partition}-{i}\n" for i in range(6)),
+        )
+    result = cli(
+        "consume",
+        "--bootstrap",
+        broker.bootstrap,
+        "--topic",
+        "picked",
+        "--partition",
+        "1",
+        "--offset",
+        "2",
+        "--max-messages",
+        "3",
+        "--print-offset",
+        "--timeout",
+        "20",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["1:2\tp1-2", "1:3\tp1-3", "1:4\tp1-4"]
 

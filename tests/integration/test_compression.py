@@ -17,7 +17,7 @@ from tests.support.kafka_clients import (
     confluent_produce,
     create_topic,
 )
-from tests.support.kafka_wire import KafkaConnection, fetch, parse_bootstrap
+from tests.support.kafka_wire import connect
 
 CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 COUNT = 200
@@ -30,8 +30,8 @@ def _records() -> list[dict[str, bytes]]:
 
 def _stored_codecs(bootstrap: str, topic: str) -> tuple[set[int], int]:
     """Compression codecs of the batches the broker serves, and the bytes they take."""
-    with KafkaConnection(*parse_bootstrap(bootstrap)) as conn:
-        data = fetch(conn, topic, {0: 0}, partition_max_bytes=1 << 24)[0].records
+    with connect(bootstrap) as conn:
+        data = conn.fetch(topic, {0: 0}, partition_max_bytes=1 << 24)[0].records
     return {h.compression for _, h in iter_headers(data)}, len(data)
 
 

@@ -7,24 +7,16 @@ check the de-duplication rules and error codes byte for byte."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
 
 from broker.protocol.batch import iter_headers
-from broker.protocol.records import Record, build_batch, decode_records
+from broker.protocol.records import decode_records
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import aiokafka_produce, create_topic
-from tests.support.kafka_wire import (
-    FaultProxy,
-    KafkaConnection,
-    fetch,
-    init_producer_id,
-    parse_bootstrap,
-    produce,
-)
+from tests.support.kafka_wire import FaultProxy, KafkaConnection, batch, connect, parse_bootstrap
 
 PRODUCE = 0
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
@@ -34,8 +26,8 @@ COUNT = 60
 
 def _stored_values(broker: ThreadBroker, topic: str, partition: int = 0) -> list[bytes | None]:
     """Every record value in the partition, in offset order, straight from Fetch."""
-    with KafkaConnection(*parse_bootstrap(broker.bootstrap)) as conn:
-        part = fetch(conn, topic, {partition: 0}, partition_max_bytes=1 << 24)[partition]
+    with connect(broker.bootstrap) as conn:
+        part = conn.fetch(topic, {partition: 0}, partition_max_bytes=1 << 24)[partition]
     assert part.error_code == 0
     data = part.records or b""
     values: list[bytes | None] = []
@@ -147,19 +139,13 @@ async def test_aiokafka_idempotent_producer_retries_store_each_record_once(
 
 
 def _batch(values: list[bytes], producer_id: int, epoch: int, sequence: int) -> bytes:
-    now = int(time.time() * 1000)
-    return build_batch(
-        [Record(i, now, None, v) for i, v in enumerate(values)],
-        producer_id=producer_id,
-        producer_epoch=epoch,
-        base_sequence=sequence,
-    )
+    return batch(values, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
 
 
 @pytest.fixture
 def conn(broker: ThreadBroker) -> Iterator[KafkaConnection]:
     create_topic(broker.bootstrap, "raw", 1)
-    with KafkaConnection(*parse_bootstrap(broker.bootstrap)) as connection:
+    with connect(broker.bootstrap) as connection:
         yield connection
 
 
@@ -169,25 +155,25 @@ def test_resent_idempotent_batch_gets_its_original_offset_and_is_stored_once(
     """Re-sending a batch with the same producer id, epoch and sequence (the last one or an
     earlier one still cached) succeeds with the offset it was first written at, and writes
     nothing; this survives a broker restart (producer state is rebuilt from the log)."""
-    pid, epoch = init_producer_id(conn)
+    pid, epoch = conn.init_producer_id()
     first = _batch([b"a0", b"a1", b"a2"], pid, epoch, 0)
     second = _batch([b"b0", b"b1"], pid, epoch, 3)
-    written = produce(conn, "raw", 0, first)
+    written = conn.produce("raw", 0, first)
     assert (written.error_code, written.base_offset) == (0, 0)
-    written = produce(conn, "raw", 0, second)
+    written = conn.produce("raw", 0, second)
     assert (written.error_code, written.base_offset) == (0, 3)
 
-    again = produce(conn, "raw", 0, second)
+    again = conn.produce("raw", 0, second)
     assert (again.error_code, again.base_offset) == (0, 3)
-    again = produce(conn, "raw", 0, first)
+    again = conn.produce("raw", 0, first)
     assert (again.error_code, again.base_offset) == (0, 0)
     assert _stored_values(broker, "raw") == [b"a0", b"a1", b"a2", b"b0", b"b1"]
 
     broker.restart()
-    with KafkaConnection(*parse_bootstrap(broker.bootstrap)) as fresh:
-        again = produce(fresh, "raw", 0, second)
+    with connect(broker.bootstrap) as fresh:
+        again = fresh.produce("raw", 0, second)
         assert (again.error_code, again.base_offset) == (0, 3)
-        assert produce(fresh, "raw", 0, _batch([b"c0"], pid, epoch, 5)).base_offset == 5
+        assert fresh.produce("raw", 0, _batch([b"c0"], pid, epoch, 5)).base_offset == 5
     assert _stored_values(broker, "raw") == [b"a0", b"a1", b"a2", b"b0", b"b1", b"c0"]
 
 
@@ -196,14 +182,14 @@ def test_sequence_gap_is_out_of_order_sequence_number_and_writes_nothing(
 ) -> None:
     """A batch whose sequence skips ahead of the last one is rejected with
     OUT_OF_ORDER_SEQUENCE_NUMBER (45); the producer can go on with the right sequence."""
-    pid, epoch = init_producer_id(conn)
-    assert produce(conn, "raw", 0, _batch([b"a0", b"a1"], pid, epoch, 0)).error_code == 0
+    pid, epoch = conn.init_producer_id()
+    assert conn.produce("raw", 0, _batch([b"a0", b"a1"], pid, epoch, 0)).error_code == 0
 
-    gap = produce(conn, "raw", 0, _batch([b"lost"], pid, epoch, 5))
+    gap = conn.produce("raw", 0, _batch([b"lost"], pid, epoch, 5))
     assert gap.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
     assert _stored_values(broker, "raw") == [b"a0", b"a1"]
 
-    resumed = produce(conn, "raw", 0, _batch([b"a2"], pid, epoch, 2))
+    resumed = conn.produce("raw", 0, _batch([b"a2"], pid, epoch, 2))
     assert (resumed.error_code, resumed.base_offset) == (0, 2)
 
 
@@ -212,23 +198,23 @@ def test_older_producer_epoch_is_invalid_producer_epoch_and_writes_nothing(
 ) -> None:
     """Once a producer id has written with a newer epoch, a batch from an older epoch is
     fenced with INVALID_PRODUCER_EPOCH (47); a new epoch must start at sequence 0."""
-    pid, epoch = init_producer_id(conn)
-    assert produce(conn, "raw", 0, _batch([b"old"], pid, epoch, 0)).error_code == 0
-    bad_start = produce(conn, "raw", 0, _batch([b"new-bad"], pid, epoch + 1, 7))
+    pid, epoch = conn.init_producer_id()
+    assert conn.produce("raw", 0, _batch([b"old"], pid, epoch, 0)).error_code == 0
+    bad_start = conn.produce("raw", 0, _batch([b"new-bad"], pid, epoch + 1, 7))
     assert bad_start.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
-    assert produce(conn, "raw", 0, _batch([b"new"], pid, epoch + 1, 0)).error_code == 0
+    assert conn.produce("raw", 0, _batch([b"new"], pid, epoch + 1, 0)).error_code == 0
 
-    fenced = produce(conn, "raw", 0, _batch([b"zombie"], pid, epoch, 1))
+    fenced = conn.produce("raw", 0, _batch([b"zombie"], pid, epoch, 1))
     assert fenced.error_code == INVALID_PRODUCER_EPOCH
     assert _stored_values(broker, "raw") == [b"old", b"new"]
 
 
 def test_init_producer_id_hands_out_distinct_ids(broker: ThreadBroker, conn: KafkaConnection) -> None:
     """Every idempotent producer gets its own id (epoch 0), also after a restart."""
-    ids = {init_producer_id(conn) for _ in range(3)}
+    ids = {conn.init_producer_id() for _ in range(3)}
     broker.restart()
-    with KafkaConnection(*parse_bootstrap(broker.bootstrap)) as fresh:
-        ids |= {init_producer_id(fresh) for _ in range(3)}
+    with connect(broker.bootstrap) as fresh:
+        ids |= {fresh.init_producer_id() for _ in range(3)}
     assert len(ids) == 6
     assert {epoch for _, epoch in ids} == {0}
     assert all(pid >= 0 for pid, _ in ids)

@@ -26,7 +26,7 @@ from tests.support.kafka_clients import (
     create_topic,
     from_confluent,
 )
-from tests.support.kafka_wire import KafkaConnection, fetch, parse_bootstrap
+from tests.support.kafka_wire import connect
 
 KEYS = [f"customer-{i}".encode() for i in range(24)]
 
@@ -223,9 +223,7 @@ SEEK_TARGETS = [0, 5, 13, 24, 39]
 def _produce_in_batches(bootstrap: str, topic: str, batches: int, per_batch: int) -> None:
     """Several multi-record batches, so that seeks land in the middle of a batch."""
     for b in range(batches):
-        confluent_produce(
-            bootstrap, topic, [{"value": f"r{b * per_batch + i}".encode()} for i in range(per_batch)]
-        )
+        confluent_produce(bootstrap, topic, [{"value": f"r{b * per_batch + i}".encode()} for i in range(per_batch)])
 
 
 def test_confluent_consumer_replays_from_any_offset_after_seek(broker: ThreadBroker) -> None:
@@ -233,9 +231,7 @@ def test_confluent_consumer_replays_from_any_offset_after_seek(broker: ThreadBro
     exactly that record to the end of the partition."""
     create_topic(broker.bootstrap, "replay", 1)
     _produce_in_batches(broker.bootstrap, "replay", 5, 8)
-    consumer = Consumer(
-        {"bootstrap.servers": broker.bootstrap, "group.id": "seeker", "enable.auto.commit": False}
-    )
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "seeker", "enable.auto.commit": False})
     try:
         consumer.assign([TopicPartition("replay", 0, 40)])
         for target in SEEK_TARGETS:
@@ -300,9 +296,9 @@ def test_fetch_on_an_empty_partition_waits_max_wait_then_answers_empty(broker: T
     """With min_bytes=1 and nothing to read, Fetch holds the request for max_wait
     instead of answering at once (a long poll, not a busy loop)."""
     create_topic(broker.bootstrap, "quiet", 1)
-    with KafkaConnection(*parse_bootstrap(broker.bootstrap)) as conn:
+    with connect(broker.bootstrap) as conn:
         started = time.monotonic()
-        parts = fetch(conn, "quiet", {0: 0}, max_wait_ms=400, min_bytes=1)
+        parts = conn.fetch("quiet", {0: 0}, max_wait_ms=400, min_bytes=1)
         elapsed = time.monotonic() - started
     assert parts[0].error_code == 0
     assert not parts[0].records
@@ -386,8 +382,8 @@ def test_fetch_returns_a_batch_larger_than_every_limit_whole_and_nothing_after_i
     create_topic(broker.bootstrap, "limits", 2)
     _produce_big_then_small(broker.bootstrap, "limits")
     confluent_produce(broker.bootstrap, "limits", [{"partition": 1, "value": b"other"}])
-    with KafkaConnection(*parse_bootstrap(broker.bootstrap)) as conn:
-        parts = fetch(conn, "limits", {0: 0, 1: 0}, max_bytes=1000, partition_max_bytes=1000)
+    with connect(broker.bootstrap) as conn:
+        parts = conn.fetch("limits", {0: 0, 1: 0}, max_bytes=1000, partition_max_bytes=1000)
         batches = list(iter_headers(parts[0].records))
         assert len(batches) == 1
         assert batches[0][1].size == len(parts[0].records) > BIG
@@ -395,16 +391,16 @@ def test_fetch_returns_a_batch_larger_than_every_limit_whole_and_nothing_after_i
         assert not parts[1].records
 
         # From offset 1, a partition limit of 2.5 small batches returns 2 whole batches.
-        small = fetch(conn, "limits", {0: 1}, partition_max_bytes=100_000)[0].records
+        small = conn.fetch("limits", {0: 1}, partition_max_bytes=100_000)[0].records
         sizes = [h.size for _, h in iter_headers(small)]
         assert len(sizes) == 4
         limit = sizes[0] + sizes[1] + sizes[2] // 2
-        limited = fetch(conn, "limits", {0: 1}, partition_max_bytes=limit)[0].records
+        limited = conn.fetch("limits", {0: 1}, partition_max_bytes=limit)[0].records
         assert [h.base_offset for _, h in iter_headers(limited)] == [1, 2]
         assert len(limited) == sizes[0] + sizes[1]
 
         # The request-wide max_bytes bounds the sum over partitions too.
-        both = fetch(conn, "limits", {1: 0, 0: 1}, max_bytes=sizes[0] * 2, partition_max_bytes=100_000)
+        both = conn.fetch("limits", {1: 0, 0: 1}, max_bytes=sizes[0] * 2, partition_max_bytes=100_000)
         assert both[1].records
         assert len(both[1].records) + len(both[0].records) <= sizes[0] * 2
 

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -19,9 +17,18 @@ from typing import Any, TypeVar
 from broker.app import RunningBroker, start_broker
 from broker.clock import Clock
 from broker.config import BrokerConfig
+from streamshop.broker_process import broker_command, parse_ready_line
 
 T = TypeVar("T")
-READY = re.compile(r"streamshop broker ready on (\S+):(\d+)(?: admin http://(\S+):(\d+))?")
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """The loop `streamshop broker` runs on: uvloop where installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -32,7 +39,7 @@ class ThreadBroker:
         self.data_dir = data_dir
         self.settings = dict(settings or {})
         self.clock = clock
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="test-broker")
         self.running: RunningBroker | None = None
         self.port = 0
@@ -104,17 +111,14 @@ class BrokerProcess:
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
 
     def start(self, timeout: float = 30) -> BrokerProcess:
-        cmd = [
-            sys.executable, "-m", "streamshop.cli", "broker",
-            "--data-dir", str(self.data_dir),
-            "--listen", f"127.0.0.1:{self.port}",
-            "--admin-listen", f"127.0.0.1:{self.admin_port}",
-        ]
-        for key, value in self.settings.items():
-            cmd += ["--set", f"{key}={value}"]
+        cmd = broker_command(self.data_dir, f"127.0.0.1:{self.port}", f"127.0.0.1:{self.admin_port}", self.settings)
         log = open(self.log_path, "a")  # noqa: SIM115 - the child owns it for its lifetime
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO,
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         log.close()
@@ -124,11 +128,11 @@ class BrokerProcess:
             line = self.proc.stdout.readline()
             if not line:
                 raise RuntimeError(f"broker exited with {self.proc.wait()}: see {self.log_path}")
-            match = READY.search(line)
-            if match:
-                self.port = int(match.group(2))
-                if match.group(4):
-                    self.admin_port = int(match.group(4))
+            ready = parse_ready_line(line)
+            if ready is not None:
+                self.port = ready.port
+                if ready.admin_url:
+                    self.admin_port = int(ready.admin_url.rsplit(":", 1)[1])
                 return self
         raise TimeoutError("broker did not report ready")
 

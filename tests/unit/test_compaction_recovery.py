@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.clock import ManualClock
-from broker.config import BrokerConfig, LogConfig
 from broker.log.cleaner import clean, complete_interrupted_swaps
 from broker.log.partition_log import PartitionLog
 from broker.protocol.batch import split_batches, validate_batch
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch, decode_records
+from tests.support.logs import START_MS, Env, environment
 
-START_MS = 1_700_000_000_000
 DELETE_RETENTION_MS = 3_600_000
 PROPERTY_SETTINGS = settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -49,24 +47,6 @@ keyed_batches = st.tuples(
     st.lists(keyed_records, min_size=1, max_size=4),
     st.sampled_from([0, 1, 4]),  # none, gzip, zstd
 )
-
-
-@dataclass
-class Env:
-    directory: Path
-    config: LogConfig
-    clock: ManualClock
-
-    def open(self, *, recover: bool = False, directory: Path | None = None) -> PartitionLog:
-        return PartitionLog(directory or self.directory, "t", 0, self.config, self.clock, recover=recover)
-
-
-@contextmanager
-def environment(overrides: dict[str, str]) -> Iterator[Env]:
-    with tempfile.TemporaryDirectory() as tmp:
-        defaults = BrokerConfig(data_dir=Path(tmp) / "broker").topic_defaults()
-        config = LogConfig.from_strings({**defaults, **overrides})
-        yield Env(Path(tmp) / "t-0", config, ManualClock(START_MS))
 
 
 def append(

@@ -18,11 +18,15 @@ TOPIC_B = uuid.uuid4()
 
 def _topics() -> list[FetchTopic]:
     return [
-        FetchTopic("orders", TOPIC_A, [
-            FetchPartition(0, 0, 120, 120, 3, b"\x01" * 300),
-            FetchPartition(1, 0, 0, 0, 0, b""),
-            FetchPartition(2, 1, 7, 7, 5, None),
-        ]),
+        FetchTopic(
+            "orders",
+            TOPIC_A,
+            [
+                FetchPartition(0, 0, 120, 120, 3, b"\x01" * 300),
+                FetchPartition(1, 0, 0, 0, 0, b""),
+                FetchPartition(2, 1, 7, 7, 5, None),
+            ],
+        ),
         FetchTopic("ünïcode.topic", TOPIC_B, [FetchPartition(5, 3, -1, -1, -1, b"")]),
     ]
 

@@ -6,9 +6,6 @@ indexes -- never serving a corrupt batch."""
 from __future__ import annotations
 
 import os
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -17,16 +14,15 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from broker.clock import ManualClock
-from broker.config import BrokerConfig, LogConfig
 from broker.log.partition_log import PartitionLog
 from broker.protocol.batch import iter_headers, split_batches, validate_batch
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch, decode_records
+from tests.support.logs import START_MS, environment
 
 PROPERTY_SETTINGS = settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
-START_MS = 1_700_000_000_000
 
 # (key, value, timestamp jitter around the clock) per record
 record_specs = st.tuples(
@@ -51,24 +47,6 @@ class Model:
     """What the log must hold: record i has offset i."""
 
     records: list[Record] = field(default_factory=list)
-
-
-@dataclass
-class Env:
-    directory: Path
-    config: LogConfig
-    clock: ManualClock
-
-    def open(self, *, recover: bool) -> PartitionLog:
-        return PartitionLog(self.directory, "t", 0, self.config, self.clock, recover=recover)
-
-
-@contextmanager
-def environment(overrides: dict[str, str]) -> Iterator[Env]:
-    with tempfile.TemporaryDirectory() as tmp:
-        defaults = BrokerConfig(data_dir=Path(tmp) / "broker").topic_defaults()
-        config = LogConfig.from_strings({**defaults, **overrides})
-        yield Env(Path(tmp) / "t-0", config, ManualClock(START_MS))
 
 
 def append_all(

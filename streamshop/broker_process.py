@@ -1,0 +1,45 @@
+"""How to start `streamshop broker` as a child process and recognise its ready line;
+shared by the demo, the benchmark and the test harness."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+_READY = re.compile(r"streamshop broker ready on (\S+):(\d+)(?: admin (http://\S+))?")
+
+
+@dataclass(frozen=True)
+class ReadyLine:
+    host: str
+    port: int
+    admin_url: str | None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def broker_command(
+    data_dir: Path, listen: str, admin_listen: str = "off", settings: dict[str, str] | None = None
+) -> list[str]:
+    cmd = [sys.executable, "-m", "streamshop.cli", "broker", "--data-dir", str(data_dir)]
+    cmd += ["--listen", listen, "--admin-listen", admin_listen]
+    for key, value in (settings or {}).items():
+        cmd += ["--set", f"{key}={value}"]
+    return cmd
+
+
+def parse_ready_line(line: str) -> ReadyLine | None:
+    """The broker prints `streamshop broker ready on HOST:PORT [admin URL] data DIR`
+    once it serves; a wildcard listen address is reported as loopback."""
+    match = _READY.search(line)
+    if match is None:
+        return None
+    host = "127.0.0.1" if match.group(1) in ("0.0.0.0", "") else match.group(1)
+    admin = match.group(3)
+    if admin:
+        admin = admin.replace("//0.0.0.0:", "//127.0.0.1:")
+    return ReadyLine(host, int(match.group(2)), admin)
