@@ -1,0 +1,542 @@
+"""The group coordinator: every consumer group and its committed offsets.
+
+Committed offsets and group metadata are records in the compacted internal topic
+`__consumer_offsets` of the broker's own log (msgpack keys and values), in the partition
+`hash(group) % offsets.topic.num.partitions`, as in Kafka.  They are replayed on start;
+a commit is answered only after its record is fsynced.  Compaction keeps the topic's
+size bounded (one live record per group and partition, tombstones for deleted ones).
+
+Expiry (sessions, pending member ids, join deadlines, offset retention) runs in `tick`,
+driven by the broker's injected clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+import zlib
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+import msgpack
+import structlog
+
+from broker.clock import Clock
+from broker.coordinator.group import Group, GroupState, JoinResult, Member
+from broker.log.partition_log import PartitionLog
+from broker.metadata import MetadataStore
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.records import Record, build_batch, decode_records
+
+log = structlog.get_logger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+MAX_GROUP_ID = 249  # Kafka's limit on a group id's length is that of a topic name
+_OFFSETS_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.bytes": str(8 * 1024 * 1024),
+    "retention.ms": "-1",
+    "min.cleanable.dirty.ratio": "0.5",
+    "message.timestamp.after.max.ms": str((1 << 63) - 1),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_ms: int
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    offsets_partitions: int = 50
+    initial_rebalance_delay_ms: int = 100
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    max_metadata_bytes: int = 4096
+    max_group_size: int = 1 << 31
+
+
+Sync = Callable[[Iterable[PartitionLog]], Awaitable[None]]
+
+
+class GroupCoordinator:
+    def __init__(self, store: MetadataStore, clock: Clock, config: CoordinatorConfig, sync: Sync) -> None:
+        self.store = store
+        self.clock = clock
+        self.config = config
+        self._sync = sync
+        self.groups: dict[str, Group] = {}
+        self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+        self.empty_since: dict[str, int] = {}  # when each group last became empty
+        topic = store.get(OFFSETS_TOPIC)
+        if topic is None:
+            topic = store.create_topic(OFFSETS_TOPIC, config.offsets_partitions, _OFFSETS_CONFIG, internal=True)
+        self.partitions = topic.partitions
+        self._load()
+
+    # --- persistence -----------------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        # Stable across runs (Python's hash() of a str is salted per process).
+        return zlib.crc32(group_id.encode()) % self.partitions
+
+    def _log_for(self, group_id: str) -> PartitionLog:
+        plog = self.store.partition_log(OFFSETS_TOPIC, self.partition_for(group_id))
+        assert plog is not None
+        return plog
+
+    def _load(self) -> None:
+        now = self.clock.now_ms()
+        for p in range(self.partitions):
+            plog = self.store.partition_log(OFFSETS_TOPIC, p)
+            assert plog is not None
+            offset = plog.log_start_offset
+            while offset < plog.next_offset:
+                data = plog.read(offset, 1 << 20)
+                if not data:
+                    break
+                pos = 0
+                while pos < len(data):
+                    size = int.from_bytes(data[pos + 8 : pos + 12], "big") + 12
+                    header, records = decode_records(data[pos : pos + size])
+                    for record in records:
+                        self._replay(record, now)
+                    pos += size
+                    offset = header.last_offset + 1
+        log.info("group coordinator loaded", groups=len(self.groups), offsets=sum(len(o) for o in self.offsets.values()))
+
+    def _replay(self, record: Record, now: int) -> None:
+        key = msgpack.unpackb(record.key or b"\x90")
+        if key[0] == "o":
+            _, group_id, topic, partition = key
+            offsets = self.offsets.setdefault(group_id, {})
+            if record.value is None:
+                offsets.pop((topic, partition), None)
+            else:
+                value = msgpack.unpackb(record.value)
+                offsets[(topic, partition)] = CommittedOffset(value["o"], value["e"], value["m"], value["t"])
+        elif key[0] == "g":
+            group_id = key[1]
+            if record.value is None:
+                self.groups.pop(group_id, None)
+                return
+            value = msgpack.unpackb(record.value)
+            group = Group(group_id, self.config.initial_rebalance_delay_ms)
+            group.generation = value["generation"]
+            group.protocol_type = value["protocol_type"]
+            group.protocol_name = value["protocol"]
+            group.leader = value["leader"]
+            for m in value["members"]:
+                member = Member(
+                    member_id=m[0], group_instance_id=m[1], client_id=m[2], client_host=m[3],
+                    session_timeout_ms=m[4], rebalance_timeout_ms=m[5], protocol_type=group.protocol_type or "",
+                    protocols=[(group.protocol_name or "", m[6])], last_heartbeat_ms=now, assignment=m[7],
+                )
+                group.members[member.member_id] = member
+                if member.group_instance_id:
+                    group.static_members[member.group_instance_id] = member.member_id
+            # Members come back after a restart with their ids: a generation in progress
+            # resumes as Stable and expires members that do not return.
+            group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+            if not group.members:
+                self.empty_since[group_id] = value.get("empty_since", now)
+            self.groups[group_id] = group
+
+    def _append(self, group_id: str, records: list[tuple[list[object], dict[str, object] | None]]) -> PartitionLog:
+        now = self.clock.now_ms()
+        batch = build_batch(
+            [
+                Record(i, now, msgpack.packb(key), None if value is None else msgpack.packb(value))
+                for i, (key, value) in enumerate(records)
+            ]
+        )
+        plog = self._log_for(group_id)
+        plog.append_internal(batch)
+        return plog
+
+    def _group_record(self, group: Group) -> tuple[list[object], dict[str, object] | None]:
+        return (
+            ["g", group.group_id],
+            {
+                "generation": group.generation,
+                "protocol_type": group.protocol_type,
+                "protocol": group.protocol_name,
+                "leader": group.leader,
+                "empty_since": self.empty_since.get(group.group_id),
+                "members": [
+                    [
+                        m.member_id, m.group_instance_id, m.client_id, m.client_host, m.session_timeout_ms,
+                        m.rebalance_timeout_ms, m.metadata_for(group.protocol_name or ""), m.assignment,
+                    ]
+                    for m in group.members.values()
+                ],
+            },
+        )
+
+    async def _persist_group(self, group: Group) -> None:
+        plog = self._append(group.group_id, [self._group_record(group)])
+        await self._sync([plog])
+
+    # --- validation ------------------------------------------------------------------
+
+    def _check_group_id(self, group_id: str | None) -> str:
+        if not group_id:
+            raise KafkaError(ErrorCode.invalid_group_id, "the group id is empty")
+        if len(group_id) > MAX_GROUP_ID:
+            raise KafkaError(ErrorCode.invalid_group_id, f"the group id is longer than {MAX_GROUP_ID} characters")
+        return group_id
+
+    def _group(self, group_id: str) -> Group:
+        group = self.groups.get(group_id)
+        if group is None or group.state == GroupState.DEAD:
+            group = self.groups[group_id] = Group(group_id, self.config.initial_rebalance_delay_ms)
+            group.state_changed_ms = self.clock.now_ms()
+        return group
+
+    # --- JoinGroup -------------------------------------------------------------------
+
+    async def join(
+        self,
+        *,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        require_known_member_id: bool,
+    ) -> JoinResult:
+        self._check_group_id(group_id)
+        if not self.config.min_session_timeout_ms <= session_timeout_ms <= self.config.max_session_timeout_ms:
+            raise KafkaError(
+                ErrorCode.invalid_session_timeout,
+                f"session timeout {session_timeout_ms} ms is outside [{self.config.min_session_timeout_ms}, "
+                f"{self.config.max_session_timeout_ms}]",
+            )
+        now = self.clock.now_ms()
+        group = self._group(group_id)
+        if not group.supports(protocol_type, protocols):
+            raise KafkaError(ErrorCode.inconsistent_group_protocol, "the member's protocols do not match the group's")
+        if rebalance_timeout_ms < 0:
+            rebalance_timeout_ms = session_timeout_ms  # JoinGroup v0 has no rebalance timeout
+
+        if not member_id:
+            new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            if group_instance_id is not None:
+                return await self._join_static(
+                    group, new_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                    rebalance_timeout_ms, protocol_type, protocols, now,
+                )
+            if require_known_member_id:
+                # KIP-394: hand out the id first; the member joins with it.
+                group.pending[new_id] = now + session_timeout_ms
+                return JoinResult(-1, None, None, "", new_id, [], ErrorCode.member_id_required)
+            member_id = new_id
+            group.pending[member_id] = now + session_timeout_ms
+
+        member = group.members.get(member_id)
+        if member is None:
+            if member_id not in group.pending:
+                raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
+            del group.pending[member_id]
+            member = Member(
+                member_id, group_instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                protocol_type, protocols, now,
+            )
+            group.members[member_id] = member
+            if group_instance_id is not None:
+                group.static_members[group_instance_id] = member_id
+            if group.protocol_type is None or len(group.members) == 1:
+                group.protocol_type = protocol_type
+            self.empty_since.pop(group_id, None)
+            if group.state == GroupState.PREPARING_REBALANCE:
+                group.member_arrived(now)
+            self._rebalance(group, now)
+        else:
+            if group_instance_id is not None and group.static_members.get(group_instance_id) != member_id:
+                raise KafkaError(ErrorCode.fenced_instance_id, f"instance {group_instance_id} has a newer member id")
+            changed = member.protocols != protocols
+            member.protocols = protocols
+            member.session_timeout_ms = session_timeout_ms
+            member.rebalance_timeout_ms = rebalance_timeout_ms
+            member.last_heartbeat_ms = now
+            if group.state == GroupState.STABLE and not changed and member_id != group.leader:
+                return group.join_result(member_id)
+            if group.state == GroupState.COMPLETING_REBALANCE and not changed:
+                return group.join_result(member_id)
+            if group.state != GroupState.PREPARING_REBALANCE:
+                self._rebalance(group, now)
+        return await self._await_join(group, member)
+
+    async def _join_static(
+        self, group: Group, new_id: str, instance_id: str, client_id: str, client_host: str,
+        session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+        protocols: list[tuple[str, bytes]], now: int,
+    ) -> JoinResult:
+        old_id = group.static_members.get(instance_id)
+        old = group.members.get(old_id) if old_id else None
+        if old is None:
+            group.pending[new_id] = now + session_timeout_ms
+            return await self.join(
+                group_id=group.group_id, member_id=new_id, group_instance_id=instance_id, client_id=client_id,
+                client_host=client_host, session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type, protocols=protocols,
+                require_known_member_id=False,
+            )
+        # A known static member restarted: it takes over its old identity (and its
+        # partitions) under a new member id, without a rebalance when nothing changed.
+        group.members.pop(old.member_id)
+        for future in (old.join_future, old.sync_future):
+            if future is not None and not future.done():
+                future.set_exception(KafkaError(ErrorCode.fenced_instance_id))
+        old.member_id = new_id
+        old.client_id, old.client_host = client_id, client_host
+        old.session_timeout_ms, old.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+        old.last_heartbeat_ms = now
+        old.join_future = old.sync_future = None
+        changed = old.protocols != protocols
+        old.protocols = protocols
+        group.members[new_id] = old
+        group.static_members[instance_id] = new_id
+        if group.leader == old_id:
+            group.leader = new_id
+        if group.state == GroupState.STABLE and not changed:
+            await self._persist_group(group)
+            return group.join_result(new_id)
+        if group.state != GroupState.PREPARING_REBALANCE:
+            self._rebalance(group, now)
+        return await self._await_join(group, old)
+
+    def _rebalance(self, group: Group, now: int) -> None:
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return
+        initial = group.state == GroupState.EMPTY
+        group.prepare_rebalance(now, initial=initial)
+        log.info("rebalancing", group=group.group_id, members=len(group.members), generation=group.generation)
+
+    async def _await_join(self, group: Group, member: Member) -> JoinResult:
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        member.join_future = future
+        self._maybe_complete_join(group, self.clock.now_ms())
+        return await future
+
+    def _maybe_complete_join(self, group: Group, now: int) -> None:
+        if group.join_due(now):
+            group.complete_join(now)
+            if group.state == GroupState.EMPTY:
+                self.empty_since[group.group_id] = now
+
+    # --- SyncGroup -------------------------------------------------------------------
+
+    async def sync_group(
+        self,
+        *,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+    ) -> tuple[str | None, str | None, bytes]:
+        self._check_group_id(group_id)
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
+        member = group.members[member_id]
+        self._check_instance(group, member, group_instance_id)
+        if generation != group.generation:
+            raise KafkaError(ErrorCode.illegal_generation, f"generation {generation} is not {group.generation}")
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol_name is not None and protocol_name != group.protocol_name
+        ):
+            raise KafkaError(ErrorCode.inconsistent_group_protocol, "protocol type or name differs from the group's")
+        member.last_heartbeat_ms = self.clock.now_ms()
+        if group.state == GroupState.PREPARING_REBALANCE:
+            raise KafkaError(ErrorCode.rebalance_in_progress)
+        if group.state == GroupState.STABLE:
+            return group.protocol_type, group.protocol_name, member.assignment
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        member.sync_future = future
+        if member_id == group.leader:
+            group.complete_sync(assignments, self.clock.now_ms())
+            await self._persist_group(group)
+        assignment = await future
+        return group.protocol_type, group.protocol_name, assignment
+
+    def _check_instance(self, group: Group, member: Member, instance_id: str | None) -> None:
+        if instance_id is not None and group.static_members.get(instance_id) != member.member_id:
+            raise KafkaError(ErrorCode.fenced_instance_id, f"instance {instance_id} belongs to another member")
+
+    # --- Heartbeat and LeaveGroup ----------------------------------------------------
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None) -> None:
+        self._check_group_id(group_id)
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
+        member = group.members[member_id]
+        self._check_instance(group, member, group_instance_id)
+        if generation != group.generation:
+            raise KafkaError(ErrorCode.illegal_generation, f"generation {generation} is not {group.generation}")
+        member.last_heartbeat_ms = self.clock.now_ms()
+        if group.state == GroupState.PREPARING_REBALANCE:
+            raise KafkaError(ErrorCode.rebalance_in_progress)
+
+    def leave(self, group_id: str, member_id: str | None, group_instance_id: str | None) -> None:
+        self._check_group_id(group_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            raise KafkaError(ErrorCode.unknown_member_id, f"group {group_id!r} has no members")
+        if group_instance_id is not None:
+            found = group.static_members.get(group_instance_id)
+            if found is None or (member_id and member_id != found):
+                raise KafkaError(
+                    ErrorCode.fenced_instance_id if found else ErrorCode.unknown_member_id,
+                    f"instance {group_instance_id} is not a member",
+                )
+            member_id = found
+        if not member_id or member_id not in group.members:
+            if member_id in group.pending:
+                del group.pending[member_id]
+                return
+            raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
+        self._remove(group, member_id, "left the group")
+
+    def _remove(self, group: Group, member_id: str, reason: str) -> None:
+        now = self.clock.now_ms()
+        group.remove_member(member_id)
+        log.info("member removed", group=group.group_id, member=member_id, reason=reason)
+        if group.state == GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(group, now)
+        elif group.members:
+            self._rebalance(group, now)
+        else:
+            group.state = GroupState.EMPTY
+            group.state_changed_ms = now
+            group.generation += 1
+            group.leader = group.protocol_name = None
+            self.empty_since[group.group_id] = now
+            self._append(group.group_id, [self._group_record(group)])
+
+    # --- expiry ----------------------------------------------------------------------
+
+    def tick(self) -> None:
+        now = self.clock.now_ms()
+        for group in list(self.groups.values()):
+            for member_id, deadline in list(group.pending.items()):
+                if now >= deadline:
+                    del group.pending[member_id]
+            for member in list(group.members.values()):
+                if member.awaiting_join or (member.sync_future is not None and not member.sync_future.done()):
+                    continue
+                if now - member.last_heartbeat_ms > member.session_timeout_ms:
+                    self._remove(group, member.member_id, "session timeout")
+            self._maybe_complete_join(group, now)
+        self._expire_offsets(now)
+
+    def _expire_offsets(self, now: int) -> None:
+        retention = self.config.offsets_retention_ms
+        for group_id, offsets in list(self.offsets.items()):
+            group = self.groups.get(group_id)
+            if group is not None and group.members:
+                continue  # offsets of an active group never expire (KIP-211)
+            since = self.empty_since.get(group_id)
+            expired = [
+                tp for tp, committed in offsets.items()
+                if now - (since if since is not None else committed.commit_ms) >= retention
+                and now - committed.commit_ms >= retention
+            ]
+            if expired:
+                self._append(group_id, [(["o", group_id, t, p], None) for t, p in expired])
+                for tp in expired:
+                    del offsets[tp]
+                log.info("offsets expired", group=group_id, partitions=len(expired))
+            if not offsets:
+                del self.offsets[group_id]
+                if group is not None and group.state == GroupState.EMPTY and not group.pending:
+                    self._append(group_id, [(["g", group_id], None)])
+                    group.state = GroupState.DEAD
+                    del self.groups[group_id]
+
+    # --- offsets ---------------------------------------------------------------------
+
+    def validate_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
+        """Kafka's checks before any partition is looked at."""
+        self._check_group_id(group_id)
+        group = self.groups.get(group_id)
+        if generation < 0 and not member_id:
+            # A commit from outside the group protocol (assign() consumers, tools):
+            # allowed while the group has no members.
+            if group is not None and group.members:
+                raise KafkaError(ErrorCode.unknown_member_id, "the group has active members")
+            return
+        if group is None or member_id not in group.members:
+            raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
+        self._check_instance(group, group.members[member_id], instance_id)
+        if generation != group.generation:
+            raise KafkaError(ErrorCode.illegal_generation, f"generation {generation} is not {group.generation}")
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            raise KafkaError(ErrorCode.rebalance_in_progress)
+        group.members[member_id].last_heartbeat_ms = self.clock.now_ms()
+
+    async def commit(self, group_id: str, offsets: dict[tuple[str, int], tuple[int, int, str]]) -> None:
+        """Store validated offsets durably: (topic, partition) -> (offset, epoch, metadata)."""
+        if not offsets:
+            return
+        now = self.clock.now_ms()
+        records: list[tuple[list[object], dict[str, object] | None]] = [
+            (["o", group_id, t, p], {"o": o, "e": e, "m": m, "t": now}) for (t, p), (o, e, m) in offsets.items()
+        ]
+        group = self.groups.get(group_id)
+        if group is None:
+            # A standalone commit creates an empty group to hang the offsets on.
+            group = self._group(group_id)
+            self.empty_since[group_id] = now
+            records.append(self._group_record(group))
+        plog = self._append(group_id, records)
+        stored = self.offsets.setdefault(group_id, {})
+        for (t, p), (o, e, m) in offsets.items():
+            stored[(t, p)] = CommittedOffset(o, e, m, now)
+        await self._sync([plog])
+
+    def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
+        return self.offsets.get(group_id, {})
+
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> None:
+        stored = self.offsets.get(group_id, {})
+        present = [tp for tp in partitions if tp in stored]
+        if not present:
+            return
+        plog = self._append(group_id, [(["o", group_id, t, p], None) for t, p in present])
+        for tp in present:
+            del stored[tp]
+        await self._sync([plog])
+
+    async def delete_group(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None and group_id not in self.offsets:
+            raise KafkaError(ErrorCode.group_id_not_found, f"group {group_id!r} does not exist")
+        if group is not None and (group.members or group.pending):
+            raise KafkaError(ErrorCode.non_empty_group, f"group {group_id!r} has active members")
+        records: list[tuple[list[object], dict[str, object] | None]] = [
+            (["o", group_id, t, p], None) for t, p in self.offsets.get(group_id, {})
+        ]
+        records.append((["g", group_id], None))
+        plog = self._append(group_id, records)
+        self.offsets.pop(group_id, None)
+        self.empty_since.pop(group_id, None)
+        if group is not None:
+            group.state = GroupState.DEAD
+            self.groups.pop(group_id, None)
+        await self._sync([plog])
+
+    def known_groups(self) -> list[str]:
+        return sorted(set(self.groups) | set(self.offsets))
