@@ -200,6 +200,12 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         BrokerSettingDef("log.cleaner.enable", "true", _bool),
         BrokerSettingDef("producer.id.expiration.ms", "86400000", _int(1)),
         BrokerSettingDef("cluster.id", "", str),
+        BrokerSettingDef("offsets.topic.num.partitions", "50", _int(1, 1000)),
+        BrokerSettingDef("group.initial.rebalance.delay.ms", "100", _int(0)),
+        BrokerSettingDef("group.min.session.timeout.ms", "6000", _int(1, INT_MAX)),
+        BrokerSettingDef("group.max.session.timeout.ms", "1800000", _int(1, INT_MAX)),
+        BrokerSettingDef("offsets.retention.minutes", "10080", _int(1, INT_MAX)),
+        BrokerSettingDef("offset.metadata.max.bytes", "4096", _int(0, INT_MAX)),
     ]
 }
 

@@ -15,6 +15,7 @@ import structlog
 
 from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig, ConfigError, validate_topic_configs, validate_topic_name
+from broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from broker.log import cleaner
 from broker.log.flusher import Flusher
 from broker.log.partition_log import PartitionLog
@@ -55,6 +56,19 @@ class Broker:
         self.store = MetadataStore(config, self.clock, recover=self.recovered)
         self.metrics.store = self.store
         self.producer_ids = ProducerIdAllocator(self.data_dir)
+        self.coordinator = GroupCoordinator(
+            self.store,
+            self.clock,
+            CoordinatorConfig(
+                offsets_partitions=config.get("offsets.topic.num.partitions"),
+                initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
+                min_session_timeout_ms=config.get("group.min.session.timeout.ms"),
+                max_session_timeout_ms=config.get("group.max.session.timeout.ms"),
+                offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
+                max_metadata_bytes=config.get("offset.metadata.max.bytes"),
+            ),
+            self.sync,
+        )
         self.flusher = Flusher(on_round=self.metrics.fsync_round)
         self.advertised: tuple[str, int] = config.advertise or config.listen
         self._waiters: dict[int, set[asyncio.Future[None]]] = {}
@@ -85,6 +99,7 @@ class Broker:
             loop.create_task(self._every("log.retention.check.interval.ms", self.run_retention), name="retention"),
             loop.create_task(self._every("log.cleaner.backoff.ms", self.run_cleaner), name="cleaner"),
             loop.create_task(self._periodic_flush(), name="flush-ms"),
+            loop.create_task(self._coordinator_ticks(), name="group-coordinator"),
         ]
 
     async def stop(self) -> None:
@@ -104,6 +119,16 @@ class Broker:
                 job()  # type: ignore[operator]
             except Exception:
                 log.exception("background job failed", job=setting)
+
+    async def _coordinator_ticks(self) -> None:
+        """Session expiry, join deadlines and offset retention, at a fine grain so a new
+        group balances promptly after its initial delay."""
+        while True:
+            await asyncio.sleep(0.025)
+            try:
+                self.coordinator.tick()
+            except Exception:
+                log.exception("group coordinator tick failed")
 
     async def _periodic_flush(self) -> None:
         last: dict[int, int] = {}

@@ -96,7 +96,7 @@ class KafkaServer:
             self._reject(peer, f"{api.name} v{api_version} is not supported (v{api.min_version}-v{api.max_version})")
             return _CLOSE
         try:
-            header, request = decode_request(frame)
+            header, request = decode_request(frame, _host(peer))
         except MalformedRequest as e:
             self._reject(peer, str(e))
             return _CLOSE
@@ -276,6 +276,10 @@ class Connection(asyncio.BufferedProtocol):
                 self.paused = False
                 transport.resume_reading()
             await self._writable.wait()
+
+
+def _host(peer: Any) -> str:
+    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -73,10 +73,14 @@ class GroupCoordinator:
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         self.empty_since: dict[str, int] = {}  # when each group last became empty
         topic = store.get(OFFSETS_TOPIC)
-        if topic is None:
-            topic = store.create_topic(OFFSETS_TOPIC, config.offsets_partitions, _OFFSETS_CONFIG, internal=True)
-        self.partitions = topic.partitions
-        self._load()
+        self.partitions = topic.partitions if topic is not None else config.offsets_partitions
+        if topic is not None:
+            self._load()
+
+    def ensure_offsets_topic(self) -> None:
+        """Create `__consumer_offsets` on first use, as Kafka does."""
+        if self.store.get(OFFSETS_TOPIC) is None:
+            self.store.create_topic(OFFSETS_TOPIC, self.partitions, _OFFSETS_CONFIG, internal=True)
 
     # --- persistence -----------------------------------------------------------------
 
@@ -85,6 +89,7 @@ class GroupCoordinator:
         return zlib.crc32(group_id.encode()) % self.partitions
 
     def _log_for(self, group_id: str) -> PartitionLog:
+        self.ensure_offsets_topic()
         plog = self.store.partition_log(OFFSETS_TOPIC, self.partition_for(group_id))
         assert plog is not None
         return plog
@@ -107,7 +112,9 @@ class GroupCoordinator:
                         self._replay(record, now)
                     pos += size
                     offset = header.last_offset + 1
-        log.info("group coordinator loaded", groups=len(self.groups), offsets=sum(len(o) for o in self.offsets.values()))
+        log.info(
+            "group coordinator loaded", groups=len(self.groups), offsets=sum(len(o) for o in self.offsets.values())
+        )
 
     def _replay(self, record: Record, now: int) -> None:
         key = msgpack.unpackb(record.key or b"\x90")
@@ -132,9 +139,16 @@ class GroupCoordinator:
             group.leader = value["leader"]
             for m in value["members"]:
                 member = Member(
-                    member_id=m[0], group_instance_id=m[1], client_id=m[2], client_host=m[3],
-                    session_timeout_ms=m[4], rebalance_timeout_ms=m[5], protocol_type=group.protocol_type or "",
-                    protocols=[(group.protocol_name or "", m[6])], last_heartbeat_ms=now, assignment=m[7],
+                    member_id=m[0],
+                    group_instance_id=m[1],
+                    client_id=m[2],
+                    client_host=m[3],
+                    session_timeout_ms=m[4],
+                    rebalance_timeout_ms=m[5],
+                    protocol_type=group.protocol_type or "",
+                    protocols=[(group.protocol_name or "", m[6])],
+                    last_heartbeat_ms=now,
+                    assignment=m[7],
                 )
                 group.members[member.member_id] = member
                 if member.group_instance_id:
@@ -169,8 +183,14 @@ class GroupCoordinator:
                 "empty_since": self.empty_since.get(group.group_id),
                 "members": [
                     [
-                        m.member_id, m.group_instance_id, m.client_id, m.client_host, m.session_timeout_ms,
-                        m.rebalance_timeout_ms, m.metadata_for(group.protocol_name or ""), m.assignment,
+                        m.member_id,
+                        m.group_instance_id,
+                        m.client_id,
+                        m.client_host,
+                        m.session_timeout_ms,
+                        m.rebalance_timeout_ms,
+                        m.metadata_for(group.protocol_name or ""),
+                        m.assignment,
                     ]
                     for m in group.members.values()
                 ],
@@ -231,8 +251,16 @@ class GroupCoordinator:
             new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
             if group_instance_id is not None:
                 return await self._join_static(
-                    group, new_id, group_instance_id, client_id, client_host, session_timeout_ms,
-                    rebalance_timeout_ms, protocol_type, protocols, now,
+                    group,
+                    new_id=new_id,
+                    instance_id=group_instance_id,
+                    client_id=client_id,
+                    client_host=client_host,
+                    session_timeout_ms=session_timeout_ms,
+                    rebalance_timeout_ms=rebalance_timeout_ms,
+                    protocol_type=protocol_type,
+                    protocols=protocols,
+                    now=now,
                 )
             if require_known_member_id:
                 # KIP-394: hand out the id first; the member joins with it.
@@ -247,8 +275,15 @@ class GroupCoordinator:
                 raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
             del group.pending[member_id]
             member = Member(
-                member_id, group_instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
-                protocol_type, protocols, now,
+                member_id,
+                group_instance_id,
+                client_id,
+                client_host,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                protocol_type,
+                protocols,
+                now,
             )
             group.members[member_id] = member
             if group_instance_id is not None:
@@ -276,18 +311,33 @@ class GroupCoordinator:
         return await self._await_join(group, member)
 
     async def _join_static(
-        self, group: Group, new_id: str, instance_id: str, client_id: str, client_host: str,
-        session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
-        protocols: list[tuple[str, bytes]], now: int,
+        self,
+        group: Group,
+        *,
+        new_id: str,
+        instance_id: str,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        now: int,
     ) -> JoinResult:
         old_id = group.static_members.get(instance_id)
         old = group.members.get(old_id) if old_id else None
         if old is None:
             group.pending[new_id] = now + session_timeout_ms
             return await self.join(
-                group_id=group.group_id, member_id=new_id, group_instance_id=instance_id, client_id=client_id,
-                client_host=client_host, session_timeout_ms=session_timeout_ms,
-                rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type, protocols=protocols,
+                group_id=group.group_id,
+                member_id=new_id,
+                group_instance_id=instance_id,
+                client_id=client_id,
+                client_host=client_host,
+                session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms,
+                protocol_type=protocol_type,
+                protocols=protocols,
                 require_known_member_id=False,
             )
         # A known static member restarted: it takes over its old identity (and its
@@ -450,7 +500,8 @@ class GroupCoordinator:
                 continue  # offsets of an active group never expire (KIP-211)
             since = self.empty_since.get(group_id)
             expired = [
-                tp for tp, committed in offsets.items()
+                tp
+                for tp, committed in offsets.items()
                 if now - (since if since is not None else committed.commit_ms) >= retention
                 and now - committed.commit_ms >= retention
             ]

@@ -125,12 +125,17 @@ class Group:
         return max(order, key=lambda name: votes[name])
 
     def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
-        if self.is_empty() and not self.pending:
-            return bool(protocols)
-        if protocol_type != self.protocol_type or not protocols:
+        """Kafka's check: the same protocol type, and a protocol every member supports."""
+        if not protocols:
+            return False
+        if not self.members:
+            return True
+        if protocol_type != self.protocol_type:
             return False
         names = {name for name, _ in protocols}
-        return any(names & {n for n, _ in m.protocols} for m in self.members.values()) or not self.members
+        for member in self.members.values():
+            names &= {n for n, _ in member.protocols}
+        return bool(names)
 
     def prepare_rebalance(self, now: int, *, initial: bool = False) -> None:
         if self.state == GroupState.COMPLETING_REBALANCE:
@@ -183,22 +188,26 @@ class Group:
         if self.leader not in self.members:
             self.leader = next(iter(self.members))
         self._transition(GroupState.COMPLETING_REBALANCE, now)
-        everyone = [(m.member_id, m.group_instance_id, m.metadata_for(self.protocol_name)) for m in self.members.values()]
+        everyone = [
+            (m.member_id, m.group_instance_id, m.metadata_for(self.protocol_name)) for m in self.members.values()
+        ]
         for member in self.members.values():
             member.last_heartbeat_ms = now
             if member.join_future is not None and not member.join_future.done():
                 member.join_future.set_result(self.join_result(member.member_id, everyone))
 
-    def join_result(
-        self, member_id: str, everyone: list[tuple[str, str | None, bytes]] | None = None
-    ) -> JoinResult:
+    def join_result(self, member_id: str, everyone: list[tuple[str, str | None, bytes]] | None = None) -> JoinResult:
         assert self.leader is not None
         members = []
         if member_id == self.leader:
-            members = everyone if everyone is not None else [
-                (m.member_id, m.group_instance_id, m.metadata_for(self.protocol_name or ""))
-                for m in self.members.values()
-            ]
+            members = (
+                everyone
+                if everyone is not None
+                else [
+                    (m.member_id, m.group_instance_id, m.metadata_for(self.protocol_name or ""))
+                    for m in self.members.values()
+                ]
+            )
         return JoinResult(self.generation, self.protocol_type, self.protocol_name, self.leader, member_id, members)
 
     def remove_member(self, member_id: str) -> Member | None:

@@ -3,7 +3,7 @@ ApiVersions advertises exactly this list."""
 
 from __future__ import annotations
 
-from broker.handlers import api_versions, cluster, configs, fetch, list_offsets, metadata, produce, topics
+from broker.handlers import api_versions, cluster, configs, fetch, groups, list_offsets, metadata, produce, topics
 from broker.handlers.base import Api
 
 _IMPLEMENTED = [
@@ -18,6 +18,17 @@ _IMPLEMENTED = [
     Api(topics.CREATE_PARTITIONS, "CreatePartitions", 0, 3, topics.create_partitions),
     Api(configs.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1, configs.incremental_alter_configs),
     Api(cluster.DESCRIBE_CLUSTER, "DescribeCluster", 0, 1, cluster.describe_cluster),
+    Api(groups.FIND_COORDINATOR, "FindCoordinator", 0, 6, groups.find_coordinator),
+    Api(groups.JOIN_GROUP, "JoinGroup", 0, 9, groups.join_group),
+    Api(groups.SYNC_GROUP, "SyncGroup", 0, 5, groups.sync_group),
+    Api(groups.HEARTBEAT, "Heartbeat", 0, 4, groups.heartbeat),
+    Api(groups.LEAVE_GROUP, "LeaveGroup", 0, 5, groups.leave_group),
+    Api(groups.OFFSET_COMMIT, "OffsetCommit", 2, 9, groups.offset_commit),
+    Api(groups.OFFSET_FETCH, "OffsetFetch", 1, 9, groups.offset_fetch),
+    Api(groups.LIST_GROUPS, "ListGroups", 0, 5, groups.list_groups),
+    Api(groups.DESCRIBE_GROUPS, "DescribeGroups", 0, 5, groups.describe_groups),
+    Api(groups.DELETE_GROUPS, "DeleteGroups", 0, 2, groups.delete_groups),
+    Api(groups.OFFSET_DELETE, "OffsetDelete", 0, 0, groups.offset_delete),
 ]
 
 APIS: list[Api] = sorted(

@@ -40,6 +40,7 @@ class RequestHeader:
     correlation_id: int
     client_id: str | None
     size: int  # bytes of the header within the frame
+    client_host: str = ""  # the peer's address, for group membership reports
 
 
 def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
@@ -64,7 +65,7 @@ def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
             raise MalformedRequest("varint too long in request header")
 
 
-def parse_header(frame: bytes | memoryview, flexible: bool) -> RequestHeader:
+def parse_header(frame: bytes | memoryview, flexible: bool, client_host: str = "") -> RequestHeader:
     api_key, api_version, correlation_id = peek_header(frame)
     pos = 8
     if len(frame) < pos + 2:
@@ -85,7 +86,7 @@ def parse_header(frame: bytes | memoryview, flexible: bool) -> RequestHeader:
             pos += size
         if pos > len(frame):
             raise MalformedRequest("truncated tagged fields in request header")
-    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos, client_host)
 
 
 @cache
@@ -108,11 +109,11 @@ def _writer(cls: type[Entity]) -> Any:
     return entity_writer(cls)
 
 
-def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
+def decode_request(frame: bytes | memoryview, client_host: str = "") -> tuple[RequestHeader, Any]:
     """Parse header and body of a request whose api key and version are supported."""
     api_key, api_version, _ = peek_header(frame)
     cls = request_type(api_key, api_version)
-    header = parse_header(frame, cls.__flexible__)
+    header = parse_header(frame, cls.__flexible__, client_host)
     try:
         body, size = _reader(cls)(frame, header.size)
     except Exception as e:  # kio raises a variety of errors on bad input

@@ -36,10 +36,8 @@ def _stored_codecs(bootstrap: str, topic: str) -> tuple[set[int], int]:
 
 
 # librdkafka compresses with lz4 only when the broker advertises FindCoordinator (its
-# marker for "Kafka 0.9+"); that API arrives with consumer groups, so until then the
-# confluent producer is exercised on the other three codecs and lz4 batches reach the
-# confluent consumer from aiokafka.
-PRODUCER_CODECS = [(p, c) for p in ("confluent", "aiokafka") for c in CODECS if (p, c) != ("confluent", "lz4")]
+# marker for "Kafka 0.9+"), so this also checks that the broker advertises group support.
+PRODUCER_CODECS = [(p, c) for p in ("confluent", "aiokafka") for c in CODECS]
 
 
 @pytest.mark.parametrize(("producer", "codec"), PRODUCER_CODECS)
