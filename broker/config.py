@@ -206,6 +206,7 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         BrokerSettingDef("group.max.session.timeout.ms", "1800000", _int(1, INT_MAX)),
         BrokerSettingDef("offsets.retention.minutes", "10080", _int(1, INT_MAX)),
         BrokerSettingDef("offset.metadata.max.bytes", "4096", _int(0, INT_MAX)),
+        BrokerSettingDef("offsets.retention.check.interval.ms", "600000", _int(1)),
     ]
 }
 

@@ -66,6 +66,7 @@ class Broker:
                 max_session_timeout_ms=config.get("group.max.session.timeout.ms"),
                 offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
                 max_metadata_bytes=config.get("offset.metadata.max.bytes"),
+                cleanup_interval_ms=config.get("offsets.retention.check.interval.ms"),
             ),
             self.sync,
         )

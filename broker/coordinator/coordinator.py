@@ -57,7 +57,7 @@ class CoordinatorConfig:
     max_session_timeout_ms: int = 1_800_000
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     max_metadata_bytes: int = 4096
-    max_group_size: int = 1 << 31
+    cleanup_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
 
 
 Sync = Callable[[Iterable[PartitionLog]], Awaitable[None]]
@@ -72,6 +72,7 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         self.empty_since: dict[str, int] = {}  # when each group last became empty
+        self._last_cleanup_ms = clock.now_ms()
         topic = store.get(OFFSETS_TOPIC)
         self.partitions = topic.partitions if topic is not None else config.offsets_partitions
         if topic is not None:
@@ -241,6 +242,8 @@ class GroupCoordinator:
                 f"{self.config.max_session_timeout_ms}]",
             )
         now = self.clock.now_ms()
+        if member_id and group_id not in self.groups:
+            raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
         group = self._group(group_id)
         if not group.supports(protocol_type, protocols):
             raise KafkaError(ErrorCode.inconsistent_group_protocol, "the member's protocols do not match the group's")
@@ -490,7 +493,23 @@ class GroupCoordinator:
                 if now - member.last_heartbeat_ms > member.session_timeout_ms:
                     self._remove(group, member.member_id, "session timeout")
             self._maybe_complete_join(group, now)
-        self._expire_offsets(now)
+        if now - self._last_cleanup_ms >= self.config.cleanup_interval_ms:
+            self._last_cleanup_ms = now
+            self._expire_offsets(now)
+            self._drop_idle_groups(now)
+
+    def _drop_idle_groups(self, now: int) -> None:
+        """Empty groups with no offsets go away, as Kafka's periodic metadata cleanup does."""
+        for group_id, group in list(self.groups.items()):
+            if group.state != GroupState.EMPTY or group.members or group.pending or group_id in self.offsets:
+                continue
+            if now - group.state_changed_ms < self.config.cleanup_interval_ms:
+                continue
+            if group.generation > 0:
+                self._append(group_id, [(["g", group_id], None)])
+            group.state = GroupState.DEAD
+            del self.groups[group_id]
+            self.empty_since.pop(group_id, None)
 
     def _expire_offsets(self, now: int) -> None:
         retention = self.config.offsets_retention_ms
