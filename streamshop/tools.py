@@ -1,5 +1,5 @@
-"""Console tools on the real confluent-kafka client: `streamshop topics`, `produce`, `consume`
-and `demo`.  This module only builds the argument parsers; each command imports its
+"""Console tools on the real confluent-kafka client: `streamshop topics`, `groups`, `produce`,
+`consume` and `demo`.  This module only builds the argument parsers; each command imports its
 implementation (and confluent-kafka) when it runs, so `streamshop broker` stays lean."""
 
 from __future__ import annotations
@@ -93,6 +93,58 @@ def _topics_parser(sub: SubParsers) -> None:
     alter.add_argument("--partitions", type=int, help="new, larger partition count")
 
 
+def _groups_parser(sub: SubParsers) -> None:
+    groups = sub.add_parser(
+        "groups",
+        help="list, describe and delete consumer groups, reset their offsets",
+        description="Consumer groups, like kafka-consumer-groups.sh: describe shows per partition the committed "
+        "offset, log end offset and lag, and the members with their assignments.",
+    )
+    _client_options(groups)
+    groups.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for the broker (default 15)")
+    actions = groups.add_subparsers(dest="action", required=True)
+
+    def action(name: str, help_text: str, function: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = actions.add_parser(name, help=help_text, description=help_text)
+        _client_options(parser, suppress=True)
+        parser.set_defaults(func=_lazy("streamshop.groups", function, "groups"))
+        return parser
+
+    list_ = action("list", "list groups with their state and protocol type", "list_")
+    list_.add_argument("--json", action="store_true", help="JSON output")
+
+    describe = action(
+        "describe", "committed offset, log end offset and lag per partition; members and assignments", "describe"
+    )
+    describe.add_argument("groups", nargs="+", metavar="GROUP")
+    describe.add_argument("--json", action="store_true", help="JSON output")
+
+    delete = action("delete", "delete groups without active members, with their committed offsets", "delete")
+    delete.add_argument("groups", nargs="+", metavar="GROUP")
+
+    reset = action(
+        "reset-offsets",
+        "commit new offsets for a topic's partitions; refused while the group has active members",
+        "reset_offsets",
+    )
+    reset.add_argument("group", metavar="GROUP")
+    reset.add_argument("--topic", required=True)
+    reset.add_argument(
+        "--partition", type=int, action="append", help="only this partition (repeatable; default: all partitions)"
+    )
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true", help="the log start offset")
+    to.add_argument("--to-latest", action="store_true", help="the log end offset")
+    to.add_argument("--to-offset", type=int, metavar="N", help="offset N (moved into the log's range if outside it)")
+    to.add_argument(
+        "--to-datetime",
+        metavar="ISO8601",
+        help="the first record at or after this time, e.g. 2026-01-31T12:00:00Z (no offset: local time)",
+    )
+    to.add_argument("--to-timestamp", type=int, metavar="MS", help="the first record at or after this epoch time in ms")
+    reset.add_argument("--dry-run", action="store_true", help="show the new offsets without committing them")
+
+
 def _produce_parser(sub: SubParsers) -> None:
     p = sub.add_parser(
         "produce",
@@ -144,5 +196,5 @@ def _demo_parser(sub: SubParsers) -> None:
 
 
 def register_tools(sub: SubParsers) -> None:
-    for register in (_topics_parser, _produce_parser, _consume_parser, _demo_parser):
+    for register in (_topics_parser, _groups_parser, _produce_parser, _consume_parser, _demo_parser):
         register(sub)

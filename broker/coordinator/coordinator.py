@@ -401,6 +401,7 @@ class GroupCoordinator:
     ) -> tuple[str | None, str | None, bytes]:
         self._check_group_id(group_id)
         group = self.groups.get(group_id)
+        self._fence_stale_instance(group, member_id, group_instance_id)
         if group is None or member_id not in group.members:
             raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
         member = group.members[member_id]
@@ -428,11 +429,22 @@ class GroupCoordinator:
         if instance_id is not None and group.static_members.get(instance_id) != member.member_id:
             raise KafkaError(ErrorCode.fenced_instance_id, f"instance {instance_id} belongs to another member")
 
+    def _fence_stale_instance(self, group: Group | None, member_id: str, instance_id: str | None) -> None:
+        """Kafka's validateMember: a request naming a static instance that now belongs to
+        another member id comes from a stale incarnation: FENCED_INSTANCE_ID (fatal to
+        it), not UNKNOWN_MEMBER_ID (which would make it rejoin and fence the new one)."""
+        if group is None or instance_id is None:
+            return
+        current = group.static_members.get(instance_id)
+        if current is not None and current != member_id:
+            raise KafkaError(ErrorCode.fenced_instance_id, f"instance {instance_id} belongs to member {current}")
+
     # --- Heartbeat and LeaveGroup ----------------------------------------------------
 
     def heartbeat(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None) -> None:
         self._check_group_id(group_id)
         group = self.groups.get(group_id)
+        self._fence_stale_instance(group, member_id, group_instance_id)
         if group is None or member_id not in group.members:
             raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
         member = group.members[member_id]
@@ -542,13 +554,18 @@ class GroupCoordinator:
         """Kafka's checks before any partition is looked at."""
         self._check_group_id(group_id)
         group = self.groups.get(group_id)
-        if generation < 0 and not member_id:
+        if generation < 0 and (not member_id or group is None or not group.members):
             # A commit from outside the group protocol (assign() consumers, tools):
             # allowed while the group has no members.
             if group is not None and group.members:
                 raise KafkaError(ErrorCode.unknown_member_id, "the group has active members")
             return
-        if group is None or member_id not in group.members:
+        if group is None:
+            # Kafka: GROUP_ID_NOT_FOUND from OffsetCommit v9 on (the handler answers
+            # older versions with ILLEGAL_GENERATION, as Kafka does).
+            raise KafkaError(ErrorCode.group_id_not_found, f"group {group_id!r} does not exist")
+        self._fence_stale_instance(group, member_id, instance_id)
+        if member_id not in group.members:
             raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
         self._check_instance(group, group.members[member_id], instance_id)
         if generation != group.generation:

@@ -129,7 +129,7 @@ class Group:
         if not protocols:
             return False
         if not self.members:
-            return True
+            return bool(protocol_type)  # Kafka: an empty group takes any non-empty protocol type
         if protocol_type != self.protocol_type:
             return False
         names = {name for name, _ in protocols}

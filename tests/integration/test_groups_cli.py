@@ -1,0 +1,287 @@
+"""`streamshop groups list|describe|delete|reset-offsets` as a real child process (confluent-kafka
+AdminClient inside) against a real broker, with real confluent-kafka consumer groups over TCP."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Message
+
+from tests.support.harness import REPO, ThreadBroker
+from tests.support.kafka_clients import confluent_produce, create_topic
+
+
+def groups(broker: ThreadBroker, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streamshop.cli", "groups", "--bootstrap", broker.bootstrap, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        check=False,
+    )
+
+
+def groups_json(broker: ThreadBroker, *args: str) -> Any:
+    done = groups(broker, *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def wait_until(predicate: Callable[[], object], what: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def committed(broker: ThreadBroker, group: str) -> dict[tuple[str, int], int]:
+    """The broker's own record of the group's committed offsets."""
+    return broker.call(lambda: {tp: c.offset for tp, c in broker.broker.coordinator.committed(group).items()})
+
+
+def member_ids(broker: ThreadBroker, group: str) -> list[str]:
+    def read() -> list[str]:
+        found = broker.broker.coordinator.groups.get(group)
+        return sorted(found.members) if found is not None else []
+
+    return broker.call(read)
+
+
+@contextmanager
+def group_member(broker: ThreadBroker, group: str, topic: str, **conf: Any) -> Iterator[Consumer]:
+    """A subscribed confluent-kafka consumer that has received its assignment; closed on exit
+    (a dynamic member leaves the group when it closes)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **conf,
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 15
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, "no assignment within 15 s"
+            consumer.poll(0.1)
+        yield consumer
+    finally:
+        consumer.close()
+
+
+def consume(consumer: Consumer, count: int) -> list[Message]:
+    got: list[Message] = []
+    deadline = time.monotonic() + 15
+    while len(got) < count and time.monotonic() < deadline:
+        for message in consumer.consume(count - len(got), 0.2):
+            if message.error() is not None:
+                raise KafkaException(message.error())
+            got.append(message)
+    assert len(got) == count
+    return got
+
+
+def produce(broker: ThreadBroker, topic: str, per_partition: dict[int, int], timestamp_ms: int | None = None) -> None:
+    """`per_partition[p]` records into partition p; with `timestamp_ms` the i-th record of a
+    partition has timestamp `timestamp_ms + i * 1000`."""
+    records = [
+        {"value": f"{p}-{i}".encode(), "partition": p}
+        | ({} if timestamp_ms is None else {"timestamp": timestamp_ms + i * 1000})
+        for p, n in per_partition.items()
+        for i in range(n)
+    ]
+    confluent_produce(broker.bootstrap, topic, records)
+
+
+def test_list_and_describe_json_show_committed_offsets_log_end_offsets_lag_and_the_live_member(
+    broker: ThreadBroker,
+) -> None:
+    """A consumer read all of 3 partitions but committed only part of two of them: describe
+    reports per partition committed offset, log end offset and lag (none where nothing is
+    committed), the member with its client id, host, instance id and assignment."""
+    create_topic(broker.bootstrap, "orders", 3)
+    produce(broker, "orders", {0: 10, 1: 6, 2: 2})
+    with group_member(broker, "billing", "orders", **{"client.id": "billing-1", "group.instance.id": "billing-a"}) as c:
+        messages = consume(c, 18)
+        at = {(m.partition(), m.offset()): m for m in messages}
+        c.commit(message=at[(0, 3)], asynchronous=False)  # committed offset 4 of 10
+        c.commit(message=at[(1, 5)], asynchronous=False)  # committed offset 6 of 6
+        [member_id] = member_ids(broker, "billing")
+
+        assert groups_json(broker, "list") == [{"group": "billing", "state": "Stable", "protocol_type": "consumer"}]
+        assert groups_json(broker, "describe", "billing") == [
+            {
+                "group": "billing",
+                "state": "Stable",
+                "protocol_type": "consumer",
+                "protocol": "range",
+                "member_count": 1,
+                "lag": 6,
+                "members": [
+                    {
+                        "member_id": member_id,
+                        "client_id": "billing-1",
+                        "host": "127.0.0.1",
+                        "group_instance_id": "billing-a",
+                        "assignment": {"orders": [0, 1, 2]},
+                    }
+                ],
+                "partitions": [
+                    {
+                        "topic": "orders",
+                        "partition": 0,
+                        "committed_offset": 4,
+                        "log_end_offset": 10,
+                        "lag": 6,
+                        "member_id": member_id,
+                    },
+                    {
+                        "topic": "orders",
+                        "partition": 1,
+                        "committed_offset": 6,
+                        "log_end_offset": 6,
+                        "lag": 0,
+                        "member_id": member_id,
+                    },
+                    {
+                        "topic": "orders",
+                        "partition": 2,
+                        "committed_offset": None,
+                        "log_end_offset": 2,
+                        "lag": None,
+                        "member_id": member_id,
+                    },
+                ],
+            }
+        ]
+
+        text = groups(broker, "describe", "billing")
+        assert text.returncode == 0, text.stderr
+        own = re.escape(member_id)
+        assert re.search(rf"^orders\s+0\s+4\s+10\s+6\s+{own}\s+127\.0\.0\.1\s+billing-1$", text.stdout, re.MULTILINE)
+        assert re.search(rf"^orders\s+2\s+-\s+2\s+-\s+{own}\s+127\.0\.0\.1\s+billing-1$", text.stdout, re.MULTILINE)
+        assert re.search(
+            rf"^{own}\s+billing-a\s+billing-1\s+127\.0\.0\.1\s+3\s+orders:0,1,2$", text.stdout, re.MULTILINE
+        )
+
+        listed = groups(broker, "list")
+        assert re.search(r"^billing\s+Stable\s+consumer$", listed.stdout, re.MULTILINE), listed.stdout
+
+
+def test_describe_of_an_unknown_group_fails_but_still_describes_the_known_ones(broker: ThreadBroker) -> None:
+    create_topic(broker.bootstrap, "audit", 1)
+    produce(broker, "audit", {0: 3})
+    with group_member(broker, "auditors", "audit") as c:
+        consume(c, 3)
+        c.commit(asynchronous=False)
+    done = groups(broker, "describe", "nope", "auditors", "--json")
+    assert done.returncode == 1
+    assert "nope: group 'nope' does not exist" in done.stderr
+    [described] = json.loads(done.stdout)
+    assert (described["group"], described["state"], described["lag"], described["members"]) == (
+        "auditors",
+        "Empty",
+        0,
+        [],
+    )
+    assert "Consumer group 'auditors' has no active members." in groups(broker, "describe", "auditors").stdout
+
+
+def test_reset_offsets_is_refused_while_a_member_is_active_and_moves_offsets_once_it_left(
+    broker: ThreadBroker,
+) -> None:
+    """While a member is in the group a reset changes nothing and says why; after the member
+    closed (and left), earliest, an offset (clamped into the log like Kafka's tool), a
+    timestamp and a date-time each commit the offsets they name; --dry-run commits nothing."""
+    create_topic(broker.bootstrap, "payments", 2)
+    t0 = (int(time.time()) - 600) * 1000
+    produce(broker, "payments", {0: 5, 1: 5}, timestamp_ms=t0)
+    with group_member(broker, "ledger", "payments") as c:
+        consume(c, 10)
+        c.commit(asynchronous=False)
+        everything = {("payments", 0): 5, ("payments", 1): 5}
+        assert committed(broker, "ledger") == everything
+
+        refused = groups(broker, "reset-offsets", "ledger", "--topic", "payments", "--to-earliest")
+        assert refused.returncode == 1
+        assert "group 'ledger' has 1 active member(s) (state Stable)" in refused.stderr
+        assert "stop its consumers first" in refused.stderr
+        assert committed(broker, "ledger") == everything
+    wait_until(lambda: not member_ids(broker, "ledger"), "the member to leave")
+
+    dry = groups(broker, "reset-offsets", "ledger", "--topic", "payments", "--to-earliest", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert re.search(r"^ledger\s+payments\s+0\s+5\s+0$", dry.stdout, re.MULTILINE)
+    assert "dry run: no offsets changed" in dry.stdout
+    assert committed(broker, "ledger") == everything
+
+    def reset(*args: str) -> dict[tuple[str, int], int]:
+        done = groups(broker, "reset-offsets", "ledger", "--topic", "payments", *args)
+        assert done.returncode == 0, done.stderr
+        return committed(broker, "ledger")
+
+    assert reset("--to-earliest") == {("payments", 0): 0, ("payments", 1): 0}
+    assert reset("--to-offset", "3", "--partition", "1") == {("payments", 0): 0, ("payments", 1): 3}
+    assert reset("--to-offset", "99", "--partition", "0") == {("payments", 0): 5, ("payments", 1): 3}
+    # Record i of each partition has timestamp t0 + i s: the first at or after t0 + 2 s is offset 2.
+    assert reset("--to-timestamp", str(t0 + 2000)) == {("payments", 0): 2, ("payments", 1): 2}
+    at = datetime.fromtimestamp((t0 + 3500) / 1000, UTC).isoformat()
+    assert reset("--to-datetime", at, "--partition", "1") == {("payments", 0): 2, ("payments", 1): 4}
+    assert reset("--to-timestamp", str(t0 + 3_600_000)) == {("payments", 0): 5, ("payments", 1): 5}  # none: the end
+    assert reset("--to-earliest", "--partition", "0") == {("payments", 0): 0, ("payments", 1): 5}
+
+    [described] = groups_json(broker, "describe", "ledger")
+    assert [(p["partition"], p["committed_offset"], p["lag"]) for p in described["partitions"]] == [
+        (0, 0, 5),
+        (1, 5, 0),
+    ]
+
+
+def test_reset_offsets_rejects_unknown_topics_partitions_and_bad_times(broker: ThreadBroker) -> None:
+    create_topic(broker.bootstrap, "refunds", 2)
+    cases = {
+        ("--topic", "nosuch", "--to-earliest"): "nosuch: UNKNOWN_TOPIC_OR_PART",
+        ("--topic", "refunds", "--partition", "5", "--to-latest"): "refunds has no partition 5 (it has 2)",
+        ("--topic", "refunds", "--to-datetime", "yesterday"): "--to-datetime 'yesterday': expected ISO 8601",
+        ("--topic", "refunds", "--to-offset", "-1"): "--to-offset must be 0 or more",
+    }
+    for args, message in cases.items():
+        done = groups(broker, "reset-offsets", "refunds-group", *args)
+        assert done.returncode == 1, args
+        assert message in done.stderr, done.stderr
+    no_target = groups(broker, "reset-offsets", "refunds-group", "--topic", "refunds")
+    assert no_target.returncode == 2  # argparse: one of --to-* is required
+    assert committed(broker, "refunds-group") == {}
+
+
+def test_delete_removes_an_inactive_group_and_its_offsets_and_refuses_a_live_one(broker: ThreadBroker) -> None:
+    create_topic(broker.bootstrap, "events", 1)
+    produce(broker, "events", {0: 4})
+    with group_member(broker, "archive", "events") as c:
+        consume(c, 4)
+        c.commit(asynchronous=False)
+        busy = groups(broker, "delete", "archive")
+        assert busy.returncode == 1
+        assert "archive: NON_EMPTY_GROUP" in busy.stderr
+    wait_until(lambda: not member_ids(broker, "archive"), "the member to leave")
+    assert committed(broker, "archive") == {("events", 0): 4}
+
+    deleted = groups(broker, "delete", "archive", "ghost")
+    assert deleted.returncode == 1  # ghost does not exist
+    assert deleted.stdout == "deleted group archive\n"
+    assert "ghost: GROUP_ID_NOT_FOUND" in deleted.stderr
+    assert committed(broker, "archive") == {}
+    assert groups_json(broker, "list") == []
