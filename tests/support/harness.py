@@ -29,6 +29,8 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     except ImportError:
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 
