@@ -19,7 +19,7 @@ import structlog
 from broker.clock import Clock
 from broker.config import BrokerConfig, LogConfig
 from broker.log.partition_log import PartitionLog
-from broker.protocol.records import Record, build_batch, decode_records
+from broker.protocol.records import Record, build_batch
 
 log = structlog.get_logger(__name__)
 
@@ -71,21 +71,10 @@ class MetadataStore:
 
     def _replay(self) -> None:
         state: dict[str, dict[str, object] | None] = {}
-        offset = self.meta_log.log_start_offset
-        while offset < self.meta_log.next_offset:
-            data = self.meta_log.read(offset, 1 << 20)
-            if not data:
-                break
-            pos = 0
-            while pos < len(data):
-                size = int.from_bytes(data[pos + 8 : pos + 12], "big") + 12
-                header, records = decode_records(data[pos : pos + size])
-                for record in records:
-                    kind, name = msgpack.unpackb(record.key or b"")
-                    if kind == "topic":
-                        state[name] = None if record.value is None else msgpack.unpackb(record.value)
-                pos += size
-                offset = header.last_offset + 1
+        for record in self.meta_log.records():
+            kind, name = msgpack.unpackb(record.key or b"")
+            if kind == "topic":
+                state[name] = None if record.value is None else msgpack.unpackb(record.value)
         for name, value in state.items():
             if value is None:
                 continue

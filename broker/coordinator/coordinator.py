@@ -26,7 +26,7 @@ from broker.coordinator.group import Group, GroupState, JoinResult, Member
 from broker.log.partition_log import PartitionLog
 from broker.metadata import MetadataStore
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.protocol.records import Record, build_batch, decode_records
+from broker.protocol.records import Record, build_batch
 
 log = structlog.get_logger(__name__)
 
@@ -100,19 +100,8 @@ class GroupCoordinator:
         for p in range(self.partitions):
             plog = self.store.partition_log(OFFSETS_TOPIC, p)
             assert plog is not None
-            offset = plog.log_start_offset
-            while offset < plog.next_offset:
-                data = plog.read(offset, 1 << 20)
-                if not data:
-                    break
-                pos = 0
-                while pos < len(data):
-                    size = int.from_bytes(data[pos + 8 : pos + 12], "big") + 12
-                    header, records = decode_records(data[pos : pos + size])
-                    for record in records:
-                        self._replay(record, now)
-                    pos += size
-                    offset = header.last_offset + 1
+            for record in plog.records():
+                self._replay(record, now)
         log.info(
             "group coordinator loaded", groups=len(self.groups), offsets=sum(len(o) for o in self.offsets.values())
         )
@@ -399,15 +388,7 @@ class GroupCoordinator:
         protocol_name: str | None,
         assignments: dict[str, bytes],
     ) -> tuple[str | None, str | None, bytes]:
-        self._check_group_id(group_id)
-        group = self.groups.get(group_id)
-        self._fence_stale_instance(group, member_id, group_instance_id)
-        if group is None or member_id not in group.members:
-            raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
-        member = group.members[member_id]
-        self._check_instance(group, member, group_instance_id)
-        if generation != group.generation:
-            raise KafkaError(ErrorCode.illegal_generation, f"generation {generation} is not {group.generation}")
+        group, member = self._member_of_generation(group_id, generation, member_id, group_instance_id)
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
             protocol_name is not None and protocol_name != group.protocol_name
         ):
@@ -424,6 +405,22 @@ class GroupCoordinator:
             await self._persist_group(group)
         assignment = await future
         return group.protocol_type, group.protocol_name, assignment
+
+    def _member_of_generation(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> tuple[Group, Member]:
+        """Kafka's validateMember plus the generation check shared by SyncGroup,
+        Heartbeat and OffsetCommit."""
+        self._check_group_id(group_id)
+        group = self.groups.get(group_id)
+        self._fence_stale_instance(group, member_id, instance_id)
+        if group is None or member_id not in group.members:
+            raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
+        member = group.members[member_id]
+        self._check_instance(group, member, instance_id)
+        if generation != group.generation:
+            raise KafkaError(ErrorCode.illegal_generation, f"generation {generation} is not {group.generation}")
+        return group, member
 
     def _check_instance(self, group: Group, member: Member, instance_id: str | None) -> None:
         if instance_id is not None and group.static_members.get(instance_id) != member.member_id:
@@ -442,15 +439,7 @@ class GroupCoordinator:
     # --- Heartbeat and LeaveGroup ----------------------------------------------------
 
     def heartbeat(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None) -> None:
-        self._check_group_id(group_id)
-        group = self.groups.get(group_id)
-        self._fence_stale_instance(group, member_id, group_instance_id)
-        if group is None or member_id not in group.members:
-            raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
-        member = group.members[member_id]
-        self._check_instance(group, member, group_instance_id)
-        if generation != group.generation:
-            raise KafkaError(ErrorCode.illegal_generation, f"generation {generation} is not {group.generation}")
+        group, member = self._member_of_generation(group_id, generation, member_id, group_instance_id)
         member.last_heartbeat_ms = self.clock.now_ms()
         if group.state == GroupState.PREPARING_REBALANCE:
             raise KafkaError(ErrorCode.rebalance_in_progress)
@@ -564,15 +553,10 @@ class GroupCoordinator:
             # Kafka: GROUP_ID_NOT_FOUND from OffsetCommit v9 on (the handler answers
             # older versions with ILLEGAL_GENERATION, as Kafka does).
             raise KafkaError(ErrorCode.group_id_not_found, f"group {group_id!r} does not exist")
-        self._fence_stale_instance(group, member_id, instance_id)
-        if member_id not in group.members:
-            raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
-        self._check_instance(group, group.members[member_id], instance_id)
-        if generation != group.generation:
-            raise KafkaError(ErrorCode.illegal_generation, f"generation {generation} is not {group.generation}")
+        _, member = self._member_of_generation(group_id, generation, member_id, instance_id)
         if group.state == GroupState.COMPLETING_REBALANCE:
             raise KafkaError(ErrorCode.rebalance_in_progress)
-        group.members[member_id].last_heartbeat_ms = self.clock.now_ms()
+        member.last_heartbeat_ms = self.clock.now_ms()
 
     async def commit(self, group_id: str, offsets: dict[tuple[str, int], tuple[int, int, str]]) -> None:
         """Store validated offsets durably: (topic, partition) -> (offset, epoch, metadata)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,13 +21,14 @@ from broker.protocol.batch import (
     HEADER_SIZE,
     BatchHeader,
     InvalidBatch,
+    iter_headers,
     parse_header,
     stamp_header,
     validate_batch,
     whole_batches_prefix,
 )
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.protocol.records import build_batch, decode_records
+from broker.protocol.records import Record, build_batch, decode_records
 
 _OFFSET_DELTA_LIMIT = 0x7FFFFFFF
 
@@ -285,6 +287,18 @@ class PartitionLog:
                 return segment.read(position, header.size)
             return data[:cut] if cut < len(data) else data
         return b""
+
+    def records(self) -> Iterator[Record]:
+        """Every record from the log start, decoded (replaying the internal topics)."""
+        offset = self.log_start_offset
+        while offset < self.next_offset:
+            data = self.read(offset, 1 << 20)
+            if not data:
+                return
+            for position, header in iter_headers(data):
+                _, records = decode_records(data[position : position + header.size])
+                yield from records
+                offset = header.last_offset + 1
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp`."""

@@ -190,20 +190,9 @@ def patch_for_append(
     leader_epoch: int,
     log_append_time_ms: int | None,
 ) -> bytearray:
-    """Copy of `batch` with the broker-assigned fields written in.
-
-    Base offset and leader epoch are outside the CRC.  For LogAppendTime topics Kafka sets
-    the timestamp-type bit and max_timestamp, which are inside it, so the CRC is redone.
-    """
-    out = bytearray(batch)
-    _I64.pack_into(out, 0, base_offset)
-    _I32.pack_into(out, 12, leader_epoch)
-    if log_append_time_ms is not None:
-        attributes = _I16.unpack_from(out, 21)[0] | ATTR_TIMESTAMP_TYPE
-        _I16.pack_into(out, 21, attributes)
-        _I64.pack_into(out, 35, log_append_time_ms)
-        _U32.pack_into(out, 17, compute_crc(out))
-    return out
+    """Copy of `batch` with the broker-assigned fields written in (see stamp_header)."""
+    header, body = stamp_header(batch, base_offset, leader_epoch, log_append_time_ms)
+    return bytearray(header) + body
 
 
 def stamp_header(
@@ -212,8 +201,11 @@ def stamp_header(
     leader_epoch: int,
     log_append_time_ms: int | None,
 ) -> tuple[bytes, memoryview]:
-    """Like `patch_for_append`, but without copying the records: returns the patched
-    61-byte header and a view of the untouched rest, for a vectored write."""
+    """The broker-assigned fields of a batch, without copying its records: returns the
+    patched 61-byte header and a view of the untouched rest, for a vectored write.
+
+    Base offset and leader epoch are outside the CRC.  For LogAppendTime topics Kafka sets
+    the timestamp-type bit and max_timestamp, which are inside it, so the CRC is redone."""
     view = memoryview(batch)
     header = bytearray(view[:HEADER_SIZE])
     body = view[HEADER_SIZE:]
