@@ -16,7 +16,7 @@ import asyncio
 import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import msgpack
 import structlog
@@ -47,6 +47,20 @@ class CommittedOffset:
     leader_epoch: int
     metadata: str
     commit_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int  # -1: not given (JoinGroup v0)
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    require_known_member_id: bool  # JoinGroup v4+ (KIP-394)
 
 
 @dataclass(frozen=True)
@@ -209,129 +223,93 @@ class GroupCoordinator:
 
     # --- JoinGroup -------------------------------------------------------------------
 
-    async def join(
-        self,
-        *,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        client_id: str,
-        client_host: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-        require_known_member_id: bool,
-    ) -> JoinResult:
-        self._check_group_id(group_id)
-        if not self.config.min_session_timeout_ms <= session_timeout_ms <= self.config.max_session_timeout_ms:
+    async def join(self, req: JoinRequest) -> JoinResult:
+        self._check_group_id(req.group_id)
+        if not self.config.min_session_timeout_ms <= req.session_timeout_ms <= self.config.max_session_timeout_ms:
             raise KafkaError(
                 ErrorCode.invalid_session_timeout,
-                f"session timeout {session_timeout_ms} ms is outside [{self.config.min_session_timeout_ms}, "
+                f"session timeout {req.session_timeout_ms} ms is outside [{self.config.min_session_timeout_ms}, "
                 f"{self.config.max_session_timeout_ms}]",
             )
         now = self.clock.now_ms()
-        if member_id and group_id not in self.groups:
-            raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
-        group = self._group(group_id)
-        if not group.supports(protocol_type, protocols):
+        if req.member_id and req.group_id not in self.groups:
+            raise KafkaError(ErrorCode.unknown_member_id, f"member {req.member_id!r} is not in group {req.group_id!r}")
+        group = self._group(req.group_id)
+        if not group.supports(req.protocol_type, req.protocols):
             raise KafkaError(ErrorCode.inconsistent_group_protocol, "the member's protocols do not match the group's")
-        if rebalance_timeout_ms < 0:
-            rebalance_timeout_ms = session_timeout_ms  # JoinGroup v0 has no rebalance timeout
+        if req.rebalance_timeout_ms < 0:
+            req = replace(req, rebalance_timeout_ms=req.session_timeout_ms)  # JoinGroup v0 has none
 
-        if not member_id:
-            new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-            if group_instance_id is not None:
-                return await self._join_static(
-                    group,
-                    new_id=new_id,
-                    instance_id=group_instance_id,
-                    client_id=client_id,
-                    client_host=client_host,
-                    session_timeout_ms=session_timeout_ms,
-                    rebalance_timeout_ms=rebalance_timeout_ms,
-                    protocol_type=protocol_type,
-                    protocols=protocols,
-                    now=now,
-                )
-            if require_known_member_id:
+        if not req.member_id:
+            new_id = f"{req.client_id or 'member'}-{uuid.uuid4()}"
+            if req.group_instance_id is not None:
+                return await self._join_static(group, req, new_id, now)
+            group.pending[new_id] = now + req.session_timeout_ms
+            if req.require_known_member_id:
                 # KIP-394: hand out the id first; the member joins with it.
-                group.pending[new_id] = now + session_timeout_ms
                 return JoinResult(-1, None, None, "", new_id, [], ErrorCode.member_id_required)
-            member_id = new_id
-            group.pending[member_id] = now + session_timeout_ms
+            req = replace(req, member_id=new_id)
 
-        member = group.members.get(member_id)
+        member = group.members.get(req.member_id)
         if member is None:
-            if member_id not in group.pending:
-                raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
-            del group.pending[member_id]
-            member = Member(
-                member_id,
-                group_instance_id,
-                client_id,
-                client_host,
-                session_timeout_ms,
-                rebalance_timeout_ms,
-                protocol_type,
-                protocols,
-                now,
-            )
-            group.members[member_id] = member
-            if group_instance_id is not None:
-                group.static_members[group_instance_id] = member_id
-            if group.protocol_type is None or len(group.members) == 1:
-                group.protocol_type = protocol_type
-            self.empty_since.pop(group_id, None)
-            if group.state == GroupState.PREPARING_REBALANCE:
-                group.member_arrived(now)
-            self._rebalance(group, now)
+            member = self._add_member(group, req, now)
         else:
-            if group_instance_id is not None and group.static_members.get(group_instance_id) != member_id:
-                raise KafkaError(ErrorCode.fenced_instance_id, f"instance {group_instance_id} has a newer member id")
-            changed = member.protocols != protocols
-            member.protocols = protocols
-            member.session_timeout_ms = session_timeout_ms
-            member.rebalance_timeout_ms = rebalance_timeout_ms
+            if (
+                req.group_instance_id is not None
+                and group.static_members.get(req.group_instance_id) != member.member_id
+            ):
+                raise KafkaError(
+                    ErrorCode.fenced_instance_id, f"instance {req.group_instance_id} has a newer member id"
+                )
+            changed = member.protocols != req.protocols
+            member.protocols = req.protocols
+            member.session_timeout_ms = req.session_timeout_ms
+            member.rebalance_timeout_ms = req.rebalance_timeout_ms
             member.last_heartbeat_ms = now
-            if group.state == GroupState.STABLE and not changed and member_id != group.leader:
-                return group.join_result(member_id)
+            if group.state == GroupState.STABLE and not changed and member.member_id != group.leader:
+                return group.join_result(member.member_id)
             if group.state == GroupState.COMPLETING_REBALANCE and not changed:
-                return group.join_result(member_id)
+                return group.join_result(member.member_id)
             if group.state != GroupState.PREPARING_REBALANCE:
                 self._rebalance(group, now)
         return await self._await_join(group, member)
 
-    async def _join_static(
-        self,
-        group: Group,
-        *,
-        new_id: str,
-        instance_id: str,
-        client_id: str,
-        client_host: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-        now: int,
-    ) -> JoinResult:
+    def _add_member(self, group: Group, req: JoinRequest, now: int) -> Member:
+        if req.member_id not in group.pending:
+            raise KafkaError(
+                ErrorCode.unknown_member_id, f"member {req.member_id!r} is not in group {group.group_id!r}"
+            )
+        del group.pending[req.member_id]
+        member = Member(
+            req.member_id,
+            req.group_instance_id,
+            req.client_id,
+            req.client_host,
+            req.session_timeout_ms,
+            req.rebalance_timeout_ms,
+            req.protocol_type,
+            req.protocols,
+            now,
+        )
+        group.members[member.member_id] = member
+        if req.group_instance_id is not None:
+            group.static_members[req.group_instance_id] = member.member_id
+        if group.protocol_type is None or len(group.members) == 1:
+            group.protocol_type = req.protocol_type
+        self.empty_since.pop(group.group_id, None)
+        if group.state == GroupState.PREPARING_REBALANCE:
+            group.member_arrived(now)
+        self._rebalance(group, now)
+        return member
+
+    async def _join_static(self, group: Group, req: JoinRequest, new_id: str, now: int) -> JoinResult:
+        instance_id = req.group_instance_id
+        assert instance_id is not None
         old_id = group.static_members.get(instance_id)
         old = group.members.get(old_id) if old_id else None
         if old is None:
-            group.pending[new_id] = now + session_timeout_ms
-            return await self.join(
-                group_id=group.group_id,
-                member_id=new_id,
-                group_instance_id=instance_id,
-                client_id=client_id,
-                client_host=client_host,
-                session_timeout_ms=session_timeout_ms,
-                rebalance_timeout_ms=rebalance_timeout_ms,
-                protocol_type=protocol_type,
-                protocols=protocols,
-                require_known_member_id=False,
-            )
+            group.pending[new_id] = now + req.session_timeout_ms
+            return await self.join(replace(req, member_id=new_id, require_known_member_id=False))
         # A known static member restarted: it takes over its old identity (and its
         # partitions) under a new member id, without a rebalance when nothing changed.
         group.members.pop(old.member_id)
@@ -339,12 +317,12 @@ class GroupCoordinator:
             if future is not None and not future.done():
                 future.set_exception(KafkaError(ErrorCode.fenced_instance_id))
         old.member_id = new_id
-        old.client_id, old.client_host = client_id, client_host
-        old.session_timeout_ms, old.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+        old.client_id, old.client_host = req.client_id, req.client_host
+        old.session_timeout_ms, old.rebalance_timeout_ms = req.session_timeout_ms, req.rebalance_timeout_ms
         old.last_heartbeat_ms = now
         old.join_future = old.sync_future = None
-        changed = old.protocols != protocols
-        old.protocols = protocols
+        changed = old.protocols != req.protocols
+        old.protocols = req.protocols
         group.members[new_id] = old
         group.static_members[instance_id] = new_id
         if group.leader == old_id:

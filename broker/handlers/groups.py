@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.coordinator.coordinator import GroupCoordinator
+from broker.coordinator.coordinator import GroupCoordinator, JoinRequest
 from broker.coordinator.group import GroupState
 from broker.core import Broker
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS
@@ -98,16 +98,18 @@ def join_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
     async def run() -> Any:
         try:
             result = await coordinator.join(
-                group_id=request.group_id,
-                member_id=request.member_id or "",
-                group_instance_id=getattr(request, "group_instance_id", None),
-                client_id=header.client_id or "",
-                client_host=header.client_host,
-                session_timeout_ms=timedelta_ms(request.session_timeout),
-                rebalance_timeout_ms=timedelta_ms(getattr(request, "rebalance_timeout", -1)),
-                protocol_type=request.protocol_type,
-                protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
-                require_known_member_id=header.api_version >= 4,
+                JoinRequest(
+                    group_id=request.group_id,
+                    member_id=request.member_id or "",
+                    group_instance_id=getattr(request, "group_instance_id", None),
+                    client_id=header.client_id or "",
+                    client_host=header.client_host,
+                    session_timeout_ms=timedelta_ms(request.session_timeout),
+                    rebalance_timeout_ms=timedelta_ms(getattr(request, "rebalance_timeout", -1)),
+                    protocol_type=request.protocol_type,
+                    protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+                    require_known_member_id=header.api_version >= 4,
+                )
             )
         except KafkaError as e:
             return fail(e.code, request.member_id or "")

@@ -21,7 +21,7 @@ import pytest
 from broker.clock import ManualClock
 from broker.config import BrokerConfig
 from broker.coordinator.consumer_protocol import encode_assignment
-from broker.coordinator.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
+from broker.coordinator.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator, JoinRequest
 from broker.coordinator.group import Group, GroupState, JoinResult
 from broker.log import cleaner
 from broker.log.flusher import Flusher
@@ -126,16 +126,18 @@ def join(
     v4: bool = True,
 ) -> Coroutine[Any, Any, JoinResult]:
     return coordinator.join(
-        group_id=group_id,
-        member_id=member_id,
-        group_instance_id=instance,
-        client_id="client",
-        client_host="/127.0.0.1",
-        session_timeout_ms=session_ms,
-        rebalance_timeout_ms=rebalance_ms,
-        protocol_type=protocol_type,
-        protocols=protocols if protocols is not None else [("range", subscription(*topics))],
-        require_known_member_id=v4,
+        JoinRequest(
+            group_id=group_id,
+            member_id=member_id,
+            group_instance_id=instance,
+            client_id="client",
+            client_host="/127.0.0.1",
+            session_timeout_ms=session_ms,
+            rebalance_timeout_ms=rebalance_ms,
+            protocol_type=protocol_type,
+            protocols=protocols if protocols is not None else [("range", subscription(*topics))],
+            require_known_member_id=v4,
+        )
     )
 
 
