@@ -195,6 +195,29 @@ def _demo_parser(sub: SubParsers) -> None:
     p.set_defaults(func=_lazy("streamshop.demo", "demo", "demo"))
 
 
+def _registry_parser(sub: SubParsers) -> None:
+    bootstrap = os.environ.get("STREAMSHOP_REGISTRY_BOOTSTRAP") or os.environ.get(BOOTSTRAP_ENV, "127.0.0.1:9092")
+    listen = os.environ.get("STREAMSHOP_REGISTRY_LISTEN", "127.0.0.1:8081")
+    p = sub.add_parser(
+        "registry",
+        help="run the schema registry (Confluent's REST API; schemas kept in the broker's _schemas topic)",
+    )
+    p.add_argument(
+        "--bootstrap",
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        default=bootstrap,
+        help=f"the broker (env STREAMSHOP_REGISTRY_BOOTSTRAP; default {bootstrap})",
+    )
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default=listen,
+        help=f"HTTP address (env STREAMSHOP_REGISTRY_LISTEN; default {listen})",
+    )
+    p.set_defaults(func=_lazy("schemas.registry.app", "main", "registry"))
+
+
 def register_tools(sub: SubParsers) -> None:
-    for register in (_topics_parser, _groups_parser, _produce_parser, _consume_parser, _demo_parser):
+    for register in (_topics_parser, _groups_parser, _produce_parser, _consume_parser, _demo_parser, _registry_parser):
         register(sub)

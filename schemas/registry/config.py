@@ -1,0 +1,88 @@
+"""Settings of the schema registry: one frozen object, built from arguments or from
+environment variables prefixed `STREAMSHOP_REGISTRY_` (compose sets only those)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from schemas.registry.compatibility import Level
+
+ENV_PREFIX = "STREAMSHOP_REGISTRY_"
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_LISTEN = "127.0.0.1:8081"
+DEFAULT_TOPIC = "_schemas"
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used."""
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    host, sep, port = value.strip().rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{value!r} is not HOST:PORT")
+    return host or "0.0.0.0", int(port)
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    """`bootstrap`: the broker (Kafka bootstrap servers, comma-separated); `listen`: the HTTP
+    address; `topic`: the compacted topic holding every schema, config and mode record."""
+
+    bootstrap: str = DEFAULT_BOOTSTRAP
+    listen: tuple[str, int] = ("127.0.0.1", 8081)
+    topic: str = DEFAULT_TOPIC
+    default_compatibility: Level = Level.BACKWARD
+    # How long start-up may wait for the broker (topic creation and replay of the topic).
+    startup_timeout: float = 60.0
+    # How long one write may take: produce, then read our own record back.
+    write_timeout: float = 15.0
+    # Attempts of one write that loses id/version races against other registry instances.
+    write_attempts: int = 20
+    client_id: str = "streamshop-registry"
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap.strip():
+            raise ConfigError("bootstrap servers must not be empty")
+        if not self.topic:
+            raise ConfigError("topic must not be empty")
+        if self.startup_timeout <= 0 or self.write_timeout <= 0 or self.write_attempts < 1:
+            raise ConfigError("timeouts and attempts must be positive")
+
+    @property
+    def url(self) -> str:
+        host, port = self.listen
+        return f"http://{host}:{port}"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> RegistryConfig:
+        """Settings from `STREAMSHOP_REGISTRY_*` variables (BOOTSTRAP, LISTEN, TOPIC,
+        DEFAULT_COMPATIBILITY, STARTUP_TIMEOUT, WRITE_TIMEOUT); `overrides` win."""
+        env = os.environ if env is None else env
+
+        def get(name: str) -> str | None:
+            value = env.get(ENV_PREFIX + name)
+            return value if value not in (None, "") else None
+
+        values: dict[str, object] = {}
+        if (bootstrap := get("BOOTSTRAP")) is not None:
+            values["bootstrap"] = bootstrap
+        if (listen := get("LISTEN")) is not None:
+            values["listen"] = parse_host_port(listen)
+        if (topic := get("TOPIC")) is not None:
+            values["topic"] = topic
+        if (level := get("DEFAULT_COMPATIBILITY")) is not None:
+            try:
+                values["default_compatibility"] = Level(level.upper())
+            except ValueError as e:
+                raise ConfigError(f"{ENV_PREFIX}DEFAULT_COMPATIBILITY: {level!r} is not a compatibility level") from e
+        for name in ("STARTUP_TIMEOUT", "WRITE_TIMEOUT"):
+            if (raw := get(name)) is not None:
+                try:
+                    values[name.lower()] = float(raw)
+                except ValueError as e:
+                    raise ConfigError(f"{ENV_PREFIX}{name}: {raw!r} is not a number") from e
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]

@@ -1,0 +1,170 @@
+"""The registry's errors: Confluent Schema Registry's HTTP statuses, error codes and messages.
+
+Every failure a client can see is a `RegistryError`; the app's middleware turns it into
+Confluent's body `{"error_code": CODE, "message": TEXT}` with the HTTP status. Codes of the
+form XXXYY are the HTTP status XXX refined by YY, exactly as Confluent numbers them, so clients
+that branch on `error_code` (confluent-kafka's `SchemaRegistryError.error_code`) work unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# 404
+SUBJECT_NOT_FOUND = 40401
+VERSION_NOT_FOUND = 40402
+SCHEMA_NOT_FOUND = 40403
+SUBJECT_SOFT_DELETED = 40404
+SUBJECT_NOT_SOFT_DELETED = 40405
+VERSION_SOFT_DELETED = 40406
+VERSION_NOT_SOFT_DELETED = 40407
+SUBJECT_COMPATIBILITY_NOT_CONFIGURED = 40408
+SUBJECT_MODE_NOT_CONFIGURED = 40409
+# 409: Confluent's incompatible-schema error carries the bare status as its code.
+INCOMPATIBLE_SCHEMA = 409
+# 422
+INVALID_SCHEMA = 42201
+INVALID_VERSION = 42202
+INVALID_COMPATIBILITY_LEVEL = 42203
+INVALID_MODE = 42204
+OPERATION_NOT_PERMITTED = 42205
+ID_DOES_NOT_MATCH = 42207
+# 500
+STORE_ERROR = 50001
+OPERATION_TIMEOUT = 50002
+
+MAX_VERSION = 2**31 - 1
+
+
+class RegistryError(Exception):
+    """A failure reported to the client as `{"error_code": code, "message": message}`."""
+
+    def __init__(self, status: int, code: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+    def body(self) -> dict[str, object]:
+        return {"error_code": self.code, "message": self.message}
+
+
+def subject_not_found(subject: str) -> RegistryError:
+    return RegistryError(404, SUBJECT_NOT_FOUND, f"Subject '{subject}' not found.")
+
+
+def version_not_found(version: int | str) -> RegistryError:
+    return RegistryError(404, VERSION_NOT_FOUND, f"Version {version} not found.")
+
+
+def schema_not_found(schema_id: int | None = None) -> RegistryError:
+    message = "Schema not found" if schema_id is None else f"Schema {schema_id} not found"
+    return RegistryError(404, SCHEMA_NOT_FOUND, message)
+
+
+def subject_soft_deleted(subject: str) -> RegistryError:
+    return RegistryError(
+        404,
+        SUBJECT_SOFT_DELETED,
+        f"Subject '{subject}' was soft deleted. Set permanent=true to delete permanently",
+    )
+
+
+def subject_not_soft_deleted(subject: str) -> RegistryError:
+    return RegistryError(
+        404,
+        SUBJECT_NOT_SOFT_DELETED,
+        f"Subject '{subject}' was not deleted first before being permanently deleted",
+    )
+
+
+def version_soft_deleted(subject: str, version: int) -> RegistryError:
+    return RegistryError(
+        404,
+        VERSION_SOFT_DELETED,
+        f"Subject '{subject}' Version {version} was soft deleted. Set permanent=true to delete permanently",
+    )
+
+
+def version_not_soft_deleted(subject: str, version: int) -> RegistryError:
+    return RegistryError(
+        404,
+        VERSION_NOT_SOFT_DELETED,
+        f"Subject '{subject}' Version {version} was not deleted first before being permanently deleted",
+    )
+
+
+def subject_compatibility_not_configured(subject: str) -> RegistryError:
+    return RegistryError(
+        404,
+        SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
+        f"Subject '{subject}' does not have subject-level compatibility configured",
+    )
+
+
+def subject_mode_not_configured(subject: str) -> RegistryError:
+    return RegistryError(
+        404, SUBJECT_MODE_NOT_CONFIGURED, f"Subject '{subject}' does not have subject-level mode configured"
+    )
+
+
+def incompatible_schema(subject: str, reasons: Sequence[str]) -> RegistryError:
+    details = "; ".join(reasons)
+    return RegistryError(
+        409,
+        INCOMPATIBLE_SCHEMA,
+        f'Schema being registered is incompatible with an earlier schema for subject "{subject}", details: [{details}]',
+    )
+
+
+def invalid_schema(detail: str) -> RegistryError:
+    return RegistryError(422, INVALID_SCHEMA, f"Invalid schema: {detail}")
+
+
+def invalid_version(version: str) -> RegistryError:
+    return RegistryError(
+        422,
+        INVALID_VERSION,
+        f"The specified version '{version}' is not a valid version id. "
+        f'Allowed values are between [1, {MAX_VERSION}] and the string "latest"',
+    )
+
+
+def invalid_compatibility_level(level: object) -> RegistryError:
+    return RegistryError(
+        422,
+        INVALID_COMPATIBILITY_LEVEL,
+        f"Invalid compatibility level {level!r}. Valid values are none, backward, forward, full, "
+        "backward_transitive, forward_transitive, and full_transitive",
+    )
+
+
+def invalid_mode(mode: object) -> RegistryError:
+    return RegistryError(422, INVALID_MODE, f"Invalid mode {mode!r}. Valid values are READWRITE, READONLY and IMPORT")
+
+
+def operation_not_permitted(message: str) -> RegistryError:
+    return RegistryError(422, OPERATION_NOT_PERMITTED, message)
+
+
+def read_only(subject: str | None) -> RegistryError:
+    where = f"Subject {subject}" if subject else "The schema registry"
+    return operation_not_permitted(f"{where} is in read-only mode")
+
+
+def id_does_not_match(message: str) -> RegistryError:
+    return RegistryError(422, ID_DOES_NOT_MATCH, message)
+
+
+def store_error(message: str) -> RegistryError:
+    return RegistryError(500, STORE_ERROR, message)
+
+
+def operation_timeout(message: str) -> RegistryError:
+    return RegistryError(500, OPERATION_TIMEOUT, message)
+
+
+def http_error(status: int, reason: str) -> RegistryError:
+    """What Confluent's REST layer answers for plain HTTP failures (unknown path, method,
+    media type, unparsable body): the status as the code, e.g. `HTTP 404 Not Found`."""
+    return RegistryError(status, status, f"HTTP {status} {reason}")
