@@ -13,7 +13,7 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -24,20 +24,14 @@ from schemas.registry import errors
 from schemas.registry.compatibility import Level
 from schemas.registry.config import ConfigError, RegistryConfig, parse_host_port
 from schemas.registry.errors import RegistryError
-from schemas.registry.store import (
-    LATEST,
-    Mode,
-    ParsedSchema,
-    SchemaStore,
-    SchemaVersion,
-    StoreUnavailable,
-    checked,
-    parse_avro,
-)
+from schemas.registry.schema_text import ParsedSchema, checked, parse_avro
+from schemas.registry.state import Mode, RegistryState, SchemaVersion
+from schemas.registry.store import LATEST, SchemaStore, StoreUnavailable
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
+Setting = TypeVar("Setting", Level, Mode)
 
 STORE: web.AppKey[SchemaStore] = web.AppKey("store", SchemaStore)
 CONFIG: web.AppKey[RegistryConfig] = web.AppKey("config", RegistryConfig)
@@ -402,7 +396,7 @@ async def test_compatibility(request: web.Request) -> web.Response:
         raise errors.version_not_found(version)
 
     existing = await _read(store, against)
-    reasons = checked(schema, existing, store.state.compatibility(subject))
+    reasons = checked(schema, [sv.schema for sv in existing], store.state.compatibility(subject))
     result: dict[str, Any] = {"is_compatible": not reasons}
     if _flag(request, "verbose"):
         result["messages"] = reasons
@@ -425,17 +419,32 @@ def _subject(request: web.Request) -> str | None:
     return request.match_info.get("subject")
 
 
-async def get_config(request: web.Request) -> web.Response:
+async def _setting(
+    request: web.Request,
+    configured: Callable[[RegistryState], Mapping[str | None, Setting]],
+    in_force: Callable[[RegistryState, str | None], Setting],
+    not_configured: Callable[[str], RegistryError],
+) -> Setting:
+    """A GET of /config or /mode: a subject's own setting (`not_configured` when it has none),
+    or, for the global path or with `defaultToGlobal`, the setting in force."""
     store, subject = _store(request), _subject(request)
-    if subject is not None and not _flag(request, "defaultToGlobal"):
+    if subject is None or _flag(request, "defaultToGlobal"):
+        return in_force(store.state, subject)
 
-        def lookup() -> Level:
-            if subject not in store.state.configs:
-                raise errors.subject_compatibility_not_configured(subject)
-            return store.state.configs[subject]
+    def lookup() -> Setting:
+        own = configured(store.state)
+        if subject not in own:
+            raise not_configured(subject)
+        return own[subject]
 
-        return _reply(request, {"compatibilityLevel": (await _read(store, lookup)).value})
-    return _reply(request, {"compatibilityLevel": store.state.compatibility(subject).value})
+    return await _read(store, lookup)
+
+
+async def get_config(request: web.Request) -> web.Response:
+    level = await _setting(
+        request, lambda state: state.configs, RegistryState.compatibility, errors.subject_compatibility_not_configured
+    )
+    return _reply(request, {"compatibilityLevel": level.value})
 
 
 async def put_config(request: web.Request) -> web.Response:
@@ -450,16 +459,8 @@ async def delete_config(request: web.Request) -> web.Response:
 
 
 async def get_mode(request: web.Request) -> web.Response:
-    store, subject = _store(request), _subject(request)
-    if subject is not None and not _flag(request, "defaultToGlobal"):
-
-        def lookup() -> Mode:
-            if subject not in store.state.modes:
-                raise errors.subject_mode_not_configured(subject)
-            return store.state.modes[subject]
-
-        return _reply(request, {"mode": (await _read(store, lookup)).value})
-    return _reply(request, {"mode": store.state.mode(subject).value})
+    mode = await _setting(request, lambda state: state.modes, RegistryState.mode, errors.subject_mode_not_configured)
+    return _reply(request, {"mode": mode.value})
 
 
 async def put_mode(request: web.Request) -> web.Response:

@@ -29,14 +29,17 @@ and KIND is Java's/Confluent's incompatibility type (TYPE_MISMATCH, NAME_MISMATC
 MISSING_ENUM_SYMBOLS, MISSING_UNION_BRANCH, FIXED_SIZE_MISMATCH,
 READER_FIELD_MISSING_DEFAULT_VALUE) or one of ours (DECIMAL_MISMATCH, AMBIGUOUS_FIELD, MORE).
 
-Inputs are validated with ``fastavro.parse_schema`` plus the checks fastavro skips (duplicate
-field names, unions inside unions, two union branches of one unnamed type); an invalid schema
-raises ``InvalidSchemaError``, a ``ValueError``.
+Inputs are validated with ``fastavro.parse_schema`` plus the checks fastavro skips (names and
+field names that are not Avro identifiers, records without a ``fields`` list, duplicate field
+names, unions inside unions, two union branches of one type or name); an invalid schema raises
+``InvalidSchemaError``, a ``ValueError``. ``validate`` applies the same rules on their own: this
+module is the one place that decides what a valid Avro schema is (the registry calls it too).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -44,7 +47,7 @@ from typing import Any, NamedTuple, TypeAlias
 
 import fastavro
 
-__all__ = ["DECIMAL_STRICT", "InvalidSchemaError", "Level", "can_read", "check"]
+__all__ = ["DECIMAL_STRICT", "InvalidSchemaError", "Level", "can_read", "check", "validate"]
 
 # The Avro specification: "two schemas that are decimal logical types match if their scales and
 # precisions match". Apache Avro's Java SchemaCompatibility (used by Confluent) does not check it;
@@ -71,7 +74,13 @@ class Level(StrEnum):
 
 
 class InvalidSchemaError(ValueError):
-    """The schema given is not a valid Avro schema."""
+    """The schema given is not a valid Avro schema. ``reason`` says why on its own, without the
+    "invalid Avro schema: " that ``str()`` puts first, for callers that word their own message
+    (the registry's 42201 "Invalid schema: ...")."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = message if reason is None else reason
 
 
 # ----------------------------------------------------------------------------------------------
@@ -121,10 +130,23 @@ def check(new: Any, existing: list[Any], level: Level) -> list[str]:
     return []
 
 
+def validate(schema: Any) -> None:
+    """Raise ``InvalidSchemaError`` unless ``schema`` is a valid Avro schema.
+
+    ``schema`` is parsed JSON, taken as it is: unlike ``can_read`` and ``check``, a ``str`` is
+    not decoded again, because a caller that parsed the text itself holds a JSON string, which
+    is a type name (``'{"type": "int"}'`` as a JSON string names no type).
+    """
+    _build(schema)
+
+
 # ----------------------------------------------------------------------------------------------
 # Compiled schemas: named types resolved to shared nodes, names fully qualified.
 
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+# A name (each dot-separated part of a full name) and a field name, as the specification defines
+# them; fastavro accepts any string.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # reader type -> writer types it can read besides itself
 _PROMOTIONS: dict[str, frozenset[str]] = {
     "long": frozenset({"int"}),
@@ -196,15 +218,20 @@ _Schema: TypeAlias = _Primitive | _Array | _Map | _Union | _Named
 
 
 def _compile(schema: Any) -> _Schema:
-    schema = _decode_text(schema)
+    return _build(_decode_text(schema))
+
+
+def _build(schema: Any) -> _Schema:
+    """The node of a parsed JSON schema, validated: fastavro's rules, then ours (`_Builder`)."""
     try:
-        fastavro.parse_schema(schema)  # validation only: it rejects what the registry must not store
+        fastavro.parse_schema(schema)  # validation only: the builder reads the JSON itself
     except Exception as e:  # fastavro raises SchemaParseException, UnknownType, TypeError, ...
-        raise InvalidSchemaError(f"invalid Avro schema: {e}") from e
+        reason = str(e) or type(e).__name__
+        raise InvalidSchemaError(f"invalid Avro schema: {reason}", reason) from e
     try:
         return _Builder().build(schema, "")
     except InvalidSchemaError as e:
-        raise InvalidSchemaError(f"invalid Avro schema: {e}") from None
+        raise InvalidSchemaError(f"invalid Avro schema: {e}", str(e)) from None
 
 
 def _decode_text(schema: Any) -> Any:
@@ -299,6 +326,8 @@ class _Builder:
         name = s.get("name")
         if not isinstance(name, str) or not name:
             raise InvalidSchemaError(f"named type without a name: {s!r}")
+        if not all(_NAME.fullmatch(part) for part in name.split(".")):
+            raise InvalidSchemaError(f"invalid name {name!r}")
         if "." in name:
             fullname = name
             own = name.rsplit(".", 1)[0]
@@ -315,11 +344,16 @@ class _Builder:
         fullname, own, aliases = self._naming(s, namespace)
         record = _Record(fullname, aliases)
         self.names[fullname] = record  # before the fields: they may refer to it
+        fields = s.get("fields")
+        if not isinstance(fields, list):  # fastavro lets a missing or non-list `fields` through
+            raise InvalidSchemaError(f"record {fullname!r} has no fields list")
         seen: set[str] = set()
-        for f in s.get("fields") or []:
+        for f in fields:
             name = f.get("name") if isinstance(f, dict) else None
             if not isinstance(name, str):
                 raise InvalidSchemaError(f"record {fullname!r} has a field without a name")
+            if not _NAME.fullmatch(name):
+                raise InvalidSchemaError(f"record {fullname!r} has a field with an invalid name {name!r}")
             if name in seen:
                 raise InvalidSchemaError(f"record {fullname!r} has two fields named {name!r}")
             seen.add(name)

@@ -63,49 +63,40 @@ def schema_not_found(schema_id: int | None = None) -> RegistryError:
 
 
 def subject_soft_deleted(subject: str) -> RegistryError:
-    return RegistryError(
-        404,
-        SUBJECT_SOFT_DELETED,
-        f"Subject '{subject}' was soft deleted. Set permanent=true to delete permanently",
-    )
+    return _soft_deleted(SUBJECT_SOFT_DELETED, f"Subject '{subject}'")
 
 
 def subject_not_soft_deleted(subject: str) -> RegistryError:
-    return RegistryError(
-        404,
-        SUBJECT_NOT_SOFT_DELETED,
-        f"Subject '{subject}' was not deleted first before being permanently deleted",
-    )
+    return _not_soft_deleted(SUBJECT_NOT_SOFT_DELETED, f"Subject '{subject}'")
 
 
 def version_soft_deleted(subject: str, version: int) -> RegistryError:
-    return RegistryError(
-        404,
-        VERSION_SOFT_DELETED,
-        f"Subject '{subject}' Version {version} was soft deleted. Set permanent=true to delete permanently",
-    )
+    return _soft_deleted(VERSION_SOFT_DELETED, f"Subject '{subject}' Version {version}")
 
 
 def version_not_soft_deleted(subject: str, version: int) -> RegistryError:
-    return RegistryError(
-        404,
-        VERSION_NOT_SOFT_DELETED,
-        f"Subject '{subject}' Version {version} was not deleted first before being permanently deleted",
-    )
+    return _not_soft_deleted(VERSION_NOT_SOFT_DELETED, f"Subject '{subject}' Version {version}")
+
+
+# Confluent words the subject and version errors of a two-step (soft, then permanent) delete alike.
+def _soft_deleted(code: int, what: str) -> RegistryError:
+    return RegistryError(404, code, f"{what} was soft deleted. Set permanent=true to delete permanently")
+
+
+def _not_soft_deleted(code: int, what: str) -> RegistryError:
+    return RegistryError(404, code, f"{what} was not deleted first before being permanently deleted")
 
 
 def subject_compatibility_not_configured(subject: str) -> RegistryError:
-    return RegistryError(
-        404,
-        SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
-        f"Subject '{subject}' does not have subject-level compatibility configured",
-    )
+    return _not_configured(SUBJECT_COMPATIBILITY_NOT_CONFIGURED, subject, "compatibility")
 
 
 def subject_mode_not_configured(subject: str) -> RegistryError:
-    return RegistryError(
-        404, SUBJECT_MODE_NOT_CONFIGURED, f"Subject '{subject}' does not have subject-level mode configured"
-    )
+    return _not_configured(SUBJECT_MODE_NOT_CONFIGURED, subject, "mode")
+
+
+def _not_configured(code: int, subject: str, setting: str) -> RegistryError:
+    return RegistryError(404, code, f"Subject '{subject}' does not have subject-level {setting} configured")
 
 
 def incompatible_schema(subject: str, reasons: Sequence[str]) -> RegistryError:
