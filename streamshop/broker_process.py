@@ -1,5 +1,5 @@
-"""How to start `streamshop broker` as a child process and recognise its ready line;
-shared by the demo, the benchmark and the test harness."""
+"""How to start `streamshop broker` and `streamshop registry` as child processes and
+recognise their ready lines; shared by the demo, the benchmark and the test harness."""
 
 from __future__ import annotations
 
@@ -30,6 +30,19 @@ def broker_command(
     for key, value in (settings or {}).items():
         cmd += ["--set", f"{key}={value}"]
     return cmd
+
+
+_REGISTRY_READY = re.compile(r"streamshop registry ready on (http://\S+)")
+
+
+def registry_command(bootstrap: str, listen: str) -> list[str]:
+    return [sys.executable, "-m", "streamshop.cli", "registry", "--bootstrap", bootstrap, "--listen", listen]
+
+
+def parse_registry_ready_line(line: str) -> str | None:
+    """The registry prints `streamshop registry ready on URL`; returns the URL."""
+    match = _REGISTRY_READY.search(line)
+    return match.group(1).replace("//0.0.0.0:", "//127.0.0.1:") if match else None
 
 
 def parse_ready_line(line: str) -> ReadyLine | None:

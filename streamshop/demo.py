@@ -1,32 +1,42 @@
-"""`streamshop demo`: a broker in a child process, a topic, 1,000 keyed records produced with
-acks=all and consumed back with confluent-kafka, a short report; then the broker keeps
-running until Ctrl-C (or stops at once with --exit).
+"""`streamshop demo`: a broker and a schema registry in child processes; 1,000 keyed records
+produced with acks=all and consumed back with confluent-kafka; 100 OrderCreated events
+published as Confluent-framed Avro through the registry and decoded back; a short report.
+Then both keep running until Ctrl-C (or stop at once with --exit).
 
-Layout under --data-dir DIR: DIR/broker (the broker's log directory) and DIR/broker.log
-(its structlog output)."""
+Layout under --data-dir DIR: DIR/broker (the broker's log directory), DIR/broker.log and
+DIR/registry.log (their structlog output)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import copy
 import json
-import queue
-import signal
 import subprocess
 import sys
-import threading
 import time
+import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from streamshop.broker_process import broker_command, parse_ready_line
+from streamshop.broker_process import (
+    ReadyLine,
+    broker_command,
+    parse_ready_line,
+    parse_registry_ready_line,
+    registry_command,
+)
+from streamshop.children import ChildProcess
 from streamshop.clients import CLIENT_ID, CommandError, StopSignal, client_config, error_text
 
 TOPIC = "demo.events"
+AVRO_TOPIC = "orders"
+AVRO_EVENTS = 100
 PARTITIONS = 6
 RECORDS = 1000
 KEYS = 50
@@ -34,58 +44,28 @@ KEYS = 50
 
 @dataclass
 class ChildBroker:
-    """`streamshop broker` as a child process; its stdout is drained by a thread."""
+    """`streamshop broker` as a child process, and what its ready line said."""
 
-    proc: subprocess.Popen[str]
-    log_path: Path
-    bootstrap: str = ""
-    admin_url: str | None = None
-    _lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
+    child: ChildProcess[ReadyLine]
+    bootstrap: str
+    admin_url: str | None
 
     @classmethod
     def start(cls, data_dir: Path, listen: str, admin_listen: str, timeout: float = 60) -> ChildBroker:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        log_path = data_dir / "broker.log"
         cmd = broker_command(data_dir / "broker", listen, admin_listen)
-        with log_path.open("a") as log:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-        child = cls(proc, log_path)
-        assert proc.stdout is not None
-        threading.Thread(target=child._drain, args=(proc.stdout,), daemon=True, name="broker-stdout").start()
-        child._wait_ready(timeout)
-        return child
+        child, ready = ChildProcess.start("broker", cmd, data_dir / "broker.log", parse_ready_line, timeout)
+        return cls(child, ready.bootstrap, ready.admin_url)
 
-    def _drain(self, stream: IO[str]) -> None:
-        for line in stream:
-            self._lines.put(line)
-        self._lines.put(None)
+    @property
+    def proc(self) -> subprocess.Popen[str]:
+        return self.child.proc
 
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while (remaining := deadline - time.monotonic()) > 0:
-            try:
-                line = self._lines.get(timeout=remaining)
-            except queue.Empty:
-                break
-            if line is None:
-                raise CommandError(f"the broker exited with status {self.proc.wait()}; see {self.log_path}")
-            ready = parse_ready_line(line)
-            if ready is not None:
-                self.bootstrap = ready.bootstrap
-                self.admin_url = ready.admin_url
-                return
-        self.stop()
-        raise CommandError(f"the broker did not report ready within {timeout:g} s; see {self.log_path}")
+    @property
+    def log_path(self) -> Path:
+        return self.child.log_path
 
     def stop(self, timeout: float = 30) -> int:
-        """SIGTERM (a clean shutdown) and wait; SIGKILL if it hangs."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                return self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        return self.proc.wait()
+        return self.child.stop(timeout)
 
 
 def _produce(bootstrap: str) -> tuple[float, int]:
@@ -148,11 +128,72 @@ def _prepare_topic(bootstrap: str) -> dict[int, int]:
         consumer.close()
 
 
+async def _avro_round_trip(bootstrap: str, registry_url: str) -> tuple[int, int, int]:
+    """Publish AVRO_EVENTS OrderCreated events with streamshop's serde through the registry,
+    read them back and decode them; (schema id, produced, decoded equal to what was sent)."""
+    from schemas.catalog import default_catalog
+    from schemas.client import RegistryClient
+    from schemas.serde import AvroDeserializer, AvroSerializer
+
+    catalog = default_catalog()
+    schema = catalog.schema("OrderCreated")
+    sent: dict[bytes, Any] = {}
+    async with RegistryClient(registry_url) as registry:
+        serializer = AvroSerializer(registry, topic_strategies=catalog.topic_strategies())
+        values = []
+        for _ in range(AVRO_EVENTS):
+            record = copy.deepcopy(catalog.example("OrderCreated"))
+            record["order_id"] = uuid.uuid4()
+            record["envelope"]["event_id"] = uuid.uuid4()
+            key = str(record["order_id"]).encode()
+            sent[key] = record
+            values.append((key, await serializer.serialize(AVRO_TOPIC, schema, record)))
+        schema_id = await serializer.schema_id(AVRO_TOPIC, schema)
+        await asyncio.to_thread(_produce_bytes, bootstrap, values)
+        received = await asyncio.to_thread(_consume_bytes, bootstrap, set(sent))
+        deserializer = AvroDeserializer(registry, reader_schemas=[schema])
+        same = 0
+        for key, value in received:
+            decoded = await deserializer.deserialize(value)
+            same += decoded.value == sent.get(key)
+    return schema_id, len(values), same
+
+
+def _produce_bytes(bootstrap: str, values: list[tuple[bytes, bytes]]) -> None:
+    admin = AdminClient(client_config(bootstrap))
+    try:
+        admin.create_topics([NewTopic(AVRO_TOPIC, PARTITIONS)], request_timeout=15)[AVRO_TOPIC].result(20)
+    except KafkaException as e:
+        if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
+            raise CommandError(f"creating {AVRO_TOPIC}: {error_text(e)}") from None
+    producer = Producer(client_config(bootstrap, (), {"acks": "all", "enable.idempotence": True}))
+    for key, value in values:
+        producer.produce(AVRO_TOPIC, value, key)
+    if producer.flush(30):
+        raise CommandError("Avro events were not all acknowledged")
+
+
+def _consume_bytes(bootstrap: str, keys: set[bytes]) -> list[tuple[bytes, bytes]]:
+    """The records of AVRO_TOPIC with these keys (this run's; earlier runs left others)."""
+    consumer = Consumer(client_config(bootstrap, (), {"group.id": CLIENT_ID, "enable.auto.commit": False}))
+    out: list[tuple[bytes, bytes]] = []
+    try:
+        partitions = consumer.list_topics(AVRO_TOPIC, timeout=15).topics[AVRO_TOPIC].partitions
+        consumer.assign([TopicPartition(AVRO_TOPIC, p, 0) for p in partitions])
+        deadline = time.monotonic() + 30
+        while len(out) < len(keys) and time.monotonic() < deadline:
+            batch = consumer.consume(1000, 0.3)
+            out += [(m.key() or b"", m.value() or b"") for m in batch if m.error() is None and m.key() in keys]
+    finally:
+        consumer.close()
+    return out
+
+
 def _rate(count: int, seconds: float) -> str:
     return f"{count / seconds:,.0f} records/s" if seconds > 0 else "n/a"
 
 
-def _run_demo(broker: ChildBroker) -> bool:
+def _run_demo(broker: ChildBroker, registry_url: str) -> bool:
     starts = _prepare_topic(broker.bootstrap)
     produce_s, failures = _produce(broker.bootstrap)
     consume_s, counts, keys_ok = _consume(broker.bootstrap, starts)
@@ -166,28 +207,45 @@ def _run_demo(broker: ChildBroker) -> bool:
     print(f"  consumed     {consumed} records in {consume_s:.2f} s ({_rate(consumed, consume_s)})")
     print("  partitions   " + " ".join(f"{p}:{counts.get(p, 0)}" for p in sorted(starts)))
     print(f"  keys         {KEYS} keys, each in exactly one partition: {'yes' if keys_ok else 'NO'}")
+    schema_id, avro_sent, avro_same = asyncio.run(_avro_round_trip(broker.bootstrap, registry_url))
+    print(
+        f"  avro         {avro_sent} OrderCreated events to {AVRO_TOPIC} (schema id {schema_id} in the registry), "
+        f"{avro_same} decoded back identical"
+    )
+    print(f"  registry     {registry_url}/subjects")
     if broker.admin_url:
         print(f"  admin API    {broker.admin_url}/api/topics  (metrics: {broker.admin_url}/metrics)")
     sys.stdout.flush()
-    return failures == 0 and consumed == RECORDS and keys_ok
+    return failures == 0 and consumed == RECORDS and keys_ok and avro_same == avro_sent
 
 
 def demo(args: argparse.Namespace) -> int:
     host, _, port = args.listen.rpartition(":")
     admin_listen = args.admin_listen or f"{host or '127.0.0.1'}:{0 if port == '0' else 9644}"
-    broker = ChildBroker.start(Path(args.data_dir), args.listen, admin_listen)
+    registry_listen = args.registry_listen or f"{host or '127.0.0.1'}:{0 if port == '0' else 8081}"
+    data_dir = Path(args.data_dir)
+    broker = ChildBroker.start(data_dir, args.listen, admin_listen)
+    registry: ChildProcess[str] | None = None
     try:
-        ok = _run_demo(broker)
+        registry, registry_url = ChildProcess.start(
+            "registry",
+            registry_command(broker.bootstrap, registry_listen),
+            data_dir / "registry.log",
+            parse_registry_ready_line,
+        )
+        ok = _run_demo(broker, registry_url)
         if not args.exit:
-            print("broker running; press Ctrl-C to stop", flush=True)
+            print("broker and registry running; press Ctrl-C to stop", flush=True)
             with StopSignal() as stop:
-                while not stop and broker.proc.poll() is None:
+                while not stop and broker.proc.poll() is None and registry.running:
                     stop.event.wait(0.5)
             if broker.proc.poll() not in (None, 0):
                 raise CommandError(f"the broker exited with status {broker.proc.returncode}; see {broker.log_path}")
     finally:
+        if registry is not None:
+            registry.stop()
         status = broker.stop()
     if status != 0:
         raise CommandError(f"the broker stopped with status {status}; see {broker.log_path}")
-    print(f"broker stopped cleanly (data in {Path(args.data_dir) / 'broker'})", flush=True)
+    print(f"broker stopped cleanly (data in {data_dir / 'broker'})", flush=True)
     return 0 if ok else 1

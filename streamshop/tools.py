@@ -185,13 +185,22 @@ def _consume_parser(sub: SubParsers) -> None:
 
 
 def _demo_parser(sub: SubParsers) -> None:
-    p = sub.add_parser("demo", help="start a broker, produce and consume 1,000 records, report")
+    p = sub.add_parser(
+        "demo", help="start a broker and a schema registry, round-trip 1,000 records and 100 Avro events, report"
+    )
     p.add_argument("--data-dir", default="./data/demo", help="default ./data/demo (broker data in DIR/broker)")
     p.add_argument("--listen", default="127.0.0.1:9092", help="broker HOST:PORT (port 0: any free port)")
     p.add_argument(
         "--admin-listen", help="admin HTTP HOST:PORT (default HOST:9644, or HOST:0 when --listen uses port 0)"
     )
-    p.add_argument("--exit", action="store_true", help="stop the broker after the report instead of waiting for Ctrl-C")
+    p.add_argument(
+        "--registry-listen", help="schema registry HOST:PORT (default HOST:8081, or HOST:0 when --listen uses port 0)"
+    )
+    p.add_argument(
+        "--exit",
+        action="store_true",
+        help="stop the broker and registry after the report instead of waiting for Ctrl-C",
+    )
     p.set_defaults(func=_lazy("streamshop.demo", "demo", "demo"))
 
 

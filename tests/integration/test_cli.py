@@ -267,7 +267,9 @@ def test_consume_unknown_topic_exits_1_with_the_kafka_error(broker: ThreadBroker
     assert broker.call(lambda: broker.broker.store.get("nowhere")) is None  # consumers never auto-create
 
 
-def test_demo_exit_runs_a_child_broker_round_trips_1000_records_and_stops_it_cleanly(tmp_path: Path) -> None:
+def test_demo_exit_runs_broker_and_registry_round_trips_records_and_avro_and_stops_cleanly(
+    tmp_path: Path,
+) -> None:
     data = tmp_path / "demo"
     result = cli("demo", "--exit", "--listen", "127.0.0.1:0", "--data-dir", str(data), timeout=90)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -280,6 +282,10 @@ def test_demo_exit_runs_a_child_broker_round_trips_1000_records_and_stops_it_cle
     assert sorted(per_partition) == [str(p) for p in range(6)]
     assert sum(int(n) for n in per_partition.values()) == 1000
     assert "each in exactly one partition: yes" in out
+    assert re.search(r"avro\s+100 OrderCreated events to orders \(schema id \d+ in the registry\), 100 decoded", out), (
+        out
+    )
+    assert (data / "registry.log").exists()
     admin = re.search(r"admin API\s+http://127\.0\.0\.1:(\d+)/api/topics", out)
     assert admin is not None
     assert int(admin.group(1)) > 0
