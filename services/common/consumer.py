@@ -1,0 +1,453 @@
+"""Consumer runner: at-least-once processing of Avro events, with retries, a DLQ and lag.
+
+    handler = IdempotentHandler(db, "sms-sender", send_sms)   # effect + event id in one transaction
+    await handler.setup()
+    runner = ConsumerRunner(
+        bootstrap, "sms-sender", ["otp.requests"], handler, deserializer=deserializer, producer=producer
+    )
+    await runner.start()
+    ...
+    await runner.stop()      # graceful: finish the record in flight, commit, leave the group
+
+Guarantees and behaviour:
+- **Commit after processing**: an offset is committed only once its record was handled (or
+  dead-lettered and the DLQ write acknowledged).  A crash re-delivers what was processed since
+  the last commit: at-least-once.  Commits are batched: every `commit_every` records or
+  `commit_interval_ms`, whichever first, and on partition revocation and shutdown.
+- **Exactly-once effects** with `IdempotentHandler`: the event id (`envelope.event_id`, falling
+  back to topic/partition/offset for records without an envelope) is inserted in the same SQLite
+  transaction as the handler's effect; a redelivered event finds it and is skipped.
+- **Retries**: a handler exception is retried `max_retries` times with exponential backoff
+  (`backoff_initial` doubling up to `backoff_max`); then the record is dead-lettered.  A
+  `PermanentError` from the handler or a `SerdeError` (bad magic byte, unknown schema id, garbage)
+  is dead-lettered at once.  An unreachable registry (`RegistryError` that is not a serde error) or
+  a failing DLQ write is *not* the record's fault: it is retried with capped backoff until it
+  works or the runner stops, and the partition waits (nothing is skipped).
+- **Dead-letter topic** `<topic>.dlq` (must exist where topics are not auto-created): same key,
+  the original value bytes, the original headers plus `dlq.error.class`, `dlq.error.message`,
+  `dlq.original.topic`, `dlq.original.partition`, `dlq.original.offset`,
+  `dlq.original.timestamp` (ms), `dlq.failed.at` (ms), `dlq.attempts`, `dlq.group`.
+  The partition moves on: one poison record never blocks the ones behind it.
+- **Graceful shutdown**: `stop()` stops fetching, finishes the record in flight, commits what was
+  processed and leaves the group (LeaveGroup), so the partitions move to other members at once
+  instead of after the session timeout.
+- **Lag**: `await runner.lag()` -> {TopicPartition: log end offset - position} for the assigned
+  partitions; `runner.last_lag` is a snapshot refreshed about once a second, for a sync gauge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+from aiokafka.errors import CommitFailedError, KafkaError
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from schemas.client import RegistryError
+from schemas.serde import AvroDeserializer, SerdeError
+from services.common.db import Database, Transaction
+from services.common.kafka import EventProducer
+from services.common.outbox import event_id_of
+
+__all__ = [
+    "MIGRATIONS",
+    "ConsumerRunner",
+    "Handler",
+    "IdempotentHandler",
+    "Message",
+    "PermanentError",
+    "RunnerStats",
+]
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS: Sequence[str] = (
+    """
+    CREATE TABLE processed_events (
+        consumer TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        processed_at INTEGER NOT NULL,
+        PRIMARY KEY (consumer, event_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX processed_events_age ON processed_events (processed_at);
+    """,
+)
+
+
+class PermanentError(Exception):
+    """Raised by a handler for a record that can never be processed: dead-letter it, no retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One decoded record handed to a handler."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: str | None
+    record_name: str
+    value: Any
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp_ms: int
+
+    @property
+    def event_id(self) -> str:
+        """`envelope.event_id`, or `topic/partition/offset` for a record without envelope."""
+        return event_id_of(self.value) or f"{self.topic}/{self.partition}/{self.offset}"
+
+    def header(self, name: str) -> bytes | None:
+        """The last header called `name`."""
+        found = None
+        for key, value in self.headers:
+            if key == name:
+                found = value
+        return found
+
+
+Handler = Callable[[Message], Awaitable[None]]
+TxHandler = Callable[[Transaction, Message], Awaitable[None]]
+
+
+class IdempotentHandler:
+    """Runs `handler(tx, message)` once per event id: the id is recorded in `processed_events` in
+    the same transaction as the handler's effect, and a duplicate is skipped (`duplicates` counts
+    them).  `name` scopes the ids (two consumer groups sharing a database each see every event)."""
+
+    def __init__(self, db: Database, name: str, handler: TxHandler) -> None:
+        self.db = db
+        self.name = name
+        self.handler = handler
+        self.duplicates = 0
+
+    async def setup(self) -> None:
+        await self.db.migrate("consumer", MIGRATIONS)
+
+    async def __call__(self, message: Message) -> None:
+        async with self.db.transaction() as tx:
+            inserted = await tx.execute(
+                "INSERT OR IGNORE INTO processed_events (consumer, event_id, processed_at) VALUES (?, ?, ?)",
+                (self.name, message.event_id, int(time.time() * 1000)),
+            )
+            if inserted.rowcount == 0:
+                self.duplicates += 1
+                return
+            await self.handler(tx, message)
+
+    async def prune(self, older_than_ms: int) -> int:
+        """Forget ids processed more than `older_than_ms` ago (keep longer than any redelivery)."""
+        result = await self.db.execute(
+            "DELETE FROM processed_events WHERE consumer = ? AND processed_at < ?",
+            (self.name, int(time.time() * 1000) - older_than_ms),
+        )
+        return result.rowcount
+
+
+@dataclass
+class RunnerStats:
+    processed: int = 0
+    retries: int = 0
+    dead_lettered: int = 0
+    commits: int = 0
+    commit_failures: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+class _Stopping(Exception):
+    """The runner stops while a record waits for a retry: leave it uncommitted."""
+
+
+class ConsumerRunner:
+    """A consumer-group member that runs `handler` on every record of `topics`.
+
+    `consumer_config` is passed to `AIOKafkaConsumer` (security settings, `session_timeout_ms`,
+    `heartbeat_interval_ms`, `client_id`...); offsets are always committed by the runner.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        group_id: str,
+        topics: Sequence[str],
+        handler: Handler,
+        *,
+        deserializer: AvroDeserializer,
+        producer: EventProducer,
+        commit_every: int = 100,
+        commit_interval_ms: int = 1000,
+        max_retries: int = 3,
+        backoff_initial: float = 0.05,
+        backoff_max: float = 2.0,
+        max_records: int = 500,
+        dlq_suffix: str = ".dlq",
+        **consumer_config: Any,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = list(topics)
+        self.handler = handler
+        self.deserializer = deserializer
+        self.producer = producer
+        self.commit_every = commit_every
+        self.commit_interval = commit_interval_ms / 1000
+        self.max_retries = max_retries
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.max_records = max_records
+        self.dlq_suffix = dlq_suffix
+        self.stats = RunnerStats()
+        self.last_lag: dict[TopicPartition, int] = {}
+        self._config: dict[str, Any] = {
+            "auto_offset_reset": "earliest",
+            **consumer_config,
+            "bootstrap_servers": bootstrap_servers,
+            "group_id": group_id,
+            "enable_auto_commit": False,
+        }
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self._pending: dict[TopicPartition, int] = {}  # next offsets processed, not yet committed
+        self._positions: dict[TopicPartition, int] = {}  # next offset to process, per partition
+        self._uncommitted = 0
+        self._last_commit = time.monotonic()
+        self._revocations = 0
+        self._commit_lock = asyncio.Lock()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Join the group and start the processing task."""
+        if self._consumer is not None:
+            return
+        consumer = AIOKafkaConsumer(**self._config)
+        await consumer.start()
+        consumer.subscribe(self.topics, listener=_Listener(self))
+        self._consumer = consumer
+        self._stopping = False
+        self._stopped.clear()
+        self._task = asyncio.create_task(self._run(), name=f"consumer-{self.group_id}")
+
+    async def stop(self, grace: float = 30) -> None:
+        """Stop fetching, finish the record in flight, commit, leave the group."""
+        self._stopping = True
+        self._stopped.set()
+        task, self._task = self._task, None
+        if task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(task), grace)
+            except TimeoutError:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self._consumer is not None:
+            try:
+                await self._commit()
+            finally:
+                consumer, self._consumer = self._consumer, None
+                await consumer.stop()  # sends LeaveGroup
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._consumer.assignment()) if self._consumer is not None else set()
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        last_lag = 0.0
+        while not self._stopping:
+            try:
+                batches = await consumer.getmany(timeout_ms=200, max_records=self.max_records)
+            except KafkaError as e:
+                log.warning("consumer %s: fetch failed: %r", self.group_id, e)
+                await self._sleep(self.backoff_initial)
+                continue
+            try:
+                for tp, records in batches.items():
+                    await self._process_partition(tp, records)
+            except _Stopping:
+                break
+            if self._uncommitted >= self.commit_every or time.monotonic() - self._last_commit >= self.commit_interval:
+                await self._commit()
+            if time.monotonic() - last_lag >= 1.0:
+                last_lag = time.monotonic()
+                with contextlib.suppress(KafkaError, TimeoutError):
+                    self.last_lag = await self.lag()
+
+    async def _process_partition(self, tp: TopicPartition, records: list[ConsumerRecord[bytes, bytes]]) -> None:
+        generation = self._revocations
+        for record in records:
+            if self._stopping:
+                raise _Stopping
+            if generation != self._revocations:
+                return  # revoked meanwhile: the new owner (maybe us again) starts from the committed offset
+            self._positions[tp] = record.offset
+            await self._process(record)
+            self._pending[tp] = record.offset + 1
+            self._positions[tp] = record.offset + 1
+            self._uncommitted += 1
+            if self._uncommitted >= self.commit_every:
+                await self._commit()
+
+    async def _process(self, record: ConsumerRecord[bytes, bytes]) -> None:
+        failures = 0
+        infra_delay = self.backoff_initial
+        while True:
+            try:
+                decoded = await self.deserializer.deserialize(record.value or b"")
+                message = Message(
+                    topic=record.topic,
+                    partition=record.partition,
+                    offset=record.offset,
+                    key=None if record.key is None else record.key.decode("utf-8", "replace"),
+                    record_name=decoded.record_name,
+                    value=decoded.value,
+                    headers=tuple(record.headers or ()),
+                    timestamp_ms=record.timestamp,
+                )
+                await self.handler(message)
+                self.stats.processed += 1
+                return
+            except (SerdeError, PermanentError) as e:
+                await self._dead_letter(record, e, failures + 1)
+                return
+            except RegistryError as e:  # registry unreachable: not the record's fault
+                self._count(e)
+                log.warning("consumer %s: registry error, retrying in %.2fs: %s", self.group_id, infra_delay, e)
+                await self._backoff(infra_delay)
+                infra_delay = min(infra_delay * 2, self.backoff_max)
+            except Exception as e:
+                failures += 1
+                self._count(e)
+                if failures > self.max_retries:
+                    await self._dead_letter(record, e, failures)
+                    return
+                self.stats.retries += 1
+                await self._backoff(min(self.backoff_initial * 2 ** (failures - 1), self.backoff_max))
+
+    def _count(self, e: BaseException) -> None:
+        name = type(e).__name__
+        self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
+
+    async def _backoff(self, seconds: float) -> None:
+        await self._sleep(seconds)
+        if self._stopping:
+            raise _Stopping
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopped.wait(), seconds)
+
+    async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], error: BaseException, attempts: int) -> None:
+        headers = [
+            *(record.headers or ()),
+            ("dlq.error.class", f"{type(error).__module__}.{type(error).__qualname__}".encode()),
+            ("dlq.error.message", str(error)[:4000].encode()),
+            ("dlq.original.topic", record.topic.encode()),
+            ("dlq.original.partition", str(record.partition).encode()),
+            ("dlq.original.offset", str(record.offset).encode()),
+            ("dlq.original.timestamp", str(record.timestamp).encode()),
+            ("dlq.failed.at", str(int(time.time() * 1000)).encode()),
+            ("dlq.attempts", str(attempts).encode()),
+            ("dlq.group", self.group_id.encode()),
+        ]
+        delay = self.backoff_initial
+        while True:
+            try:
+                future = await self.producer.send_raw(record.topic + self.dlq_suffix, record.key, record.value, headers)
+                await future
+                break
+            except KafkaError as e:
+                log.warning("consumer %s: DLQ write failed, retrying in %.2fs: %r", self.group_id, delay, e)
+                await self._backoff(delay)
+                delay = min(delay * 2, self.backoff_max)
+        self.stats.dead_lettered += 1
+        log.warning(
+            "consumer %s: dead-lettered %s[%d]@%d after %d attempt(s): %r",
+            self.group_id,
+            record.topic,
+            record.partition,
+            record.offset,
+            attempts,
+            error,
+        )
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    async def _commit(self, only: set[TopicPartition] | None = None) -> None:
+        async with self._commit_lock:
+            consumer = self._consumer
+            if consumer is None or not self._pending:
+                self._last_commit = time.monotonic()
+                return
+            assigned = consumer.assignment()
+            offsets = {tp: o for tp, o in self._pending.items() if tp in assigned and (only is None or tp in only)}
+            for tp in offsets:
+                del self._pending[tp]
+            if only is None:
+                self._pending.clear()  # offsets of partitions we no longer own: their new owner redoes them
+                self._uncommitted = 0
+                self._last_commit = time.monotonic()
+            if not offsets:
+                return
+            try:
+                await consumer.commit(offsets)
+                self.stats.commits += 1
+            except (CommitFailedError, KafkaError) as e:
+                # Rebalanced away or broker unreachable: the records will be redelivered (idempotent handlers).
+                self.stats.commit_failures += 1
+                log.warning("consumer %s: commit of %s failed: %r", self.group_id, offsets, e)
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        self._revocations += 1
+        await self._commit(only=revoked)
+        for tp in revoked:
+            self._pending.pop(tp, None)
+            self._positions.pop(tp, None)
+
+    # -- lag ------------------------------------------------------------------------------------
+
+    async def lag(self) -> dict[TopicPartition, int]:
+        """Log end offset - position, per assigned partition (0 when caught up)."""
+        consumer = self._consumer
+        if consumer is None:
+            return {}
+        assigned = consumer.assignment()
+        ends: dict[TopicPartition, int] = {}
+        unknown = []
+        for tp in assigned:
+            end = consumer.highwater(tp)
+            if end is None:
+                unknown.append(tp)
+            else:
+                ends[tp] = end
+        if unknown:
+            ends.update(await asyncio.wait_for(consumer.end_offsets(unknown), 5))
+        out = {}
+        for tp, end in ends.items():
+            known = self._positions.get(tp)
+            position: int = known if known is not None else await asyncio.wait_for(consumer.position(tp), 5)
+            out[tp] = max(0, end - position)
+        return out
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, runner: ConsumerRunner) -> None:
+        self._runner = runner
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self._runner._on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        return None

@@ -1,0 +1,153 @@
+"""The services' Kafka producer: aiokafka with `acks=all` and idempotence, keyed Avro events.
+
+    producer = EventProducer("127.0.0.1:9092", AvroSerializer(registry, topic_strategies=...))
+    await producer.start()
+    await producer.publish("orders", order_id, catalog.schema("OrderCreated"), record, {"traceparent": tp})
+    await producer.stop()
+
+`publish` returns once the broker acknowledged the record (`acks=all`: written by every in-sync
+replica); idempotence makes the producer's own retries duplicate-free and keeps each partition in
+send order.  Keys are plain UTF-8 strings (schemas/README.md: the same key always lands on the
+same partition); values are Confluent-framed Avro.  Security settings (`security_protocol`,
+`sasl_mechanism`, `sasl_plain_username`, `sasl_plain_password`, `ssl_context`, ...) pass through
+to aiokafka unchanged, so the same code runs against a secured Apache Kafka cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, Self
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.structs import RecordMetadata
+
+from schemas.serde import AvroSchema, AvroSerializer
+
+__all__ = ["EventProducer", "Headers", "encode_headers"]
+
+Headers = Mapping[str, str | bytes] | Iterable[tuple[str, bytes]]
+"""Header values: str (sent as UTF-8) or bytes; a list of pairs keeps repeated names."""
+
+# Settings the wrapper owns: the delivery guarantees are not configurable by accident.
+_FIXED = {"acks": "all", "enable_idempotence": True}
+
+
+def encode_headers(headers: Headers | None) -> list[tuple[str, bytes]]:
+    if headers is None:
+        return []
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    return [(name, value.encode() if isinstance(value, str) else bytes(value)) for name, value in pairs]
+
+
+class EventProducer:
+    """A started-once, stopped-once producer of keyed Avro events (also an async context manager).
+
+    `config` is passed to `AIOKafkaProducer` (security, `linger_ms`, `request_timeout_ms`,
+    `compression_type`...); `acks` and `enable_idempotence` cannot be overridden.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        serializer: AvroSerializer,
+        *,
+        client_id: str | None = None,
+        linger_ms: int = 5,
+        **config: Any,
+    ) -> None:
+        clash = set(config) & set(_FIXED)
+        if clash:
+            raise ValueError(f"{', '.join(sorted(clash))}: fixed by EventProducer (acks=all, idempotence on)")
+        self.serializer = serializer
+        self._config: dict[str, Any] = {
+            "bootstrap_servers": bootstrap_servers,
+            "linger_ms": linger_ms,
+            **config,
+            **_FIXED,
+        }
+        if client_id is not None:
+            self._config["client_id"] = client_id
+        self._producer: AIOKafkaProducer | None = None
+        self._lock = asyncio.Lock()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Connect (bootstrap metadata); raises if the cluster cannot be reached."""
+        async with self._lock:
+            if self._producer is not None:
+                return
+            producer = AIOKafkaProducer(**self._config)
+            try:
+                await producer.start()
+            except BaseException:
+                await producer.stop()
+                raise
+            self._producer = producer
+
+    async def stop(self) -> None:
+        """Deliver what was sent (flush), then close the connections."""
+        async with self._lock:
+            producer, self._producer = self._producer, None
+            if producer is not None:
+                await producer.stop()
+
+    @property
+    def started(self) -> bool:
+        return self._producer is not None
+
+    def _started(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise RuntimeError("EventProducer is not started")
+        return self._producer
+
+    async def publish(
+        self,
+        topic: str,
+        key: str | None,
+        schema: AvroSchema,
+        record: Any,
+        headers: Headers | None = None,
+    ) -> RecordMetadata:
+        """Serialize `record` with `schema` and wait for the broker's acknowledgement."""
+        value = await self.serializer.serialize(topic, schema, record)
+        future = await self.send_raw(topic, key, value, headers)
+        return await future
+
+    async def send_raw(
+        self,
+        topic: str,
+        key: str | bytes | None,
+        value: bytes | None,
+        headers: Headers | None = None,
+        *,
+        partition: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue already encoded bytes; the returned future resolves when the broker acknowledged.
+
+        Awaiting this call waits only for buffer space: send many, then gather the futures (the
+        outbox relay and the dead-letter path do).  Records of one partition are acknowledged in
+        send order.
+        """
+        raw_key = key.encode() if isinstance(key, str) else key
+        future: asyncio.Future[RecordMetadata] = await self._started().send(
+            topic, value=value, key=raw_key, headers=encode_headers(headers), partition=partition
+        )
+        return future
+
+    async def flush(self) -> None:
+        await self._started().flush()
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        """The topic's partitions (fetches metadata; auto-creates where the broker allows)."""
+        partitions: set[int] = await self._started().partitions_for(topic)
+        return partitions

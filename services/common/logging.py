@@ -1,0 +1,91 @@
+"""structlog for the services: JSON lines, or a console renderer when the stream is a terminal.
+
+structlog renders through the standard library's logging, so the lines of libraries that log
+with `logging` (aiohttp, aiokafka) come out in the same format with the same bound context
+(``request_id``, ``trace_id``).  When a `LogShipper` is given it sees every rendered line (from
+structlog and from stdlib loggers alike) and copies it to its buffer; it decides itself what
+not to ship (its own and the Kafka client's lines).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import IO, Any
+
+import structlog
+from structlog.typing import Processor
+
+from services.common.log_shipper import ACCESS_LOGGER, LogShipper
+
+__all__ = ["ACCESS_LOGGER", "configure_logging", "get_logger"]
+
+_HANDLER_MARK = "_streamshop_handler"
+
+
+def _shared_processors() -> list[Processor]:
+    # Run for structlog loggers and (as foreign_pre_chain) for stdlib records alike.
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+    ]
+
+
+def configure_logging(
+    *,
+    level: str = "info",
+    fmt: str = "auto",
+    stream: IO[str] | None = None,
+    shipper: LogShipper | None = None,
+) -> logging.Handler:
+    """Configure structlog and the root logger; returns the handler it installed (a second
+    call replaces the first one's handler, so tests and reloads do not double the output).
+
+    `fmt` is ``json``, ``console`` or ``auto`` (console when `stream` is a TTY)."""
+    out = stream if stream is not None else sys.stderr
+    console = fmt == "console" or (fmt == "auto" and out.isatty())
+    renderer: list[Processor] = (
+        [structlog.dev.ConsoleRenderer(colors=out.isatty())]
+        if console
+        else [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+    )
+    tap: list[Processor] = [shipper] if shipper is not None else []
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=_shared_processors(),
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *tap, *renderer],
+    )
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(formatter)
+    setattr(handler, _HANDLER_MARK, True)
+
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, _HANDLER_MARK, False)]:
+        root.removeHandler(old)
+        old.close()
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    # The request-context middleware writes the access log (with request id and route);
+    # aiohttp's own line would say the same thing twice, and be shipped twice.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *_shared_processors(),
+            structlog.stdlib.PositionalArgumentsFormatter(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        # The structlog-side chain never changes between calls, so caching is safe and fast.
+        cache_logger_on_first_use=True,
+    )
+    return handler
+
+
+def get_logger(name: str, **initial: Any) -> Any:
+    """A structlog logger named `name` (the ``logger`` field of its lines)."""
+    return structlog.get_logger(name, **initial)

@@ -1,0 +1,277 @@
+"""structlog setup, request/trace context and the log shipper (buffer, drops, no recursion)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+import structlog
+
+from schemas.catalog import default_catalog
+from schemas.serde import encode
+from services.common.log_shipper import LogShipper
+from services.common.logging import ACCESS_LOGGER, configure_logging
+from services.common.tracing import (
+    TraceContext,
+    context_from_headers,
+    context_from_http,
+    current_context,
+    kafka_headers,
+    parse_traceparent,
+    use_context,
+)
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
+
+
+@pytest.fixture
+def reset_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    level = root.level
+    yield
+    configure_logging(stream=io.StringIO(), fmt="json")  # replace the test's handler...
+    for h in [h for h in root.handlers if getattr(h, "_streamshop_handler", False)]:
+        root.removeHandler(h)  # ...then remove it
+    root.setLevel(level)
+    structlog.reset_defaults()
+
+
+def lines(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
+
+
+class Recorder:
+    """An in-memory LogProducer: keeps what it is sent, optionally logging while it sends
+    (as a Kafka client would) or failing."""
+
+    def __init__(self, *, log_while_sending: bool = False, fail: bool = False) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes]] = []
+        self.log_while_sending = log_while_sending
+        self.fail = fail
+
+    async def send(self, topic: str, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]]) -> None:
+        if self.log_while_sending:
+            logging.getLogger("aiokafka.producer").warning("client line")
+            structlog.get_logger("services.orders.api").info("logged inside send")
+        if self.fail:
+            raise ConnectionError("broker down")
+        self.sent.append((topic, key, value))
+
+
+class Stalled:
+    """A LogProducer whose sends never complete: a broker that stopped answering."""
+
+    async def send(self, topic: str, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]]) -> None:
+        await asyncio.Event().wait()
+
+
+# -- output ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("reset_logging")
+def test_structlog_and_stdlib_lines_are_json_with_level_logger_and_timestamp() -> None:
+    out = io.StringIO()
+    configure_logging(stream=out, fmt="auto")  # StringIO is not a TTY: JSON
+    structlog.get_logger("services.orders.api").info("order created", order_id="o1", total="25.00")
+    logging.getLogger("aiohttp.server").warning("stdlib %s", "line")
+    first, second = lines(out)
+    assert first["event"] == "order created"
+    assert first["order_id"] == "o1"
+    assert first["level"] == "info"
+    assert first["logger"] == "services.orders.api"
+    assert first["timestamp"].endswith("Z")
+    assert second["event"] == "stdlib line"
+    assert second["logger"] == "aiohttp.server"
+    assert second["level"] == "warning"
+
+
+@pytest.mark.usefixtures("reset_logging")
+def test_exceptions_are_rendered_as_text_in_json() -> None:
+    out = io.StringIO()
+    configure_logging(stream=out, fmt="json")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        structlog.get_logger("x").exception("failed")
+    (line,) = lines(out)
+    assert "Traceback" in line["exception"]
+    assert "ValueError: boom" in line["exception"]
+
+
+@pytest.mark.usefixtures("reset_logging")
+def test_a_terminal_gets_the_console_renderer_and_the_level_filters() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Tty()
+    configure_logging(stream=out, level="warning")
+    structlog.get_logger("x").info("hidden")
+    structlog.get_logger("x").warning("shown", k=1)
+    text = out.getvalue()
+    assert "hidden" not in text
+    assert "shown" in text
+    assert not text.lstrip().startswith("{")
+
+
+@pytest.mark.usefixtures("reset_logging")
+def test_lines_inside_a_request_context_carry_its_request_and_trace_ids() -> None:
+    out = io.StringIO()
+    configure_logging(stream=out, fmt="json")
+    ctx = context_from_http({"X-Request-ID": "req-7f3a9c", "traceparent": TRACEPARENT})
+    with use_context(ctx):
+        structlog.get_logger("x").info("inside")
+        logging.getLogger("lib").info("stdlib inside")
+    structlog.get_logger("x").info("outside")
+    inside, stdlib_inside, outside = lines(out)
+    assert inside["request_id"] == stdlib_inside["request_id"] == "req-7f3a9c"
+    assert inside["trace_id"] == TRACE_ID
+    assert "request_id" not in outside
+
+
+# -- tracing ---------------------------------------------------------------------------------------
+
+
+def test_traceparent_is_parsed_and_invalid_ones_are_ignored() -> None:
+    assert parse_traceparent(TRACEPARENT) == TraceContext(TRACE_ID, "00f067aa0ba902b7", True)
+    assert parse_traceparent(f"00-{TRACE_ID}-00f067aa0ba902b7-00") == TraceContext(TRACE_ID, "00f067aa0ba902b7", False)
+    for bad in (
+        "",
+        "garbage",
+        f"00-{'0' * 32}-00f067aa0ba902b7-01",
+        f"00-{TRACE_ID}-{'0' * 16}-01",
+        f"ff-{TRACE_ID}-00f067aa0ba902b7-01",
+        f"00-{TRACE_ID.upper()}-00f067aa0ba902b7-01",
+    ):
+        assert parse_traceparent(bad) is None, bad
+
+
+def test_request_id_comes_from_the_header_or_the_trace_or_is_generated() -> None:
+    given = context_from_http({"X-Request-ID": "abc-123"})
+    assert given.request_id == "abc-123"
+    from_trace = context_from_http({"traceparent": TRACEPARENT})
+    assert from_trace.request_id == TRACE_ID
+    assert from_trace.trace.trace_id == TRACE_ID
+    assert from_trace.trace.span_id != "00f067aa0ba902b7"  # our own span, child of the caller's
+    fresh = context_from_http({})
+    assert len(fresh.request_id) == 32
+    # A header that would inject log lines or is absurdly long is replaced, not trusted.
+    assert context_from_http({"X-Request-ID": "a\nb"}).request_id != "a\nb"
+    assert len(context_from_http({"X-Request-ID": "x" * 500}).request_id) == 32
+
+
+def test_kafka_headers_round_trip_the_context_to_a_consumer() -> None:
+    assert kafka_headers() == []  # outside any request: plain events
+    ctx = context_from_http({"X-Request-ID": "req-1", "traceparent": TRACEPARENT})
+    with use_context(ctx):
+        headers = kafka_headers()
+        assert current_context() is ctx
+    assert dict(headers) == {"traceparent": ctx.trace.traceparent().encode(), "x-request-id": b"req-1"}
+    restored = context_from_headers([("other", b"x"), *headers, ("empty", None)])
+    assert restored.request_id == "req-1"
+    assert restored.trace.trace_id == TRACE_ID
+    assert restored.trace.span_id != ctx.trace.span_id  # the consumer's own span in the same trace
+    assert context_from_headers(None).trace.trace_id != TRACE_ID  # no headers: a new trace
+
+
+# -- shipper ---------------------------------------------------------------------------------------
+
+
+def shipper(**kw: Any) -> LogShipper:
+    kw.setdefault("exclude_loggers", ("services.common.log_shipper", "aiokafka", "kafka"))
+    return LogShipper(service="orders", instance="orders-1", **kw)
+
+
+@pytest.mark.usefixtures("reset_logging")
+async def test_shipped_records_follow_the_log_record_schema_and_route_by_stream() -> None:
+    ship = shipper(level="info")
+    configure_logging(stream=io.StringIO(), fmt="json", shipper=ship)
+    with use_context(context_from_http({"X-Request-ID": "req-9", "traceparent": TRACEPARENT})):
+        structlog.get_logger(ACCESS_LOGGER).info("http request", status=201, duration_ms=3.4, tags=["a"], ua=None)
+    structlog.get_logger("services.orders.db").warning("slow statement", sql="SELECT 1", big=2**70)
+    structlog.get_logger("services.orders.api").info("chosen", log_stream="db")
+    structlog.get_logger("services.orders.api").debug("below the shipping level")
+    producer = Recorder()
+    await ship.start(producer)
+    await ship.stop()
+    assert [topic for topic, _, _ in producer.sent] == ["logs.ingress", "logs.db", "logs.db"]
+    assert {key for _, key, _ in producer.sent} == {b"orders-1"}
+    access = json.loads(producer.sent[0][2])
+    assert access["request_id"] == "req-9"
+    assert access["trace_id"] == access["envelope"]["trace_id"] == TRACE_ID
+    assert access["fields"] == {"status": 201, "duration_ms": 3.4, "tags": '["a"]', "ua": None}
+    assert json.loads(producer.sent[1][2])["fields"]["big"] == str(2**70)  # beyond Avro long: text
+    # The same record, before JSON encoding, is valid Avro for schemas/LogRecord.avsc.
+    ship2 = shipper()
+    configure_logging(stream=io.StringIO(), fmt="json", shipper=ship2)
+    with use_context(context_from_http({"traceparent": TRACEPARENT})):
+        structlog.get_logger("services.orders.api").error("failed", n=1, f=1.5, ok=True, obj=object())
+    ((_, record),) = list(ship2._buffer)
+    encode(default_catalog().schema("LogRecord"), record)
+    assert ship.shipped == 3
+    assert ship.dropped == 0
+
+
+@pytest.mark.usefixtures("reset_logging")
+async def test_a_full_buffer_drops_and_counts_lines_without_blocking_the_loop() -> None:
+    ship = shipper(capacity=50, batch_size=10, flush_interval=0.01)
+    configure_logging(stream=io.StringIO(), fmt="json", shipper=ship)
+    await ship.start(Stalled())
+    log = structlog.get_logger("services.orders.api")
+    start = time.perf_counter()
+    for i in range(2000):
+        log.info("line", i=i)
+        if i % 100 == 0:
+            await asyncio.sleep(0)  # let the shipper task take (and get stuck on) a batch
+    elapsed = time.perf_counter() - start
+    assert elapsed < 1.0  # 2000 lines against a dead broker: no waiting on it
+    assert ship.buffered == 50
+    assert 2000 - 50 - 10 <= ship.dropped <= 2000 - 50
+    await ship.stop(grace=0.1)  # the stuck send is abandoned, not awaited forever
+
+
+@pytest.mark.usefixtures("reset_logging")
+async def test_lines_logged_by_the_producer_or_the_shipper_itself_are_not_shipped() -> None:
+    ship = shipper(flush_interval=0.01)
+    out = io.StringIO()
+    configure_logging(stream=out, fmt="json", shipper=ship)
+    producer = Recorder(log_while_sending=True)
+    await ship.start(producer)
+    structlog.get_logger("services.orders.api").info("one")
+    await ship.flush()
+    await asyncio.sleep(0.05)  # several flush intervals: any recursion would show up as more sends
+    assert len(producer.sent) == 1
+    assert ship.buffered == 0
+    # The shipper's own failure warning is written locally but never shipped either.
+    producer.fail = True
+    structlog.get_logger("services.orders.api").info("two")
+    await ship.flush()
+    await asyncio.sleep(0.05)
+    assert ship.failed == 1
+    assert ship.buffered == 0
+    await ship.stop()
+    assert "log records not shipped" in out.getvalue()
+    assert "logged inside send" in out.getvalue()  # printed, just not shipped
+
+
+@pytest.mark.usefixtures("reset_logging")
+def test_lines_from_other_threads_are_buffered_too() -> None:
+    import threading
+
+    ship = shipper()
+    configure_logging(stream=io.StringIO(), fmt="json", shipper=ship)
+    threads = [
+        threading.Thread(target=lambda: [structlog.get_logger("t").info("x") for _ in range(100)]) for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert ship.buffered == 400
