@@ -1,11 +1,13 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from schemas.registry.app import RunningRegistry
 from tests.support.harness import BrokerProcess, ThreadBroker
+from tests.support.registry import registry
 
 
 @pytest.fixture
@@ -27,6 +29,13 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., ThreadBroker]]:
 def broker(broker_factory: Callable[..., ThreadBroker]) -> ThreadBroker:
     """A fresh broker with default settings."""
     return broker_factory()
+
+
+@pytest.fixture
+async def running_registry(broker: ThreadBroker) -> AsyncIterator[RunningRegistry]:
+    """A real schema registry, in-process on the test's loop, storing in `broker`."""
+    async with registry(broker.bootstrap) as running:
+        yield running
 
 
 @pytest.fixture

@@ -32,7 +32,6 @@ from tests.support.kit_processes import (
     read_line,
     spawn,
 )
-from tests.support.registry import registry
 
 ORDER_CREATED = CATALOG.schema("OrderCreated")
 
@@ -41,12 +40,6 @@ ORDER_CREATED = CATALOG.schema("OrderCreated")
 def broker(broker_factory: Callable[..., ThreadBroker]) -> ThreadBroker:
     """A broker that allows short session timeouts, so a SIGKILLed member is noticed quickly."""
     return broker_factory(settings={"group.min.session.timeout.ms": "500"})
-
-
-@pytest.fixture
-async def running_registry(broker: ThreadBroker) -> AsyncIterator[RunningRegistry]:
-    async with registry(broker.bootstrap) as running:
-        yield running
 
 
 @pytest.fixture

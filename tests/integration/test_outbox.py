@@ -35,15 +35,8 @@ from tests.support.kit_processes import (
     read_line,
     spawn,
 )
-from tests.support.registry import registry
 
 ORDERS_DDL = "CREATE TABLE orders (id TEXT PRIMARY KEY, status TEXT NOT NULL);"
-
-
-@pytest.fixture
-async def running_registry(broker: ThreadBroker) -> AsyncIterator[RunningRegistry]:
-    async with registry(broker.bootstrap) as running:
-        yield running
 
 
 @pytest.fixture
