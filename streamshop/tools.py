@@ -227,6 +227,33 @@ def _registry_parser(sub: SubParsers) -> None:
     p.set_defaults(func=_lazy("schemas.registry.app", "main", "registry"))
 
 
+def _orders_parser(sub: SubParsers) -> None:
+    p = sub.add_parser("orders", help="run the orders service (settings from ORDERS_* env vars)")
+    p.add_argument("--port", type=int, default=None, help="HTTP port (env ORDERS_PORT; default 8001)")
+    p.add_argument("--database", default=None, help="SQLite file (env ORDERS_DATABASE_PATH; default data/orders.db)")
+    p.set_defaults(func=_lazy("services.orders.main", "run", "orders"))
+
+
+def _logs_parser(sub: SubParsers) -> None:
+    p = sub.add_parser("logs", help="run the logs service (indexes the logs.* topics; GET /logs, /logs/stats)")
+    p.add_argument("--listen", metavar="HOST", help="HTTP interface (env LOGS_LISTEN; default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="HTTP port (env LOGS_PORT; default 8003)")
+    p.add_argument("--bootstrap", "--bootstrap-server", metavar="HOST:PORT", help="env LOGS_BOOTSTRAP_SERVERS")
+    p.add_argument("--registry-url", metavar="URL", help="schema registry (env LOGS_REGISTRY_URL)")
+    p.add_argument("--database", metavar="PATH", help="SQLite file (env LOGS_DATABASE_PATH; default data/logs.db)")
+    p.add_argument("--max-records", type=int, help="retention: records kept (env LOGS_MAX_RECORDS)")
+    p.set_defaults(func=_lazy("services.logs.main", "run", "logs"))
+
+
 def register_tools(sub: SubParsers) -> None:
-    for register in (_topics_parser, _groups_parser, _produce_parser, _consume_parser, _demo_parser, _registry_parser):
+    for register in (
+        _topics_parser,
+        _groups_parser,
+        _produce_parser,
+        _consume_parser,
+        _demo_parser,
+        _registry_parser,
+        _orders_parser,
+        _logs_parser,
+    ):
         register(sub)

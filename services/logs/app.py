@@ -1,0 +1,209 @@
+"""The logs service's aiohttp app: the ``log-indexer`` consumer plus the search API.
+
+    GET /logs?service=orders&level=info&stream=app&q=text&since=2026-01-01T00:00:00Z&limit=50
+        -> 200 {"items": [...]}   newest first; 422 naming each invalid parameter
+    GET /logs/stats -> 200 {"total": n, "levels": {...}, "services": {svc: {level: n, "total": n}}}
+
+Readiness is the broker and the database: JSON log lines need no registry, and an unreachable
+registry only holds back Avro lines (the runner retries them), it does not stop the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import MultiMapping
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from schemas.catalog import default_catalog
+from schemas.client import RegistryClient
+from schemas.serde import AvroSerializer
+from services.common.app import METRICS_REGISTRY_KEY, create_base_app, default_checks
+from services.common.consumer import ConsumerRunner
+from services.common.db import Database
+from services.common.errors import ValidationError
+from services.common.kafka import EventProducer
+from services.common.log_shipper import LogShipper, SendRawAdapter
+from services.common.logging import get_logger
+from services.logs.config import LogsConfig
+from services.logs.indexer import Indexer, LogRecordDeserializer
+from services.logs.store import LEVELS, STREAMS, LogQuery, LogStore
+
+__all__ = ["INDEXER_KEY", "RUNNER_KEY", "STORE_KEY", "create_app", "parse_query"]
+
+log = get_logger(__name__)
+
+STORE_KEY = web.AppKey("log_store", LogStore)
+INDEXER_KEY = web.AppKey("log_indexer", Indexer)
+RUNNER_KEY = web.AppKey("log_runner", ConsumerRunner)
+
+MAX_LIMIT = 500
+DEFAULT_LIMIT = 50
+_PARAMS = ("service", "level", "stream", "q", "since", "limit")
+_PRUNE_INTERVAL_S = 60.0
+
+
+def _since_ms(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        raise ValueError("naive timestamp")
+    return int(parsed.timestamp() * 1000)
+
+
+def parse_query(params: MultiMapping[str]) -> LogQuery:
+    """The search filters of a query string; `ValidationError` (422) names every bad parameter."""
+    errors: dict[str, str] = {}
+    for name in sorted(set(params.keys())):
+        if name not in _PARAMS:
+            errors[name] = f"is not an allowed parameter (allowed: {', '.join(_PARAMS)})"
+        elif len(params.getall(name)) > 1:
+            errors[name] = "must be given at most once"
+    values = {name: params.get(name) for name in _PARAMS}
+    for name, longest in (("service", 128), ("q", 500)):
+        value = values[name]
+        if value is not None and not 1 <= len(value) <= longest:
+            errors.setdefault(name, f"must be 1 to {longest} characters")
+    for name, choices in (("level", LEVELS), ("stream", STREAMS)):
+        value = values[name]
+        if value is not None and value not in choices:
+            errors.setdefault(name, f"must be one of {', '.join(choices)}")
+    limit = DEFAULT_LIMIT
+    if values["limit"] is not None:
+        try:
+            limit = int(values["limit"])
+        except ValueError:
+            errors.setdefault("limit", "must be an integer")
+        else:
+            if not 1 <= limit <= MAX_LIMIT:
+                errors.setdefault("limit", f"must be between 1 and {MAX_LIMIT}")
+    since: int | None = None
+    if values["since"] is not None:
+        try:
+            since = _since_ms(values["since"])
+        except ValueError:
+            errors.setdefault("since", "must be an ISO 8601 timestamp with a time zone, or epoch milliseconds")
+    if errors:
+        raise ValidationError(errors, "invalid query parameters")
+    return LogQuery(
+        service=values["service"],
+        level=values["level"],
+        stream=values["stream"],
+        q=values["q"],
+        since_ms=since,
+        limit=limit,
+    )
+
+
+async def search_logs(request: web.Request) -> web.Response:
+    query = parse_query(request.query)
+    items = await request.app[STORE_KEY].search(query)
+    return web.json_response({"items": items})
+
+
+async def log_stats(request: web.Request) -> web.Response:
+    return web.json_response(await request.app[STORE_KEY].stats())
+
+
+class IndexerCollector(Collector):
+    """Indexer counters and consumer lag for ``/metrics``, read when scraped."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[Metric]:
+        indexer = self.app.get(INDEXER_KEY)
+        runner = self.app.get(RUNNER_KEY)
+        if indexer is None or runner is None:
+            return
+        yield GaugeMetricFamily("logs_indexed_records", "log records indexed by this process", value=indexer.indexed)
+        yield GaugeMetricFamily("logs_duplicate_records", "redelivered log records skipped", value=indexer.duplicates)
+        yield GaugeMetricFamily(
+            "logs_dead_lettered_records", "poison log records sent to the DLQ", value=runner.stats.dead_lettered
+        )
+        lag = GaugeMetricFamily(
+            "logs_consumer_lag", "records behind the log end, per partition", labels=["topic", "partition"]
+        )
+        for tp, behind in sorted(runner.last_lag.items()):
+            lag.add_metric([tp.topic, str(tp.partition)], behind)
+        yield lag
+
+
+def create_app(config: LogsConfig, *, shipper: LogShipper | None = None) -> web.Application:
+    """The logs service; consumer, producer (DLQ and shipped logs) and database start with the app."""
+    checks = default_checks(config)
+    del checks["registry"]
+    app = create_base_app(config, checks=checks, shipper=shipper)
+    app[METRICS_REGISTRY_KEY].register(IndexerCollector(app))
+    app.router.add_get("/logs", search_logs)
+    app.router.add_get("/logs/stats", log_stats)
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        kafka = config.kafka_client_kwargs()
+        bootstrap = kafka.pop("bootstrap_servers")
+        auth = (
+            aiohttp.BasicAuth(config.registry_username, config.registry_password or "")
+            if config.registry_username
+            else None
+        )
+        async with contextlib.AsyncExitStack() as stack:
+            db = await stack.enter_async_context(Database(config.database_path))
+            store = LogStore(db, max_records=config.max_records)
+            indexer = Indexer(db, store, name=config.group_id)
+            await indexer.setup()
+            registry = await stack.enter_async_context(RegistryClient(config.registry_url, auth=auth))
+            producer = EventProducer(
+                bootstrap, AvroSerializer(registry), client_id=f"{config.service_name}-{config.instance_id}", **kafka
+            )
+            await stack.enter_async_context(producer)
+            if shipper is not None:
+                await shipper.start(SendRawAdapter(producer))
+                stack.push_async_callback(shipper.stop)
+            runner = ConsumerRunner(
+                bootstrap,
+                config.group_id,
+                config.topics,
+                indexer,
+                deserializer=LogRecordDeserializer(registry, reader_schemas=[default_catalog().schema("LogRecord")]),
+                producer=producer,
+                commit_every=config.commit_every,
+                commit_interval_ms=config.commit_interval_ms,
+                client_id=f"{config.group_id}-{config.instance_id}",
+                **kafka,
+            )
+            await runner.start()
+            stack.push_async_callback(runner.stop)
+            pruner = asyncio.create_task(_prune_forever(indexer, config.dedupe_window_s * 1000), name="logs-prune")
+            stack.push_async_callback(_cancel, pruner)
+            app[STORE_KEY] = store
+            app[INDEXER_KEY] = indexer
+            app[RUNNER_KEY] = runner
+            log.info("logs service started", topics=list(config.topics), group=config.group_id, fts5=store.full_text)
+            yield
+
+    app.cleanup_ctx.append(lifecycle)
+    return app
+
+
+async def _prune_forever(indexer: Indexer, older_than_ms: int) -> None:
+    """Forget processed event ids older than the dedupe window (their records are long committed)."""
+    while True:
+        await asyncio.sleep(_PRUNE_INTERVAL_S)
+        try:
+            await indexer.handler.prune(older_than_ms)
+        except Exception as e:  # a busy database now is no reason to stop pruning later
+            log.warning("pruning processed event ids failed", error=repr(e))
+
+
+async def _cancel(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -1,0 +1,231 @@
+"""The log index: a SQLite table of log records plus an FTS5 full-text index over their text.
+
+Records are appended by the indexer inside its consumer transaction (`insert`), so a record and
+its processed event id commit together.  Full-text search uses an external-content FTS5 table
+kept in step by triggers; where this SQLite lacks FTS5, `q` falls back to a substring (LIKE)
+match over the same text, which is slower but gives the same answers for whole words.
+
+Retention keeps at most `max_records` rows: each insert deletes the rows more than
+`max_records` behind it.  Ids come from AUTOINCREMENT and are never reused, so "oldest" is
+oldest *indexed* (arrival order, as Kafka's own retention) and the delete is a rowid range scan.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from services.common.db import Database, Migration, Transaction
+
+__all__ = ["LEVELS", "STREAMS", "LogEntry", "LogQuery", "LogStore", "fts5_available"]
+
+LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
+STREAMS: tuple[str, ...] = ("app", "ingress", "db")
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One log line, as indexed."""
+
+    event_id: str
+    topic: str
+    partition: int
+    offset: int
+    service: str
+    instance: str
+    level: str
+    event: str
+    logger: str
+    timestamp_ms: int
+    trace_id: str | None
+    request_id: str | None
+    fields: Mapping[str, Any]
+
+    @property
+    def stream(self) -> str:
+        """``app``, ``ingress`` or ``db``: the topic's suffix (``logs.db`` -> ``db``)."""
+        return self.topic.rpartition(".")[2]
+
+
+@dataclass(frozen=True, slots=True)
+class LogQuery:
+    """Filters of `LogStore.search`; None means "any"."""
+
+    service: str | None = None
+    level: str | None = None
+    stream: str | None = None
+    q: str | None = None
+    since_ms: int | None = None
+    limit: int = 50
+
+
+def fts5_available(conn: sqlite3.Connection) -> bool:
+    """True when this SQLite can create FTS5 tables (probed with a throwaway temp table)."""
+    try:
+        conn.execute("CREATE VIRTUAL TABLE temp._fts5_probe USING fts5(x)")
+    except sqlite3.OperationalError:
+        return False
+    conn.execute("DROP TABLE temp._fts5_probe")
+    return True
+
+
+def _create_schema(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "CREATE TABLE logs ("
+        " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " event_id TEXT NOT NULL UNIQUE,"
+        " topic TEXT NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL,"
+        " stream TEXT NOT NULL, service TEXT NOT NULL, instance TEXT NOT NULL, level TEXT NOT NULL,"
+        " event TEXT NOT NULL, logger TEXT NOT NULL, ts INTEGER NOT NULL,"
+        " trace_id TEXT, request_id TEXT, fields TEXT NOT NULL)"
+    )
+    conn.execute("CREATE INDEX logs_ts ON logs (ts, id)")
+    conn.execute("CREATE INDEX logs_service_ts ON logs (service, ts, id)")
+    conn.execute("CREATE INDEX logs_level_ts ON logs (level, ts, id)")
+    if not fts5_available(conn):
+        return
+    conn.execute("CREATE VIRTUAL TABLE logs_fts USING fts5(event, logger, fields, content='logs', content_rowid='id')")
+    conn.execute(
+        "CREATE TRIGGER logs_fts_insert AFTER INSERT ON logs BEGIN"
+        " INSERT INTO logs_fts (rowid, event, logger, fields) VALUES (new.id, new.event, new.logger, new.fields);"
+        " END"
+    )
+    conn.execute(
+        "CREATE TRIGGER logs_fts_delete AFTER DELETE ON logs BEGIN"
+        " INSERT INTO logs_fts (logs_fts, rowid, event, logger, fields)"
+        " VALUES ('delete', old.id, old.event, old.logger, old.fields);"
+        " END"
+    )
+
+
+MIGRATIONS: Sequence[Migration] = (_create_schema,)
+
+
+def _match_expression(text: str) -> str | None:
+    """User text as an FTS5 query: every word must occur (each quoted, so FTS5 operators and
+    punctuation in the input are plain text, never syntax).  None when no word is searchable."""
+    words = [w for w in text.split() if any(c.isalnum() for c in w)]
+    if not words:
+        return None
+    return " ".join('"' + w.replace('"', '""') + '"' for w in words)
+
+
+def _like_pattern(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def iso_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _item(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "event_id": row["event_id"],
+        "timestamp": iso_ms(row["ts"]),
+        "service": row["service"],
+        "instance": row["instance"],
+        "level": row["level"],
+        "event": row["event"],
+        "logger": row["logger"],
+        "stream": row["stream"],
+        "trace_id": row["trace_id"],
+        "request_id": row["request_id"],
+        "fields": json.loads(row["fields"]),
+        "topic": row["topic"],
+        "partition": row["partition"],
+        "offset": row["offset"],
+    }
+
+
+class LogStore:
+    """The `logs` tables of one `Database`."""
+
+    def __init__(self, db: Database, *, max_records: int) -> None:
+        if max_records < 1:
+            raise ValueError("max_records must be positive")
+        self.db = db
+        self.max_records = max_records
+        self.full_text = False
+
+    async def setup(self) -> None:
+        await self.db.migrate("logs", MIGRATIONS)
+        row = await self.db.fetchone("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'logs_fts'")
+        self.full_text = row is not None
+
+    async def insert(self, tx: Transaction, entry: LogEntry) -> bool:
+        """Index `entry` in `tx` (False when its event id is already indexed), then apply retention."""
+        result = await tx.execute(
+            "INSERT OR IGNORE INTO logs (event_id, topic, partition, offset, stream, service, instance, level,"
+            " event, logger, ts, trace_id, request_id, fields) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                entry.event_id,
+                entry.topic,
+                entry.partition,
+                entry.offset,
+                entry.stream,
+                entry.service,
+                entry.instance,
+                entry.level,
+                entry.event,
+                entry.logger,
+                entry.timestamp_ms,
+                entry.trace_id,
+                entry.request_id,
+                json.dumps(dict(entry.fields), separators=(",", ":"), default=repr),
+            ),
+        )
+        if result.rowcount == 0 or result.lastrowid is None:
+            return False
+        await tx.execute("DELETE FROM logs WHERE id <= ?", (result.lastrowid - self.max_records,))
+        return True
+
+    async def search(self, query: LogQuery) -> list[dict[str, Any]]:
+        """Matching records, newest first (by timestamp, then by arrival)."""
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (("service", query.service), ("level", query.level), ("stream", query.stream)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if query.since_ms is not None:
+            where.append("ts >= ?")
+            params.append(query.since_ms)
+        if query.q:
+            match = _match_expression(query.q) if self.full_text else None
+            if match is not None:
+                where.append("id IN (SELECT rowid FROM logs_fts WHERE logs_fts MATCH ?)")
+                params.append(match)
+            else:
+                where.append("(event LIKE ? ESCAPE '\\' OR logger LIKE ? ESCAPE '\\' OR fields LIKE ? ESCAPE '\\')")
+                params.extend([_like_pattern(query.q)] * 3)
+        sql = "SELECT * FROM logs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY ts DESC, id DESC LIMIT ?"
+        params.append(query.limit)
+        return [_item(row) for row in await self.db.fetchall(sql, params)]
+
+    async def stats(self) -> dict[str, Any]:
+        """Record counts: in total, per level, and per service and level."""
+        rows = await self.db.fetchall("SELECT service, level, COUNT(*) AS n FROM logs GROUP BY service, level")
+        services: dict[str, dict[str, int]] = {}
+        levels: dict[str, int] = {}
+        total = 0
+        for row in rows:
+            n = int(row["n"])
+            per = services.setdefault(row["service"], {"total": 0})
+            per[row["level"]] = n
+            per["total"] += n
+            levels[row["level"]] = levels.get(row["level"], 0) + n
+            total += n
+        return {"total": total, "levels": levels, "services": services, "full_text": self.full_text}
+
+    async def count(self) -> int:
+        row = await self.db.fetchone("SELECT COUNT(*) FROM logs")
+        return int(row[0]) if row is not None else 0

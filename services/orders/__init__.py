@@ -1,0 +1,1 @@
+"""The orders service: HTTP API over SQLite, OrderCreated / OrderStatusChanged through the outbox."""

@@ -1,0 +1,316 @@
+"""The logs service on a real broker, schema registry, SQLite file and HTTP server (127.0.0.1,
+OS port): log lines shipped to logs.* (JSON by a real `LogShipper` over aiokafka, and Avro
+`LogRecord` through the registry serde) are indexed by the ``log-indexer`` group and searchable
+by service, level and text, newest first; bad query parameters are 422 with one message per
+field; a redelivered line is indexed once; poison records go to the DLQ without stopping the
+indexer; retention keeps the newest `max_records`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.structs import TopicPartition
+
+from schemas.catalog import default_catalog
+from schemas.client import RegistryClient
+from schemas.registry.app import RunningRegistry
+from schemas.serde import AvroSerializer
+from services.common.log_shipper import ACCESS_LOGGER, LogShipper, avro_log_encoder
+from services.logs.app import INDEXER_KEY, RUNNER_KEY, create_app
+from services.logs.config import LOG_TOPICS, LogsConfig
+from streamshop.cli import build_parser
+from tests.support.harness import ThreadBroker
+from tests.support.kafka_clients import aiokafka_consume, create_topic
+
+Client = TestClient[web.Request, web.Application]
+
+
+class AiokafkaLogProducer:
+    """The shipper's producer protocol over a plain aiokafka producer."""
+
+    def __init__(self, producer: AIOKafkaProducer) -> None:
+        self.producer = producer
+
+    async def send(self, topic: str, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]]) -> Any:
+        return await self.producer.send(topic, value=value, key=key, headers=list(headers))
+
+
+@pytest.fixture
+async def producer(broker: ThreadBroker) -> AsyncIterator[AIOKafkaProducer]:
+    for topic in LOG_TOPICS:
+        create_topic(broker.bootstrap, topic, 2)
+    p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", enable_idempotence=True)
+    await p.start()
+    yield p
+    await p.stop()
+
+
+@pytest.fixture
+async def start_logs(
+    tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry
+) -> AsyncIterator[Callable[..., Any]]:
+    """Start the logs service (`start_logs(max_records=...)`) on a real HTTP server."""
+    clients: list[Client] = []
+
+    async def start(**overrides: Any) -> Client:
+        config = LogsConfig(
+            bootstrap_servers=broker.bootstrap,
+            registry_url=running_registry.url,
+            database_path=tmp_path / "logs.db",
+            log_shipping=False,
+            commit_interval_ms=100,
+            **overrides,
+        )
+        client: Client = TestClient(TestServer(create_app(config), host="127.0.0.1", port=0))
+        await client.start_server()
+        clients.append(client)
+        return client
+
+    yield start
+    for c in clients:
+        await c.close()
+
+
+async def ship(producer: AIOKafkaProducer, service: str, lines: Sequence[dict[str, Any]], **kw: Any) -> None:
+    """Log `lines` (structlog event dicts) through a real shipper and wait until they are acknowledged."""
+    shipper = LogShipper(service=service, instance=f"{service}-1", level="debug", **kw)
+    await shipper.start(AiokafkaLogProducer(producer))
+    for line in lines:
+        shipper(None, str(line.get("level", "info")), {"level": "info", **line})
+    await shipper.stop()
+    assert (shipper.shipped, shipper.failed, shipper.dropped) == (len(lines), 0, 0)
+
+
+async def get_json(client: Client, path: str, status: int = 200) -> Any:
+    response = await client.get(path)
+    assert response.status == status, await response.text()
+    return await response.json()
+
+
+async def wait_for_total(client: Client, total: int, within: float = 20) -> dict[str, Any]:
+    deadline = time.monotonic() + within
+    while True:
+        stats: dict[str, Any] = await get_json(client, "/logs/stats")
+        if stats["total"] >= total:
+            assert stats["total"] == total
+            return stats
+        if time.monotonic() > deadline:
+            raise AssertionError(f"only {stats['total']} of {total} log records indexed")
+        await asyncio.sleep(0.05)
+
+
+def events(body: dict[str, Any]) -> list[str]:
+    return [item["event"] for item in body["items"]]
+
+
+async def test_json_and_avro_log_lines_are_indexed_and_searchable_by_service_level_and_text(
+    producer: AIOKafkaProducer, running_registry: RunningRegistry, start_logs: Callable[..., Any]
+) -> None:
+    """Lines of `orders` shipped as JSON (to logs.app, logs.ingress and logs.db by logger) and of
+    `otp` shipped as Avro LogRecord are all indexed; service, level and q filter them, q matches
+    words of the message and of the structured fields, and /logs/stats counts them."""
+    client: Client = await start_logs()
+    await ship(
+        producer,
+        "orders",
+        [
+            {"event": "order created", "logger": "services.orders.api", "order_id": "o-17", "total": "25.00"},
+            {"event": "payment slow", "level": "warning", "logger": "services.orders.api", "ms": 812},
+            {"event": "payment declined", "level": "error", "logger": "services.orders.api", "order_id": "o-18"},
+            {"event": "request", "logger": ACCESS_LOGGER, "path": "/orders", "status": 201},
+            {"event": "statement", "level": "debug", "logger": "services.orders.db", "sql": "INSERT INTO orders"},
+        ],
+    )
+    async with RegistryClient(running_registry.url) as registry:
+        serializer = AvroSerializer(registry, topic_strategies=default_catalog().topic_strategies())
+        await ship(
+            producer,
+            "otp",
+            [
+                {"event": "otp requested", "logger": "services.otp.api", "user_id": "u-1"},
+                {"event": "sms provider down", "level": "critical", "logger": "services.otp.api", "attempt": 3},
+            ],
+            encoder=avro_log_encoder(serializer),
+        )
+
+    stats = await wait_for_total(client, 7)
+    assert stats["services"]["orders"] == {"total": 5, "info": 2, "warning": 1, "error": 1, "debug": 1}
+    assert stats["services"]["otp"] == {"total": 2, "info": 1, "critical": 1}
+    assert stats["levels"] == {"info": 3, "warning": 1, "error": 1, "debug": 1, "critical": 1}
+
+    orders = await get_json(client, "/logs?service=orders")
+    assert sorted(events(orders)) == ["order created", "payment declined", "payment slow", "request", "statement"]
+    by_event = {item["event"]: item for item in orders["items"]}
+    assert by_event["request"]["stream"] == "ingress"
+    assert by_event["request"]["topic"] == "logs.ingress"
+    assert by_event["statement"]["stream"] == "db"
+    assert by_event["order created"]["fields"]["order_id"] == "o-17"
+    assert by_event["order created"]["instance"] == "orders-1"
+    assert by_event["order created"]["timestamp"].endswith("Z")
+
+    assert events(await get_json(client, "/logs?level=error")) == ["payment declined"]
+    assert events(await get_json(client, "/logs?service=otp&level=critical")) == ["sms provider down"]
+    assert sorted(events(await get_json(client, "/logs?q=payment"))) == ["payment declined", "payment slow"]
+    assert events(await get_json(client, "/logs?q=o-18")) == ["payment declined"]  # a field value
+    assert events(await get_json(client, "/logs?q=provider&service=otp")) == ["sms provider down"]  # Avro line
+    assert events(await get_json(client, "/logs?q=provider&service=orders")) == []
+    assert events(await get_json(client, '/logs?q="AND (NEAR')) == []  # FTS syntax in q is plain text
+
+
+async def test_results_are_newest_first_and_limited(producer: AIOKafkaProducer, start_logs: Callable[..., Any]) -> None:
+    """Lines come back newest first, and `limit` keeps the newest N of them."""
+    client: Client = await start_logs()
+    await ship(producer, "orders", [{"event": f"step {i}", "logger": "services.orders.api"} for i in range(6)])
+    await wait_for_total(client, 6)
+    assert events(await get_json(client, "/logs")) == [f"step {i}" for i in (5, 4, 3, 2, 1, 0)]
+    assert events(await get_json(client, "/logs?service=orders&limit=2")) == ["step 5", "step 4"]
+    assert events(await get_json(client, "/logs?q=step&limit=1")) == ["step 5"]
+
+
+async def test_invalid_query_parameters_are_422_with_a_message_per_field_and_readiness_needs_broker_and_database(
+    start_logs: Callable[..., Any],
+) -> None:
+    """level outside debug..critical, limit outside 1..500 or not a number, a bad `since` and an
+    unknown parameter are each named in details.fields; /readyz checks broker and database."""
+    client: Client = await start_logs()
+    body = await get_json(client, "/logs?level=verbose&limit=0&since=yesterday&colour=red", 422)
+    assert body["error"] == "validation_failed"
+    fields = body["details"]["fields"]
+    assert fields["level"] == "must be one of debug, info, warning, error, critical"
+    assert fields["limit"] == "must be between 1 and 500"
+    assert "ISO 8601" in fields["since"]
+    assert fields["colour"].startswith("is not an allowed parameter")
+    assert (await get_json(client, "/logs?limit=501", 422))["details"]["fields"] == {
+        "limit": "must be between 1 and 500"
+    }
+    assert (await get_json(client, "/logs?limit=ten", 422))["details"]["fields"] == {"limit": "must be an integer"}
+    assert (await get_json(client, "/logs?level=info&level=error", 422))["details"]["fields"] == {
+        "level": "must be given at most once"
+    }
+    assert (await get_json(client, "/logs?limit=500&level=critical&since=2026-01-01T00:00:00Z"))["items"] == []
+    ready = await get_json(client, "/readyz")
+    assert set(ready["checks"]) == {"broker", "database"}
+
+
+async def test_a_redelivered_log_line_is_indexed_once(
+    broker: ThreadBroker, producer: AIOKafkaProducer, start_logs: Callable[..., Any]
+) -> None:
+    """The same line twice in the topic (same envelope event id), and then every line delivered
+    again after the group's offsets are rewound to 0 and the service restarted, leave one row
+    per line: duplicates are skipped by event id."""
+    record = {
+        "envelope": {"event_id": "4a4bd2f6-0000-4000-8000-000000000001", "occurred_at": "2026-01-01T00:00:00Z"},
+        "service": "orders",
+        "instance": "orders-1",
+        "level": "info",
+        "event": "order paid",
+        "logger": "services.orders.api",
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "fields": {},
+    }
+    value = json.dumps(record).encode()
+    for _ in range(2):
+        await (await producer.send("logs.app", value=value, key=b"orders-1"))
+    await ship(producer, "orders", [{"event": "order shipped", "logger": "services.orders.api"}])
+    client: Client = await start_logs()
+    await wait_for_total(client, 2)
+    assert client.app is not None
+    first = client.app[INDEXER_KEY]
+    deadline = time.monotonic() + 20
+    while first.duplicates < 1:  # the second copy is processed (skipped) too
+        assert time.monotonic() < deadline, "the second copy was never delivered"
+        await asyncio.sleep(0.05)
+    assert (await get_json(client, "/logs/stats"))["total"] == 2
+    await client.close()
+
+    rewind = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="log-indexer", enable_auto_commit=False)
+    await rewind.start()
+    try:
+        partitions = [TopicPartition(t, p) for t in LOG_TOPICS for p in range(2)]
+        rewind.assign(partitions)
+        await rewind.commit(dict.fromkeys(partitions, 0))
+    finally:
+        await rewind.stop()
+
+    again: Client = await start_logs()
+    assert again.app is not None
+    indexer = again.app[INDEXER_KEY]
+    deadline = time.monotonic() + 20
+    while indexer.duplicates < 3:
+        assert time.monotonic() < deadline, f"only {indexer.duplicates} redeliveries seen"
+        await asyncio.sleep(0.05)
+    assert indexer.indexed == 0
+    assert sorted(events(await get_json(again, "/logs"))) == ["order paid", "order shipped"]
+
+
+async def test_poison_records_go_to_the_dlq_and_indexing_continues(
+    broker: ThreadBroker, producer: AIOKafkaProducer, start_logs: Callable[..., Any]
+) -> None:
+    """Garbage bytes, broken JSON, Avro with an unknown schema id and a JSON object without a
+    service are dead-lettered to logs.app.dlq with the failure in headers; the good line
+    behind them on the same partition is indexed."""
+    poison = [
+        b"not a log line",
+        b'{"service": "orders", "event": ',
+        b"\x00\x00\x00\x03\xe7\x02xx",
+        json.dumps({"level": "info", "event": "no service", "timestamp": "2026-01-01T00:00:00Z"}).encode(),
+    ]
+    for value in poison:
+        await (await producer.send("logs.app", value=value, key=b"orders-1", partition=0))
+    good = {
+        "service": "orders",
+        "level": "info",
+        "event": "after the poison",
+        "timestamp": "2026-01-01T00:00:00Z",
+    }  # no envelope: deduplicated by topic/partition/offset
+    await (await producer.send("logs.app", value=json.dumps(good).encode(), key=b"orders-1", partition=0))
+    client: Client = await start_logs()
+    await wait_for_total(client, 1)
+    assert events(await get_json(client, "/logs")) == ["after the poison"]
+
+    dlq_partitions = await producer.partitions_for("logs.app.dlq")
+    dead = await aiokafka_consume(
+        broker.bootstrap, {("logs.app.dlq", p): 0 for p in dlq_partitions}, len(poison), within=20
+    )
+    dead.sort(key=lambda d: d.offset)  # same key: one partition, in the original order
+    assert [d.value for d in dead] == poison
+    headers = [{k: (v or b"").decode() for k, v in d.headers} for d in dead]
+    assert {h["dlq.original.topic"] for h in headers} == {"logs.app"}
+    assert [h["dlq.group"] for h in headers] == ["log-indexer"] * 4
+    assert headers[2]["dlq.error.class"] == "schemas.serde.UnknownSchemaIdError"
+    assert headers[3]["dlq.error.class"] == "services.common.consumer.PermanentError"
+    assert client.app is not None
+    assert client.app[RUNNER_KEY].stats.dead_lettered == 4
+
+
+async def test_retention_keeps_only_the_newest_max_records(
+    producer: AIOKafkaProducer, start_logs: Callable[..., Any]
+) -> None:
+    """With max_records=3, after 7 lines only the 3 newest remain (in the index and in search)."""
+    client: Client = await start_logs(max_records=3)
+    await ship(producer, "orders", [{"event": f"line {i}", "logger": "services.orders.api"} for i in range(7)])
+    assert client.app is not None
+    indexer = client.app[INDEXER_KEY]
+    deadline = time.monotonic() + 20
+    while indexer.indexed < 7:
+        assert time.monotonic() < deadline, f"only {indexer.indexed} of 7 indexed"
+        await asyncio.sleep(0.05)
+    assert (await get_json(client, "/logs/stats"))["total"] == 3
+    assert events(await get_json(client, "/logs")) == ["line 6", "line 5", "line 4"]
+    assert events(await get_json(client, "/logs?q=line")) == ["line 6", "line 5", "line 4"]  # FTS rows pruned too
+
+
+def test_streamshop_logs_command_maps_options_to_the_service_settings() -> None:
+    """`streamshop logs --port 9103 --database x.db` parses to the logs service's runner."""
+    args = build_parser().parse_args(["logs", "--port", "9103", "--database", "x.db", "--max-records", "10"])
+    assert (args.port, args.database, args.max_records) == (9103, "x.db", 10)
+    assert callable(args.func)
