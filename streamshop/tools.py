@@ -234,6 +234,13 @@ def _orders_parser(sub: SubParsers) -> None:
     p.set_defaults(func=_lazy("services.orders.main", "run", "orders"))
 
 
+def _otp_parser(sub: SubParsers) -> None:
+    p = sub.add_parser("otp", help="run the otp service (settings from OTP_* env vars)")
+    p.add_argument("--port", type=int, default=None, help="HTTP port (env OTP_PORT; default 8002)")
+    p.add_argument("--database", default=None, help="SQLite file (env OTP_DATABASE_PATH; default data/otp.db)")
+    p.set_defaults(func=_lazy("services.otp.main", "run", "otp"))
+
+
 def _logs_parser(sub: SubParsers) -> None:
     p = sub.add_parser("logs", help="run the logs service (indexes the logs.* topics; GET /logs, /logs/stats)")
     p.add_argument("--listen", metavar="HOST", help="HTTP interface (env LOGS_LISTEN; default 127.0.0.1)")
@@ -254,6 +261,7 @@ def register_tools(sub: SubParsers) -> None:
         _demo_parser,
         _registry_parser,
         _orders_parser,
+        _otp_parser,
         _logs_parser,
     ):
         register(sub)

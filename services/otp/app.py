@@ -1,0 +1,125 @@
+"""`create_app(config)`: the otp service as an aiohttp application.
+
+Startup opens the SQLite database (migrating it), connects to the schema registry and the
+broker, creates the ``otp.requests`` topic when it is missing, and starts the outbox relay.
+Cleanup stops the relay (finishing its batch), the producer, the registry client and the
+database, in that order.  Without ``OTP_HASH_KEY`` a random hash key is drawn per process (codes
+then do not survive a restart, and several instances cannot share requests); without
+``OTP_SEAL_KEY`` events carry ``sealed_code: null``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import aiohttp
+from aiohttp import web
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from schemas.catalog import default_catalog
+from schemas.client import RegistryClient
+from schemas.serde import AvroSerializer
+from services.common.app import create_base_app, default_checks
+from services.common.db import Database
+from services.common.kafka import EventProducer
+from services.common.log_shipper import LogShipper, SendRawAdapter
+from services.common.logging import get_logger
+from services.common.outbox import Outbox, OutboxRelay
+from services.otp import handlers
+from services.otp.config import OtpConfig
+from services.otp.store import OtpPolicy, OtpStore
+
+__all__ = ["RELAY_KEY", "create_app", "ensure_topic", "policy_of"]
+
+RELAY_KEY = web.AppKey("outbox_relay", OutboxRelay)
+log = get_logger(__name__)
+
+
+async def ensure_topic(config: OtpConfig) -> None:
+    """Create `config.topic` with `config.topic_partitions` partitions unless it exists."""
+    admin = AIOKafkaAdminClient(**config.kafka_client_kwargs(), client_id=f"otp-admin-{config.instance_id}")
+    await admin.start()
+    try:
+        if config.topic in await admin.list_topics():
+            return
+        try:
+            await admin.create_topics(
+                [NewTopic(config.topic, config.topic_partitions, config.topic_replication_factor)]
+            )
+        except TopicAlreadyExistsError:  # another instance won the race
+            return
+        log.info("topic created", topic=config.topic, partitions=config.topic_partitions)
+    finally:
+        await admin.close()
+
+
+def policy_of(config: OtpConfig) -> OtpPolicy:
+    """The store's keys and limits; `ConfigError` for an invalid setting."""
+    config.check()
+    if config.hash_key:
+        hash_key = config.hash_key.encode()
+    else:
+        log.warning("OTP_HASH_KEY is not set: using a random key for this process")
+        hash_key = secrets.token_bytes(32)
+    return OtpPolicy(
+        hash_key=hash_key,
+        ttl=timedelta(seconds=config.code_ttl),
+        max_attempts=config.max_attempts,
+        rate_limit_max=config.rate_limit_max,
+        rate_limit_window=timedelta(seconds=config.rate_limit_window),
+        seal_key=config.seal_key_bytes(),
+        seal_key_id=config.seal_key_id,
+    )
+
+
+def create_app(config: OtpConfig, *, shipper: LogShipper | None = None) -> web.Application:
+    """The otp app: routes, readiness (broker, registry, database) and its lifecycle; with a
+    `shipper`, the service's own logs go to the logs.* topics through its producer."""
+    policy = policy_of(config)
+    app = create_base_app(config, checks=default_checks(config), shipper=shipper)
+    catalog = default_catalog()
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        log.info("otp starting", sealed=policy.seal_key is not None, **config.as_log_dict())
+        db = await Database(config.database_path).open()
+        try:
+            outbox = Outbox(db, catalog.schema)
+            store = OtpStore(
+                db, outbox, policy, topic=config.topic, service=config.service_name, instance=config.instance_id
+            )
+            await store.setup()
+            auth = (
+                aiohttp.BasicAuth(config.registry_username, config.registry_password or "")
+                if config.registry_username
+                else None
+            )
+            async with RegistryClient(config.registry_url, auth=auth) as registry:
+                serializer = AvroSerializer(registry, topic_strategies=catalog.topic_strategies())
+                await ensure_topic(config)
+                producer = EventProducer(
+                    serializer=serializer, client_id=f"otp-{config.instance_id}", **config.kafka_client_kwargs()
+                )
+                await producer.start()
+                if shipper is not None:
+                    await shipper.start(SendRawAdapter(producer))
+                relay = OutboxRelay(outbox, producer, poll_interval=config.relay_poll_interval)
+                try:
+                    relay.start()
+                    app[handlers.STORE_KEY] = store
+                    app[RELAY_KEY] = relay
+                    yield
+                finally:
+                    await relay.stop()
+                    if shipper is not None:
+                        await shipper.stop()
+                    await producer.stop()
+        finally:
+            await db.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    app.router.add_post("/otp", handlers.request_otp)
+    app.router.add_post("/otp/verify", handlers.verify_otp)
+    return app

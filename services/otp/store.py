@@ -1,0 +1,200 @@
+"""SQLite persistence of OTP requests: only the code's keyed hash, its expiry and an attempts
+counter are stored.  A request row and its OtpRequested event are written in one transaction
+(services.common.outbox); the per-user rate limit is checked in that same transaction."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from services.common.db import Database
+from services.common.outbox import Outbox
+from services.common.tracing import current_context, kafka_headers
+from services.otp.domain import (
+    AlreadyVerified,
+    CodeExpired,
+    NewOtpRequest,
+    RateLimited,
+    RequestId,
+    TooManyAttempts,
+    UnknownRequest,
+    WrongCode,
+    code_hash,
+    code_matches,
+    generate_code,
+    seal_code,
+)
+
+__all__ = ["MIGRATIONS", "OtpPolicy", "OtpStore", "RequestedOtp"]
+
+MIGRATIONS: Sequence[str] = (
+    """
+    CREATE TABLE otp_requests (
+        id TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        channels TEXT NOT NULL,
+        code_hash TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        verified_at INTEGER
+    );
+    CREATE INDEX otp_requests_by_user ON otp_requests (user_id, created_at);
+    """,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OtpPolicy:
+    """Keys and limits of the store (from OtpConfig)."""
+
+    hash_key: bytes
+    ttl: timedelta
+    max_attempts: int
+    rate_limit_max: int
+    rate_limit_window: timedelta
+    seal_key: bytes | None = None
+    seal_key_id: str = "k1"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedOtp:
+    request_id: RequestId
+    user_id: str
+    expires_at: datetime
+    max_attempts: int
+    sealed: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "user_id": self.user_id,
+            "expires_at": _iso(self.expires_at),
+            "max_attempts": self.max_attempts,
+        }
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def _now() -> datetime:
+    # Millisecond precision: what the events (timestamp-millis) and the database keep.
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+class OtpStore:
+    """OTP requests in `db`; OtpRequested events go to `outbox` for `topic`, keyed by user id."""
+
+    def __init__(
+        self,
+        db: Database,
+        outbox: Outbox,
+        policy: OtpPolicy,
+        *,
+        topic: str,
+        service: str,
+        instance: str,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        self.db = db
+        self.outbox = outbox
+        self.policy = policy
+        self.topic = topic
+        self._producer = {"service": service, "instance": instance}
+        self._clock = clock
+
+    async def setup(self) -> None:
+        await self.outbox.setup()
+        await self.db.migrate("otp", MIGRATIONS)
+
+    def _envelope(self, occurred_at: datetime) -> dict[str, Any]:
+        ctx = current_context()
+        return {
+            "event_id": str(uuid.uuid4()),
+            "occurred_at": occurred_at,
+            "producer": dict(self._producer),
+            "trace_id": ctx.trace.trace_id if ctx is not None else None,
+        }
+
+    async def request(self, new: NewOtpRequest) -> RequestedOtp:
+        """Create a request with a fresh code and write its OtpRequested event; `RateLimited`
+        (429) when the user already made `rate_limit_max` requests within the window."""
+        policy = self.policy
+        request_id = RequestId(str(uuid.uuid4()))
+        now = self._clock()
+        expires_at = now + policy.ttl
+        code = generate_code()
+        hashed = code_hash(policy.hash_key, request_id, code)
+        sealed = (
+            seal_code(policy.seal_key, policy.seal_key_id, request_id, code) if policy.seal_key is not None else None
+        )
+        del code  # only the hash and the sealed form leave this function
+        window_start = _ms(now - policy.rate_limit_window)
+        async with self.db.transaction() as tx:
+            recent = await tx.fetchall(
+                "SELECT created_at FROM otp_requests WHERE user_id = ? AND created_at > ? ORDER BY created_at",
+                (new.user_id, window_start),
+            )
+            if len(recent) >= policy.rate_limit_max:
+                oldest = recent[len(recent) - policy.rate_limit_max]["created_at"]
+                retry_ms = oldest - window_start
+                raise RateLimited(
+                    policy.rate_limit_max, policy.rate_limit_window.total_seconds(), max(1, math.ceil(retry_ms / 1000))
+                )
+            await tx.execute(
+                "INSERT INTO otp_requests (id, user_id, channels, code_hash, created_at, expires_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (request_id, new.user_id, ",".join(new.channels), hashed, _ms(now), _ms(expires_at)),
+            )
+            record = {
+                "envelope": self._envelope(now),
+                "request_id": request_id,
+                "user_id": new.user_id,
+                "channels": [c.value for c in new.channels],
+                "destinations": [{"channel": c.value, "address": a} for c, a in new.destinations],
+                "code_hash": hashed,
+                "sealed_code": sealed,
+                "expires_at": expires_at,
+            }
+            await self.outbox.add(tx, self.topic, new.user_id, "OtpRequested", record, kafka_headers())
+        return RequestedOtp(request_id, new.user_id, expires_at, policy.max_attempts, sealed is not None)
+
+    async def verify(self, request_id: str, code: str) -> None:
+        """Accept `code` for `request_id` once.  In this order: `UnknownRequest` (404),
+        `AlreadyVerified` (409), `CodeExpired` (410), `TooManyAttempts` (429, locked), and
+        `WrongCode` (422, the attempt is counted) when the hash does not match."""
+        policy = self.policy
+        now = self._clock()
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT code_hash, expires_at, attempts, verified_at FROM otp_requests WHERE id = ?", (request_id,)
+            )
+            if row is None:
+                raise UnknownRequest(request_id)
+            if row["verified_at"] is not None:
+                raise AlreadyVerified(details={"request_id": request_id})
+            if _ms(now) >= row["expires_at"]:
+                raise CodeExpired(details={"request_id": request_id})
+            attempts = int(row["attempts"])
+            if attempts >= policy.max_attempts:
+                raise TooManyAttempts(details={"request_id": request_id, "max_attempts": policy.max_attempts})
+            # Compare before branching on anything else about the code: constant time.
+            if code_matches(policy.hash_key, request_id, code, row["code_hash"]):
+                await tx.execute(
+                    "UPDATE otp_requests SET verified_at = ?, attempts = attempts + 1 WHERE id = ?",
+                    (_ms(now), request_id),
+                )
+                return
+            await tx.execute("UPDATE otp_requests SET attempts = attempts + 1 WHERE id = ?", (request_id,))
+        # Outside the transaction: the counted attempt is committed before the error is raised.
+        raise WrongCode(policy.max_attempts - attempts - 1)
