@@ -162,6 +162,9 @@ class ServiceConfig:
 
     # -- use -------------------------------------------------------------------------------------
 
+    def check(self) -> None:
+        """`ConfigError` for settings that parse but cannot work together; none by default."""
+
     @property
     def http_url(self) -> str:
         host = "127.0.0.1" if self.listen in ("0.0.0.0", "::", "") else self.listen

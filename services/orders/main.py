@@ -7,13 +7,9 @@ Settings come from ``ORDERS_*`` environment variables (services.orders.config); 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from services.common.config import ConfigError
-from services.common.runner import serve_app
+from services.common.runner import add_port_database_arguments, run_from_args
 from services.orders.app import create_app
 from services.orders.config import OrdersConfig
 
@@ -21,26 +17,12 @@ __all__ = ["add_arguments", "main", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=None, help="HTTP port (env ORDERS_PORT; default 8001)")
-    parser.add_argument(
-        "--database", type=Path, default=None, help="SQLite file (env ORDERS_DATABASE_PATH; default data/orders.db)"
-    )
+    add_port_database_arguments(parser, OrdersConfig)
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; 2 on invalid configuration."""
-    try:
-        config = OrdersConfig.from_env()
-    except ConfigError as e:
-        sys.stderr.write(f"orders: {e}\n")
-        return 2
-    overrides: dict[str, object] = {}
-    if getattr(args, "port", None) is not None:
-        overrides["port"] = args.port
-    if getattr(args, "database", None) is not None:
-        overrides["database_path"] = Path(args.database)
-    config = dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
-    return serve_app(config, lambda c, shipper: create_app(c, shipper=shipper))
+    return run_from_args(args, OrdersConfig, lambda c, shipper: create_app(c, shipper=shipper))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

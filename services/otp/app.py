@@ -14,46 +14,20 @@ import secrets
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
-import aiohttp
 from aiohttp import web
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
 
 from schemas.catalog import default_catalog
-from schemas.client import RegistryClient
-from schemas.serde import AvroSerializer
 from services.common.app import create_base_app, default_checks
-from services.common.db import Database
-from services.common.kafka import EventProducer
-from services.common.log_shipper import LogShipper, SendRawAdapter
+from services.common.log_shipper import LogShipper
 from services.common.logging import get_logger
-from services.common.outbox import Outbox, OutboxRelay
+from services.common.outbox_service import RELAY_KEY, ensure_topic, open_outbox_service
 from services.otp import handlers
 from services.otp.config import OtpConfig
 from services.otp.store import OtpPolicy, OtpStore
 
 __all__ = ["RELAY_KEY", "create_app", "ensure_topic", "policy_of"]
 
-RELAY_KEY = web.AppKey("outbox_relay", OutboxRelay)
 log = get_logger(__name__)
-
-
-async def ensure_topic(config: OtpConfig) -> None:
-    """Create `config.topic` with `config.topic_partitions` partitions unless it exists."""
-    admin = AIOKafkaAdminClient(**config.kafka_client_kwargs(), client_id=f"otp-admin-{config.instance_id}")
-    await admin.start()
-    try:
-        if config.topic in await admin.list_topics():
-            return
-        try:
-            await admin.create_topics(
-                [NewTopic(config.topic, config.topic_partitions, config.topic_replication_factor)]
-            )
-        except TopicAlreadyExistsError:  # another instance won the race
-            return
-        log.info("topic created", topic=config.topic, partitions=config.topic_partitions)
-    finally:
-        await admin.close()
 
 
 def policy_of(config: OtpConfig) -> OtpPolicy:
@@ -84,40 +58,17 @@ def create_app(config: OtpConfig, *, shipper: LogShipper | None = None) -> web.A
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         log.info("otp starting", sealed=policy.seal_key is not None, **config.as_log_dict())
-        db = await Database(config.database_path).open()
-        try:
-            outbox = Outbox(db, catalog.schema)
-            store = OtpStore(
+        async with open_outbox_service(
+            config,
+            catalog,
+            lambda db, outbox: OtpStore(
                 db, outbox, policy, topic=config.topic, service=config.service_name, instance=config.instance_id
-            )
-            await store.setup()
-            auth = (
-                aiohttp.BasicAuth(config.registry_username, config.registry_password or "")
-                if config.registry_username
-                else None
-            )
-            async with RegistryClient(config.registry_url, auth=auth) as registry:
-                serializer = AvroSerializer(registry, topic_strategies=catalog.topic_strategies())
-                await ensure_topic(config)
-                producer = EventProducer(
-                    serializer=serializer, client_id=f"otp-{config.instance_id}", **config.kafka_client_kwargs()
-                )
-                await producer.start()
-                if shipper is not None:
-                    await shipper.start(SendRawAdapter(producer))
-                relay = OutboxRelay(outbox, producer, poll_interval=config.relay_poll_interval)
-                try:
-                    relay.start()
-                    app[handlers.STORE_KEY] = store
-                    app[RELAY_KEY] = relay
-                    yield
-                finally:
-                    await relay.stop()
-                    if shipper is not None:
-                        await shipper.stop()
-                    await producer.stop()
-        finally:
-            await db.close()
+            ),
+            shipper=shipper,
+        ) as service:
+            app[handlers.STORE_KEY] = service.store
+            app[RELAY_KEY] = service.relay
+            yield
 
     app.cleanup_ctx.append(lifecycle)
     app.router.add_post("/otp", handlers.request_otp)

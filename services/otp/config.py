@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from services.common.config import DEFAULT_PORTS, ConfigError, ServiceConfig, secret, setting
+from services.common.config import DEFAULT_PORTS, ConfigError, secret, setting
+from services.common.outbox_service import OutboxServiceConfig
 
 __all__ = ["SEAL_KEY_BYTES", "OtpConfig"]
 
@@ -16,7 +17,7 @@ SEAL_KEY_BYTES = 32  # AES-256-GCM
 
 
 @dataclass(frozen=True, repr=False)
-class OtpConfig(ServiceConfig):
+class OtpConfig(OutboxServiceConfig):
     """`OtpConfig.from_env()` reads OTP_PORT, OTP_HASH_KEY, OTP_SEAL_KEY, OTP_CODE_TTL..."""
 
     service_name: ClassVar[str] = "otp"
@@ -24,9 +25,6 @@ class OtpConfig(ServiceConfig):
     port: int = setting(DEFAULT_PORTS["otp"], help="HTTP port")
     database_path: Path = setting(Path("data/otp.db"), help="SQLite database file")  # noqa: RUF009
     topic: str = setting("otp.requests", help="topic of the OtpRequested events")
-    topic_partitions: int = setting(6, help="partitions of the topic when the service creates it")
-    topic_replication_factor: int = setting(1, help="replication factor when the service creates the topic")
-    relay_poll_interval: float = setting(1.0, help="seconds between outbox polls when not woken")
     code_ttl: float = setting(300.0, help="seconds a code is accepted after it was requested")
     max_attempts: int = setting(5, help="verification attempts per request before it is locked")
     rate_limit_max: int = setting(5, help="OTP requests per user within rate_limit_window")

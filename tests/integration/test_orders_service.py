@@ -8,18 +8,14 @@ import asyncio
 import io
 import json
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import structlog
-from aiohttp import web
 
 from schemas.client import RegistryClient
 from schemas.registry.app import RunningRegistry
@@ -34,6 +30,7 @@ from services.orders.domain import CREATE_ORDER, NewOrder
 from services.orders.store import OrderStore
 from tests.support.harness import ThreadBroker
 from tests.support.kit_processes import CATALOG, consume_all
+from tests.support.services import ServedApp, serve_app
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
@@ -47,23 +44,10 @@ ORDER = {
 }
 
 
-@dataclass
-class Service:
-    url: str
-    app: web.Application
-    session: aiohttp.ClientSession
-
+class Service(ServedApp):
     async def call(self, method: str, path: str, body: Any = None, **headers: str) -> tuple[int, Any, Any]:
         async with self.session.request(method, self.url + path, json=body, headers=headers) as r:
             return r.status, await r.json(), r.headers
-
-    async def drained(self, within: float = 10.0) -> None:
-        """Wait until the relay has published every outbox row."""
-        outbox = self.app[RELAY_KEY].outbox
-        deadline = time.monotonic() + within
-        while await outbox.pending_count():
-            assert time.monotonic() < deadline, "outbox not drained"
-            await asyncio.sleep(0.05)
 
 
 @pytest.fixture
@@ -80,16 +64,8 @@ def config(tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegist
 @asynccontextmanager
 async def serve(config: OrdersConfig) -> AsyncIterator[Service]:
     app = create_app(config)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        async with aiohttp.ClientSession() as session:
-            yield Service(f"http://{host}:{port}", app, session)
-    finally:
-        await runner.cleanup()
+    async with serve_app(app) as (url, session):
+        yield Service(url, app, session)
 
 
 @pytest.fixture
@@ -352,22 +328,13 @@ async def test_with_log_shipping_the_services_own_access_log_reaches_logs_ingres
     )
     configure_logging(stream=io.StringIO(), fmt="json", shipper=shipper)
     try:
-        app = create_app(config, shipper=shipper)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        try:
-            async with aiohttp.ClientSession() as session:
-                url = f"http://{host}:{port}/orders/00000000-0000-4000-8000-000000000000"
-                async with session.get(url, headers={"X-Request-ID": "req-orders"}) as r:
-                    assert r.status == 404  # health checks are kept out of the access log; this is not
-                deadline = asyncio.get_running_loop().time() + 10
-                while shipper.shipped == 0 and asyncio.get_running_loop().time() < deadline:
-                    await asyncio.sleep(0.05)
-        finally:
-            await runner.cleanup()
+        async with serve_app(create_app(config, shipper=shipper)) as (base_url, session):
+            url = f"{base_url}/orders/00000000-0000-4000-8000-000000000000"
+            async with session.get(url, headers={"X-Request-ID": "req-orders"}) as r:
+                assert r.status == 404  # health checks are kept out of the access log; this is not
+            deadline = asyncio.get_running_loop().time() + 10
+            while shipper.shipped == 0 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
     finally:
         root = logging.getLogger()
         for h in [h for h in root.handlers if getattr(h, "_streamshop_handler", False)]:

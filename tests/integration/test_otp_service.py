@@ -12,46 +12,31 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-from aiohttp import web
 
 from schemas.client import RegistryClient
 from schemas.registry.app import RunningRegistry
 from schemas.serde import AvroDeserializer
-from services.otp.app import RELAY_KEY, create_app
+from services.otp.app import create_app
 from services.otp.config import OtpConfig
 from services.otp.domain import code_hash, open_sealed_code
 from tests.support.harness import ThreadBroker
 from tests.support.kit_processes import CATALOG, consume_all
+from tests.support.services import ServedApp, serve_app
 
 SEAL_KEY = secrets.token_bytes(32)
 HASH_KEY = "test-hash-key"
 BOTH = {"user_id": "user-1", "channels": ["sms", "email"], "phone": "+15550100", "email": "a@example.com"}
 
 
-@dataclass
-class Service:
-    url: str
-    app: web.Application
-    session: aiohttp.ClientSession
-
+class Service(ServedApp):
     async def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         async with self.session.request(method, self.url + path, json=body) as r:
             return r.status, await r.json()
-
-    async def drained(self, within: float = 10.0) -> None:
-        """Wait until the relay has published every outbox row."""
-        outbox = self.app[RELAY_KEY].outbox
-        deadline = time.monotonic() + within
-        while await outbox.pending_count():
-            assert time.monotonic() < deadline, "outbox not drained"
-            await asyncio.sleep(0.05)
 
 
 @pytest.fixture
@@ -72,16 +57,8 @@ def config(tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegist
 @asynccontextmanager
 async def serve(config: OtpConfig) -> AsyncIterator[Service]:
     app = create_app(config)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        async with aiohttp.ClientSession() as session:
-            yield Service(f"http://{host}:{port}", app, session)
-    finally:
-        await runner.cleanup()
+    async with serve_app(app) as (url, session):
+        yield Service(url, app, session)
 
 
 @pytest.fixture

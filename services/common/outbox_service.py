@@ -1,0 +1,130 @@
+"""The lifecycle shared by services that publish through an outbox (orders, otp).
+
+`open_outbox_service(config, catalog, make_store, shipper=...)` opens the SQLite database
+(migrating it through the store's `setup()`), connects to the schema registry and the broker,
+creates the service's topic when it is missing, starts the producer (and the log shipper on it,
+when given) and the outbox relay, which first publishes whatever a previous run left pending.
+On exit it stops the relay (finishing its batch), the shipper, the producer, the registry
+client and the database, in that order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+import aiohttp
+from aiohttp import web
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from schemas.catalog import Catalog
+from schemas.client import RegistryClient
+from schemas.serde import AvroSerializer
+from services.common.config import ServiceConfig, setting
+from services.common.db import Database
+from services.common.kafka import EventProducer
+from services.common.log_shipper import LogShipper, SendRawAdapter
+from services.common.logging import get_logger
+from services.common.outbox import Outbox, OutboxRelay
+
+__all__ = ["RELAY_KEY", "OutboxService", "OutboxServiceConfig", "ensure_topic", "open_outbox_service"]
+
+RELAY_KEY = web.AppKey("outbox_relay", OutboxRelay)
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True, repr=False)
+class OutboxServiceConfig(ServiceConfig):
+    """Settings of a service publishing its events to one topic through an outbox; subclasses
+    set the defaults of `port`, `database_path` and `topic`."""
+
+    topic: str = setting("events", help="topic of the service's events")
+    topic_partitions: int = setting(6, help="partitions of the topic when the service creates it")
+    topic_replication_factor: int = setting(1, help="replication factor when the service creates the topic")
+    relay_poll_interval: float = setting(1.0, help="seconds between outbox polls when not woken")
+
+
+class SupportsSetup(Protocol):
+    async def setup(self) -> None: ...
+
+
+S = TypeVar("S", bound=SupportsSetup)
+
+
+@dataclass(frozen=True)
+class OutboxService(Generic[S]):
+    """What `open_outbox_service` yields: the opened database, the service's store, its
+    producer and the running relay."""
+
+    db: Database
+    store: S
+    producer: EventProducer
+    relay: OutboxRelay
+
+
+async def ensure_topic(config: OutboxServiceConfig) -> None:
+    """Create `config.topic` with `config.topic_partitions` partitions unless it exists."""
+    admin = AIOKafkaAdminClient(
+        **config.kafka_client_kwargs(), client_id=f"{config.service_name}-admin-{config.instance_id}"
+    )
+    await admin.start()
+    try:
+        if config.topic in await admin.list_topics():
+            return
+        try:
+            await admin.create_topics(
+                [NewTopic(config.topic, config.topic_partitions, config.topic_replication_factor)]
+            )
+        except TopicAlreadyExistsError:  # another instance won the race
+            return
+        log.info("topic created", topic=config.topic, partitions=config.topic_partitions)
+    finally:
+        await admin.close()
+
+
+def registry_auth(config: ServiceConfig) -> aiohttp.BasicAuth | None:
+    """Basic auth for the schema registry when `registry_username` is set."""
+    if not config.registry_username:
+        return None
+    return aiohttp.BasicAuth(config.registry_username, config.registry_password or "")
+
+
+@asynccontextmanager
+async def open_outbox_service(
+    config: OutboxServiceConfig,
+    catalog: Catalog,
+    make_store: Callable[[Database, Outbox], S],
+    *,
+    shipper: LogShipper | None = None,
+) -> AsyncIterator[OutboxService[S]]:
+    """Open everything the service needs (see the module docstring) and close it on exit."""
+    db = await Database(config.database_path).open()
+    try:
+        outbox = Outbox(db, catalog.schema)
+        store = make_store(db, outbox)
+        await store.setup()
+        async with RegistryClient(config.registry_url, auth=registry_auth(config)) as registry:
+            serializer = AvroSerializer(registry, topic_strategies=catalog.topic_strategies())
+            await ensure_topic(config)
+            producer = EventProducer(
+                serializer=serializer,
+                client_id=f"{config.service_name}-{config.instance_id}",
+                **config.kafka_client_kwargs(),
+            )
+            await producer.start()
+            if shipper is not None:
+                await shipper.start(SendRawAdapter(producer))
+            relay = OutboxRelay(outbox, producer, poll_interval=config.relay_poll_interval)
+            try:
+                relay.start()
+                yield OutboxService(db, store, producer, relay)
+            finally:
+                await relay.stop()
+                if shipper is not None:
+                    await shipper.stop()
+                await producer.stop()
+    finally:
+        await db.close()
