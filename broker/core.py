@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import structlog
@@ -113,12 +113,12 @@ class Broker:
         (self.data_dir / CLEAN_SHUTDOWN).write_text("")
         log.info("log closed cleanly")
 
-    async def _every(self, setting: str, job: object) -> None:
+    async def _every(self, setting: str, job: Callable[[], object]) -> None:
         interval = self.config.get(setting) / 1000
         while True:
             await asyncio.sleep(interval)
             try:
-                job()  # type: ignore[operator]
+                job()
             except Exception:
                 log.exception("background job failed", job=setting)
 

@@ -83,9 +83,6 @@ class Group:
 
     # --- queries ---------------------------------------------------------------------
 
-    def is_empty(self) -> bool:
-        return not self.members
-
     def subscribed_topics(self) -> set[str] | None:
         """Topics the members subscribe to, when they use the consumer protocol."""
         if self.protocol_type != "consumer" or self.protocol_name is None:

@@ -31,23 +31,16 @@ _IMPLEMENTED = [
     Api(groups.OFFSET_DELETE, "OffsetDelete", 0, 0, groups.offset_delete),
 ]
 
-APIS: list[Api] = sorted(
-    [
-        *_IMPLEMENTED,
-        Api(
-            api_versions.API_KEY,
-            "ApiVersions",
-            api_versions.MIN_VERSION,
-            api_versions.MAX_VERSION,
-            api_versions.make_handler([]),
-        ),
-    ],
-    key=lambda a: a.key,
+_VERSIONS_ENTRY = Api(
+    api_versions.API_KEY, "ApiVersions", api_versions.MIN_VERSION, api_versions.MAX_VERSION, lambda b, h, r: None
 )
-APIS = [
-    Api(a.key, a.name, a.min_version, a.max_version, api_versions.make_handler(APIS))
-    if a.key == api_versions.API_KEY
-    else a
-    for a in APIS
-]
+# ApiVersions answers with this very list; its handler only reads keys and versions.
+APIS: list[Api] = sorted([*_IMPLEMENTED, _VERSIONS_ENTRY], key=lambda a: a.key)
+APIS[APIS.index(_VERSIONS_ENTRY)] = Api(
+    _VERSIONS_ENTRY.key,
+    _VERSIONS_ENTRY.name,
+    _VERSIONS_ENTRY.min_version,
+    _VERSIONS_ENTRY.max_version,
+    api_versions.make_handler(APIS),
+)
 BY_KEY: dict[int, Api] = {a.key: a for a in APIS}

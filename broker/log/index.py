@@ -10,7 +10,6 @@ damaged.  Entries live in memory (arrays) and are appended to the file as they a
 
 from __future__ import annotations
 
-import os
 import struct
 from array import array
 from bisect import bisect_right
@@ -66,26 +65,11 @@ class OffsetIndex:
             return self.base_offset, 0
         return self.base_offset + self.rel_offsets[i - 1], self.positions[i - 1]
 
-    def truncate_to_position(self, position: int) -> None:
-        """Drop entries at or past `position` (after the log was truncated)."""
-        i = bisect_right(self.positions, position - 1)
-        del self.rel_offsets[i:]
-        del self.positions[i:]
-        self._rewrite()
-
     def flush(self) -> None:
         if self._pending:
             with open(self.path, "ab") as f:
                 f.write(self._pending)
             self._pending = bytearray()
-
-    def _rewrite(self) -> None:
-        self._pending = bytearray()
-        tmp = self.path.with_suffix(".index.tmp")
-        tmp.write_bytes(
-            b"".join(_OFFSET_ENTRY.pack(r, p) for r, p in zip(self.rel_offsets, self.positions, strict=True))
-        )
-        os.replace(tmp, self.path)
 
 
 class TimeIndex:
@@ -132,19 +116,6 @@ class TimeIndex:
         if i == 0:
             return self.base_offset
         return self.base_offset + self.rel_offsets[i - 1]
-
-    def truncate_to_offset(self, next_offset: int) -> None:
-        keep = 0
-        while keep < len(self.rel_offsets) and self.base_offset + self.rel_offsets[keep] < next_offset:
-            keep += 1
-        del self.timestamps[keep:]
-        del self.rel_offsets[keep:]
-        self._pending = bytearray()
-        tmp = self.path.with_suffix(".timeindex.tmp")
-        tmp.write_bytes(
-            b"".join(_TIME_ENTRY.pack(t, r) for t, r in zip(self.timestamps, self.rel_offsets, strict=True))
-        )
-        os.replace(tmp, self.path)
 
     def flush(self) -> None:
         if self._pending:

@@ -275,7 +275,7 @@ class PartitionLog:
                 ErrorCode.offset_out_of_range,
                 f"offset {offset} is outside [{self.log_start_offset}, {self.next_offset}]",
             )
-        i = max(0, bisect_right([s.base_offset for s in self.segments], offset) - 1)
+        i = max(0, bisect_right(self.segments, offset, key=lambda seg: seg.base_offset) - 1)
         for segment in self.segments[i:]:
             found = segment.find_position(offset)
             if found is None:

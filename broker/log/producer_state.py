@@ -118,9 +118,6 @@ class ProducerStateManager:
         for pid in dead:
             del self.producers[pid]
 
-    def truncate(self) -> None:
-        self.producers.clear()
-
     # --- snapshots -------------------------------------------------------------------
 
     def _snapshot_path(self, offset: int) -> Path:

@@ -237,19 +237,6 @@ class LogSegment:
                 self.time_index.maybe_append(self.max_timestamp, max(self.next_offset - 1, self.base_offset + last_rel))
         self.flush_indexes()
 
-    def truncate_to(self, next_offset: int) -> None:
-        """Drop every batch at or after `next_offset` (which must start a batch)."""
-        found = self.find_position(next_offset)
-        if found is None:
-            return
-        position, _ = found
-        os.ftruncate(self.fd, position)
-        self.size = position
-        self.offset_index.truncate_to_position(position)
-        self.time_index.truncate_to_offset(next_offset)
-        self.next_offset = next_offset
-        self.write_seq += 1
-
     def close(self) -> None:
         if not self.closed:
             self.flush_indexes()

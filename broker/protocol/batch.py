@@ -38,7 +38,6 @@ ATTR_TIMESTAMP_TYPE = 0x08  # set: LogAppendTime
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 
-COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 _HEADER = struct.Struct(">qiiBIhiqqqhii")
 _PREFIX = struct.Struct(">qi")
@@ -184,17 +183,6 @@ def whole_batches_prefix(buf: bytes | bytearray | memoryview) -> int:
     return pos
 
 
-def patch_for_append(
-    batch: memoryview | bytes,
-    base_offset: int,
-    leader_epoch: int,
-    log_append_time_ms: int | None,
-) -> bytearray:
-    """Copy of `batch` with the broker-assigned fields written in (see stamp_header)."""
-    header, body = stamp_header(batch, base_offset, leader_epoch, log_append_time_ms)
-    return bytearray(header) + body
-
-
 def stamp_header(
     batch: memoryview | bytes,
     base_offset: int,
@@ -218,7 +206,3 @@ def stamp_header(
         crc = crc32c.crc32c(memoryview(header)[21:])
         _U32.pack_into(header, 17, crc32c.crc32c(body, crc))
     return bytes(header), body
-
-
-def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
-    _I64.pack_into(buf, pos, base_offset)

@@ -164,12 +164,6 @@ def ms_to_datetime(ms: int) -> datetime.datetime:
     return _EPOCH + datetime.timedelta(milliseconds=ms)
 
 
-def datetime_to_ms(value: datetime.datetime | None) -> int:
-    if value is None:
-        return -1
-    return (value - _EPOCH) // datetime.timedelta(milliseconds=1)
-
-
 def timedelta_ms(value: datetime.timedelta | int) -> int:
     if isinstance(value, datetime.timedelta):
         return value // datetime.timedelta(milliseconds=1)
@@ -208,7 +202,3 @@ def nested(cls: type[Any], name: str) -> type[Any]:
 def nested_or_none(cls: type[Any], name: str) -> type[Any] | None:
     """Like `nested`, for types that only some versions have."""
     return getattr(sys.modules[cls.__module__], name, None)
-
-
-def has_field(cls: type[Any], name: str) -> bool:
-    return name in _field_info(cls)

@@ -11,7 +11,6 @@ from schemas.registry.compatibility import Level
 
 ENV_PREFIX = "STREAMSHOP_REGISTRY_"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-DEFAULT_LISTEN = "127.0.0.1:8081"
 DEFAULT_TOPIC = "_schemas"
 
 

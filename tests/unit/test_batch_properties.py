@@ -16,12 +16,19 @@ from broker.protocol.batch import (
     InvalidBatch,
     iter_headers,
     parse_header,
-    patch_for_append,
     split_batches,
+    stamp_header,
     validate_batch,
     whole_batches_prefix,
 )
 from broker.protocol.records import Record, build_batch, decode_records
+
+
+def _stamped(batch: bytes | memoryview, base_offset: int, leader_epoch: int, append_time: int | None) -> bytes:
+    """The batch as the log stores it: stamped header followed by the untouched records."""
+    header, body = stamp_header(batch, base_offset, leader_epoch, append_time)
+    return header + bytes(body)
+
 
 CODECS = [0, 1, 2, 3, 4]  # none, gzip, snappy, lz4, zstd
 PROPERTY_SETTINGS = settings(
@@ -216,16 +223,16 @@ def test_truncated_batch_is_rejected(batch: tuple[bytes, list[Record]], cut: int
     leader_epoch=st.integers(min_value=-1, max_value=(1 << 31) - 1),
     append_time=st.none() | timestamps,
 )
-def test_patch_for_append_sets_broker_fields_and_keeps_the_crc_valid(
+def test_stamp_header_sets_broker_fields_and_keeps_the_crc_valid(
     batch: tuple[bytes, list[Record]], base_offset: int, leader_epoch: int, append_time: int | None
 ) -> None:
-    """patch_for_append writes the base offset and leader epoch, and for LogAppendTime
+    """stamp_header writes the base offset and leader epoch, and for LogAppendTime
     the timestamp type and max timestamp; the result validates (CRC redone when needed),
     every record keeps its key, value, headers and relative offset, and with
     LogAppendTime every record reads back with the append time."""
     raw, records = batch
     original = validate_batch(raw)
-    patched = patch_for_append(memoryview(raw), base_offset, leader_epoch, append_time)
+    patched = _stamped(memoryview(raw), base_offset, leader_epoch, append_time)
     assert len(patched) == len(raw)
     header = validate_batch(patched)
     assert header.base_offset == base_offset
@@ -256,7 +263,7 @@ def concatenations(draw: st.DrawFn) -> list[bytes]:
     out = []
     offset = 0
     for raw, records in batches:
-        out.append(bytes(patch_for_append(raw, offset, 0, None)))
+        out.append(_stamped(raw, offset, 0, None))
         offset += len(records)
     return out
 
