@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -24,10 +23,10 @@ import aiohttp
 
 from schemas.registry.app import RunningRegistry, start_registry
 from schemas.registry.config import RegistryConfig
+from streamshop.broker_process import parse_registry_ready_line
 
 REPO = Path(__file__).resolve().parents[2]
 V1 = "application/vnd.schemaregistry.v1+json"
-_READY = re.compile(r"streamshop registry ready on (http://\S+)")
 
 
 def config(bootstrap: str, **overrides: Any) -> RegistryConfig:
@@ -152,9 +151,9 @@ class RegistryProcess:
                 self.proc.stdout.close()
                 self.proc = None
                 raise RuntimeError(f"registry exited with {code}: see {self.log_path}")
-            match = _READY.search(line)
-            if match:
-                self.url = match.group(1)
+            url = parse_registry_ready_line(line)
+            if url is not None:
+                self.url = url
                 return self
         raise TimeoutError("registry did not report ready")
 
