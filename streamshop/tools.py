@@ -252,6 +252,30 @@ def _logs_parser(sub: SubParsers) -> None:
     p.set_defaults(func=_lazy("services.logs.main", "run", "logs"))
 
 
+def _notify_parsers(sub: SubParsers) -> None:
+    for name, function, channel in (("sms-sender", "run_sms", "SMS"), ("email-sender", "run_email", "email")):
+        env = name.upper().replace("-", "_")
+        p = sub.add_parser(
+            name,
+            help=f"run the {name} consumer group: deliver OTP codes by {channel} (settings from {env}_* env vars)",
+        )
+        p.add_argument(
+            "--port", type=int, default=None, help=f"HTTP port of /healthz, /readyz, /metrics (env {env}_PORT)"
+        )
+        p.add_argument("--database", default=None, help=f"SQLite file (env {env}_DATABASE_PATH)")
+        p.set_defaults(func=_lazy("services.notify.main", function, name))
+
+
+def _catcher_parser(sub: SubParsers) -> None:
+    p = sub.add_parser(
+        "catcher",
+        help="run the local SMTP catcher and SMS sink; received messages listed over HTTP (settings from CATCHER_*)",
+    )
+    p.add_argument("--port", type=int, default=None, help="HTTP port (env CATCHER_PORT; default 8025)")
+    p.add_argument("--smtp-port", type=int, default=None, help="SMTP port (env CATCHER_SMTP_PORT; default 1025)")
+    p.set_defaults(func=_lazy("services.catcher.main", "run", "catcher"))
+
+
 def register_tools(sub: SubParsers) -> None:
     for register in (
         _topics_parser,
@@ -263,5 +287,7 @@ def register_tools(sub: SubParsers) -> None:
         _orders_parser,
         _otp_parser,
         _logs_parser,
+        _notify_parsers,
+        _catcher_parser,
     ):
         register(sub)
