@@ -2,6 +2,7 @@
 
     GET /logs?service=orders&level=info&stream=app&q=text&since=2026-01-01T00:00:00Z&limit=50
         -> 200 {"items": [...]}   newest first; 422 naming each invalid parameter
+    GET /logs/tail?service=&level=&stream=&q=&since=&backlog=10 -> text/event-stream (services.logs.tail)
     GET /logs/stats -> 200 {"total": n, "levels": {...}, "services": {svc: {level: n, "total": n}}}
 
 Readiness is the broker and the database: JSON log lines need no registry, and an unreachable
@@ -35,18 +36,23 @@ from services.common.logging import get_logger
 from services.logs.config import LogsConfig
 from services.logs.indexer import Indexer, LogRecordDeserializer
 from services.logs.store import LEVELS, STREAMS, LogQuery, LogStore
+from services.logs.tail import LogFeed, TailStreams, parse_backlog, stream_tail
 
-__all__ = ["INDEXER_KEY", "RUNNER_KEY", "STORE_KEY", "create_app", "parse_query"]
+__all__ = ["FEED_KEY", "INDEXER_KEY", "RUNNER_KEY", "STORE_KEY", "create_app", "parse_query"]
 
 log = get_logger(__name__)
 
 STORE_KEY = web.AppKey("log_store", LogStore)
 INDEXER_KEY = web.AppKey("log_indexer", Indexer)
 RUNNER_KEY = web.AppKey("log_runner", ConsumerRunner)
+FEED_KEY = web.AppKey("log_feed", LogFeed)
+TAILS_KEY = web.AppKey("log_tails", TailStreams)
+TAIL_KEEPALIVE_KEY = web.AppKey("log_tail_keepalive", float)
 
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 50
 _PARAMS = ("service", "level", "stream", "q", "since", "limit")
+_TAIL_PARAMS = ("service", "level", "stream", "q", "since", "backlog")
 _PRUNE_INTERVAL_S = 60.0
 
 
@@ -59,12 +65,12 @@ def _since_ms(text: str) -> int:
     return int(parsed.timestamp() * 1000)
 
 
-def parse_query(params: MultiMapping[str]) -> LogQuery:
+def parse_query(params: MultiMapping[str], *, allowed: tuple[str, ...] = _PARAMS) -> LogQuery:
     """The search filters of a query string; `ValidationError` (422) names every bad parameter."""
     errors: dict[str, str] = {}
     for name in sorted(set(params.keys())):
-        if name not in _PARAMS:
-            errors[name] = f"is not an allowed parameter (allowed: {', '.join(_PARAMS)})"
+        if name not in allowed:
+            errors[name] = f"is not an allowed parameter (allowed: {', '.join(allowed)})"
         elif len(params.getall(name)) > 1:
             errors[name] = "must be given at most once"
     values = {name: params.get(name) for name in _PARAMS}
@@ -109,6 +115,20 @@ async def search_logs(request: web.Request) -> web.Response:
     return web.json_response({"items": items})
 
 
+async def tail_logs(request: web.Request) -> web.StreamResponse:
+    query = parse_query(request.query, allowed=_TAIL_PARAMS)
+    backlog = parse_backlog(request.query.get("backlog"))
+    with request.app[TAILS_KEY].slot():
+        return await stream_tail(
+            request,
+            request.app[STORE_KEY],
+            request.app[FEED_KEY],
+            query,
+            backlog,
+            keepalive=request.app[TAIL_KEEPALIVE_KEY],
+        )
+
+
 async def log_stats(request: web.Request) -> web.Response:
     return web.json_response(await request.app[STORE_KEY].stats())
 
@@ -145,6 +165,16 @@ def create_app(config: LogsConfig, *, shipper: LogShipper | None = None) -> web.
     app[METRICS_REGISTRY_KEY].register(IndexerCollector(app))
     app.router.add_get("/logs", search_logs)
     app.router.add_get("/logs/stats", log_stats)
+    app.router.add_get("/logs/tail", tail_logs)
+    feed = LogFeed()
+    app[FEED_KEY] = feed
+    app[TAILS_KEY] = TailStreams(config.max_tail_clients)
+    app[TAIL_KEEPALIVE_KEY] = config.tail_keepalive_s
+
+    async def end_tails(app: web.Application) -> None:
+        feed.close()
+
+    app.on_shutdown.append(end_tails)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         kafka = config.kafka_client_kwargs()
@@ -157,7 +187,7 @@ def create_app(config: LogsConfig, *, shipper: LogShipper | None = None) -> web.
         async with contextlib.AsyncExitStack() as stack:
             db = await stack.enter_async_context(Database(config.database_path))
             store = LogStore(db, max_records=config.max_records)
-            indexer = Indexer(db, store, name=config.group_id)
+            indexer = Indexer(db, store, name=config.group_id, on_indexed=feed.publish)
             await indexer.setup()
             registry = await stack.enter_async_context(RegistryClient(config.registry_url, auth=auth))
             producer = EventProducer(

@@ -25,3 +25,5 @@ class LogsConfig(ServiceConfig):
     dedupe_window_s: int = setting(7 * 24 * 3600, help="how long processed event ids are remembered")
     commit_every: int = setting(200, help="commit offsets every N records (or every commit_interval_ms)")
     commit_interval_ms: int = setting(1000, help="commit offsets at least this often, ms")
+    max_tail_clients: int = setting(100, help="live tails (GET /logs/tail) open at once; more get 503")
+    tail_keepalive_s: float = setting(15.0, help="seconds between keepalive comments on an idle live tail")

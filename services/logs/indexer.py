@@ -11,7 +11,7 @@ the consumer runner dead-letters at once to ``<topic>.dlq``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -103,9 +103,12 @@ class Indexer:
     """The consumer's handler: each record indexed once (its event id, or topic/partition/offset
     for a record without envelope, is recorded in the same transaction as the row)."""
 
-    def __init__(self, db: Database, store: LogStore, *, name: str = "log-indexer") -> None:
+    def __init__(
+        self, db: Database, store: LogStore, *, name: str = "log-indexer", on_indexed: Callable[[], None] | None = None
+    ) -> None:
         self.store = store
         self.indexed = 0
+        self.on_indexed = on_indexed
         self.handler = IdempotentHandler(db, name, self._index)
 
     async def setup(self) -> None:
@@ -122,6 +125,8 @@ class Indexer:
 
     def _count(self) -> None:
         self.indexed += 1
+        if self.on_indexed is not None:
+            self.on_indexed()  # after the commit: a woken live tail finds the row
 
     @property
     def duplicates(self) -> int:

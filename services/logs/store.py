@@ -187,6 +187,29 @@ class LogStore:
 
     async def search(self, query: LogQuery) -> list[dict[str, Any]]:
         """Matching records, newest first (by timestamp, then by arrival)."""
+        where, params = self._filters(query)
+        sql = "SELECT * FROM logs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY ts DESC, id DESC LIMIT ?"
+        params.append(query.limit)
+        return [_item(row) for row in await self.db.fetchall(sql, params)]
+
+    async def after(self, query: LogQuery, after_id: int) -> list[dict[str, Any]]:
+        """Matching records indexed after row `after_id`, in arrival order (the live tail)."""
+        where, params = self._filters(query)
+        where.append("id > ?")
+        params.append(after_id)
+        sql = "SELECT * FROM logs WHERE " + " AND ".join(where) + " ORDER BY id LIMIT ?"
+        params.append(query.limit)
+        return [_item(row) for row in await self.db.fetchall(sql, params)]
+
+    async def last_id(self) -> int:
+        """Id of the newest indexed row (0 when empty): where a tail without backlog starts."""
+        row = await self.db.fetchone("SELECT MAX(id) FROM logs")
+        return int(row[0]) if row is not None and row[0] is not None else 0
+
+    def _filters(self, query: LogQuery) -> tuple[list[str], list[Any]]:
         where: list[str] = []
         params: list[Any] = []
         for column, value in (("service", query.service), ("level", query.level), ("stream", query.stream)):
@@ -204,12 +227,7 @@ class LogStore:
             else:
                 where.append("(event LIKE ? ESCAPE '\\' OR logger LIKE ? ESCAPE '\\' OR fields LIKE ? ESCAPE '\\')")
                 params.extend([_like_pattern(query.q)] * 3)
-        sql = "SELECT * FROM logs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY ts DESC, id DESC LIMIT ?"
-        params.append(query.limit)
-        return [_item(row) for row in await self.db.fetchall(sql, params)]
+        return where, params
 
     async def stats(self) -> dict[str, Any]:
         """Record counts: in total, per level, and per service and level."""

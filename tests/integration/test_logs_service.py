@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -314,3 +315,93 @@ def test_streamshop_logs_command_maps_options_to_the_service_settings() -> None:
     args = build_parser().parse_args(["logs", "--port", "9103", "--database", "x.db", "--max-records", "10"])
     assert (args.port, args.database, args.max_records) == (9103, "x.db", 10)
     assert callable(args.func)
+
+
+# -- the live tail (GET /logs/tail, Server-Sent Events) ----------------------------------------
+
+
+async def read_sse(response: aiohttp.ClientResponse, count: int, within: float = 10) -> list[dict[str, Any]]:
+    """The next `count` `log` events of an SSE stream, as {"id": int, "data": {...}}."""
+    found: list[dict[str, Any]] = []
+    event: dict[str, str] = {}
+    async with asyncio.timeout(within):
+        while len(found) < count:
+            line = (await response.content.readline()).decode().rstrip("\n")
+            if line == "":
+                if event.get("event") == "log":
+                    found.append({"id": int(event["id"]), "data": json.loads(event["data"])})
+                event = {}
+            elif not line.startswith(":"):
+                name, _, value = line.partition(": ")
+                event[name] = value
+    return found
+
+
+async def test_the_live_tail_sends_the_backlog_then_follows_new_matching_records_in_order(
+    producer: AIOKafkaProducer, start_logs: Callable[..., Any]
+) -> None:
+    client = await start_logs()
+    await ship(producer, "orders", [{"event": f"old {i}"} for i in range(3)])
+    await wait_for_total(client, 3)
+    response = await client.get("/logs/tail?service=orders&backlog=2")
+    assert response.status == 200
+    assert response.headers["Content-Type"] == "text/event-stream"
+    backlog = await read_sse(response, 2)
+    assert [e["data"]["event"] for e in backlog] == ["old 1", "old 2"]  # newest two, oldest first
+
+    await ship(producer, "otp", [{"event": "other service"}])
+    await ship(producer, "orders", [{"event": "new 0"}, {"event": "new 1", "level": "error"}])
+    live = await read_sse(response, 2)
+    assert [e["data"]["event"] for e in live] == ["new 0", "new 1"]
+    assert all(e["data"]["service"] == "orders" for e in live)
+    ids = [e["id"] for e in backlog + live]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == 4
+    assert all(e["id"] == e["data"]["id"] for e in live)
+    response.close()
+
+
+async def test_a_reconnecting_tail_resumes_after_its_last_event_id_without_the_backlog(
+    producer: AIOKafkaProducer, start_logs: Callable[..., Any]
+) -> None:
+    client = await start_logs()
+    await ship(producer, "orders", [{"event": f"line {i}"} for i in range(5)])
+    await wait_for_total(client, 5)
+    first = await client.get("/logs/tail?backlog=5")
+    seen = await read_sse(first, 5)
+    first.close()
+    assert [e["data"]["event"] for e in seen] == [f"line {i}" for i in range(5)]
+
+    resumed = await client.get("/logs/tail?backlog=5", headers={"Last-Event-ID": str(seen[1]["id"])})
+    rest = await read_sse(resumed, 3)
+    assert [e["data"]["event"] for e in rest] == ["line 2", "line 3", "line 4"]
+    resumed.close()
+
+
+async def test_the_tail_rejects_bad_parameters_limits_open_streams_and_keeps_idle_streams_alive(
+    start_logs: Callable[..., Any],
+) -> None:
+    client = await start_logs(max_tail_clients=1, tail_keepalive_s=0.1)
+    for path, headers, field in (
+        ("/logs/tail?backlog=-1", {}, "backlog"),
+        ("/logs/tail?backlog=501", {}, "backlog"),
+        ("/logs/tail?limit=5", {}, "limit"),
+        ("/logs/tail?level=loud", {}, "level"),
+        ("/logs/tail", {"Last-Event-ID": "abc"}, "Last-Event-ID"),
+    ):
+        response = await client.get(path, headers=headers)
+        assert response.status == 422, path
+        body = await response.json()
+        assert body["error"] == "validation_failed"
+        assert field in body["details"]["fields"], body
+
+    idle = await client.get("/logs/tail?backlog=0")
+    assert idle.status == 200
+    async with asyncio.timeout(5):
+        lines = [(await idle.content.readline()).decode() for _ in range(4)]
+    assert ": keepalive\n" in lines  # an idle stream gets comment lines, not silence
+    second = await client.get("/logs/tail")
+    assert second.status == 503
+    assert (await second.json())["error"] == "unavailable"
+    async with asyncio.timeout(5):
+        await client.close()  # shutdown ends the open tail instead of waiting for it
