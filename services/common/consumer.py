@@ -33,6 +33,11 @@ Guarantees and behaviour:
   instead of after the session timeout.
 - **Lag**: `await runner.lag()` -> {TopicPartition: log end offset - position} for the assigned
   partitions; `runner.last_lag` is a snapshot refreshed about once a second, for a sync gauge.
+- **Effects outside the database** (an e-mail, an HTTP call): `IdempotentHandler.already_processed`
+  first, then the effect, then `IdempotentHandler.record` of it; see `already_processed`.
+
+In a service, `runner_for_service(config, ...)` builds the runner with the service's Kafka settings
+and `consuming(runner, prune=handler)` runs it (and the pruning of old event ids) for a block.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +57,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from schemas.client import RegistryError
 from schemas.serde import AvroDeserializer, SerdeError
+from services.common.config import ServiceConfig
 from services.common.db import Database, Transaction
 from services.common.kafka import EventProducer
 from services.common.outbox import event_id_of
@@ -63,6 +70,9 @@ __all__ = [
     "Message",
     "PermanentError",
     "RunnerStats",
+    "consuming",
+    "prune_forever",
+    "runner_for_service",
 ]
 
 log = logging.getLogger(__name__)
@@ -130,6 +140,11 @@ class IdempotentHandler:
         await self.db.migrate("consumer", MIGRATIONS)
 
     async def __call__(self, message: Message) -> None:
+        await self.record(message, self.handler)
+
+    async def record(self, message: Message, effect: TxHandler | None = None) -> bool:
+        """Record `message`'s event id and run `effect(tx, message)` in the same transaction;
+        False (nothing run, counted in `duplicates`) when the id was already recorded."""
         async with self.db.transaction() as tx:
             inserted = await tx.execute(
                 "INSERT OR IGNORE INTO processed_events (consumer, event_id, processed_at) VALUES (?, ?, ?)",
@@ -137,8 +152,25 @@ class IdempotentHandler:
             )
             if inserted.rowcount == 0:
                 self.duplicates += 1
-                return
-            await self.handler(tx, message)
+                return False
+            if effect is not None:
+                await effect(tx, message)
+        return True
+
+    async def already_processed(self, message: Message) -> bool:
+        """Whether `message`'s event id is recorded (then counted in `duplicates`).
+
+        For an effect outside the database: check this, make the effect, then `record` it.  The
+        SQLite write lock is then never held across network I/O; the price is that a crash between
+        the effect and its record repeats the effect on redelivery, so the other side must
+        deduplicate it (an idempotency key, a deterministic Message-ID)."""
+        row = await self.db.fetchone(
+            "SELECT 1 FROM processed_events WHERE consumer = ? AND event_id = ?", (self.name, message.event_id)
+        )
+        if row is None:
+            return False
+        self.duplicates += 1
+        return True
 
     async def prune(self, older_than_ms: int) -> int:
         """Forget ids processed more than `older_than_ms` ago (keep longer than any redelivery)."""
@@ -451,3 +483,67 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         return None
+
+
+def runner_for_service(
+    config: ServiceConfig,
+    group_id: str,
+    topics: Sequence[str],
+    handler: Handler,
+    *,
+    deserializer: AvroDeserializer,
+    producer: EventProducer,
+    **options: Any,
+) -> ConsumerRunner:
+    """A runner with the service's Kafka settings (bootstrap servers, security) and a client id
+    naming the group and the instance; `options` are ConsumerRunner's (commit_every...)."""
+    kafka = config.kafka_client_kwargs()
+    bootstrap = kafka.pop("bootstrap_servers")
+    return ConsumerRunner(
+        bootstrap,
+        group_id,
+        topics,
+        handler,
+        deserializer=deserializer,
+        producer=producer,
+        client_id=f"{group_id}-{config.instance_id}",
+        **kafka,
+        **options,
+    )
+
+
+async def prune_forever(handler: IdempotentHandler, older_than_ms: int, interval_s: float = 60.0) -> None:
+    """Forget processed event ids older than `older_than_ms` every `interval_s` (their records are
+    long committed); runs until cancelled."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await handler.prune(older_than_ms)
+        except Exception as e:  # a busy database now is no reason to stop pruning later
+            log.warning("consumer %s: pruning processed event ids failed: %r", handler.name, e)
+
+
+@asynccontextmanager
+async def consuming(
+    runner: ConsumerRunner,
+    *,
+    prune: IdempotentHandler | None = None,
+    dedupe_window_ms: int = 7 * 24 * 3600 * 1000,
+    grace: float = 30,
+) -> AsyncIterator[ConsumerRunner]:
+    """Run `runner` for the block (and, with `prune`, forget that handler's event ids older than
+    `dedupe_window_ms`); on exit stop pruning and stop the runner gracefully (commit, leave)."""
+    await runner.start()
+    pruner = (
+        asyncio.create_task(prune_forever(prune, dedupe_window_ms), name=f"prune-{runner.group_id}")
+        if prune is not None
+        else None
+    )
+    try:
+        yield runner
+    finally:
+        if pruner is not None:
+            pruner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pruner
+        await runner.stop(grace)

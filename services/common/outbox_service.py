@@ -6,11 +6,15 @@ creates the service's topic when it is missing, starts the producer (and the log
 when given) and the outbox relay, which first publishes whatever a previous run left pending.
 On exit it stops the relay (finishing its batch), the shipper, the producer, the registry
 client and the database, in that order.
+
+`open_publishing_service(config, catalog, make_store, topics={...})` is the same lifecycle for a
+service whose settings are not an `OutboxServiceConfig` or that needs several topics (the OTP
+senders consume one topic and publish to another, and need the dead-letter topic too).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
@@ -30,7 +34,15 @@ from services.common.log_shipper import LogShipper, SendRawAdapter
 from services.common.logging import get_logger
 from services.common.outbox import Outbox, OutboxRelay
 
-__all__ = ["RELAY_KEY", "OutboxService", "OutboxServiceConfig", "ensure_topic", "open_outbox_service"]
+__all__ = [
+    "RELAY_KEY",
+    "OutboxService",
+    "OutboxServiceConfig",
+    "ensure_topic",
+    "ensure_topics",
+    "open_outbox_service",
+    "open_publishing_service",
+]
 
 RELAY_KEY = web.AppKey("outbox_relay", OutboxRelay)
 log = get_logger(__name__)
@@ -57,30 +69,36 @@ S = TypeVar("S", bound=SupportsSetup)
 @dataclass(frozen=True)
 class OutboxService(Generic[S]):
     """What `open_outbox_service` yields: the opened database, the service's store, its
-    producer and the running relay."""
+    producer, the running relay and the registry client (for a consumer's deserializer)."""
 
     db: Database
     store: S
     producer: EventProducer
     relay: OutboxRelay
+    registry: RegistryClient
 
 
 async def ensure_topic(config: OutboxServiceConfig) -> None:
     """Create `config.topic` with `config.topic_partitions` partitions unless it exists."""
+    await ensure_topics(config, {config.topic: config.topic_partitions}, config.topic_replication_factor)
+
+
+async def ensure_topics(config: ServiceConfig, topics: Mapping[str, int], replication_factor: int = 1) -> None:
+    """Create each topic of `topics` (name -> partitions) that does not exist yet."""
     admin = AIOKafkaAdminClient(
         **config.kafka_client_kwargs(), client_id=f"{config.service_name}-admin-{config.instance_id}"
     )
     await admin.start()
     try:
-        if config.topic in await admin.list_topics():
-            return
-        try:
-            await admin.create_topics(
-                [NewTopic(config.topic, config.topic_partitions, config.topic_replication_factor)]
-            )
-        except TopicAlreadyExistsError:  # another instance won the race
-            return
-        log.info("topic created", topic=config.topic, partitions=config.topic_partitions)
+        existing = set(await admin.list_topics())
+        for name, partitions in topics.items():
+            if name in existing:
+                continue
+            try:
+                await admin.create_topics([NewTopic(name, partitions, replication_factor)])
+            except TopicAlreadyExistsError:  # another instance won the race
+                continue
+            log.info("topic created", topic=name, partitions=partitions)
     finally:
         await admin.close()
 
@@ -101,6 +119,30 @@ async def open_outbox_service(
     shipper: LogShipper | None = None,
 ) -> AsyncIterator[OutboxService[S]]:
     """Open everything the service needs (see the module docstring) and close it on exit."""
+    async with open_publishing_service(
+        config,
+        catalog,
+        make_store,
+        topics={config.topic: config.topic_partitions},
+        replication_factor=config.topic_replication_factor,
+        relay_poll_interval=config.relay_poll_interval,
+        shipper=shipper,
+    ) as service:
+        yield service
+
+
+@asynccontextmanager
+async def open_publishing_service(
+    config: ServiceConfig,
+    catalog: Catalog,
+    make_store: Callable[[Database, Outbox], S],
+    *,
+    topics: Mapping[str, int],
+    replication_factor: int = 1,
+    relay_poll_interval: float = 1.0,
+    shipper: LogShipper | None = None,
+) -> AsyncIterator[OutboxService[S]]:
+    """`open_outbox_service` with the topics to create (name -> partitions) given explicitly."""
     db = await Database(config.database_path).open()
     try:
         outbox = Outbox(db, catalog.schema)
@@ -108,7 +150,7 @@ async def open_outbox_service(
         await store.setup()
         async with RegistryClient(config.registry_url, auth=registry_auth(config)) as registry:
             serializer = AvroSerializer(registry, topic_strategies=catalog.topic_strategies())
-            await ensure_topic(config)
+            await ensure_topics(config, topics, replication_factor)
             producer = EventProducer(
                 serializer=serializer,
                 client_id=f"{config.service_name}-{config.instance_id}",
@@ -117,10 +159,10 @@ async def open_outbox_service(
             await producer.start()
             if shipper is not None:
                 await shipper.start(SendRawAdapter(producer))
-            relay = OutboxRelay(outbox, producer, poll_interval=config.relay_poll_interval)
+            relay = OutboxRelay(outbox, producer, poll_interval=relay_poll_interval)
             try:
                 relay.start()
-                yield OutboxService(db, store, producer, relay)
+                yield OutboxService(db, store, producer, relay, registry)
             finally:
                 await relay.stop()
                 if shipper is not None:

@@ -11,11 +11,9 @@ registry only holds back Avro lines (the runner retries them), it does not stop 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
-from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -27,7 +25,7 @@ from schemas.catalog import default_catalog
 from schemas.client import RegistryClient
 from schemas.serde import AvroSerializer
 from services.common.app import METRICS_REGISTRY_KEY, create_base_app, default_checks
-from services.common.consumer import ConsumerRunner
+from services.common.consumer import ConsumerRunner, consuming, runner_for_service
 from services.common.db import Database
 from services.common.errors import ValidationError
 from services.common.kafka import EventProducer
@@ -53,7 +51,6 @@ MAX_LIMIT = 500
 DEFAULT_LIMIT = 50
 _PARAMS = ("service", "level", "stream", "q", "since", "limit")
 _TAIL_PARAMS = ("service", "level", "stream", "q", "since", "backlog")
-_PRUNE_INTERVAL_S = 60.0
 
 
 def _since_ms(text: str) -> int:
@@ -197,8 +194,8 @@ def create_app(config: LogsConfig, *, shipper: LogShipper | None = None) -> web.
             if shipper is not None:
                 await shipper.start(SendRawAdapter(producer))
                 stack.push_async_callback(shipper.stop)
-            runner = ConsumerRunner(
-                bootstrap,
+            runner = runner_for_service(
+                config,
                 config.group_id,
                 config.topics,
                 indexer,
@@ -206,13 +203,11 @@ def create_app(config: LogsConfig, *, shipper: LogShipper | None = None) -> web.
                 producer=producer,
                 commit_every=config.commit_every,
                 commit_interval_ms=config.commit_interval_ms,
-                client_id=f"{config.group_id}-{config.instance_id}",
-                **kafka,
             )
-            await runner.start()
-            stack.push_async_callback(runner.stop)
-            pruner = asyncio.create_task(_prune_forever(indexer, config.dedupe_window_s * 1000), name="logs-prune")
-            stack.push_async_callback(_cancel, pruner)
+            # Runs the consumer and forgets processed event ids older than the dedupe window.
+            await stack.enter_async_context(
+                consuming(runner, prune=indexer.handler, dedupe_window_ms=config.dedupe_window_s * 1000)
+            )
             app[STORE_KEY] = store
             app[INDEXER_KEY] = indexer
             app[RUNNER_KEY] = runner
@@ -221,19 +216,3 @@ def create_app(config: LogsConfig, *, shipper: LogShipper | None = None) -> web.
 
     app.cleanup_ctx.append(lifecycle)
     return app
-
-
-async def _prune_forever(indexer: Indexer, older_than_ms: int) -> None:
-    """Forget processed event ids older than the dedupe window (their records are long committed)."""
-    while True:
-        await asyncio.sleep(_PRUNE_INTERVAL_S)
-        try:
-            await indexer.handler.prune(older_than_ms)
-        except Exception as e:  # a busy database now is no reason to stop pruning later
-            log.warning("pruning processed event ids failed", error=repr(e))
-
-
-async def _cancel(task: asyncio.Task[Any]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task

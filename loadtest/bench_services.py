@@ -1,0 +1,377 @@
+"""Benchmark of the services on the whole local stack (`streamshop up`), on this machine.
+
+    python -m loadtest.bench_services [--rate 1000] [--seconds 20] [--concurrency 64]
+                                      [--otp-rate 50] [--otp-seconds 10] [--json PATH]
+
+The stack (broker, registry, catcher, orders, otp, sms-sender, email-sender, logs) is started
+with `streamshop up --ephemeral-ports` in a temporary directory and stopped at the end.  The
+load generator runs in this process (aiohttp, one connection pool), on the same cores as the
+stack.  The steps:
+
+1. orders, closed loop: `--concurrency` clients POST /orders back to back for `--seconds`;
+   the throughput the stack sustains and its latencies;
+2. orders, paced: POST /orders at a fixed `--rate` per second for `--seconds` (open loop: each
+   request is due at its slot whether or not earlier ones finished, and its latency is counted
+   from the slot, so a stall is not hidden by the generator waiting — no coordinated omission);
+   the achieved rate, p50/p99, and errors;
+3. every order acknowledged with 201 is then looked for on the `orders` topic (OrderCreated,
+   keyed by order id), read from the beginning: the outbox must have published all of them;
+4. OTP end to end, paced at `--otp-rate`: from sending POST /otp (channels sms and email) until
+   both OtpDelivered events for that request_id have been read from `otp.deliveries` by a
+   consumer started beforehand; p50/p99 and deliveries missing after a grace period.
+
+Targets (issue 5): 1,000 orders/s sustained with p99 under 100 ms; OTP p99 under 500 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiokafka import AIOKafkaConsumer
+
+from loadtest.brokers import cpu_seconds
+from schemas.client import RegistryClient
+from schemas.serde import AvroDeserializer
+from streamshop.stack.state import read_stack
+
+READY_TIMEOUT = 120.0
+DELIVERY_GRACE = 10.0
+CURRENCIES = ("EUR", "USD", "GBP")
+
+
+@dataclass
+class Latencies:
+    samples: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def error(self, kind: str) -> None:
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+
+    def percentile(self, p: float) -> float:
+        ordered = sorted(self.samples)
+        if not ordered:
+            return float("nan")
+        return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] * 1000
+
+
+def order_body(rng: random.Random) -> dict[str, Any]:
+    return {
+        "customer_id": f"c-{rng.randrange(10_000)}",
+        "currency": rng.choice(CURRENCIES),
+        "items": [
+            {
+                "sku": f"sku-{rng.randrange(500)}",
+                "quantity": rng.randint(1, 3),
+                "unit_price": f"{rng.randint(1, 9999) / 100:.2f}",
+            }
+            for _ in range(rng.randint(1, 4))
+        ],
+    }
+
+
+# -- the stack -----------------------------------------------------------------------------------
+
+
+class Stack:
+    """`streamshop up --ephemeral-ports` in `data_dir`, until `stop()`."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        env = {**os.environ, "NO_COLOR": "1"}
+        self.log = (data_dir / "up.log").open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streamshop", "up", "--ephemeral-ports", "--no-color", "--data-dir", str(data_dir)],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+    def wait_ready(self) -> dict[str, Any]:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"streamshop up exited with {self.proc.returncode}; see {self.log.name}")
+            doc = read_stack(self.data_dir)
+            if doc and doc.get("state") == "running":
+                return doc
+            time.sleep(0.2)
+        raise RuntimeError(f"the stack was not ready within {READY_TIMEOUT:g} s; see {self.log.name}")
+
+    def pids(self) -> list[int]:
+        doc = read_stack(self.data_dir) or {}
+        return [int(c["pid"]) for c in doc.get("children", {}).values() if c.get("pid")]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def url(doc: dict[str, Any], child: str, role: str = "http") -> str:
+    return str(doc["children"][child]["urls"][role])
+
+
+def bootstrap_of(doc: dict[str, Any]) -> str:
+    return url(doc, "broker", "bootstrap").removeprefix("kafka://")
+
+
+# -- orders --------------------------------------------------------------------------------------
+
+
+@dataclass
+class OrdersLoad:
+    """POST /orders with random bodies; latencies, errors and the ids of acknowledged orders."""
+
+    session: aiohttp.ClientSession
+    base: str
+    rng: random.Random
+    lat: Latencies = field(default_factory=Latencies)
+    ids: list[str] = field(default_factory=list)
+
+    async def post(self, started: float) -> None:
+        """One order; its latency counts from `started` (its slot when paced)."""
+        try:
+            async with self.session.post(f"{self.base}/orders", json=order_body(self.rng)) as response:
+                body = await response.json()
+                if response.status != 201:
+                    self.lat.error(f"http {response.status}")
+                    return
+                self.ids.append(body["order_id"])
+        except (aiohttp.ClientError, TimeoutError) as e:
+            self.lat.error(type(e).__name__)
+            return
+        self.lat.samples.append(time.perf_counter() - started)
+
+
+async def closed_loop(load: OrdersLoad, seconds: float, concurrency: int) -> float:
+    """`concurrency` clients posting back to back for `seconds`; the orders per second."""
+    end = time.perf_counter() + seconds
+
+    async def client() -> None:
+        while time.perf_counter() < end:
+            await load.post(time.perf_counter())
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    return len(load.lat.samples) / (time.perf_counter() - t0)
+
+
+async def paced(rate: float, seconds: float, fire: Callable[[float], Coroutine[Any, Any, None]]) -> float:
+    """Call `fire(slot_time)` at `rate` per second for `seconds`, without waiting for earlier calls."""
+    tasks: set[asyncio.Task[None]] = set()
+    t0 = time.perf_counter()
+    total = int(rate * seconds)
+    for i in range(total):
+        due = t0 + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        task = asyncio.create_task(fire(due))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    if tasks:
+        await asyncio.gather(*tasks)
+    return time.perf_counter() - t0
+
+
+async def orders_on_topic(bootstrap: str, registry_url: str, wanted: set[str], within: float) -> set[str]:
+    """Order ids of OrderCreated events on `orders`, read from the beginning until all `wanted` are seen."""
+    seen: set[str] = set()
+    consumer = AIOKafkaConsumer(
+        "orders", bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        async with RegistryClient(registry_url) as registry:
+            deserializer = AvroDeserializer(registry)
+            deadline = time.monotonic() + within
+            while not wanted <= seen and time.monotonic() < deadline:
+                for records in (await consumer.getmany(timeout_ms=500, max_records=5000)).values():
+                    for record in records:
+                        decoded = await deserializer.deserialize(record.value or b"")
+                        if decoded.record_name.endswith("OrderCreated"):
+                            seen.add(str(decoded.value["order_id"]))
+    finally:
+        await consumer.stop()
+    return seen & wanted
+
+
+# -- otp -----------------------------------------------------------------------------------------
+
+
+async def otp_end_to_end(
+    doc: dict[str, Any], session: aiohttp.ClientSession, rate: float, seconds: float
+) -> tuple[Latencies, int]:
+    base, bootstrap, registry_url = url(doc, "otp"), bootstrap_of(doc), url(doc, "registry")
+    sent: dict[str, float] = {}
+    delivered: dict[str, set[str]] = {}
+    lat = Latencies()
+    consumer = AIOKafkaConsumer(
+        "otp.deliveries", bootstrap_servers=bootstrap, auto_offset_reset="latest", enable_auto_commit=False
+    )
+    await consumer.start()
+    async with RegistryClient(registry_url) as registry:
+        deserializer = AvroDeserializer(registry)
+        await consumer.getmany(timeout_ms=1000)  # assigned and positioned at the end before sending
+        stop = asyncio.Event()
+
+        async def read() -> None:
+            while not stop.is_set():
+                for records in (await consumer.getmany(timeout_ms=100)).values():
+                    now = time.perf_counter()
+                    for record in records:
+                        decoded = await deserializer.deserialize(record.value or b"")
+                        if not decoded.record_name.endswith("OtpDelivered"):
+                            continue
+                        rid = str(decoded.value["request_id"])
+                        channels = delivered.setdefault(rid, set())
+                        channels.add(str(decoded.value["channel"]))
+                        if channels == {"sms", "email"} and rid in sent:
+                            lat.samples.append(now - sent[rid])
+
+        reader = asyncio.create_task(read())
+        n = 0
+
+        async def fire(due: float) -> None:
+            nonlocal n
+            n += 1
+            body = {
+                "user_id": f"u-{n}",
+                "channels": ["sms", "email"],
+                "phone": f"+1555{n:07d}",
+                "email": f"u{n}@example.com",
+            }
+            try:
+                async with session.post(f"{base}/otp", json=body) as response:
+                    if response.status != 202:
+                        lat.error(f"http {response.status}")
+                        return
+                    sent[str((await response.json())["request_id"])] = due
+            except (aiohttp.ClientError, TimeoutError) as e:
+                lat.error(type(e).__name__)
+
+        await paced(rate, seconds, fire)
+        deadline = time.monotonic() + DELIVERY_GRACE
+        while len(lat.samples) < len(sent) and time.monotonic() < deadline:  # noqa: ASYNC110 - polls a count
+            await asyncio.sleep(0.1)
+        stop.set()
+        await reader
+    await consumer.stop()
+    return lat, len(sent) - len(lat.samples)
+
+
+# -- report --------------------------------------------------------------------------------------
+
+
+def row(name: str, rate: float, lat: Latencies, extra: str = "") -> str:
+    errors = sum(lat.errors.values())
+    return (
+        f"| {name} | {rate:,.0f}/s | {lat.percentile(50):.1f} | {lat.percentile(99):.1f} | "
+        f"{len(lat.samples):,} | {errors}{' ' + json.dumps(lat.errors) if errors else ''} | {extra} |"
+    )
+
+
+async def run(args: argparse.Namespace, doc: dict[str, Any], stack: Stack) -> dict[str, Any]:
+    orders = url(doc, "orders")
+    connector = aiohttp.TCPConnector(limit=max(args.concurrency, 256))
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+        await closed_loop(OrdersLoad(session, orders, random.Random(0)), 2, 16)  # warm-up: connections, caches
+        cpu0 = sum(cpu_seconds(pid) for pid in stack.pids())
+        closed = OrdersLoad(session, orders, random.Random(1))
+        closed_rate = await closed_loop(closed, args.seconds, args.concurrency)
+        paced_load = OrdersLoad(session, orders, random.Random(2))
+        elapsed = await paced(args.rate, args.seconds, paced_load.post)
+        paced_rate = len(paced_load.lat.samples) / elapsed
+        cpu = sum(cpu_seconds(pid) for pid in stack.pids()) - cpu0
+
+        wanted = set(closed.ids) | set(paced_load.ids)
+        found = await orders_on_topic(bootstrap_of(doc), url(doc, "registry"), wanted, within=60)
+        otp_lat, otp_missing = await otp_end_to_end(doc, session, args.otp_rate, args.otp_seconds)
+
+    print("| step | rate | p50 ms | p99 ms | requests | errors | notes |")
+    print("|---|---|---|---|---|---|---|")
+    print(row(f"orders closed loop, {args.concurrency} clients", closed_rate, closed.lat))
+    print(row(f"orders paced at {args.rate:g}/s", paced_rate, paced_load.lat))
+    print(
+        row(
+            f"OTP request -> both deliveries, paced at {args.otp_rate:g}/s",
+            len(otp_lat.samples) / args.otp_seconds,
+            otp_lat,
+            f"{otp_missing} undelivered",
+        )
+    )
+    print(f"\nacknowledged orders found on the `orders` topic: {len(found):,} of {len(wanted):,}")
+    print(f"stack CPU during the two orders steps: {cpu:.1f} s over {2 * args.seconds:g} s of wall time (2 cores)")
+    return {
+        "orders_closed": {
+            "rate": closed_rate,
+            "p50_ms": closed.lat.percentile(50),
+            "p99_ms": closed.lat.percentile(99),
+            "errors": closed.lat.errors,
+        },
+        "orders_paced": {
+            "target": args.rate,
+            "rate": paced_rate,
+            "p50_ms": paced_load.lat.percentile(50),
+            "p99_ms": paced_load.lat.percentile(99),
+            "errors": paced_load.lat.errors,
+        },
+        "orders_published": {"acknowledged": len(wanted), "on_topic": len(found)},
+        "otp": {
+            "p50_ms": otp_lat.percentile(50),
+            "p99_ms": otp_lat.percentile(99),
+            "missing": otp_missing,
+            "errors": otp_lat.errors,
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bench_services", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=1000, help="paced POST /orders per second (default 1000)")
+    parser.add_argument("--seconds", type=float, default=20, help="duration of each orders step (default 20)")
+    parser.add_argument("--concurrency", type=int, default=64, help="clients of the closed-loop step (default 64)")
+    parser.add_argument("--otp-rate", type=float, default=50, help="paced POST /otp per second (default 50)")
+    parser.add_argument("--otp-seconds", type=float, default=10, help="duration of the OTP step (default 10)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="streamshop-bench-") as tmp:
+        stack = Stack(Path(tmp))
+        try:
+            doc = stack.wait_ready()
+            figures = asyncio.run(run(args, doc, stack))
+        finally:
+            stack.stop()
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    ok = (
+        figures["orders_paced"]["rate"] >= 0.97 * args.rate
+        and figures["orders_paced"]["p99_ms"] < 100
+        and figures["otp"]["p99_ms"] < 500
+        and figures["orders_published"]["on_topic"] == figures["orders_published"]["acknowledged"]
+    )
+    print("\ntargets met" if ok else "\ntargets NOT met")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
