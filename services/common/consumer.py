@@ -30,7 +30,9 @@ Guarantees and behaviour:
   The partition moves on: one poison record never blocks the ones behind it.
 - **Graceful shutdown**: `stop()` stops fetching, finishes the record in flight, commits what was
   processed and leaves the group (LeaveGroup), so the partitions move to other members at once
-  instead of after the session timeout.
+  instead of after the session timeout.  A static member (``group_instance_id``, KIP-345) does
+  not leave, as in Kafka: its partitions wait up to the session timeout for the same instance to
+  come back, and a restart (or a SIGKILL and restart) takes them back without a rebalance.
 - **Lag**: `await runner.lag()` -> {TopicPartition: log end offset - position} for the assigned
   partitions; `runner.last_lag` is a snapshot refreshed about once a second, for a sync gauge.
 - **Effects outside the database** (an e-mail, an HTTP call): `IdempotentHandler.already_processed`

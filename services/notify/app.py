@@ -202,6 +202,7 @@ def create_app(config: SenderConfig, *, shipper: LogShipper | None = None) -> we
                 commit_interval_ms=config.commit_interval_ms,
                 session_timeout_ms=config.session_timeout_ms,
                 heartbeat_interval_ms=config.heartbeat_interval_ms,
+                group_instance_id=config.group_instance_id,
             )
             app[SENDER_KEY] = service.store
             app[RELAY_KEY] = service.relay

@@ -48,6 +48,11 @@ class SenderConfig(ServiceConfig):
     commit_interval_ms: int = setting(1000, help="commit offsets at least this often, ms")
     session_timeout_ms: int = setting(10_000, help="group session timeout: how soon a dead member's partitions move")
     heartbeat_interval_ms: int = setting(3000, help="group heartbeat interval, ms (well under session_timeout_ms)")
+    group_instance_id: str | None = setting(
+        None,
+        help="static group membership (KIP-345): a restarted member with the same id takes its partitions back"
+        " at once instead of after the session timeout; unique per running instance",
+    )
     dedupe_window_s: int = setting(7 * 24 * 3600, help="how long processed event ids are remembered")
     relay_poll_interval: float = setting(1.0, help="seconds between outbox polls when not woken")
     brand: str = setting("streamshop", help="the name the messages sign with")
