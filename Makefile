@@ -13,8 +13,9 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# The whole local stack, supervised, with one round of demo traffic; Ctrl-C stops it.
 demo: setup
-	$(VENV)/bin/streamshop demo
+	$(VENV)/bin/streamshop up --demo
 
 test: setup lint
 	$(PY) -m pytest -q

@@ -1,11 +1,12 @@
 """How to start `streamshop broker` and `streamshop registry` as child processes and
-recognise their ready lines; shared by the demo, the benchmark and the test harness."""
+recognise their ready lines (and the services' ones); shared by `streamshop roundtrip`,
+`streamshop up`, the benchmark and the test harness."""
 
 from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _READY = re.compile(r"streamshop broker ready on (\S+):(\d+)(?: admin (http://\S+))?")
@@ -56,3 +57,27 @@ def parse_ready_line(line: str) -> ReadyLine | None:
     if admin:
         admin = admin.replace("//0.0.0.0:", "//127.0.0.1:")
     return ReadyLine(host, int(match.group(2)), admin)
+
+
+# services.common.runner.ready_line writes it: `streamshop NAME ready on URL[ KEY=VALUE]...`.
+_SERVICE_READY = re.compile(r"streamshop ([a-z0-9-]+) ready on (https?://\S+)((?: [A-Za-z0-9_.-]+=\S+)*)\s*")
+
+
+@dataclass(frozen=True)
+class ServiceReady:
+    """A service's ready line: its name, HTTP base URL and the extra fields it announced."""
+
+    name: str
+    url: str
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+def parse_service_ready_line(line: str) -> ServiceReady | None:
+    """`streamshop NAME ready on URL[ KEY=VALUE]...` (from services.common.runner.serve_app, and
+    the registry's line too); a wildcard host is reported as loopback."""
+    match = _SERVICE_READY.fullmatch(line)
+    if match is None:
+        return None
+    fields = dict(item.split("=", 1) for item in match.group(3).split())
+    url = match.group(2).replace("//0.0.0.0:", "//127.0.0.1:").replace("//[::]:", "//127.0.0.1:")
+    return ServiceReady(match.group(1), url, fields)

@@ -1,5 +1,5 @@
 """Child processes that announce readiness with one stdout line (`streamshop broker`,
-`streamshop registry`): start, wait for the line, stop cleanly.  Used by the demo."""
+`streamshop registry`): start, wait for the line, stop cleanly.  Used by `streamshop roundtrip`."""
 
 from __future__ import annotations
 

@@ -1,251 +1,519 @@
-"""`streamshop demo`: a broker and a schema registry in child processes; 1,000 keyed records
-produced with acks=all and consumed back with confluent-kafka; 100 OrderCreated events
-published as Confluent-framed Avro through the registry and decoded back; a short report.
-Then both keep running until Ctrl-C (or stop at once with --exit).
+"""`streamshop demo`: realistic traffic against a running stack (`streamshop up`).
 
-Layout under --data-dir DIR: DIR/broker (the broker's log directory), DIR/broker.log and
-DIR/registry.log (their structlog output)."""
+Orders: a random customer buys 1-4 products in one of six currencies (``Idempotency-Key`` set,
+the total checked), reads the order back, and walks it through its lifecycle: most are paid,
+shipped and delivered, some cancelled before payment or after it; a few customers then try to
+cancel a delivered order, which the state machine refuses (409).  Every few orders the
+customer's order list is read too.
+
+OTPs: a code is requested for a fresh user (channels sms and email), the SMS sink of the
+catcher is polled until the code arrives (``GET /sms?to=PHONE``), some users first type a wrong
+code (422), the right one verifies (200), some replay it (409), and the e-mail with the same
+code must reach the SMTP catcher (``GET /messages?to=EMAIL``).
+
+A progress bar runs on stderr; the summary (outcomes, failures, p50/p99 latency per request
+type and of the SMS and e-mail deliveries) goes to stdout.  Exit status 1 on any unexpected
+response, a code that never arrived, or an unreachable service.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
+import functools
 import json
-import subprocess
+import math
+import random
+import re
+import secrets
 import sys
 import time
 import uuid
-from collections import Counter
-from dataclasses import dataclass
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TextIO
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+import aiohttp
 
-from streamshop.broker_process import (
-    ReadyLine,
-    broker_command,
-    parse_ready_line,
-    parse_registry_ready_line,
-    registry_command,
-)
-from streamshop.children import ChildProcess
-from streamshop.clients import CLIENT_ID, CommandError, StopSignal, client_config, error_text
+from services.common.config import DEFAULT_PORTS
+from streamshop.clients import CommandError, table
+from streamshop.stack.state import running_stack
 
-TOPIC = "demo.events"
-AVRO_TOPIC = "orders"
-AVRO_EVENTS = 100
-PARTITIONS = 6
-RECORDS = 1000
-KEYS = 50
+__all__ = ["Progress", "Report", "Targets", "demo", "percentile", "run_traffic"]
+
+DEFAULT_STACK_DIR = Path("data/stack")
+_CODE = re.compile(r"(?<!\d)(\d{6})(?!\d)")
+
+# SKU -> price in EUR; other currencies convert at a fixed rate (places: 0 for JPY).
+PRODUCTS: Mapping[str, Decimal] = {
+    "MUG-CLASSIC": Decimal("12.50"),
+    "TEE-LOGO-M": Decimal("19.90"),
+    "HOODIE-GREY-L": Decimal("49.00"),
+    "STICKER-PACK": Decimal("4.99"),
+    "NOTEBOOK-A5": Decimal("8.75"),
+    "BOTTLE-STEEL": Decimal("24.00"),
+    "CAP-NAVY": Decimal("17.50"),
+    "SOCKS-3PK": Decimal("11.00"),
+    "POSTER-A2": Decimal("14.90"),
+    "KEYCHAIN": Decimal("3.50"),
+}
+CURRENCIES: Mapping[str, tuple[Decimal, int]] = {
+    "EUR": (Decimal(1), 2),
+    "USD": (Decimal("1.08"), 2),
+    "GBP": (Decimal("0.85"), 2),
+    "CHF": (Decimal("0.95"), 2),
+    "SEK": (Decimal("11.40"), 2),
+    "JPY": (Decimal(162), 0),
+}
+CANCEL_REASONS = ("customer changed their mind", "payment declined", "item out of stock", "duplicate order")
+
+
+# -- targets --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Targets:
+    orders: str
+    otp: str
+    catcher: str | None
+
+    @classmethod
+    def defaults(cls) -> Targets:
+        def url(name: str) -> str:
+            return f"http://127.0.0.1:{DEFAULT_PORTS[name]}"
+
+        return cls(url("orders"), url("otp"), url("catcher"))
+
+    @classmethod
+    def from_endpoints(cls, endpoints: Mapping[str, Mapping[str, str]]) -> Targets:
+        """From the announced URLs of a stack's children (child -> role -> url)."""
+        missing = [name for name in ("orders", "otp") if "http" not in endpoints.get(name, {})]
+        if missing:
+            raise CommandError(f"the stack has no {' and no '.join(missing)}")
+        catcher = endpoints.get("catcher", {}).get("http")
+        return cls(endpoints["orders"]["http"], endpoints["otp"]["http"], catcher)
+
+    @classmethod
+    def from_stack(cls, document: Mapping[str, Any]) -> Targets:
+        if document.get("state") != "running":
+            raise CommandError(f"the stack in {document.get('data_dir')} is {document.get('state')}, not running")
+        children = document.get("children", {})
+        return cls.from_endpoints({name: child.get("urls", {}) for name, child in children.items()})
+
+
+def resolve_targets(args: argparse.Namespace) -> Targets:
+    """--stack DIR, else the URL options (defaults for the ones not given), else the stack of
+    ./data/stack when one runs there, else the default ports."""
+    given = {"orders": args.orders_url, "otp": args.otp_url, "catcher": args.catcher_url}
+    if args.stack:
+        if any(given.values()):
+            raise CommandError("--stack and the --*-url options exclude each other")
+        document = running_stack(Path(args.stack))
+        if document is None:
+            raise CommandError(
+                f"no stack runs from {args.stack}; start one with `streamshop up --data-dir {args.stack}`"
+            )
+        return Targets.from_stack(document)
+    defaults = Targets.defaults()
+    if any(given.values()):
+        return Targets(
+            given["orders"] or defaults.orders, given["otp"] or defaults.otp, given["catcher"] or defaults.catcher
+        )
+    document = running_stack(DEFAULT_STACK_DIR)
+    return Targets.from_stack(document) if document is not None else defaults
+
+
+# -- measurements ---------------------------------------------------------------------------------
+
+
+def percentile(values: Collection[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..1) of a non-empty collection."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
+
+
+class FlowFailed(Exception):
+    """Ends one order or OTP flow; the reason is already recorded."""
 
 
 @dataclass
-class ChildBroker:
-    """`streamshop broker` as a child process, and what its ready line said."""
+class Stats:
+    latency: defaultdict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    failed: Counter[str] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
 
-    child: ChildProcess[ReadyLine]
-    bootstrap: str
-    admin_url: str | None
+    def fail(self, kind: str, problem: str) -> NoReturn:
+        self.failed[kind] += 1
+        self.problems.append(f"{kind}: {problem}")
+        raise FlowFailed(problem)
 
-    @classmethod
-    def start(cls, data_dir: Path, listen: str, admin_listen: str, timeout: float = 60) -> ChildBroker:
-        cmd = broker_command(data_dir / "broker", listen, admin_listen)
-        child, ready = ChildProcess.start("broker", cmd, data_dir / "broker.log", parse_ready_line, timeout)
-        return cls(child, ready.bootstrap, ready.admin_url)
+
+class Progress:
+    """A progress bar: redrawn in place on a terminal `stream`, otherwise a plain line through
+    `write_line` every `interval` seconds (and at the end)."""
+
+    WIDTH = 30
+
+    def __init__(
+        self,
+        total: int,
+        *,
+        stream: TextIO | None = None,
+        write_line: Callable[[str], None] | None = None,
+        interval: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.total = total
+        self.stream = stream
+        self.write_line = write_line
+        self.interval = interval
+        self.clock = clock
+        self.done = 0
+        self.failed = 0
+        self.started = clock()
+        self._last = -math.inf
+
+    def render(self) -> str:
+        share = self.done / self.total if self.total else 1.0
+        filled = round(share * self.WIDTH)
+        rate = self.done / max(self.clock() - self.started, 1e-9)
+        return (
+            f"[{'#' * filled}{'.' * (self.WIDTH - filled)}] {self.done}/{self.total} flows {share:4.0%}"
+            f"  {self.failed} failed  {rate:.1f}/s"
+        )
+
+    def advance(self, *, failed: bool = False) -> None:
+        self.done += 1
+        self.failed += failed
+        now = self.clock()
+        # a terminal redraws 10 times a second at most; plain lines every `interval`
+        if now - self._last >= (0.1 if self.stream is not None else self.interval):
+            self._last = now
+            self._show()
+
+    def _show(self) -> None:
+        if self.stream is not None:
+            self.stream.write("\r" + self.render())
+            self.stream.flush()
+        elif self.write_line is not None:
+            self.write_line(self.render())
+
+    def finish(self) -> None:
+        self._show()
+        if self.stream is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+@dataclass
+class Report:
+    targets: Targets
+    orders: int
+    otps: int
+    elapsed: float
+    stats: Stats
 
     @property
-    def proc(self) -> subprocess.Popen[str]:
-        return self.child.proc
+    def ok(self) -> bool:
+        return not self.stats.problems
 
-    @property
-    def log_path(self) -> Path:
-        return self.child.log_path
+    def lines(self) -> list[str]:
+        s, out = self.stats, self.stats.outcomes
+        lines = [
+            f"{self.orders} orders and {self.otps} OTPs in {self.elapsed:.1f} s against orders {self.targets.orders}, "
+            f"otp {self.targets.otp}" + (f", catcher {self.targets.catcher}" if self.targets.catcher else "")
+        ]
+        if self.orders:
+            lines.append(
+                f"  orders   {out['order created']} created: {out['order delivered']} delivered, "
+                f"{out['order cancelled']} cancelled; {out['late cancel refused']} cancellations of delivered orders "
+                "refused (409)"
+            )
+        if self.otps:
+            lines.append(
+                f"  otp      {out['otp requested']} requested, {out['otp verified']} verified; "
+                f"{out['wrong code refused']} wrong codes refused (422), {out['replay refused']} replays refused "
+                f"(409); {out['email with code']} e-mails with the code"
+            )
+        rows = [
+            (kind, len(values), s.failed[kind], f"{percentile(values, 0.5):.1f}", f"{percentile(values, 0.99):.1f}")
+            for kind, values in sorted(s.latency.items())
+        ]
+        rows += [(kind, 0, n, "-", "-") for kind, n in sorted(s.failed.items()) if kind not in s.latency]
+        lines += ["  " + line for line in table(("REQUEST", "COUNT", "FAILED", "P50 MS", "P99 MS"), rows).splitlines()]
+        if self.ok:
+            lines.append("result: OK")
+        else:
+            lines.append(f"result: {len(s.problems)} failures")
+            lines += [f"  - {p}" for p in s.problems[:10]]
+            if len(s.problems) > 10:
+                lines.append(f"  ... and {len(s.problems) - 10} more")
+        return lines
 
-    def stop(self, timeout: float = 30) -> int:
-        return self.child.stop(timeout)
+
+# -- the traffic ----------------------------------------------------------------------------------
 
 
-def _produce(bootstrap: str) -> tuple[float, int]:
-    """Produce RECORDS keyed records with acks=all; (seconds, failures)."""
-    failures = 0
+class Traffic:
+    def __init__(
+        self, session: aiohttp.ClientSession, targets: Targets, rng: random.Random, otp_timeout: float
+    ) -> None:
+        self.session = session
+        self.targets = targets
+        self.rng = rng
+        self.otp_timeout = otp_timeout
+        self.stats = Stats()
+        self.run_id = secrets.token_hex(3)  # OTP users are new every run: the per-user rate limit
+        self._phones: set[str] = set()
 
-    def delivered(error: Any, _message: Any) -> None:
-        nonlocal failures
-        if error is not None:
-            failures += 1
+    async def call(
+        self,
+        kind: str,
+        method: str,
+        url: str,
+        expect: Collection[int],
+        *,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | None = None,
+        timed: bool = True,
+    ) -> Any:
+        """One request; its JSON body when the status is one of `expect`, else the flow fails."""
+        started = time.perf_counter()
+        try:
+            async with self.session.request(method, url, json=body, headers=headers, params=params) as response:
+                text = await response.text()
+        except (aiohttp.ClientError, TimeoutError) as e:
+            self.stats.fail(kind, f"{method} {url}: {type(e).__name__}: {e}")
+        if timed:
+            self.stats.latency[kind].append((time.perf_counter() - started) * 1000)
+        if response.status not in expect:
+            wanted = "/".join(str(s) for s in sorted(expect))
+            self.stats.fail(kind, f"{method} {url}: HTTP {response.status} (expected {wanted}): {text[:300]}")
+        try:
+            return json.loads(text) if text else None
+        except ValueError:
+            self.stats.fail(kind, f"{method} {url}: the body is not JSON: {text[:300]}")
 
-    producer = Producer(client_config(bootstrap, (), {"acks": "all", "linger.ms": 5, "message.timeout.ms": 30000}))
+    # orders
+
+    def basket(self) -> tuple[str, list[dict[str, Any]], Decimal]:
+        currency = self.rng.choice(list(CURRENCIES))
+        rate, places = CURRENCIES[currency]
+        quantum = Decimal(1).scaleb(-places)
+        items, total = [], Decimal(0)
+        for sku in self.rng.sample(list(PRODUCTS), self.rng.randint(1, 4)):
+            price = (PRODUCTS[sku] * rate).quantize(quantum)
+            quantity = self.rng.choices((1, 2, 3, 5), weights=(70, 20, 8, 2))[0]
+            items.append({"sku": sku, "quantity": quantity, "unit_price": str(price)})
+            total += price * quantity
+        return currency, items, total
+
+    async def order_flow(self, i: int) -> None:
+        base = self.targets.orders.rstrip("/")
+        customer = f"cust-{self.rng.randrange(1, 40):04d}"
+        currency, items, total = self.basket()
+        created = await self.call(
+            "orders.create",
+            "POST",
+            f"{base}/orders",
+            {201},
+            body={"customer_id": customer, "currency": currency, "items": items},
+            headers={"Idempotency-Key": str(uuid.uuid4())},
+        )
+        order_id = created["order_id"]
+        self.stats.outcomes["order created"] += 1
+        if Decimal(created["total"]) != total:
+            self.stats.fail("orders.create", f"order {order_id}: total {created['total']}, expected {total}")
+        read = await self.call("orders.get", "GET", f"{base}/orders/{order_id}", {200})
+        if read["status"] != "created":
+            self.stats.fail("orders.get", f"order {order_id} is {read['status']}, expected created")
+
+        roll = self.rng.random()
+        if roll < 0.1:
+            path = ["cancelled"]
+        elif roll < 0.2:
+            path = ["paid", "cancelled"]
+        else:
+            path = ["paid", "shipped", "delivered"]
+        for status in path:
+            reason = self.rng.choice(CANCEL_REASONS) if status == "cancelled" else None
+            changed = await self.call(
+                "orders.status",
+                "POST",
+                f"{base}/orders/{order_id}/status",
+                {200},
+                body={"status": status, "reason": reason},
+            )
+            if changed["status"] != status:
+                self.stats.fail("orders.status", f"order {order_id} is {changed['status']}, expected {status}")
+        self.stats.outcomes[f"order {path[-1]}"] += 1
+        if path[-1] == "delivered" and self.rng.random() < 0.1:
+            await self.call(
+                "orders.status", "POST", f"{base}/orders/{order_id}/status", {409}, body={"status": "cancelled"}
+            )
+            self.stats.outcomes["late cancel refused"] += 1
+        if i % 5 == 0:
+            listed = await self.call(
+                "orders.list", "GET", f"{base}/orders", {200}, params={"customer_id": customer, "limit": "50"}
+            )
+            if order_id not in {o["order_id"] for o in listed["items"]}:
+                self.stats.fail("orders.list", f"order {order_id} missing from {customer}'s orders")
+
+    # OTPs
+
+    def phone(self) -> str:
+        while True:
+            number = f"+1555{self.rng.randrange(10**7):07d}"
+            if number not in self._phones:
+                self._phones.add(number)
+                return number
+
+    async def otp_flow(self, i: int) -> None:
+        base = self.targets.otp.rstrip("/")
+        user = f"demo-{self.run_id}-{i:04d}"
+        phone, email = self.phone(), f"{user}@example.com"
+        requested = await self.call(
+            "otp.request",
+            "POST",
+            f"{base}/otp",
+            {202},
+            body={"user_id": user, "channels": ["sms", "email"], "phone": phone, "email": email},
+        )
+        request_id = requested["request_id"]
+        self.stats.outcomes["otp requested"] += 1
+        asked = time.perf_counter()
+        code = await self.sms_code(phone, request_id)
+        self.stats.latency["sms delivery"].append((time.perf_counter() - asked) * 1000)
+
+        verify = f"{base}/otp/verify"
+        if i % 3 == 0:
+            wrong = f"{(int(code) + self.rng.randrange(1, 10**6)) % 10**6:06d}"
+            await self.call("otp.verify", "POST", verify, {422}, body={"request_id": request_id, "code": wrong})
+            self.stats.outcomes["wrong code refused"] += 1
+        result = await self.call("otp.verify", "POST", verify, {200}, body={"request_id": request_id, "code": code})
+        if result.get("verified") is not True:
+            self.stats.fail("otp.verify", f"request {request_id}: {result}")
+        self.stats.outcomes["otp verified"] += 1
+        if i % 4 == 1:
+            await self.call("otp.verify", "POST", verify, {409}, body={"request_id": request_id, "code": code})
+            self.stats.outcomes["replay refused"] += 1
+        await self.email_with(email, code, asked)
+        self.stats.outcomes["email with code"] += 1
+
+    async def _poll(self, kind: str, path: str, to: str, find: Callable[[list[dict[str, Any]]], Any]) -> Any:
+        """Poll the catcher until `find` returns something for the messages to `to`."""
+        assert self.targets.catcher is not None
+        url = self.targets.catcher.rstrip("/") + path
+        deadline = time.monotonic() + self.otp_timeout
+        pause = 0.05
+        while True:
+            listed = await self.call(kind, "GET", url, {200}, params={"to": to, "limit": "20"}, timed=False)
+            found = find(listed.get("items", []))
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                self.stats.fail(kind, f"nothing for {to} within {self.otp_timeout:g} s")
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
+
+    async def sms_code(self, phone: str, request_id: str) -> str:
+        def find(items: list[dict[str, Any]]) -> str | None:
+            for item in items:
+                match = _CODE.search(str(item.get("body", "")))
+                if match and item.get("request_id") in (request_id, None):
+                    return match.group(1)
+            return None
+
+        code: str = await self._poll("catcher.sms", "/sms", phone, find)
+        return code
+
+    async def email_with(self, email: str, code: str, asked: float) -> None:
+        def find(items: list[dict[str, Any]]) -> bool | None:
+            return any(code in f"{m.get('subject', '')}\n{m.get('text', '')}" for m in items) or None
+
+        await self._poll("catcher.mail", "/messages", email, find)
+        self.stats.latency["email delivery"].append((time.perf_counter() - asked) * 1000)
+
+
+async def _preflight(session: aiohttp.ClientSession, targets: Targets, otps: int) -> None:
+    checks = {"orders": targets.orders, "otp": targets.otp}
+    if otps:
+        if targets.catcher is None:
+            raise CommandError("OTPs need the catcher (its SMS sink and SMTP server); none runs in this stack")
+        checks["catcher"] = targets.catcher
+    for name, url in checks.items():
+        try:
+            async with session.get(url.rstrip("/") + "/readyz") as response:
+                if response.status != 200:
+                    detail = (await response.text())[:300]
+                    raise CommandError(f"{name} at {url} is not ready ({response.status}): {detail}")
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise CommandError(f"cannot reach {name} at {url} ({e}); is `streamshop up` running?") from None
+
+
+async def run_traffic(
+    targets: Targets,
+    *,
+    orders: int,
+    otps: int,
+    concurrency: int,
+    progress: Progress,
+    otp_timeout: float = 30.0,
+    seed: int | None = None,
+) -> Report:
+    """Run `orders` order flows and `otps` OTP flows, `concurrency` at a time, in random order."""
+    rng = random.Random(seed)
     started = time.perf_counter()
-    for i in range(RECORDS):
-        key = f"user-{i % KEYS}"
-        value = json.dumps({"seq": i, "user": key, "event": "page_view", "ts_ms": int(time.time() * 1000)})
-        producer.produce(TOPIC, value.encode(), key.encode(), on_delivery=delivered)
-        producer.poll(0)
-    failures += producer.flush(30)
-    return time.perf_counter() - started, failures
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        await _preflight(session, targets, otps)
+        traffic = Traffic(session, targets, rng, otp_timeout)
+        # Factories, not coroutines: a flow still waiting for the gate when the run is cancelled
+        # (`up --demo` stopped) must not leave a never-awaited coroutine behind.
+        flows: list[Callable[[], Awaitable[None]]] = [functools.partial(traffic.order_flow, i) for i in range(orders)]
+        flows += [functools.partial(traffic.otp_flow, i) for i in range(otps)]
+        rng.shuffle(flows)
+        gate = asyncio.Semaphore(max(1, concurrency))
 
+        async def one(flow: Callable[[], Awaitable[None]]) -> None:
+            async with gate:
+                try:
+                    await flow()
+                except FlowFailed:
+                    progress.advance(failed=True)
+                else:
+                    progress.advance()
 
-def _consume(bootstrap: str, starts: dict[int, int]) -> tuple[float, Counter[int], bool]:
-    """Read back what _produce wrote; (seconds, records per partition, every key in one partition)."""
-    consumer = Consumer(client_config(bootstrap, (), {"group.id": CLIENT_ID, "enable.auto.commit": False}))
-    counts: Counter[int] = Counter()
-    key_partitions: dict[bytes, set[int]] = {}
-    started = time.perf_counter()
-    try:
-        consumer.assign([TopicPartition(TOPIC, p, offset) for p, offset in starts.items()])
-        deadline = time.monotonic() + 30
-        while sum(counts.values()) < RECORDS and time.monotonic() < deadline:
-            for message in consumer.consume(RECORDS, 0.2):
-                partition = message.partition()
-                if message.error() is None and partition is not None:
-                    counts[partition] += 1
-                    key_partitions.setdefault(message.key() or b"", set()).add(partition)
-        elapsed = time.perf_counter() - started
-    finally:
-        consumer.close()
-    return elapsed, counts, all(len(parts) == 1 for parts in key_partitions.values())
-
-
-def _prepare_topic(bootstrap: str) -> dict[int, int]:
-    """Create the topic unless a previous run did; the end offset of every partition."""
-    admin = AdminClient(client_config(bootstrap))
-    try:
-        admin.create_topics([NewTopic(TOPIC, PARTITIONS)], request_timeout=15)[TOPIC].result(20)
-    except KafkaException as e:
-        if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
-            raise CommandError(f"creating {TOPIC}: {error_text(e)}") from None
-    metadata = admin.list_topics(TOPIC, timeout=15)
-    consumer = Consumer(client_config(bootstrap, (), {"group.id": CLIENT_ID}))
-    try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=15, cached=False)[1]
-            for p in sorted(metadata.topics[TOPIC].partitions)
-        }
-    finally:
-        consumer.close()
-
-
-async def _avro_round_trip(bootstrap: str, registry_url: str) -> tuple[int, int, int]:
-    """Publish AVRO_EVENTS OrderCreated events with streamshop's serde through the registry,
-    read them back and decode them; (schema id, produced, decoded equal to what was sent)."""
-    from schemas.catalog import default_catalog
-    from schemas.client import RegistryClient
-    from schemas.serde import AvroDeserializer, AvroSerializer
-
-    catalog = default_catalog()
-    schema = catalog.schema("OrderCreated")
-    sent: dict[bytes, Any] = {}
-    async with RegistryClient(registry_url) as registry:
-        serializer = AvroSerializer(registry, topic_strategies=catalog.topic_strategies())
-        values = []
-        for _ in range(AVRO_EVENTS):
-            record = copy.deepcopy(catalog.example("OrderCreated"))
-            record["order_id"] = uuid.uuid4()
-            record["envelope"]["event_id"] = uuid.uuid4()
-            key = str(record["order_id"]).encode()
-            sent[key] = record
-            values.append((key, await serializer.serialize(AVRO_TOPIC, schema, record)))
-        schema_id = await serializer.schema_id(AVRO_TOPIC, schema)
-        await asyncio.to_thread(_produce_bytes, bootstrap, values)
-        received = await asyncio.to_thread(_consume_bytes, bootstrap, set(sent))
-        deserializer = AvroDeserializer(registry, reader_schemas=[schema])
-        same = 0
-        for key, value in received:
-            decoded = await deserializer.deserialize(value)
-            same += decoded.value == sent.get(key)
-    return schema_id, len(values), same
-
-
-def _produce_bytes(bootstrap: str, values: list[tuple[bytes, bytes]]) -> None:
-    admin = AdminClient(client_config(bootstrap))
-    try:
-        admin.create_topics([NewTopic(AVRO_TOPIC, PARTITIONS)], request_timeout=15)[AVRO_TOPIC].result(20)
-    except KafkaException as e:
-        if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
-            raise CommandError(f"creating {AVRO_TOPIC}: {error_text(e)}") from None
-    producer = Producer(client_config(bootstrap, (), {"acks": "all", "enable.idempotence": True}))
-    for key, value in values:
-        producer.produce(AVRO_TOPIC, value, key)
-    if producer.flush(30):
-        raise CommandError("Avro events were not all acknowledged")
-
-
-def _consume_bytes(bootstrap: str, keys: set[bytes]) -> list[tuple[bytes, bytes]]:
-    """The records of AVRO_TOPIC with these keys (this run's; earlier runs left others)."""
-    consumer = Consumer(client_config(bootstrap, (), {"group.id": CLIENT_ID, "enable.auto.commit": False}))
-    out: list[tuple[bytes, bytes]] = []
-    try:
-        partitions = consumer.list_topics(AVRO_TOPIC, timeout=15).topics[AVRO_TOPIC].partitions
-        consumer.assign([TopicPartition(AVRO_TOPIC, p, 0) for p in partitions])
-        deadline = time.monotonic() + 30
-        while len(out) < len(keys) and time.monotonic() < deadline:
-            batch = consumer.consume(1000, 0.3)
-            out += [(m.key() or b"", m.value() or b"") for m in batch if m.error() is None and m.key() in keys]
-    finally:
-        consumer.close()
-    return out
-
-
-def _rate(count: int, seconds: float) -> str:
-    return f"{count / seconds:,.0f} records/s" if seconds > 0 else "n/a"
-
-
-def _run_demo(broker: ChildBroker, registry_url: str) -> bool:
-    starts = _prepare_topic(broker.bootstrap)
-    produce_s, failures = _produce(broker.bootstrap)
-    consume_s, counts, keys_ok = _consume(broker.bootstrap, starts)
-    consumed = sum(counts.values())
-    print(f"streamshop demo: broker {broker.bootstrap} (pid {broker.proc.pid}, log {broker.log_path})")
-    print(f"  topic        {TOPIC} ({len(starts)} partitions)")
-    print(
-        f"  produced     {RECORDS - failures} records in {produce_s:.2f} s ({_rate(RECORDS - failures, produce_s)}, "
-        f"acks=all, {failures} failed)"
-    )
-    print(f"  consumed     {consumed} records in {consume_s:.2f} s ({_rate(consumed, consume_s)})")
-    print("  partitions   " + " ".join(f"{p}:{counts.get(p, 0)}" for p in sorted(starts)))
-    print(f"  keys         {KEYS} keys, each in exactly one partition: {'yes' if keys_ok else 'NO'}")
-    schema_id, avro_sent, avro_same = asyncio.run(_avro_round_trip(broker.bootstrap, registry_url))
-    print(
-        f"  avro         {avro_sent} OrderCreated events to {AVRO_TOPIC} (schema id {schema_id} in the registry), "
-        f"{avro_same} decoded back identical"
-    )
-    print(f"  registry     {registry_url}/subjects")
-    if broker.admin_url:
-        print(f"  admin API    {broker.admin_url}/api/topics  (metrics: {broker.admin_url}/metrics)")
-    sys.stdout.flush()
-    return failures == 0 and consumed == RECORDS and keys_ok and avro_same == avro_sent
+        await asyncio.gather(*(one(f) for f in flows))
+        progress.finish()
+    return Report(targets, orders, otps, time.perf_counter() - started, traffic.stats)
 
 
 def demo(args: argparse.Namespace) -> int:
-    host, _, port = args.listen.rpartition(":")
-    admin_listen = args.admin_listen or f"{host or '127.0.0.1'}:{0 if port == '0' else 9644}"
-    registry_listen = args.registry_listen or f"{host or '127.0.0.1'}:{0 if port == '0' else 8081}"
-    data_dir = Path(args.data_dir)
-    broker = ChildBroker.start(data_dir, args.listen, admin_listen)
-    registry: ChildProcess[str] | None = None
-    try:
-        registry, registry_url = ChildProcess.start(
-            "registry",
-            registry_command(broker.bootstrap, registry_listen),
-            data_dir / "registry.log",
-            parse_registry_ready_line,
+    """`streamshop demo`."""
+    if args.concurrency < 1:
+        raise CommandError("--concurrency must be at least 1")
+    targets = resolve_targets(args)
+    total = args.orders + args.otp
+    if sys.stderr.isatty():
+        progress = Progress(total, stream=sys.stderr)
+    else:
+        progress = Progress(total, write_line=lambda line: print(line, file=sys.stderr, flush=True))
+    report = asyncio.run(
+        run_traffic(
+            targets,
+            orders=args.orders,
+            otps=args.otp,
+            concurrency=args.concurrency,
+            progress=progress,
+            otp_timeout=args.otp_timeout,
+            seed=args.seed,
         )
-        ok = _run_demo(broker, registry_url)
-        if not args.exit:
-            print("broker and registry running; press Ctrl-C to stop", flush=True)
-            with StopSignal() as stop:
-                while not stop and broker.proc.poll() is None and registry.running:
-                    stop.event.wait(0.5)
-            if broker.proc.poll() not in (None, 0):
-                raise CommandError(f"the broker exited with status {broker.proc.returncode}; see {broker.log_path}")
-    finally:
-        if registry is not None:
-            registry.stop()
-        status = broker.stop()
-    if status != 0:
-        raise CommandError(f"the broker stopped with status {status}; see {broker.log_path}")
-    print(f"broker stopped cleanly (data in {data_dir / 'broker'})", flush=True)
-    return 0 if ok else 1
+    )
+    for line in report.lines():
+        print(line)
+    return 0 if report.ok else 1

@@ -1,6 +1,7 @@
-"""Console tools on the real confluent-kafka client: `streamshop topics`, `groups`, `produce`,
-`consume` and `demo`.  This module only builds the argument parsers; each command imports its
-implementation (and confluent-kafka) when it runs, so `streamshop broker` stays lean."""
+"""Console tools on the real confluent-kafka client (`streamshop topics`, `groups`, `produce`,
+`consume`, `roundtrip`), the services, and the local stack (`up`, `demo`).  This module only
+builds the argument parsers; each command imports its implementation (and confluent-kafka) when
+it runs, so `streamshop broker` stays lean."""
 
 from __future__ import annotations
 
@@ -184,11 +185,14 @@ def _consume_parser(sub: SubParsers) -> None:
     p.set_defaults(func=_lazy("streamshop.console", "consume", "consume"))
 
 
-def _demo_parser(sub: SubParsers) -> None:
+def _roundtrip_parser(sub: SubParsers) -> None:
     p = sub.add_parser(
-        "demo", help="start a broker and a schema registry, round-trip 1,000 records and 100 Avro events, report"
+        "roundtrip",
+        help="start a broker and a schema registry, round-trip 1,000 records and 100 Avro events, report",
     )
-    p.add_argument("--data-dir", default="./data/demo", help="default ./data/demo (broker data in DIR/broker)")
+    p.add_argument(
+        "--data-dir", default="./data/roundtrip", help="default ./data/roundtrip (broker data in DIR/broker)"
+    )
     p.add_argument("--listen", default="127.0.0.1:9092", help="broker HOST:PORT (port 0: any free port)")
     p.add_argument(
         "--admin-listen", help="admin HTTP HOST:PORT (default HOST:9644, or HOST:0 when --listen uses port 0)"
@@ -201,6 +205,75 @@ def _demo_parser(sub: SubParsers) -> None:
         action="store_true",
         help="stop the broker and registry after the report instead of waiting for Ctrl-C",
     )
+    p.set_defaults(func=_lazy("streamshop.roundtrip", "roundtrip", "roundtrip"))
+
+
+def _count(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return number
+
+
+def _demo_traffic_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """--orders/--otp for `demo`, --demo-orders/--demo-otp for `up --demo`."""
+    p.add_argument(f"--{prefix}orders", type=_count, default=50, metavar="N", help="orders to walk (default 50)")
+    p.add_argument(f"--{prefix}otp", type=_count, default=10, metavar="N", help="OTPs to request (default 10)")
+
+
+def _up_parser(sub: SubParsers) -> None:
+    p = sub.add_parser(
+        "up",
+        help="run the whole local stack (broker, registry, catcher, services) as supervised child processes",
+        description="Start the broker, schema registry, SMTP catcher and every service as child processes, wait "
+        "until each is ready, print their URLs, restart a child that exits (with backoff) and stop everything "
+        "in reverse order on Ctrl-C or SIGTERM. DIR/stack.json describes the running stack.",
+    )
+    p.add_argument("--data-dir", default="./data/stack", metavar="DIR", help="default ./data/stack")
+    p.add_argument(
+        "--ephemeral-ports",
+        action="store_true",
+        help="let the OS pick every port (read them from the output or DIR/stack.json)",
+    )
+    p.add_argument("--listen", default="127.0.0.1", metavar="HOST", help="interface every child binds (127.0.0.1)")
+    p.add_argument("--no-color", action="store_true", help="no colours (also: the NO_COLOR environment variable)")
+    p.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="CHILD",
+        help="leave this child (and the children that need it) out, e.g. --without logs (repeatable)",
+    )
+    p.add_argument(
+        "--start-timeout", type=float, default=60.0, metavar="S", help="seconds a child may take to be ready (60)"
+    )
+    p.add_argument(
+        "--stop-timeout", type=float, default=10.0, metavar="S", help="seconds after SIGTERM before SIGKILL (10)"
+    )
+    p.add_argument("--demo", action="store_true", help="once ready, drive the demo traffic once and keep running")
+    _demo_traffic_options(p, "demo-")
+    p.set_defaults(func=_lazy("streamshop.stack.supervisor", "up", "up"))
+
+
+def _demo_parser(sub: SubParsers) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="drive realistic traffic (orders through their lifecycle, OTPs) against a running stack",
+        description="Create orders and walk them through their lifecycle, request OTPs and verify them with the "
+        "code the SMS sink received. Targets: --stack DIR (its stack.json), or the three URLs, or else "
+        "./data/stack/stack.json when `streamshop up` runs there, or else the default ports. Exit status 1 on "
+        "any unexpected response.",
+    )
+    _demo_traffic_options(p)
+    p.add_argument("--concurrency", type=int, default=8, metavar="C", help="flows in flight at once (default 8)")
+    p.add_argument("--stack", metavar="DIR", help="the data directory of a running `streamshop up`")
+    p.add_argument("--orders-url", metavar="URL", help="orders service base URL")
+    p.add_argument("--otp-url", metavar="URL", help="otp service base URL")
+    p.add_argument("--catcher-url", metavar="URL", help="SMTP catcher / SMS sink base URL")
+    p.add_argument(
+        "--otp-timeout", type=float, default=30.0, metavar="S", help="seconds to wait for an SMS or e-mail (30)"
+    )
+    p.add_argument("--seed", type=int, help="random seed (reproducible baskets and lifecycles)")
     p.set_defaults(func=_lazy("streamshop.demo", "demo", "demo"))
 
 
@@ -282,6 +355,8 @@ def register_tools(sub: SubParsers) -> None:
         _groups_parser,
         _produce_parser,
         _consume_parser,
+        _roundtrip_parser,
+        _up_parser,
         _demo_parser,
         _registry_parser,
         _orders_parser,

@@ -1,12 +1,28 @@
 """Running a service process: logging (shipped to the logs.* topics when enabled) and the
-aiohttp server, the same way for every service."""
+aiohttp server, the same way for every service.
+
+Once the server listens, `serve_app` prints one line to stdout (flushed) that supervisors such
+as `streamshop up` wait for::
+
+    streamshop <service> ready on <url>[ <key>=<value>]...
+
+``<url>`` is the HTTP base URL with the port actually bound (so ``--port 0`` works; a wildcard
+listen address is given as 127.0.0.1).  An app announces more endpoints by filling
+``app[READY_FIELDS_KEY]`` (a ``dict[str, str]``) when it is created or during its startup
+(``on_startup``/``cleanup_ctx``), e.g. the catcher's ``smtp=127.0.0.1:1025``; keys are
+``[A-Za-z0-9_.-]+`` and values contain no whitespace.  `streamshop.broker_process
+.parse_service_ready_line` reads the line back.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
+import re
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -17,6 +33,26 @@ from services.common.log_shipper import LogShipper
 from services.common.logging import configure_logging, get_logger
 
 C = TypeVar("C", bound=ServiceConfig)
+
+READY_FIELDS_KEY: web.AppKey[dict[str, str]] = web.AppKey("ready_fields")
+_FIELD_KEY = re.compile(r"[A-Za-z0-9_.-]+")
+_WILDCARDS = ("", "0.0.0.0", "::")
+
+
+def ready_line(service: str, url: str, fields: Mapping[str, str] | None = None) -> str:
+    """The line `serve_app` prints once listening; ValueError for a field that would not parse back."""
+    extra = ""
+    for key, value in (fields or {}).items():
+        if not _FIELD_KEY.fullmatch(key) or not value or any(c.isspace() for c in value):
+            raise ValueError(f"ready-line field {key}={value!r}: key [A-Za-z0-9_.-]+, value without whitespace")
+        extra += f" {key}={value}"
+    return f"streamshop {service} ready on {url}{extra}"
+
+
+def base_url(host: str, port: int) -> str:
+    """``http://HOST:PORT`` a client can use: a wildcard address becomes loopback."""
+    host = "127.0.0.1" if host in _WILDCARDS else host
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def build_shipper(config: ServiceConfig) -> LogShipper | None:
@@ -36,8 +72,27 @@ def serve_app(config: C, create_app: Callable[[C, LogShipper | None], web.Applic
     shipper = build_shipper(config)
     configure_logging(level=config.log_level, fmt=config.log_format, shipper=shipper)
     get_logger(f"services.{config.service_name}").info("config", **config.as_log_dict())
-    web.run_app(create_app(config, shipper), host=config.listen, port=config.port, print=None, access_log=None)
+    asyncio.run(_serve(create_app(config, shipper), config))
     return 0
+
+
+async def _serve(app: web.Application, config: ServiceConfig) -> None:
+    """What `web.run_app` does (startup, listen, graceful cleanup on SIGINT/SIGTERM), plus the
+    ready line, which needs the bound port and so the runner itself."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()  # runs the startup and cleanup contexts
+    try:
+        await web.TCPSite(runner, config.listen, config.port).start()
+        port = int(runner.addresses[0][1])
+        fields = app.get(READY_FIELDS_KEY) or {}
+        print(ready_line(config.service_name, base_url(config.listen, port), fields), flush=True)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
 
 
 def _default(config_cls: type[ServiceConfig], name: str) -> object:

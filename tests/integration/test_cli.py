@@ -1,4 +1,4 @@
-"""The console tools (`streamshop topics|produce|consume|demo`) run as real child processes
+"""The console tools (`streamshop topics|produce|consume|roundtrip`) run as real child processes
 with confluent-kafka inside, against a real broker over TCP."""
 
 from __future__ import annotations
@@ -267,11 +267,11 @@ def test_consume_unknown_topic_exits_1_with_the_kafka_error(broker: ThreadBroker
     assert broker.call(lambda: broker.broker.store.get("nowhere")) is None  # consumers never auto-create
 
 
-def test_demo_exit_runs_broker_and_registry_round_trips_records_and_avro_and_stops_cleanly(
+def test_roundtrip_exit_runs_broker_and_registry_round_trips_records_and_avro_and_stops_cleanly(
     tmp_path: Path,
 ) -> None:
-    data = tmp_path / "demo"
-    result = cli("demo", "--exit", "--listen", "127.0.0.1:0", "--data-dir", str(data), timeout=90)
+    data = tmp_path / "roundtrip"
+    result = cli("roundtrip", "--exit", "--listen", "127.0.0.1:0", "--data-dir", str(data), timeout=90)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert re.search(r"produced\s+1000 records in [\d.]+ s \([\d,]+ records/s, acks=all, 0 failed\)", out), out

@@ -1,0 +1,394 @@
+"""What `streamshop up` runs, free of process handling: the children with their commands and
+environments, the order they start in, the restart backoff, the secrets they share and the URL
+table.  `supervisor` turns this into processes.
+
+Layout of the data directory (``--data-dir``, default ``./data/stack``)::
+
+    stack.json              what runs where (streamshop.stack.state)
+    secrets.json            OTP hash key and seal key, mode 0600, made once
+    output/<child>.log      everything the child printed (stdout and stderr), appended
+    broker/                 the broker's log directory
+    <service>/<service>.db  each service's SQLite database
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import secrets
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from services.common.config import DEFAULT_PORTS
+from streamshop.broker_process import (
+    broker_command,
+    parse_ready_line,
+    parse_registry_ready_line,
+    parse_service_ready_line,
+    registry_command,
+)
+from streamshop.clients import CommandError, table
+
+__all__ = [
+    "CHILDREN",
+    "Announced",
+    "Backoff",
+    "ChildDef",
+    "Launch",
+    "LaunchError",
+    "Secrets",
+    "StackContext",
+    "env_prefix",
+    "levels",
+    "select",
+    "url_table",
+]
+
+
+@dataclass(frozen=True)
+class Announced:
+    """What a child's ready line said: its endpoints by role (``http``, ``bootstrap``,
+    ``admin``, ``smtp``...) and the ports behind them, which later restarts reuse."""
+
+    urls: dict[str, str]
+    ports: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A command and the variables set for it on top of the supervisor's environment;
+    `defaults` only where the user has not set the variable."""
+
+    command: list[str]
+    env: dict[str, str]
+    defaults: dict[str, str] = field(default_factory=dict)
+
+    def environment(self, base: Mapping[str, str]) -> dict[str, str]:
+        return {**self.defaults, **base, **self.env}
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """Keys shared by otp and the senders, kept in the data directory so that a restarted otp
+    still verifies the codes it sent and the senders still open them."""
+
+    otp_hash_key: str
+    seal_key: str  # base64 of 32 bytes (AES-256-GCM), OTP_SEAL_KEY and <SENDER>_SEAL_KEY
+    seal_key_id: str = "k1"
+
+    @classmethod
+    def generate(cls) -> Secrets:
+        return cls(secrets.token_urlsafe(32), base64.b64encode(secrets.token_bytes(32)).decode())
+
+    @classmethod
+    def load_or_create(cls, path: Path) -> Secrets:
+        """Read `path`, or create it (mode 0600, written to a temporary file then renamed, so a
+        crash never leaves half a key file)."""
+        if path.exists():
+            try:
+                raw = json.loads(path.read_text())
+                return cls(str(raw["otp_hash_key"]), str(raw["seal_key"]), str(raw.get("seal_key_id", "k1")))
+            except (ValueError, KeyError, TypeError) as e:
+                raise CommandError(f"{path} is not a secrets file ({e}); remove it to make new keys") from None
+        made = cls.generate()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(
+                {"otp_hash_key": made.otp_hash_key, "seal_key": made.seal_key, "seal_key_id": made.seal_key_id}, f
+            )
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return made
+
+
+@dataclass(frozen=True)
+class StackContext:
+    """What a child's command and environment are built from."""
+
+    data_dir: Path
+    listen: str
+    secrets: Secrets
+    log_format: str  # default of <PREFIX>_LOG_FORMAT
+    endpoints: Mapping[str, Mapping[str, str]]  # child name -> its announced urls
+
+    def url(self, child: str, role: str) -> str:
+        """An endpoint another child announced; `LaunchError` when it did not."""
+        try:
+            return self.endpoints[child][role]
+        except KeyError:
+            raise LaunchError(f"needs the {role} address of {child}, which {child} did not announce") from None
+
+
+class LaunchError(Exception):
+    """A child's command cannot be built (an endpoint it needs is unknown)."""
+
+
+@dataclass(frozen=True)
+class ChildDef:
+    """One child of the stack.  `ports` are its defaults by role; `launch` builds the command
+    from the ports to bind (0: any); `readyz`: after its ready line, wait for GET /readyz 200
+    on its ``http`` URL."""
+
+    name: str
+    needs: tuple[str, ...]
+    ports: Mapping[str, int]
+    launch: Callable[[StackContext, Mapping[str, int]], Launch]
+    parse_ready: Callable[[str], Announced | None]
+    readyz: bool = False
+
+
+def env_prefix(name: str) -> str:
+    """The settings prefix of a service, as services.common.config derives it (sms-sender -> SMS_SENDER)."""
+    return re.sub(r"[^A-Z0-9]+", "_", name.upper())
+
+
+def _port_of(address: str) -> int | None:
+    """The port of ``http://h:p/...`` or ``h:p``; None for anything else."""
+    parsed = urlsplit(address if "://" in address else f"//{address}")
+    try:
+        return parsed.port
+    except ValueError:
+        return None
+
+
+# -- the children ---------------------------------------------------------------------------------
+
+
+def _broker_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
+    listen, admin = f"{ctx.listen}:{ports['kafka']}", f"{ctx.listen}:{ports['admin']}"
+    return Launch(broker_command(ctx.data_dir / "broker", listen, admin), {})
+
+
+def _broker_ready(line: str) -> Announced | None:
+    ready = parse_ready_line(line)
+    if ready is None:
+        return None
+    urls, ports = {"bootstrap": ready.bootstrap}, {"kafka": ready.port}
+    if ready.admin_url:
+        urls["admin"] = ready.admin_url
+        ports["admin"] = _port_of(ready.admin_url) or 0
+    return Announced(urls, ports)
+
+
+def _registry_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
+    return Launch(registry_command(ctx.url("broker", "bootstrap"), f"{ctx.listen}:{ports['http']}"), {})
+
+
+def _registry_ready(line: str) -> Announced | None:
+    url = parse_registry_ready_line(line)
+    return None if url is None else Announced({"http": url}, {"http": _port_of(url) or 0})
+
+
+def _service_ready(line: str) -> Announced | None:
+    """`streamshop NAME ready on URL[ key=value]...`: every field that is an address has its
+    port kept too (the catcher's ``smtp=127.0.0.1:1025``)."""
+    ready = parse_service_ready_line(line)
+    if ready is None:
+        return None
+    urls = {"http": ready.url, **ready.fields}
+    ports = {role: port for role, value in urls.items() if (port := _port_of(value)) is not None}
+    return Announced(urls, ports)
+
+
+def _cli(name: str) -> list[str]:
+    return [sys.executable, "-m", "streamshop.cli", name]
+
+
+def service_env(name: str, ctx: StackContext, ports: Mapping[str, int], *, kafka: bool = True) -> Launch:
+    """The settings every service reads (``<PREFIX>_LISTEN``, ``_PORT``, ``_DATABASE_PATH``,
+    ``_BOOTSTRAP_SERVERS``, ``_REGISTRY_URL``); ``_LOG_FORMAT`` only unless the user set it."""
+    prefix = env_prefix(name)
+    env = {
+        f"{prefix}_LISTEN": ctx.listen,
+        f"{prefix}_PORT": str(ports["http"]),
+        f"{prefix}_DATABASE_PATH": str(ctx.data_dir / name / f"{name}.db"),
+    }
+    if kafka:
+        env[f"{prefix}_BOOTSTRAP_SERVERS"] = ctx.url("broker", "bootstrap")
+        env[f"{prefix}_REGISTRY_URL"] = ctx.url("registry", "http")
+    return Launch(_cli(name), env, {f"{prefix}_LOG_FORMAT": ctx.log_format})
+
+
+def _with(base: Launch, extra: Mapping[str, str]) -> Launch:
+    return Launch(base.command, {**base.env, **extra}, base.defaults)
+
+
+def _plain_service(name: str) -> Callable[[StackContext, Mapping[str, int]], Launch]:
+    def launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
+        return service_env(name, ctx, ports)
+
+    return launch
+
+
+def _otp_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
+    keys = ctx.secrets
+    return _with(
+        service_env("otp", ctx, ports),
+        {"OTP_HASH_KEY": keys.otp_hash_key, "OTP_SEAL_KEY": keys.seal_key, "OTP_SEAL_KEY_ID": keys.seal_key_id},
+    )
+
+
+def _seal(prefix: str, keys: Secrets) -> dict[str, str]:
+    return {f"{prefix}_SEAL_KEY": keys.seal_key, f"{prefix}_SEAL_KEY_ID": keys.seal_key_id}
+
+
+def _sms_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
+    return _with(
+        service_env("sms-sender", ctx, ports),
+        {
+            **_seal("SMS_SENDER", ctx.secrets),
+            "SMS_SENDER_PROVIDER": "webhook",
+            "SMS_SENDER_WEBHOOK_URL": ctx.url("catcher", "http").rstrip("/") + "/sms",
+        },
+    )
+
+
+def _email_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
+    smtp = ctx.url("catcher", "smtp")
+    host, _, port = smtp.rpartition(":")
+    return _with(
+        service_env("email-sender", ctx, ports),
+        {**_seal("EMAIL_SENDER", ctx.secrets), "EMAIL_SENDER_SMTP_HOST": host, "EMAIL_SENDER_SMTP_PORT": port},
+    )
+
+
+def _catcher_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
+    # The catcher needs no broker; it announces its SMTP port as `smtp=HOST:PORT` on its ready line.
+    return _with(service_env("catcher", ctx, ports, kafka=False), {"CATCHER_SMTP_PORT": str(ports["smtp"])})
+
+
+def _service(
+    name: str, needs: tuple[str, ...], launch: Callable[[StackContext, Mapping[str, int]], Launch] | None = None
+) -> ChildDef:
+    return ChildDef(
+        name, needs, {"http": DEFAULT_PORTS[name]}, launch or _plain_service(name), _service_ready, readyz=True
+    )
+
+
+_KAFKA = ("broker", "registry")
+
+# In start order within each level (see `levels`); the supervisor stops them in reverse.
+CHILDREN: tuple[ChildDef, ...] = (
+    ChildDef(
+        "broker",
+        (),
+        {"kafka": DEFAULT_PORTS["broker"], "admin": DEFAULT_PORTS["broker-admin"]},
+        _broker_launch,
+        _broker_ready,
+    ),
+    ChildDef("registry", ("broker",), {"http": DEFAULT_PORTS["registry"]}, _registry_launch, _registry_ready),
+    ChildDef(
+        "catcher",
+        (),
+        {"http": DEFAULT_PORTS["catcher"], "smtp": DEFAULT_PORTS["smtp"]},
+        _catcher_launch,
+        _service_ready,
+        readyz=True,
+    ),
+    _service("orders", _KAFKA),
+    _service("otp", _KAFKA, _otp_launch),
+    _service("logs", _KAFKA),
+    _service("sms-sender", (*_KAFKA, "catcher"), _sms_launch),
+    _service("email-sender", (*_KAFKA, "catcher"), _email_launch),
+)
+
+
+def select(children: Sequence[ChildDef], without: Iterable[str]) -> list[ChildDef]:
+    """`children` minus `without` and whatever needs them (directly or not)."""
+    names = {c.name for c in children}
+    dropped = set(without)
+    if unknown := dropped - names:
+        raise CommandError(f"no child named {', '.join(sorted(unknown))} (children: {', '.join(sorted(names))})")
+    changed = True
+    while changed:
+        changed = False
+        for c in children:
+            if c.name not in dropped and dropped.intersection(c.needs):
+                dropped.add(c.name)
+                changed = True
+    return [c for c in children if c.name not in dropped]
+
+
+def levels(children: Sequence[ChildDef]) -> list[list[ChildDef]]:
+    """Start levels: a child starts once everything it needs is ready, with the other children
+    of its level in parallel (broker and catcher, then registry, then the services)."""
+    by_name = {c.name: c for c in children}
+    depth: dict[str, int] = {}
+
+    def level(name: str, seen: tuple[str, ...] = ()) -> int:
+        if name in seen:
+            raise ValueError(f"dependency cycle: {' -> '.join((*seen, name))}")
+        if name not in depth:
+            depth[name] = 1 + max((level(n, (*seen, name)) for n in by_name[name].needs), default=-1)
+        return depth[name]
+
+    out: list[list[ChildDef]] = []
+    for c in children:
+        missing = [n for n in c.needs if n not in by_name]
+        if missing:
+            raise ValueError(f"{c.name} needs {', '.join(missing)}, which is not in the stack")
+        d = level(c.name)
+        out.extend([] for _ in range(d + 1 - len(out)))
+        out[d].append(c)
+    return out
+
+
+# -- restarts -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Backoff:
+    """Delay before restarting a child that exited: `initial`, doubling up to `maximum`; back to
+    `initial` when the child had stayed up `reset_after` seconds (it was healthy, this is news)."""
+
+    initial: float = 0.5
+    factor: float = 2.0
+    maximum: float = 30.0
+    reset_after: float = 60.0
+    failures: int = 0
+
+    def next_delay(self, uptime: float) -> float:
+        if uptime >= self.reset_after:
+            self.failures = 0
+        delay = min(self.maximum, self.initial * self.factor ** min(self.failures, 64))
+        self.failures += 1
+        return delay
+
+
+# -- the URL table --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    urls: Mapping[str, str]
+    pid: int | None
+    log: Path
+
+
+_MAIN_ROLES = ("http", "bootstrap")
+
+
+def url_table(rows: Sequence[Row], cwd: Path | None = None) -> str:
+    """One line per child: its main URL (``http``, else ``bootstrap``), the other endpoints as
+    ``role url``, its pid and log file (relative to `cwd` when inside it)."""
+
+    def shown(path: Path) -> str:
+        if cwd is not None and path.is_relative_to(cwd):
+            return str(path.relative_to(cwd))
+        return str(path)
+
+    lines = []
+    for row in rows:
+        main = next((row.urls[r] for r in _MAIN_ROLES if r in row.urls), "")
+        others = "  ".join(f"{role} {url}" for role, url in row.urls.items() if role not in _MAIN_ROLES)
+        lines.append((row.name, main, others, "-" if row.pid is None else row.pid, shown(row.log)))
+    return table(("CHILD", "URL", "ALSO", "PID", "LOG"), lines)

@@ -1,0 +1,517 @@
+"""`streamshop up`: run the stack's children (streamshop.stack.plan) on one asyncio loop.
+
+Each child has one task that owns its process: start it, pump its stdout and stderr (prefixed
+to our stdout, verbatim to its log file), wait for its ready line and then for GET /readyz 200,
+wait for it to exit, and restart it after a backoff; on stop, SIGTERM it and SIGKILL it after
+the grace period.  The supervisor starts the children level by level (what a child needs must be
+ready first), prints the URL table, and stops them in reverse order on SIGINT, SIGTERM or SIGHUP
+(a second Ctrl-C kills whatever is left).  Children run in their own process group, so a terminal's
+Ctrl-C reaches only the supervisor and the stop order holds; on Linux they get SIGTERM if the
+supervisor dies without stopping them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import aiohttp
+
+from streamshop.clients import CommandError
+from streamshop.stack.console import Console, use_color
+from streamshop.stack.plan import (
+    CHILDREN,
+    Announced,
+    Backoff,
+    ChildDef,
+    LaunchError,
+    Row,
+    Secrets,
+    StackContext,
+    levels,
+    select,
+    url_table,
+)
+from streamshop.stack.state import FILE_NAME, VERSION, iso_now, running_stack, write_stack
+
+__all__ = ["StackOptions", "Supervisor", "up"]
+
+_LINE_LIMIT = 1 << 20  # longest output line kept whole
+_READYZ_INTERVAL = 0.2
+# SIGHUP too: closing the terminal stops the stack in order (its children, in their own process
+# groups, do not get the terminal's SIGHUP).
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class StartError(Exception):
+    """A child failed to become ready while the stack was starting."""
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    data_dir: Path
+    listen: str = "127.0.0.1"
+    ephemeral_ports: bool = False
+    start_timeout: float = 60.0
+    stop_timeout: float = 10.0
+    log_format: str = "json"
+
+
+def _describe_exit(status: int | None) -> str:
+    if status is None:
+        return "still running"
+    if status < 0:
+        try:
+            return f"killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"killed by signal {-status}"
+    return f"status {status}"
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn asking Linux to SIGTERM the child when the supervisor dies (even by SIGKILL),
+    so a killed `up` leaves no stack behind holding the ports."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+    return preexec
+
+
+class Child:
+    """One child and the task that keeps it running."""
+
+    def __init__(self, spec: ChildDef, supervisor: Supervisor) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.sup = supervisor
+        options = supervisor.options
+        # Ports to bind: after the first start, the ones the child announced, so a restart keeps
+        # its URLs (the other children and stack.json stay right) even with --ephemeral-ports.
+        self.ports = {role: 0 if options.ephemeral_ports else port for role, port in spec.ports.items()}
+        self.log_path = options.data_dir / "output" / f"{spec.name}.log"
+        self.proc: asyncio.subprocess.Process | None = None
+        self.state = "pending"
+        self.restarts = 0
+        self.last_exit: int | None = None
+        self.started_at: str | None = None
+        self.announced: Announced | None = None
+        self.backoff = Backoff()
+        self.first_ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.stop_event = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self._log: IO[str] | None = None
+        self._not_ready = ""
+
+    # -- state ------------------------------------------------------------------------------------
+
+    def set_state(self, state: str) -> None:
+        self.state = state
+        self.sup.save()
+
+    def as_json(self) -> dict[str, Any]:
+        running = self.proc is not None and self.proc.returncode is None
+        return {
+            "state": self.state,
+            "pid": self.proc.pid if running and self.proc is not None else None,
+            "urls": dict(self.announced.urls) if self.announced else {},
+            "restarts": self.restarts,
+            "last_exit": self.last_exit,
+            "started_at": self.started_at,
+            "log": str(self.log_path),
+        }
+
+    def note(self, text: str) -> None:
+        """A supervisor line about this child, in its log file too."""
+        self.sup.console.say(f"{self.name} {text}")
+        self._write_log(f"# streamshop up: {self.name} {text}")
+
+    def _write_log(self, text: str) -> None:
+        if self._log is None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = self.log_path.open("a", buffering=1, encoding="utf-8")
+        self._log.write(text + "\n")
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    # -- the task ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name=f"child-{self.name}")
+
+    async def _run(self) -> None:
+        try:
+            await self._keep_running()
+        except Exception as e:  # a bug here: say so and fail this child, not the supervisor's loop
+            self.note(f"supervision failed: {type(e).__name__}: {e}")
+            self.kill()
+            if not self.first_ready.done():
+                self.first_ready.set_exception(StartError(f"{self.name}: supervision failed: {e}"))
+            self.state = "failed"
+        finally:
+            if not self.first_ready.done():
+                self.first_ready.cancel()  # stopped before it was ever ready
+            if self.state != "failed":
+                self.set_state("stopped")
+
+    async def _keep_running(self) -> None:
+        while not self.stop_event.is_set():
+            began = time.monotonic()
+            failure = await self._run_once()
+            if self.stop_event.is_set() or self.sup.stop_requested.is_set():
+                break  # the stack is stopping: an exit now is no crash to restart
+            if not self.first_ready.done():
+                # While the stack starts, a failure is reported, not retried: a bad setting or a
+                # taken port would otherwise restart forever.
+                self.first_ready.set_exception(StartError(f"{self.name} {failure}; see {self.log_path}"))
+                self.set_state("failed")
+                return
+            uptime = time.monotonic() - began
+            delay = self.backoff.next_delay(uptime)
+            self.restarts += 1
+            self.note(f"{failure} after {uptime:.1f} s; restart {self.restarts} in {delay:g} s")
+            self.set_state("backoff")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop_event.wait(), delay)
+
+    async def _run_once(self) -> str:
+        """Start the child, wait until it is ready, then until it exits or a stop is asked for;
+        what ended it, as words."""
+        self.set_state("starting")
+        try:
+            proc = await self._spawn()
+        except (OSError, LaunchError) as e:
+            self.note(f"could not be started: {e}")
+            return f"could not be started: {e}"
+        ready_line: asyncio.Future[Announced | None] = asyncio.get_running_loop().create_future()
+        pumps = asyncio.gather(self._pump(proc.stdout, ready_line), self._pump(proc.stderr, None))
+        failure = await self._race(self._become_ready(ready_line), proc, self.sup.options.start_timeout)
+        if failure is None:
+            self.set_state("ready")
+            if not self.first_ready.done():
+                self.first_ready.set_result(None)
+            await self._race(proc.wait(), proc, None)
+        if proc.returncode is None:  # asked to stop, or not ready in time
+            await self._terminate(proc)
+        await pumps
+        self.last_exit = proc.returncode
+        return failure or f"exited ({_describe_exit(proc.returncode)})"
+
+    async def _spawn(self) -> asyncio.subprocess.Process:
+        launch = self.spec.launch(self.sup.context(), self.ports)
+        env = launch.environment(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"  # lines as they are written, not a pipe buffer later
+        proc = await asyncio.create_subprocess_exec(
+            *launch.command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            limit=_LINE_LIMIT,
+            process_group=0,
+            preexec_fn=self.sup.preexec,
+        )
+        self.proc = proc
+        self.started_at = iso_now()
+        self.note(f"started (pid {proc.pid})")
+        return proc
+
+    async def _pump(
+        self, stream: asyncio.StreamReader | None, ready_line: asyncio.Future[Announced | None] | None
+    ) -> None:
+        """Copy `stream` line by line to the console and the log; the first ready line found
+        resolves `ready_line` (None at end of output without one)."""
+        assert stream is not None
+        while True:
+            try:
+                raw = await stream.readline()
+            except ValueError:  # longer than _LINE_LIMIT: readline dropped it
+                raw = b"[streamshop up: an output line over 1 MiB was dropped]\n"
+            if not raw:
+                break
+            text = raw.decode("utf-8", "replace").rstrip("\r\n")
+            self._write_log(text)
+            self.sup.console.line(self.name, text)
+            if ready_line is not None and not ready_line.done():
+                announced = self.spec.parse_ready(text)
+                if announced is not None:
+                    ready_line.set_result(announced)
+        if ready_line is not None and not ready_line.done():
+            ready_line.set_result(None)
+
+    async def _become_ready(self, ready_line: asyncio.Future[Announced | None]) -> None:
+        announced = await ready_line
+        if announced is None:
+            raise StartError("closed its output without a ready line")
+        self.announced = announced
+        self.ports.update(announced.ports)
+        if self.spec.readyz:
+            await self._poll_readyz(announced.urls["http"].rstrip("/") + "/readyz")
+
+    async def _poll_readyz(self, url: str) -> None:
+        while True:
+            try:
+                async with self.sup.http.get(url, timeout=aiohttp.ClientTimeout(total=5)) as response:
+                    if response.status == 200:
+                        return
+                    self._not_ready = f"GET {url}: {response.status} {(await response.text())[:300]}"
+            except (aiohttp.ClientError, TimeoutError) as e:
+                self._not_ready = f"GET {url}: {type(e).__name__}: {e}"
+            await asyncio.sleep(_READYZ_INTERVAL)
+
+    async def _race(self, work: Awaitable[Any], proc: asyncio.subprocess.Process, limit: float | None) -> str | None:
+        """Run `work` until it is done (None), or the process exits, a stop is asked for, or
+        `limit` seconds pass: then what happened, as words."""
+        self._not_ready = ""
+        main = asyncio.ensure_future(work)
+        exited = asyncio.ensure_future(proc.wait())
+        stop = asyncio.ensure_future(self.stop_event.wait())
+        try:
+            done, _ = await asyncio.wait({main, exited, stop}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for future in (main, exited, stop):
+                future.cancel()
+        finished = main in done and not main.cancelled()
+        error = main.exception() if finished else None  # retrieved in every case: no asyncio warning
+        if finished and error is None:
+            return None
+        if stop in done:
+            return "was stopped"
+        if exited in done:
+            return f"exited ({_describe_exit(proc.returncode)}) before it was ready"
+        if error is not None:
+            # Output closing is usually the process exiting: say how it exited when it did.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 1.0)
+            if proc.returncode is not None:
+                return f"exited ({_describe_exit(proc.returncode)}) before it was ready"
+            return str(error)
+        waiting = f" ({self._not_ready})" if self._not_ready else ""
+        return f"was not ready within {limit:g} s{waiting}"
+
+    async def _terminate(self, proc: asyncio.subprocess.Process) -> None:
+        """SIGTERM (the child's clean shutdown), SIGKILL after the grace period."""
+        if proc.returncode is not None:
+            return
+        self.set_state("stopping")
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        grace = self.sup.options.stop_timeout
+        try:
+            await asyncio.wait_for(proc.wait(), grace)
+        except TimeoutError:
+            self.note(f"did not stop within {grace:g} s; killing it")
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+        self.note(f"stopped ({_describe_exit(proc.returncode)})")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+
+
+class Supervisor:
+    """Starts the children level by level, keeps them running, stops them in reverse order."""
+
+    def __init__(
+        self,
+        options: StackOptions,
+        children: Sequence[ChildDef],
+        console: Console,
+        secrets: Secrets,
+        *,
+        after_ready: Callable[[Supervisor], Coroutine[Any, Any, None]] | None = None,
+    ) -> None:
+        self.options = options
+        self.console = console
+        self.secrets = secrets
+        self.after_ready = after_ready
+        self.levels = levels(children)
+        self.children = {spec.name: Child(spec, self) for spec in children}  # declared order, for people
+        self.state = "starting"
+        self.stop_requested = asyncio.Event()
+        self.preexec = _die_with_parent()
+        self.http = aiohttp.ClientSession()
+        self.stack_file = options.data_dir / FILE_NAME
+
+    def context(self) -> StackContext:
+        endpoints = {c.name: c.announced.urls for c in self.children.values() if c.announced is not None}
+        return StackContext(
+            self.options.data_dir, self.options.listen, self.secrets, self.options.log_format, endpoints
+        )
+
+    def save(self) -> None:
+        write_stack(
+            self.stack_file,
+            {
+                "version": VERSION,
+                "state": self.state,
+                "pid": os.getpid(),
+                "data_dir": str(self.options.data_dir),
+                "updated_at": iso_now(),
+                "children": {name: child.as_json() for name, child in self.children.items()},
+            },
+        )
+
+    def _set_state(self, state: str) -> None:
+        self.state = state
+        self.save()
+
+    def _on_signal(self, signum: int) -> None:
+        if not self.stop_requested.is_set():
+            self.console.say(f"{signal.Signals(signum).name}: stopping the stack (Ctrl-C again kills it)")
+            self.stop_requested.set()
+        elif signum == signal.SIGINT:
+            # Only an impatient human: process managers (and `timeout`) may send SIGTERM twice.
+            self.console.say("SIGINT again: killing every child")
+            for child in self.children.values():
+                child.kill()
+
+    def rows(self) -> list[Row]:
+        return [
+            Row(c.name, c.announced.urls if c.announced else {}, c.proc.pid if c.proc else None, c.log_path)
+            for c in self.children.values()
+        ]
+
+    async def run(self) -> int:
+        """0 once stopped by a signal; 1 when the stack could not start."""
+        loop = asyncio.get_running_loop()
+        for sig in _STOP_SIGNALS:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        began = time.monotonic()
+        status = 0
+        extra: asyncio.Task[None] | None = None
+        try:
+            self.save()
+            if await self._start_levels():
+                self._set_state("running")
+                self.console.say(
+                    f"stack ready in {time.monotonic() - began:.1f} s; data in {self.options.data_dir}, "
+                    f"described in {self.stack_file}"
+                )
+                self.console.say(url_table(self.rows(), Path.cwd()))
+                self.console.say("Ctrl-C stops the stack; `streamshop demo` drives traffic against it")
+                if self.after_ready is not None:
+                    extra = asyncio.create_task(self.after_ready(self))
+                await self.stop_requested.wait()
+        except StartError as e:
+            self.console.say(f"the stack did not start: {e}")
+            status = 1
+        finally:
+            if extra is not None:
+                extra.cancel()
+                await asyncio.gather(extra, return_exceptions=True)
+            await self._stop_all(failed=status != 0)
+            for sig in _STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+        return status
+
+    async def _start_levels(self) -> bool:
+        """Start each level once the previous one is ready; False when stopped meanwhile."""
+        for level in self.levels:
+            children = [self.children[spec.name] for spec in level]
+            for child in children:
+                child.start()
+            ready = asyncio.gather(*(c.first_ready for c in children))
+            stop = asyncio.ensure_future(self.stop_requested.wait())
+            waiters: set[asyncio.Future[Any]] = {ready, stop}
+            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if ready not in done:
+                ready.cancel()
+                return False
+            ready.result()  # the first StartError, if any
+        return True
+
+    async def _stop_all(self, *, failed: bool) -> None:
+        self._set_state("stopping")
+        for level in reversed(self.levels):
+            children = [self.children[spec.name] for spec in level]
+            for child in children:
+                child.stop_event.set()
+            await asyncio.gather(*(c.task for c in children if c.task is not None), return_exceptions=True)
+        await self.http.close()
+        for child in self.children.values():
+            child.close()
+        self._set_state("failed" if failed else "stopped")
+        self.console.say("stack stopped" + (" after a failed start" if failed else ""))
+
+
+def up(args: argparse.Namespace) -> int:
+    """`streamshop up`."""
+    data_dir = Path(args.data_dir).resolve()
+    running = running_stack(data_dir)
+    if running is not None:
+        raise CommandError(f"a stack already runs from {data_dir} (pid {running['pid']}); stop it first")
+    children = select(CHILDREN, args.without)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    secrets = Secrets.load_or_create(data_dir / "secrets.json")
+    color = use_color(sys.stdout, args.no_color)
+    options = StackOptions(
+        data_dir=data_dir,
+        listen=args.listen,
+        ephemeral_ports=args.ephemeral_ports,
+        start_timeout=args.start_timeout,
+        stop_timeout=args.stop_timeout,
+        # Readable lines in a terminal; JSON (what the logs service indexes anyway) otherwise.
+        log_format="console" if sys.stdout.isatty() else "json",
+    )
+    names = [c.name for c in children]
+    console = Console([*names, "demo"] if args.demo else names, sys.stdout, color=color)
+    after_ready = _demo_after_ready(args, console) if args.demo else None
+
+    async def main() -> int:
+        supervisor = Supervisor(options, children, console, secrets, after_ready=after_ready)
+        return await supervisor.run()
+
+    return asyncio.run(main())
+
+
+def _demo_after_ready(args: argparse.Namespace, console: Console) -> Callable[[Supervisor], Coroutine[Any, Any, None]]:
+    """`up --demo`: the demo traffic once, in-process, its lines prefixed ``demo``."""
+
+    async def run(supervisor: Supervisor) -> None:
+        from streamshop.demo import Progress, Targets, run_traffic
+
+        urls = {c.name: c.announced.urls for c in supervisor.children.values() if c.announced is not None}
+
+        def say(text: str) -> None:
+            console.line("demo", text)
+
+        try:
+            report = await run_traffic(
+                Targets.from_endpoints(urls),
+                orders=args.demo_orders,
+                otps=args.demo_otp,
+                concurrency=8,
+                progress=Progress(args.demo_orders + args.demo_otp, write_line=say),
+            )
+        except CommandError as e:
+            say(f"no demo traffic: {e}")
+            return
+        for line in report.lines():
+            say(line)
+
+    return run

@@ -1,0 +1,232 @@
+"""`streamshop up --ephemeral-ports` as a real process tree: every child ready and answering,
+traffic through it (`streamshop demo`), a SIGKILLed child restarted on the same URL, and SIGTERM
+stopping everything in reverse order with exit status 0.
+
+One stack serves the whole module (starting it is most of the cost); the tests run in file
+order and the last one stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.harness import REPO
+
+CHILDREN = ["broker", "registry", "catcher", "orders", "otp", "logs", "sms-sender", "email-sender"]
+SERVICES = [name for name in CHILDREN if name not in ("broker", "registry")]  # the ones with /readyz
+
+
+@dataclass
+class Stack:
+    proc: subprocess.Popen[bytes]
+    data: Path
+    output: Path
+    pids: set[int] = field(default_factory=set)  # every child pid seen, for the final checks
+
+    def document(self) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads((self.data / "stack.json").read_text())
+        self.pids.update(c["pid"] for c in document["children"].values() if c["pid"])
+        return document
+
+    def child(self, name: str) -> dict[str, Any]:
+        child: dict[str, Any] = self.document()["children"][name]
+        return child
+
+    def wait_for(self, what: str, check: Callable[[dict[str, Any]], bool], within: float) -> dict[str, Any]:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if (self.data / "stack.json").exists():
+                document = self.document()
+                if check(document):
+                    return document
+            assert self.proc.poll() is None, f"up exited ({self.proc.returncode}):\n{self.output.read_text()[-5000:]}"
+            time.sleep(0.1)
+        raise AssertionError(f"no {what} within {within} s:\n{self.output.read_text()[-5000:]}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=15) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def streamshop(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streamshop.cli", *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    data = tmp_path_factory.mktemp("stack")
+    output = data.parent / f"{data.name}-up.out"
+    with output.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamshop.cli", "up", "--ephemeral-ports", "--data-dir", str(data)],
+            cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    running = Stack(proc, data, output)
+    try:
+        running.wait_for("running stack", lambda d: d["state"] == "running", within=60)
+        yield running
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in running.pids:  # only after a failure: the last test checks none is left
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_demo_without_a_running_stack_says_so_and_exits_1(tmp_path: Path) -> None:
+    missing = streamshop("demo", "--stack", str(tmp_path))
+    assert missing.returncode == 1
+    assert f"streamshop demo: no stack runs from {tmp_path}" in missing.stderr
+    unreachable = streamshop("demo", "--orders-url", "http://127.0.0.1:9", "--otp", "0")
+    assert unreachable.returncode == 1
+    assert "cannot reach orders at http://127.0.0.1:9" in unreachable.stderr
+
+
+def test_a_child_that_cannot_start_fails_up_naming_it_and_stops_the_others(tmp_path: Path) -> None:
+    # an invalid setting: `streamshop otp` exits with status 2 before it listens
+    result = streamshop(
+        "up", "--ephemeral-ports", "--data-dir", str(tmp_path), "--without", "catcher", env={"OTP_CODE_TTL": "-1"}
+    )
+    assert result.returncode == 1, result.stdout
+    log = tmp_path / "output" / "otp.log"
+    assert f"the stack did not start: otp exited (status 2) before it was ready; see {log}" in result.stdout
+    assert "OTP_CODE_TTL: must be positive" in log.read_text()
+    document = json.loads((tmp_path / "stack.json").read_text())
+    assert document["state"] == "failed"
+    assert document["children"]["otp"]["state"] == "failed"
+    assert {c["pid"] for c in document["children"].values()} == {None}
+    started = [
+        int(line.rsplit("pid ", 1)[1].rstrip(")")) for line in result.stdout.splitlines() if "started (pid" in line
+    ]
+    assert len(started) == 5
+    assert [pid for pid in started if alive(pid)] == []
+
+
+def test_up_starts_every_child_and_each_answers(stack: Stack) -> None:
+    document = stack.document()
+    assert document["pid"] == stack.proc.pid
+    assert list(document["children"]) == CHILDREN
+    for name, child in document["children"].items():
+        assert (child["state"], child["restarts"]) == ("ready", 0), name
+        assert alive(child["pid"]), name
+    for name in SERVICES:
+        status, body = http("GET", stack.child(name)["urls"]["http"] + "/readyz")
+        assert (status, body["status"]) == (200, "ready"), (name, body)
+    assert http("GET", stack.child("registry")["urls"]["http"] + "/subjects") == (200, [])
+    assert http("GET", stack.child("broker")["urls"]["admin"] + "/healthz")[0] == 200
+    assert ":" in stack.child("catcher")["urls"]["smtp"]
+
+    # every child's output: prefixed in up's output, verbatim in its log file
+    output = stack.output.read_text()
+    orders = stack.child("orders")
+    assert f"orders       | streamshop orders ready on {orders['urls']['http']}\n" in output
+    assert f"streamshop orders ready on {orders['urls']['http']}\n" in Path(orders["log"]).read_text()
+    assert stat.S_IMODE((stack.data / "secrets.json").stat().st_mode) == 0o600
+    assert (stack.data / "orders" / "orders.db").exists()
+
+
+def test_an_order_posted_to_the_stack_reads_back(stack: Stack) -> None:
+    base = stack.child("orders")["urls"]["http"]
+    customer = f"cust-{uuid.uuid4()}"
+    status, created = http(
+        "POST",
+        f"{base}/orders",
+        {"customer_id": customer, "currency": "EUR", "items": [{"sku": "MUG", "quantity": 2, "unit_price": "12.50"}]},
+    )
+    assert status == 201, created
+    status, read = http("GET", f"{base}/orders/{created['order_id']}")
+    assert status == 200
+    assert (read["customer_id"], read["status"], read["total"]) == (customer, "created", "25.00")
+
+
+def test_demo_drives_orders_and_verifies_every_otp_through_the_catcher(stack: Stack) -> None:
+    result = streamshop("demo", "--orders", "20", "--otp", "5", "--stack", str(stack.data))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "orders   20 created:" in result.stdout
+    assert "otp      5 requested, 5 verified;" in result.stdout
+    assert "5 e-mails with the code" in result.stdout
+    assert result.stdout.rstrip().endswith("result: OK")
+    assert "25/25 flows 100%" in result.stderr
+
+
+def test_a_killed_child_is_restarted_on_the_same_url(stack: Stack) -> None:
+    before = stack.child("orders")
+    os.kill(before["pid"], signal.SIGKILL)
+    after = stack.wait_for(
+        "orders restart",
+        lambda d: d["children"]["orders"]["restarts"] == 1 and d["children"]["orders"]["state"] == "ready",
+        within=30,
+    )["children"]["orders"]
+    assert after["pid"] != before["pid"]
+    assert alive(after["pid"])
+    assert after["urls"] == before["urls"]
+    assert after["last_exit"] == -signal.SIGKILL
+    assert http("GET", after["urls"]["http"] + "/readyz")[0] == 200
+    assert "orders exited (killed by SIGKILL)" in stack.output.read_text()
+    assert all(c["restarts"] == 0 for name, c in stack.document()["children"].items() if name != "orders")
+
+
+def test_a_second_up_on_the_same_data_dir_is_refused(stack: Stack) -> None:
+    second = streamshop("up", "--ephemeral-ports", "--data-dir", str(stack.data))
+    assert second.returncode == 1
+    assert f"a stack already runs from {stack.data} (pid {stack.proc.pid})" in second.stderr
+    assert stack.document()["state"] == "running"
+
+
+def test_sigterm_stops_every_child_in_reverse_order_and_exits_0(stack: Stack) -> None:
+    stack.document()
+    stack.proc.send_signal(signal.SIGTERM)
+    assert stack.proc.wait(timeout=30) == 0
+    assert [pid for pid in stack.pids if alive(pid)] == []
+    document = stack.document()
+    assert document["state"] == "stopped"
+    assert {(c["state"], c["pid"]) for c in document["children"].values()} == {("stopped", None)}
+    lines = stack.output.read_text().splitlines()
+
+    def stopped(name: str) -> int:
+        [index] = [i for i, line in enumerate(lines) if line.startswith("up ") and f"| {name} stopped (" in line]
+        return index
+
+    assert max(stopped(name) for name in SERVICES if name != "catcher") < stopped("registry") < stopped("broker")
+    assert max(stopped(name) for name in ("sms-sender", "email-sender")) < stopped("catcher")
+    assert "stack stopped" in lines[-1]

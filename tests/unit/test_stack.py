@@ -1,0 +1,389 @@
+"""The pure parts of `streamshop up` and `streamshop demo`: ready lines, the children's
+environments (read back by the services' own settings classes), start levels, restart backoff,
+secrets, stack.json, the URL table, prefixed output, percentiles and the progress bar."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import random
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.common.config import DEFAULT_PORTS, ServiceConfig
+from services.common.runner import base_url, ready_line
+from services.orders.domain import CREATE_ORDER, NewOrder, order_total
+from streamshop.broker_process import parse_service_ready_line
+from streamshop.clients import CommandError
+from streamshop.demo import Progress, Report, Stats, Targets, Traffic, percentile
+from streamshop.stack.console import Console, use_color
+from streamshop.stack.plan import (
+    CHILDREN,
+    Backoff,
+    ChildDef,
+    Launch,
+    LaunchError,
+    Row,
+    Secrets,
+    StackContext,
+    levels,
+    select,
+    url_table,
+)
+from streamshop.stack.state import read_stack, running_stack, write_stack
+
+BY_NAME = {c.name: c for c in CHILDREN}
+SECRETS = Secrets("hash-key", base64.b64encode(bytes(range(32))).decode(), "k7")
+ENDPOINTS = {
+    "broker": {"bootstrap": "127.0.0.1:19092", "admin": "http://127.0.0.1:19644"},
+    "registry": {"http": "http://127.0.0.1:18081"},
+    "catcher": {"http": "http://127.0.0.1:18025", "smtp": "127.0.0.1:11025"},
+}
+
+
+def context(tmp_path: Path, endpoints: dict[str, dict[str, str]] | None = None) -> StackContext:
+    return StackContext(tmp_path, "127.0.0.1", SECRETS, "json", ENDPOINTS if endpoints is None else endpoints)
+
+
+def settings(name: str, config_cls: type[ServiceConfig], tmp_path: Path, port: int = 0) -> Any:
+    """`config_cls` as the child `name` started by `up` would load it."""
+    launch = BY_NAME[name].launch(context(tmp_path), {"http": port, "smtp": 0})
+    assert launch.command[-1] == name
+    return config_cls.from_env(launch.environment({}))
+
+
+# -- ready lines ------------------------------------------------------------------------------------
+
+
+def test_service_ready_line_round_trips_with_extra_fields() -> None:
+    line = ready_line("catcher", "http://127.0.0.1:8025", {"smtp": "127.0.0.1:1025", "mode": "memory"})
+    assert line == "streamshop catcher ready on http://127.0.0.1:8025 smtp=127.0.0.1:1025 mode=memory"
+    ready = parse_service_ready_line(line + "\n")
+    assert ready is not None
+    assert (ready.name, ready.url, ready.fields) == (
+        "catcher",
+        "http://127.0.0.1:8025",
+        {"smtp": "127.0.0.1:1025", "mode": "memory"},
+    )
+
+
+def test_service_ready_line_parser_maps_wildcards_to_loopback_and_ignores_other_lines() -> None:
+    ready = parse_service_ready_line("streamshop orders ready on http://0.0.0.0:8001")
+    assert ready is not None
+    assert ready.url == "http://127.0.0.1:8001"
+    assert ready.fields == {}
+    assert parse_service_ready_line("streamshop broker ready on 127.0.0.1:9092 admin http://x:1 data d") is None
+    assert parse_service_ready_line('{"event": "streamshop orders ready on http://127.0.0.1:1"}') is None
+    assert parse_service_ready_line("streamshop orders ready on http://127.0.0.1:1 smtp") is None
+
+
+@pytest.mark.parametrize(("key", "value"), [("smtp", "a b"), ("smtp", ""), ("bad key", "x"), ("", "x")])
+def test_ready_line_refuses_fields_that_would_not_parse_back(key: str, value: str) -> None:
+    with pytest.raises(ValueError, match="ready-line field"):
+        ready_line("catcher", "http://127.0.0.1:1", {key: value})
+
+
+def test_base_url_gives_an_address_a_client_can_use() -> None:
+    assert base_url("0.0.0.0", 8001) == "http://127.0.0.1:8001"
+    assert base_url("::", 8001) == "http://127.0.0.1:8001"
+    assert base_url("::1", 8001) == "http://[::1]:8001"
+    assert base_url("10.0.0.5", 80) == "http://10.0.0.5:80"
+
+
+def test_children_read_their_ready_lines_and_keep_the_announced_ports() -> None:
+    broker = BY_NAME["broker"].parse_ready("streamshop broker ready on 0.0.0.0:40001 admin http://0.0.0.0:40002 data d")
+    assert broker is not None
+    assert broker.urls == {"bootstrap": "127.0.0.1:40001", "admin": "http://127.0.0.1:40002"}
+    assert broker.ports == {"kafka": 40001, "admin": 40002}
+    registry = BY_NAME["registry"].parse_ready("streamshop registry ready on http://127.0.0.1:40003")
+    assert registry is not None
+    assert registry.ports == {"http": 40003}
+    catcher = BY_NAME["catcher"].parse_ready(
+        ready_line("catcher", "http://127.0.0.1:40004", {"smtp": "127.0.0.1:40005"})
+    )
+    assert catcher is not None
+    assert catcher.urls == {"http": "http://127.0.0.1:40004", "smtp": "127.0.0.1:40005"}
+    assert catcher.ports == {"http": 40004, "smtp": 40005}
+    assert BY_NAME["orders"].parse_ready("orders starting") is None
+
+
+# -- environments -----------------------------------------------------------------------------------
+
+
+def test_orders_otp_and_logs_read_the_stack_settings(tmp_path: Path) -> None:
+    from services.logs.config import LogsConfig
+    from services.orders.config import OrdersConfig
+    from services.otp.config import OtpConfig
+
+    orders = settings("orders", OrdersConfig, tmp_path, port=18001)
+    assert (orders.listen, orders.port) == ("127.0.0.1", 18001)
+    assert orders.bootstrap_servers == "127.0.0.1:19092"
+    assert orders.registry_url == "http://127.0.0.1:18081"
+    assert orders.database_path == tmp_path / "orders" / "orders.db"
+    assert orders.log_format == "json"
+
+    otp = settings("otp", OtpConfig, tmp_path)
+    otp.check()
+    assert otp.hash_key == "hash-key"
+    assert otp.seal_key_bytes() == bytes(range(32))
+    assert otp.seal_key_id == "k7"
+
+    logs = settings("logs", LogsConfig, tmp_path)
+    assert logs.database_path == tmp_path / "logs" / "logs.db"
+
+
+def test_senders_share_the_otp_seal_key_and_reach_the_catcher(tmp_path: Path) -> None:
+    from services.notify.config import EmailSenderConfig, SmsSenderConfig
+
+    sms = settings("sms-sender", SmsSenderConfig, tmp_path)
+    assert (sms.seal_key, sms.seal_key_id) == (SECRETS.seal_key, "k7")
+    assert (sms.provider, sms.webhook_url) == ("webhook", "http://127.0.0.1:18025/sms")
+    email = settings("email-sender", EmailSenderConfig, tmp_path)
+    assert (email.seal_key, email.seal_key_id) == (SECRETS.seal_key, "k7")
+    assert (email.smtp_host, email.smtp_port) == ("127.0.0.1", 11025)
+    assert email.database_path == tmp_path / "email-sender" / "email-sender.db"
+
+
+def test_catcher_binds_the_ports_it_is_given_and_needs_no_broker(tmp_path: Path) -> None:
+    from services.catcher.config import CatcherConfig
+
+    launch = BY_NAME["catcher"].launch(context(tmp_path, {}), {"http": 18025, "smtp": 0})
+    config = CatcherConfig.from_env(launch.environment({}))
+    assert (config.port, config.smtp_port) == (18025, 0)
+    assert not any("BOOTSTRAP" in name for name in launch.env)
+
+
+def test_a_missing_announcement_is_a_launch_error_naming_it(tmp_path: Path) -> None:
+    endpoints = {**ENDPOINTS, "catcher": {"http": "http://127.0.0.1:18025"}}
+    with pytest.raises(LaunchError, match="needs the smtp address of catcher"):
+        BY_NAME["email-sender"].launch(context(tmp_path, endpoints), {"http": 0})
+
+
+def test_user_environment_overrides_defaults_but_not_what_the_stack_sets() -> None:
+    launch = Launch(["x"], {"ORDERS_PORT": "1"}, {"ORDERS_LOG_FORMAT": "json"})
+    env = launch.environment({"ORDERS_LOG_FORMAT": "console", "ORDERS_PORT": "9", "PATH": "/bin"})
+    assert env == {"ORDERS_LOG_FORMAT": "console", "ORDERS_PORT": "1", "PATH": "/bin"}
+    assert launch.environment({})["ORDERS_LOG_FORMAT"] == "json"
+
+
+def test_default_ports_are_the_design_ports() -> None:
+    assert BY_NAME["broker"].ports == {"kafka": 9092, "admin": 9644}
+    assert BY_NAME["registry"].ports == {"http": 8081}
+    assert BY_NAME["catcher"].ports == {"http": DEFAULT_PORTS["catcher"], "smtp": 1025}
+    assert {name: BY_NAME[name].ports["http"] for name in ("orders", "otp", "logs")} == {
+        "orders": 8001,
+        "otp": 8002,
+        "logs": 8003,
+    }
+
+
+# -- order ------------------------------------------------------------------------------------------
+
+
+def names(groups: list[list[ChildDef]]) -> list[list[str]]:
+    return [[c.name for c in group] for group in groups]
+
+
+def test_children_start_once_what_they_need_is_up() -> None:
+    assert names(levels(CHILDREN)) == [
+        ["broker", "catcher"],
+        ["registry"],
+        ["orders", "otp", "logs", "sms-sender", "email-sender"],
+    ]
+
+
+def test_without_a_child_leaves_out_everything_that_needs_it() -> None:
+    assert [c.name for c in select(CHILDREN, ["catcher"])] == ["broker", "registry", "orders", "otp", "logs"]
+    assert [c.name for c in select(CHILDREN, ["broker"])] == ["catcher"]
+    assert len(select(CHILDREN, [])) == len(CHILDREN)
+    with pytest.raises(CommandError, match="no child named nope"):
+        select(CHILDREN, ["nope"])
+
+
+def test_levels_refuse_a_cycle_and_a_missing_dependency() -> None:
+    a = ChildDef("a", ("b",), {}, BY_NAME["orders"].launch, BY_NAME["orders"].parse_ready)
+    b = ChildDef("b", ("a",), {}, BY_NAME["orders"].launch, BY_NAME["orders"].parse_ready)
+    with pytest.raises(ValueError, match="cycle"):
+        levels([a, b])
+    with pytest.raises(ValueError, match="a needs b"):
+        levels([a])
+
+
+# -- backoff ----------------------------------------------------------------------------------------
+
+
+def test_backoff_doubles_to_its_maximum_and_resets_after_a_long_uptime() -> None:
+    backoff = Backoff()
+    assert [backoff.next_delay(1.0) for _ in range(9)] == [0.5, 1, 2, 4, 8, 16, 30, 30, 30]
+    assert backoff.next_delay(59.9) == 30
+    assert backoff.next_delay(60.0) == 0.5  # it had been healthy for a minute
+    assert backoff.next_delay(0.1) == 1
+    assert Backoff().next_delay(0) == 0.5
+    huge = Backoff(failures=10_000)
+    assert huge.next_delay(0) == 30
+
+
+# -- secrets, stack.json ----------------------------------------------------------------------------
+
+
+def test_secrets_are_made_once_private_and_then_reused(tmp_path: Path) -> None:
+    path = tmp_path / "secrets.json"
+    first = Secrets.load_or_create(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(base64.b64decode(first.seal_key)) == 32
+    assert len(first.otp_hash_key) >= 32
+    assert Secrets.load_or_create(path) == first
+    assert Secrets.load_or_create(tmp_path / "other.json") != first
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_damaged_secrets_file_is_an_error_not_new_keys(tmp_path: Path) -> None:
+    path = tmp_path / "secrets.json"
+    path.write_text("{")
+    with pytest.raises(CommandError, match="remove it to make new keys"):
+        Secrets.load_or_create(path)
+    assert path.read_text() == "{"
+
+
+def test_stack_file_is_replaced_whole_and_running_only_while_its_pid_lives(tmp_path: Path) -> None:
+    document = {"version": 1, "state": "running", "pid": os.getpid(), "children": {}}
+    write_stack(tmp_path / "stack.json", document)
+    assert read_stack(tmp_path) == document
+    assert running_stack(tmp_path) == document
+    assert [p.name for p in tmp_path.iterdir()] == ["stack.json"]
+
+    write_stack(tmp_path / "stack.json", {**document, "state": "stopped"})
+    assert running_stack(tmp_path) is None
+    write_stack(tmp_path / "stack.json", {**document, "pid": 2**22 + 12345})  # above pid_max: never alive
+    assert running_stack(tmp_path) is None
+    assert read_stack(tmp_path / "nowhere") is None
+    (tmp_path / "stack.json").write_text('{"version": 99}')
+    with pytest.raises(CommandError, match="not a version 1 stack file"):
+        read_stack(tmp_path)
+
+
+# -- output -----------------------------------------------------------------------------------------
+
+
+def test_url_table_shows_the_main_url_other_endpoints_pid_and_log(tmp_path: Path) -> None:
+    rows = [
+        Row("broker", {"bootstrap": "127.0.0.1:9092", "admin": "http://127.0.0.1:9644"}, 10, tmp_path / "b.log"),
+        Row("catcher", {"http": "http://127.0.0.1:8025", "smtp": "127.0.0.1:1025"}, 11, tmp_path / "c.log"),
+        Row("orders", {}, None, Path("/elsewhere/o.log")),
+    ]
+    lines = url_table(rows, tmp_path).splitlines()
+    assert lines[0].split() == ["CHILD", "URL", "ALSO", "PID", "LOG"]
+    assert lines[1].split() == ["broker", "127.0.0.1:9092", "admin", "http://127.0.0.1:9644", "10", "b.log"]
+    assert lines[2].split() == ["catcher", "http://127.0.0.1:8025", "smtp", "127.0.0.1:1025", "11", "c.log"]
+    assert lines[3].split() == ["orders", "-", "/elsewhere/o.log"]
+
+
+def test_console_pads_names_and_colours_only_when_asked() -> None:
+    out = io.StringIO()
+    Console(["orders", "email-sender"], out).line("orders", "hello")
+    assert out.getvalue() == "orders       | hello\n"
+    coloured = io.StringIO()
+    console = Console(["orders"], coloured, color=True)
+    console.line("orders", "hi")
+    console.say("two\nlines")
+    assert coloured.getvalue().startswith("\x1b[36morders |\x1b[0m hi\n")
+    assert coloured.getvalue().count("up     |") == 2
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_colour_needs_a_terminal_and_no_no_color() -> None:
+    assert use_color(Tty(), environ={})
+    assert not use_color(Tty(), environ={"NO_COLOR": "1"})
+    assert not use_color(Tty(), disabled=True, environ={})
+    assert not use_color(io.StringIO(), environ={})
+
+
+# -- demo -------------------------------------------------------------------------------------------
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.5) == 50
+    assert percentile(values, 0.99) == 99
+    assert percentile([7.0], 0.99) == 7
+    assert percentile([3.0, 1.0, 2.0], 0.5) == 2
+
+
+def test_progress_plain_lines_come_at_most_every_interval_and_at_the_end() -> None:
+    now = [0.0]
+    lines: list[str] = []
+    progress = Progress(4, write_line=lines.append, interval=2.0, clock=lambda: now[0])
+    progress.advance()
+    now[0] = 1.0
+    progress.advance(failed=True)
+    now[0] = 2.5
+    progress.advance()
+    progress.advance()
+    progress.finish()
+    assert [line.split("]")[1].split()[:4] for line in lines] == [
+        ["1/4", "flows", "25%", "0"],
+        ["3/4", "flows", "75%", "1"],
+        ["4/4", "flows", "100%", "1"],
+    ]
+
+
+def test_progress_on_a_terminal_redraws_one_line() -> None:
+    stream = Tty()
+    progress = Progress(2, stream=stream, clock=lambda: 0.0)
+    progress.advance()
+    progress.advance()  # within 0.1 s of the last redraw: none
+    progress.finish()
+    text = stream.getvalue()
+    assert text.count("\r") == 2
+    assert text.endswith("\n")
+    assert "\n" not in text[:-1]
+    assert "] 2/2 flows 100%  0 failed" in text.rsplit("\r", 1)[1]
+
+
+def test_demo_baskets_are_valid_orders_with_the_total_the_service_computes() -> None:
+    traffic = Traffic(None, Targets("o", "p", "c"), random.Random(3), 1.0)  # type: ignore[arg-type]
+    for _ in range(200):
+        currency, items, total = traffic.basket()
+        new = NewOrder.from_cleaned(CREATE_ORDER.validate({"customer_id": "c", "currency": currency, "items": items}))
+        assert order_total(new.items) == total
+        if currency == "JPY":
+            assert all("." not in item["unit_price"] for item in items)
+
+
+def test_demo_targets_come_from_a_running_stack_only() -> None:
+    children = {
+        "orders": {"urls": {"http": "http://o"}},
+        "otp": {"urls": {"http": "http://p"}},
+        "catcher": {"urls": {"http": "http://c", "smtp": "h:1"}},
+    }
+    assert Targets.from_stack({"state": "running", "children": children}) == Targets("http://o", "http://p", "http://c")
+    with pytest.raises(CommandError, match="is starting, not running"):
+        Targets.from_stack({"state": "starting", "data_dir": "d", "children": children})
+    with pytest.raises(CommandError, match="no otp"):
+        Targets.from_endpoints({"orders": {"http": "http://o"}})
+    assert Targets.from_endpoints({"orders": {"http": "o"}, "otp": {"http": "p"}}).catcher is None
+
+
+def test_report_lists_failures_and_is_not_ok_with_any() -> None:
+    stats = Stats()
+    stats.latency["orders.create"] += [10.0, 20.0]
+    with pytest.raises(Exception, match="HTTP 500"):
+        stats.fail("orders.status", "POST /orders/x/status: HTTP 500")
+    report = Report(Targets("o", "p", None), 2, 0, 1.0, stats)
+    assert not report.ok
+    text = "\n".join(report.lines())
+    assert "result: 1 failures" in text
+    assert "- orders.status: POST /orders/x/status: HTTP 500" in text
+    assert [line.split() for line in report.lines() if "orders." in line and "|" not in line][:2] == [
+        ["orders.create", "2", "0", "10.0", "20.0"],
+        ["orders.status", "0", "1", "-", "-"],
+    ]
+    assert Report(Targets("o", "p", None), 0, 0, 1.0, Stats()).ok
