@@ -236,15 +236,21 @@ def _otp_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
     )
 
 
-def _seal(prefix: str, keys: Secrets) -> dict[str, str]:
-    return {f"{prefix}_SEAL_KEY": keys.seal_key, f"{prefix}_SEAL_KEY_ID": keys.seal_key_id}
+def _sender(prefix: str, name: str, keys: Secrets) -> dict[str, str]:
+    # One supervised instance per group: a static member id lets a restarted sender take its
+    # partitions back at once, where a new member would wait out the dead one's session timeout.
+    return {
+        f"{prefix}_SEAL_KEY": keys.seal_key,
+        f"{prefix}_SEAL_KEY_ID": keys.seal_key_id,
+        f"{prefix}_GROUP_INSTANCE_ID": f"{name}-1",
+    }
 
 
 def _sms_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
     return _with(
         service_env("sms-sender", ctx, ports),
         {
-            **_seal("SMS_SENDER", ctx.secrets),
+            **_sender("SMS_SENDER", "sms-sender", ctx.secrets),
             "SMS_SENDER_PROVIDER": "webhook",
             "SMS_SENDER_WEBHOOK_URL": ctx.url("catcher", "http").rstrip("/") + "/sms",
         },
@@ -256,7 +262,11 @@ def _email_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
     host, _, port = smtp.rpartition(":")
     return _with(
         service_env("email-sender", ctx, ports),
-        {**_seal("EMAIL_SENDER", ctx.secrets), "EMAIL_SENDER_SMTP_HOST": host, "EMAIL_SENDER_SMTP_PORT": port},
+        {
+            **_sender("EMAIL_SENDER", "email-sender", ctx.secrets),
+            "EMAIL_SENDER_SMTP_HOST": host,
+            "EMAIL_SENDER_SMTP_PORT": port,
+        },
     )
 
 

@@ -14,66 +14,17 @@ import signal
 import stat
 import subprocess
 import sys
-import time
-import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.support.harness import REPO
+from tests.support.stack import Stack, alive, http, running_stack
 
 CHILDREN = ["broker", "registry", "catcher", "orders", "otp", "logs", "sms-sender", "email-sender"]
 SERVICES = [name for name in CHILDREN if name not in ("broker", "registry")]  # the ones with /readyz
-
-
-@dataclass
-class Stack:
-    proc: subprocess.Popen[bytes]
-    data: Path
-    output: Path
-    pids: set[int] = field(default_factory=set)  # every child pid seen, for the final checks
-
-    def document(self) -> dict[str, Any]:
-        document: dict[str, Any] = json.loads((self.data / "stack.json").read_text())
-        self.pids.update(c["pid"] for c in document["children"].values() if c["pid"])
-        return document
-
-    def child(self, name: str) -> dict[str, Any]:
-        child: dict[str, Any] = self.document()["children"][name]
-        return child
-
-    def wait_for(self, what: str, check: Callable[[dict[str, Any]], bool], within: float) -> dict[str, Any]:
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            if (self.data / "stack.json").exists():
-                document = self.document()
-                if check(document):
-                    return document
-            assert self.proc.poll() is None, f"up exited ({self.proc.returncode}):\n{self.output.read_text()[-5000:]}"
-            time.sleep(0.1)
-        raise AssertionError(f"no {what} within {within} s:\n{self.output.read_text()[-5000:]}")
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=15) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
 
 
 def streamshop(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -90,27 +41,8 @@ def streamshop(*args: str, env: dict[str, str] | None = None, timeout: float = 6
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    data = tmp_path_factory.mktemp("stack")
-    output = data.parent / f"{data.name}-up.out"
-    with output.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streamshop.cli", "up", "--ephemeral-ports", "--data-dir", str(data)],
-            cwd=REPO,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    running = Stack(proc, data, output)
-    try:
-        running.wait_for("running stack", lambda d: d["state"] == "running", within=60)
+    with running_stack(tmp_path_factory.mktemp("stack")) as running:
         yield running
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid in running.pids:  # only after a failure: the last test checks none is left
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
 
 
 def test_demo_without_a_running_stack_says_so_and_exits_1(tmp_path: Path) -> None:

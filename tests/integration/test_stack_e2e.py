@@ -1,0 +1,333 @@
+"""End to end on the real stack (`streamshop up`: broker, registry, SQLite, SMTP catcher, every
+service as its own process): orders' events decode with confluent-kafka's AvroDeserializer; one
+OTP request yields exactly one SMS and one email even when a sender is SIGKILLed mid-stream and
+restarted by the supervisor; a poison record lands in the DLQ of both sender groups without
+blocking the partition; every service's logs are searchable in the logs service; a broker
+SIGKILL during order traffic loses no acknowledged order (the outbox publishes them later).
+
+One stack serves the module; the tests run in file order and the broker restart comes last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any
+
+import aiohttp
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from confluent_kafka import Consumer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer as ConfluentAvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from schemas.client import RegistryClient
+from schemas.serde import AvroDeserializer
+from tests.support.stack import Stack, running_stack
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("e2e")) as running:
+        yield running
+
+
+def url(stack: Stack, child: str, role: str = "http") -> str:
+    return str(stack.child(child)["urls"][role]).rstrip("/")
+
+
+def bootstrap(stack: Stack) -> str:
+    return url(stack, "broker", "bootstrap").removeprefix("kafka://")
+
+
+async def eventually(what: str, check: Callable[[], Any], within: float = 30, every: float = 0.2) -> Any:
+    """Poll the coroutine function `check` until it returns something truthy."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(every)
+    raise AssertionError(f"{what} not reached within {within} s (last: {last!r})")
+
+
+async def post(session: aiohttp.ClientSession, target: str, body: dict[str, Any], status: int) -> dict[str, Any]:
+    async with session.post(target, json=body) as response:
+        payload: dict[str, Any] = await response.json()
+        assert response.status == status, payload
+        return payload
+
+
+async def get(session: aiohttp.ClientSession, target: str) -> Any:
+    async with session.get(target) as response:
+        assert response.status == 200, await response.text()
+        return await response.json()
+
+
+def order_body(i: int) -> dict[str, Any]:
+    return {
+        "customer_id": f"e2e-{i % 7}",
+        "currency": "EUR",
+        "items": [{"sku": f"sku-{i}", "quantity": 2, "unit_price": "12.50"}],
+    }
+
+
+def otp_body(user: str, n: int) -> dict[str, Any]:
+    return {"user_id": user, "channels": ["sms", "email"], "phone": f"+1555{n:07d}", "email": f"{user}@example.com"}
+
+
+async def read_topic(
+    stack: Stack, topic: str, done: Callable[[list[tuple[str, Any]]], bool], within: float = 60
+) -> list[tuple[str, Any]]:
+    """(record name, value) of every record of `topic` from the beginning until `done(records)`, or
+    what was read within `within` seconds (the caller's assertions then say what is missing)."""
+    records: list[tuple[str, Any]] = []
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap(stack), auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        async with RegistryClient(url(stack, "registry")) as registry:
+            deserializer = AvroDeserializer(registry)
+            deadline = time.monotonic() + within
+            while not done(records) and time.monotonic() < deadline:
+                for batch in (await consumer.getmany(timeout_ms=300)).values():
+                    for record in batch:
+                        decoded = await deserializer.deserialize(record.value or b"")
+                        records.append((decoded.record_name.rpartition(".")[2], decoded.value))
+    finally:
+        await consumer.stop()
+    return records
+
+
+async def test_orders_events_are_keyed_avro_that_confluent_kafkas_deserializer_reads(stack: Stack) -> None:
+    async with aiohttp.ClientSession() as session:
+        created = [await post(session, f"{url(stack, 'orders')}/orders", order_body(i), 201) for i in range(5)]
+        first = created[0]["order_id"]
+        await post(session, f"{url(stack, 'orders')}/orders/{first}/status", {"status": "paid"}, 200)
+    assert all(order["total"] == "25.00" for order in created)
+
+    registry = SchemaRegistryClient({"url": url(stack, "registry")})
+    deserializer = ConfluentAvroDeserializer(registry)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap(stack), "group.id": f"e2e-{uuid.uuid4()}", "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe(["orders"])
+    wanted = {order["order_id"] for order in created}
+    seen: dict[str, list[dict[str, Any]]] = {}
+    deadline = time.monotonic() + 30
+    try:
+        while not (wanted <= seen.keys() and len(seen.get(first, [])) == 2):
+            assert time.monotonic() < deadline, f"events seen for {sorted(seen)}"
+            message = consumer.poll(0.5)
+            if message is None or message.error():
+                continue
+            value = deserializer(message.value(), SerializationContext("orders", MessageField.VALUE))
+            order_id = str(value["order_id"])  # a uuid.UUID: the field's logical type is uuid
+            assert message.key() == order_id.encode()  # keyed by order id
+            seen.setdefault(order_id, []).append(value)
+    finally:
+        consumer.close()
+        registry.close()
+    paid = seen[first][1]
+    assert paid["to_status"] == "paid"
+    assert seen[first][0]["total"] == Decimal("25.0000")
+    assert seen[first][0]["currency"] == "EUR"
+
+
+async def test_one_otp_request_yields_one_sms_and_one_email_even_when_a_sender_is_killed_mid_stream(
+    stack: Stack,
+) -> None:
+    requests = 120
+    run = uuid.uuid4().hex[:8]
+    catcher = url(stack, "catcher")
+    before = stack.child("email-sender")
+    request_ids: list[str] = []
+    killed_at = 0
+
+    async with aiohttp.ClientSession() as session:
+
+        async def send_all() -> None:
+            for n in range(requests):
+                body = await post(session, f"{url(stack, 'otp')}/otp", otp_body(f"{run}-{n}", n), 202)
+                request_ids.append(body["request_id"])
+                await asyncio.sleep(0.01)  # a steady stream rather than one burst
+
+        async def mails() -> list[dict[str, Any]]:
+            items: list[dict[str, Any]] = (await get(session, f"{catcher}/messages?limit=1000"))["items"]
+            return [m for m in items if any(run in to for to in m["to"])]
+
+        sender = asyncio.create_task(send_all())
+        await eventually("the first mails", lambda: _at_least(mails, 10), within=30, every=0.02)
+        killed_at = len(await mails())
+        os.kill(before["pid"], signal.SIGKILL)
+        await sender
+        assert killed_at < requests, "the sender must be killed while requests are still arriving"
+
+        restarted = await eventually(
+            "the email-sender restarted",
+            lambda: _restarted(stack, "email-sender", before["pid"]),
+            within=30,
+        )
+        assert restarted["restarts"] == before["restarts"] + 1
+
+        async def all_delivered() -> bool:
+            sms = [
+                s for s in (await get(session, f"{catcher}/sms?limit=1000"))["items"] if s["request_id"] in request_ids
+            ]
+            return len(await mails()) >= requests and len(sms) >= requests
+
+        await eventually("every mail and SMS", all_delivered, within=60)
+        mail_list = await mails()
+        sms_list = [
+            s for s in (await get(session, f"{catcher}/sms?limit=1000"))["items"] if s["request_id"] in request_ids
+        ]
+
+    # Exactly one of each per request: redelivered records after the SIGKILL are skipped by the
+    # idempotent handler, and a resend of a mail whose record was not committed carries the same
+    # Message-ID, which the mailbox collapses.
+    expected_mail = sorted(f"{run}-{n}@example.com" for n in range(requests))
+    assert sorted(to for m in mail_list for to in m["to"]) == expected_mail
+    assert sorted(s["request_id"] for s in sms_list) == sorted(request_ids)
+    for mail in mail_list:
+        assert re.search(r"\b\d{6}\b", mail["text"]), "the mail carries the code"
+
+    deliveries = await read_topic(
+        stack,
+        "otp.deliveries",
+        lambda records: (
+            {(str(v["request_id"]), v["channel"]) for name, v in records if name == "OtpDelivered"}
+            >= {(r, c) for r in request_ids for c in ("sms", "email")}
+        ),
+    )
+    delivered = [v for name, v in deliveries if name == "OtpDelivered" and str(v["request_id"]) in request_ids]
+    assert {(str(v["request_id"]), v["channel"]) for v in delivered} == {
+        (r, c) for r in request_ids for c in ("sms", "email")
+    }
+    # The outbox may publish an event twice (crash between publish and mark-sent), never two events.
+    by_pair: dict[tuple[str, str], set[str]] = {}
+    for v in delivered:
+        by_pair.setdefault((str(v["request_id"]), v["channel"]), set()).add(v["envelope"]["event_id"])
+    assert all(len(ids) == 1 for ids in by_pair.values())
+
+
+async def _at_least(read: Callable[[], Any], n: int) -> bool:
+    return len(await read()) >= n
+
+
+async def _restarted(stack: Stack, name: str, old_pid: int) -> dict[str, Any] | None:
+    child = stack.child(name)
+    return child if child["state"] == "ready" and child["pid"] not in (None, old_pid) else None
+
+
+async def test_a_poison_record_goes_to_each_sender_groups_dlq_and_the_next_request_is_delivered(stack: Stack) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap(stack), acks="all")
+    await producer.start()
+    try:
+        poison = await producer.send_and_wait(
+            "otp.requests", b"\x00\x00\x00\x00\x2a not avro at all", key=b"poison-user"
+        )
+    finally:
+        await producer.stop()
+    async with aiohttp.ClientSession() as session:
+        body = await post(session, f"{url(stack, 'otp')}/otp", otp_body("poison-user", 9_999_999), 202)
+        request_id = body["request_id"]
+
+        async def delivered_both() -> bool:
+            sms = (await get(session, f"{url(stack, 'catcher')}/sms?to=%2B15559999999"))["items"]
+            mail = (await get(session, f"{url(stack, 'catcher')}/messages?to=poison-user@example.com"))["items"]
+            return any(s["request_id"] == request_id for s in sms) and len(mail) == 1
+
+        await eventually("the request after the poison record delivered", delivered_both, within=30)
+
+    groups: set[str] = set()
+    consumer = AIOKafkaConsumer(
+        "otp.requests.dlq", bootstrap_servers=bootstrap(stack), auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + 20
+        while groups != {"sms-sender", "email-sender"}:
+            assert time.monotonic() < deadline, f"DLQ records from {groups}"
+            for batch in (await consumer.getmany(timeout_ms=300)).values():
+                for record in batch:
+                    headers = dict(record.headers)
+                    if (
+                        headers["dlq.original.offset"] == str(poison.offset).encode()
+                        and headers["dlq.original.partition"] == str(poison.partition).encode()
+                    ):
+                        assert record.value == b"\x00\x00\x00\x00\x2a not avro at all"
+                        assert headers["dlq.error.class"]
+                        groups.add(headers["dlq.group"].decode())
+    finally:
+        await consumer.stop()
+
+
+async def test_logs_of_every_service_are_searchable_in_the_logs_service(stack: Stack) -> None:
+    logs = url(stack, "logs")
+    services = ("orders", "otp", "sms-sender", "email-sender", "logs")
+    async with aiohttp.ClientSession() as session:
+        for service in services:
+
+            async def found(service: str = service) -> list[Any]:
+                items: list[Any] = (await get(session, f"{logs}/logs?service={service}&limit=5"))["items"]
+                return items
+
+            items = await eventually(f"logs of {service}", found, within=30)
+            assert all(item["service"] == service for item in items)
+        # HTTP access logs arrive on logs.ingress, searchable by text.
+        access = await eventually(
+            "access logs of orders",
+            lambda: _items(session, f"{logs}/logs?service=orders&stream=ingress&q=orders"),
+        )
+        assert access[0]["stream"] == "ingress"
+
+
+async def _items(session: aiohttp.ClientSession, target: str) -> list[Any]:
+    items: list[Any] = (await get(session, target))["items"]
+    return items
+
+
+async def test_a_broker_killed_during_order_traffic_loses_no_acknowledged_order(stack: Stack) -> None:
+    broker_before = stack.child("broker")
+    acknowledged: list[str] = []
+    failures: list[int] = []
+    async with aiohttp.ClientSession() as session:
+
+        async def traffic(seconds: float) -> None:
+            end = time.monotonic() + seconds
+            i = 0
+            while time.monotonic() < end:
+                i += 1
+                async with session.post(f"{url(stack, 'orders')}/orders", json=order_body(i)) as response:
+                    if response.status == 201:
+                        acknowledged.append((await response.json())["order_id"])
+                    else:
+                        failures.append(response.status)
+                await asyncio.sleep(0.01)
+
+        load = asyncio.create_task(traffic(6))
+        await asyncio.sleep(1.5)
+        during = len(acknowledged)
+        os.kill(broker_before["pid"], signal.SIGKILL)
+        await load
+    assert during > 0
+    assert len(acknowledged) > during  # orders kept being accepted while the broker was down
+    assert failures == []
+    await eventually("the broker restarted", lambda: _restarted(stack, "broker", broker_before["pid"]), within=30)
+    wanted = set(acknowledged)
+    records = await read_topic(
+        stack,
+        "orders",
+        lambda rs: wanted <= {str(v["order_id"]) for name, v in rs if name == "OrderCreated"},
+        within=90,
+    )
+    assert wanted <= {str(v["order_id"]) for name, v in records if name == "OrderCreated"}

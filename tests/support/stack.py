@@ -1,0 +1,94 @@
+"""`streamshop up --ephemeral-ports` as a real process tree for tests: `running_stack()` starts it
+in a directory and yields a `Stack` (its stack.json, child lookups, waits); on exit it kills
+whatever is left, so a failed test leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.support.harness import REPO
+
+__all__ = ["Stack", "alive", "http", "running_stack"]
+
+
+@dataclass
+class Stack:
+    proc: subprocess.Popen[bytes]
+    data: Path
+    output: Path
+    pids: set[int] = field(default_factory=set)  # every child pid seen, for the final checks
+
+    def document(self) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads((self.data / "stack.json").read_text())
+        self.pids.update(c["pid"] for c in document["children"].values() if c["pid"])
+        return document
+
+    def child(self, name: str) -> dict[str, Any]:
+        child: dict[str, Any] = self.document()["children"][name]
+        return child
+
+    def wait_for(self, what: str, check: Callable[[dict[str, Any]], bool], within: float) -> dict[str, Any]:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if (self.data / "stack.json").exists():
+                document = self.document()
+                if check(document):
+                    return document
+            assert self.proc.poll() is None, f"up exited ({self.proc.returncode}):\n{self.output.read_text()[-5000:]}"
+            time.sleep(0.1)
+        raise AssertionError(f"no {what} within {within} s:\n{self.output.read_text()[-5000:]}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=15) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+@contextmanager
+def running_stack(data: Path, env: Mapping[str, str] | None = None, within: float = 60) -> Iterator[Stack]:
+    """`streamshop up --ephemeral-ports --data-dir data`, running; its output goes to a file beside `data`."""
+    output = data.parent / f"{data.name}-up.out"
+    with output.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamshop.cli", "up", "--ephemeral-ports", "--data-dir", str(data)],
+            cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    running = Stack(proc, data, output)
+    try:
+        running.wait_for("running stack", lambda d: d["state"] == "running", within=within)
+        yield running
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in running.pids:  # only after a failure or a kill: a clean stop leaves none
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
