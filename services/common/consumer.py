@@ -33,6 +33,10 @@ Guarantees and behaviour:
   instead of after the session timeout.  A static member (``group_instance_id``, KIP-345) does
   not leave, as in Kafka: its partitions wait up to the session timeout for the same instance to
   come back, and a restart (or a SIGKILL and restart) takes them back without a rebalance.
+- **Batches**: a handler with a `handle_batch(messages)` method gets each fetched run of decoded
+  records of a partition at once (one transaction for many records instead of one each).  It
+  must be all-or-nothing; when it raises, the run is replayed record by record through the
+  handler itself, so retries and the DLQ hit the record at fault only.
 - **Lag**: `await runner.lag()` -> {TopicPartition: log end offset - position} for the assigned
   partitions; `runner.last_lag` is a snapshot refreshed about once a second, for a sync gauge.
 - **Effects outside the database** (an e-mail, an HTTP call): `IdempotentHandler.already_processed`
@@ -47,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -148,16 +153,21 @@ class IdempotentHandler:
         """Record `message`'s event id and run `effect(tx, message)` in the same transaction;
         False (nothing run, counted in `duplicates`) when the id was already recorded."""
         async with self.db.transaction() as tx:
-            inserted = await tx.execute(
-                "INSERT OR IGNORE INTO processed_events (consumer, event_id, processed_at) VALUES (?, ?, ?)",
-                (self.name, message.event_id, int(time.time() * 1000)),
-            )
-            if inserted.rowcount == 0:
+            if not await tx.run(lambda conn: self.claim(conn, message.event_id)):
                 self.duplicates += 1
                 return False
             if effect is not None:
                 await effect(tx, message)
         return True
+
+    def claim(self, conn: sqlite3.Connection, event_id: str) -> bool:
+        """Record `event_id` in the caller's open transaction; False when it was already recorded
+        (for batch handlers running their own `Database.write`)."""
+        cursor = conn.execute(
+            "INSERT OR IGNORE INTO processed_events (consumer, event_id, processed_at) VALUES (?, ?, ?)",
+            (self.name, event_id, int(time.time() * 1000)),
+        )
+        return cursor.rowcount > 0
 
     async def already_processed(self, message: Message) -> bool:
         """Whether `message`'s event id is recorded (then counted in `duplicates`).
@@ -321,36 +331,91 @@ class ConsumerRunner:
 
     async def _process_partition(self, tp: TopicPartition, records: list[ConsumerRecord[bytes, bytes]]) -> None:
         generation = self._revocations
+        batch_handler = getattr(self.handler, "handle_batch", None)
+        run: list[tuple[ConsumerRecord[bytes, bytes], Message]] = []
         for record in records:
             if self._stopping:
                 raise _Stopping
             if generation != self._revocations:
                 return  # revoked meanwhile: the new owner (maybe us again) starts from the committed offset
+            if batch_handler is not None:
+                message = await self._decode_quietly(record)
+                if message is not None:
+                    run.append((record, message))
+                    continue
+                await self._flush(tp, run, batch_handler)  # keep the order: what came before goes first
+                run = []
             self._positions[tp] = record.offset
             await self._process(record)
-            self._pending[tp] = record.offset + 1
-            self._positions[tp] = record.offset + 1
-            self._uncommitted += 1
+            self._done(tp, record)
             if self._uncommitted >= self.commit_every:
                 await self._commit()
+        if run and generation == self._revocations:
+            await self._flush(tp, run, batch_handler)
+
+    def _done(self, tp: TopicPartition, record: ConsumerRecord[bytes, bytes]) -> None:
+        self._pending[tp] = record.offset + 1
+        self._positions[tp] = record.offset + 1
+        self._uncommitted += 1
+
+    async def _decode_quietly(self, record: ConsumerRecord[bytes, bytes]) -> Message | None:
+        """The decoded record, or None for one the per-record path must handle (DLQ, registry retry)."""
+        try:
+            return await self._decode(record)
+        except Exception:
+            return None
+
+    async def _decode(self, record: ConsumerRecord[bytes, bytes]) -> Message:
+        decoded = await self.deserializer.deserialize(record.value or b"")
+        return Message(
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            key=None if record.key is None else record.key.decode("utf-8", "replace"),
+            record_name=decoded.record_name,
+            value=decoded.value,
+            headers=tuple(record.headers or ()),
+            timestamp_ms=record.timestamp,
+        )
+
+    async def _flush(
+        self,
+        tp: TopicPartition,
+        run: list[tuple[ConsumerRecord[bytes, bytes], Message]],
+        batch_handler: Callable[[list[Message]], Awaitable[None]] | None,
+    ) -> None:
+        """Hand a run of decoded records to the handler's `handle_batch` at once; if it fails,
+        replay them one by one so retries and the DLQ apply to the record at fault only (the batch
+        handler must be all-or-nothing, e.g. one transaction)."""
+        if not run or batch_handler is None:
+            return
+        self._positions[tp] = run[0][0].offset
+        try:
+            await batch_handler([message for _, message in run])
+        except Exception as e:
+            self._count(e)
+            log.warning(
+                "consumer %s: a batch of %d failed (%r); processing it record by record", self.group_id, len(run), e
+            )
+            for record, _ in run:
+                if self._stopping:
+                    raise _Stopping from None
+                self._positions[tp] = record.offset
+                await self._process(record)
+                self._done(tp, record)
+        else:
+            self.stats.processed += len(run)
+            for record, _ in run:
+                self._done(tp, record)
+        if self._uncommitted >= self.commit_every:
+            await self._commit()
 
     async def _process(self, record: ConsumerRecord[bytes, bytes]) -> None:
         failures = 0
         infra_delay = self.backoff_initial
         while True:
             try:
-                decoded = await self.deserializer.deserialize(record.value or b"")
-                message = Message(
-                    topic=record.topic,
-                    partition=record.partition,
-                    offset=record.offset,
-                    key=None if record.key is None else record.key.decode("utf-8", "replace"),
-                    record_name=decoded.record_name,
-                    value=decoded.value,
-                    headers=tuple(record.headers or ()),
-                    timestamp_ms=record.timestamp,
-                )
-                await self.handler(message)
+                await self.handler(await self._decode(record))
                 self.stats.processed += 1
                 return
             except (SerdeError, PermanentError) as e:

@@ -40,6 +40,7 @@ import hashlib
 import json
 import logging
 import random
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ from schemas.serde import AvroSchema, encode, frame
 from services.common.db import Database, Transaction
 from services.common.kafka import EventProducer, Headers, encode_headers
 
-__all__ = ["MIGRATIONS", "Outbox", "OutboxEntry", "OutboxRelay", "PendingRow", "event_id_of"]
+__all__ = ["MIGRATIONS", "Outbox", "OutboxEntry", "OutboxRelay", "PendingRow", "PreparedEvent", "event_id_of"]
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,41 @@ class PendingRow:
     headers: list[tuple[str, bytes]]
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedEvent:
+    """An outbox row encoded on the event loop, written by `write(conn)` in the caller's transaction."""
+
+    event_id: str
+    topic: str
+    key: str | None
+    event_name: str
+    schema: AvroSchema
+    fingerprint: str
+    payload: bytes
+    headers: str
+
+    def write(self, conn: sqlite3.Connection) -> OutboxEntry:
+        conn.execute(
+            "INSERT OR IGNORE INTO outbox_schemas (fingerprint, name, text) VALUES (?, ?, ?)",
+            (self.fingerprint, self.schema.name, self.schema.text),
+        )
+        cursor = conn.execute(
+            "INSERT INTO outbox (event_id, topic, key, event_name, schema_fp, payload, headers, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                self.event_id,
+                self.topic,
+                self.key,
+                self.event_name,
+                self.fingerprint,
+                self.payload,
+                self.headers,
+                _now_ms(),
+            ),
+        )
+        return OutboxEntry(int(cursor.lastrowid or 0), self.event_id)
+
+
 class Outbox:
     """The outbox of one service database.  `schema_for(event_name)` resolves event names (normally
     `default_catalog().schema`); call `await outbox.setup()` once to create its tables."""
@@ -136,29 +172,40 @@ class Outbox:
     ) -> OutboxEntry:
         """Write the event in `tx`.  Raises `RecordValidationError` (invalid record) or `ValueError`
         (no `envelope.event_id`) before touching the database; the caller's transaction rolls back."""
+        row = self.prepare(topic, key, event_name, record, headers)
+        entry = await tx.run(row.write)
+        tx.on_commit(self.wakeup.set)
+        return entry
+
+    def prepare(
+        self,
+        topic: str,
+        key: str | None,
+        event_name: str,
+        record: Mapping[str, Any],
+        headers: Headers | None = None,
+    ) -> PreparedEvent:
+        """The event encoded and ready to insert with `PreparedEvent.write(conn)` inside a
+        `Database.write` function; call `wake()` once that write returned (committed).  Raises
+        like `add`, before anything is written."""
         event_id = event_id_of(record)
         if event_id is None:
             raise ValueError(f"{event_name} record has no envelope.event_id: outbox events need one")
         schema = self._schema_for(event_name)
-        payload = encode(schema, record)
-        fingerprint = self._fingerprint(schema)
-        header_json = json.dumps([[n, base64.b64encode(v).decode()] for n, v in encode_headers(headers)])
+        return PreparedEvent(
+            event_id=event_id,
+            topic=topic,
+            key=key,
+            event_name=event_name,
+            schema=schema,
+            fingerprint=self._fingerprint(schema),
+            payload=encode(schema, record),
+            headers=json.dumps([[n, base64.b64encode(v).decode()] for n, v in encode_headers(headers)]),
+        )
 
-        def write(conn: Any) -> int:
-            conn.execute(
-                "INSERT OR IGNORE INTO outbox_schemas (fingerprint, name, text) VALUES (?, ?, ?)",
-                (fingerprint, schema.name, schema.text),
-            )
-            cursor = conn.execute(
-                "INSERT INTO outbox (event_id, topic, key, event_name, schema_fp, payload, headers, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (event_id, topic, key, event_name, fingerprint, payload, header_json, _now_ms()),
-            )
-            return int(cursor.lastrowid)
-
-        row_id = await tx.run(write)
-        tx.on_commit(self.wakeup.set)
-        return OutboxEntry(row_id, event_id)
+    def wake(self) -> None:
+        """Tell the relay that new rows were committed."""
+        self.wakeup.set()
 
     def _fingerprint(self, schema: AvroSchema) -> str:
         fingerprint = self._fingerprints.get(schema.text)

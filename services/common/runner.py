@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
+import uvloop
 from aiohttp import web
 
 from services.common.config import ConfigError, ServiceConfig
@@ -72,7 +73,9 @@ def serve_app(config: C, create_app: Callable[[C, LogShipper | None], web.Applic
     shipper = build_shipper(config)
     configure_logging(level=config.log_level, fmt=config.log_format, shipper=shipper)
     get_logger(f"services.{config.service_name}").info("config", **config.as_log_dict())
-    asyncio.run(_serve(create_app(config, shipper), config))
+    # uvloop: the services' hot path is socket and callback work, where it is markedly faster.
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(_serve(create_app(config, shipper), config))
     return 0
 
 

@@ -11,6 +11,7 @@ the consumer runner dead-letters at once to ``<topic>.dlq``.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -117,6 +118,28 @@ class Indexer:
 
     async def __call__(self, message: Message) -> None:
         await self.handler(message)
+
+    async def handle_batch(self, messages: list[Message]) -> None:
+        """Index a run of records in one transaction (the consumer runner's batch path); all or
+        nothing: a record that is not a log line fails the batch, which the runner then replays
+        record by record so only that one is dead-lettered."""
+        entries = [to_entry(message) for message in messages]
+        claim, insert = self.handler.claim, self.store.insert_row
+
+        def write(conn: sqlite3.Connection) -> tuple[int, int]:
+            indexed = duplicates = 0
+            for entry in entries:
+                if not claim(conn, entry.event_id):
+                    duplicates += 1
+                elif insert(conn, entry):
+                    indexed += 1
+            return indexed, duplicates
+
+        indexed, duplicates = await self.handler.db.write(write)
+        self.handler.duplicates += duplicates
+        self.indexed += indexed
+        if indexed and self.on_indexed is not None:
+            self.on_indexed()
 
     async def _index(self, tx: Transaction, message: Message) -> None:
         entry = to_entry(message)  # PermanentError rolls back: the event id is not recorded

@@ -160,7 +160,11 @@ class LogStore:
 
     async def insert(self, tx: Transaction, entry: LogEntry) -> bool:
         """Index `entry` in `tx` (False when its event id is already indexed), then apply retention."""
-        result = await tx.execute(
+        return await tx.run(lambda conn: self.insert_row(conn, entry))
+
+    def insert_row(self, conn: sqlite3.Connection, entry: LogEntry) -> bool:
+        """`insert` on the connection's thread, inside the caller's open transaction."""
+        cursor = conn.execute(
             "INSERT OR IGNORE INTO logs (event_id, topic, partition, offset, stream, service, instance, level,"
             " event, logger, ts, trace_id, request_id, fields) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -180,9 +184,9 @@ class LogStore:
                 json.dumps(dict(entry.fields), separators=(",", ":"), default=repr),
             ),
         )
-        if result.rowcount == 0 or result.lastrowid is None:
+        if cursor.rowcount == 0 or cursor.lastrowid is None:
             return False
-        await tx.execute("DELETE FROM logs WHERE id <= ?", (result.lastrowid - self.max_records,))
+        conn.execute("DELETE FROM logs WHERE id <= ?", (cursor.lastrowid - self.max_records,))
         return True
 
     async def search(self, query: LogQuery) -> list[dict[str, Any]]:

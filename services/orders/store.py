@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any
 
-from services.common.db import Database, Params
+from services.common.db import Database
 from services.common.outbox import Outbox
 from services.common.tracing import current_context, kafka_headers
 from services.orders.domain import (
@@ -62,14 +62,6 @@ MIGRATIONS: Sequence[str] = (
     CREATE INDEX order_history_by_order ON order_history (order_id, id);
     """,
 )
-
-
-class _Reader(Protocol):
-    """`Database` or `Transaction`: both read with the same calls."""
-
-    async def fetchone(self, sql: str, params: Params = ()) -> sqlite3.Row | None: ...
-
-    async def fetchall(self, sql: str, params: Params = ()) -> list[sqlite3.Row]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,18 +167,31 @@ class OrderStore:
         order_id = OrderId(str(uuid.uuid4()))
         now = _now()
         total = order_total(new.items)
-        async with self.db.transaction() as tx:
+        record = {
+            "envelope": self._envelope(now),
+            "order_id": order_id,
+            "customer_id": new.customer_id,
+            "items": [
+                {"sku": i.sku, "quantity": i.quantity, "unit_price": i.unit_price.quantize(Decimal("0.0001"))}
+                for i in new.items
+            ],
+            "total": total,
+            "currency": new.currency,
+            "created_at": now,
+        }
+        event = self.outbox.prepare(self.topic, order_id, "OrderCreated", record, kafka_headers())
+
+        def write(conn: sqlite3.Connection) -> Order | None:
+            """The existing order of a replayed idempotency key, or None once the new one is written."""
             if idempotency_key is not None:
-                row = await tx.fetchone(
+                row = conn.execute(
                     "SELECT id, request_hash FROM orders WHERE idempotency_key = ?", (idempotency_key,)
-                )
+                ).fetchone()
                 if row is not None:
                     if row["request_hash"] != request_hash:
                         raise IdempotencyKeyReused(details={"order_id": row["id"]})
-                    existing = await _load(tx, OrderId(row["id"]))
-                    assert existing is not None
-                    return existing, False
-            await tx.execute(
+                    return _load(conn, OrderId(row["id"]))
+            conn.execute(
                 "INSERT INTO orders (id, customer_id, currency, status, total, created_at, updated_at,"
                 " idempotency_key, request_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -201,28 +206,22 @@ class OrderStore:
                     request_hash if idempotency_key is not None else None,
                 ),
             )
-            await tx.executemany(
+            conn.executemany(
                 "INSERT INTO order_items (order_id, line, sku, quantity, unit_price) VALUES (?, ?, ?, ?, ?)",
                 [(order_id, n, i.sku, i.quantity, str(i.unit_price)) for n, i in enumerate(new.items)],
             )
-            await tx.execute(
+            conn.execute(
                 "INSERT INTO order_history (order_id, from_status, to_status, reason, changed_at)"
                 " VALUES (?, NULL, ?, NULL, ?)",
                 (order_id, OrderStatus.CREATED.value, _ms(now)),
             )
-            record = {
-                "envelope": self._envelope(now),
-                "order_id": order_id,
-                "customer_id": new.customer_id,
-                "items": [
-                    {"sku": i.sku, "quantity": i.quantity, "unit_price": i.unit_price.quantize(Decimal("0.0001"))}
-                    for i in new.items
-                ],
-                "total": total,
-                "currency": new.currency,
-                "created_at": now,
-            }
-            await self.outbox.add(tx, self.topic, order_id, "OrderCreated", record, kafka_headers())
+            event.write(conn)
+            return None
+
+        existing = await self.db.write(write)
+        if existing is not None:
+            return existing, False
+        self.outbox.wake()
         order = Order(
             order_id,
             new.customer_id,
@@ -240,33 +239,43 @@ class OrderStore:
         """Move the order to `to_status` and write OrderStatusChanged; None when there is no such
         order; `InvalidTransition` (409) when the state machine does not allow it."""
         now = _now()
-        async with self.db.transaction() as tx:
-            row = await tx.fetchone("SELECT status FROM orders WHERE id = ?", (order_id,))
+        envelope = self._envelope(now)
+        headers = kafka_headers()
+
+        def write(conn: sqlite3.Connection) -> Order | None:
+            row = conn.execute("SELECT status FROM orders WHERE id = ?", (order_id,)).fetchone()
             if row is None:
                 return None
             current = OrderStatus(row["status"])
             check_transition(current, to_status)
-            await tx.execute(
-                "UPDATE orders SET status = ?, updated_at = ? WHERE id = ?", (to_status.value, _ms(now), order_id)
-            )
-            await tx.execute(
-                "INSERT INTO order_history (order_id, from_status, to_status, reason, changed_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (order_id, current.value, to_status.value, reason, _ms(now)),
-            )
             record = {
-                "envelope": self._envelope(now),
+                "envelope": envelope,
                 "order_id": order_id,
                 "from_status": current.value,
                 "to_status": to_status.value,
                 "reason": reason,
                 "changed_at": now,
             }
-            await self.outbox.add(tx, self.topic, order_id, "OrderStatusChanged", record, kafka_headers())
-            return await _load(tx, order_id)
+            # Encoded here, in the writer thread: the record depends on the status just read.
+            event = self.outbox.prepare(self.topic, order_id, "OrderStatusChanged", record, headers)
+            conn.execute(
+                "UPDATE orders SET status = ?, updated_at = ? WHERE id = ?", (to_status.value, _ms(now), order_id)
+            )
+            conn.execute(
+                "INSERT INTO order_history (order_id, from_status, to_status, reason, changed_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (order_id, current.value, to_status.value, reason, _ms(now)),
+            )
+            event.write(conn)
+            return _load(conn, order_id)
+
+        order = await self.db.write(write)
+        if order is not None:
+            self.outbox.wake()
+        return order
 
     async def get(self, order_id: OrderId) -> Order | None:
-        return await _load(self.db, order_id)
+        return await self.db.run(lambda conn: _load(conn, order_id))
 
     async def by_customer(self, customer_id: str, status: OrderStatus | None, limit: int) -> list[Order]:
         """The customer's orders, newest first."""
@@ -275,22 +284,28 @@ class OrderStore:
         if status is not None:
             sql += " AND status = ?"
             params.append(status.value)
-        rows = await self.db.fetchall(sql + " ORDER BY created_at DESC, id LIMIT ?", (*params, limit))
-        orders = [await _load(self.db, OrderId(r["id"])) for r in rows]
-        return [o for o in orders if o is not None]
+        sql += " ORDER BY created_at DESC, id LIMIT ?"
+
+        def read(conn: sqlite3.Connection) -> list[Order]:
+            rows = conn.execute(sql, (*params, limit)).fetchall()
+            orders = [_load(conn, OrderId(r["id"])) for r in rows]
+            return [o for o in orders if o is not None]
+
+        return await self.db.run(read)
 
 
-async def _load(reader: _Reader, order_id: OrderId) -> Order | None:
-    row = await reader.fetchone("SELECT * FROM orders WHERE id = ?", (order_id,))
+def _load(conn: sqlite3.Connection, order_id: OrderId) -> Order | None:
+    """The order with its items and history (three queries, on the connection's thread)."""
+    row = conn.execute("SELECT * FROM orders WHERE id = ?", (order_id,)).fetchone()
     if row is None:
         return None
-    items = await reader.fetchall(
+    items = conn.execute(
         "SELECT sku, quantity, unit_price FROM order_items WHERE order_id = ? ORDER BY line", (order_id,)
-    )
-    history = await reader.fetchall(
+    ).fetchall()
+    history = conn.execute(
         "SELECT from_status, to_status, reason, changed_at FROM order_history WHERE order_id = ? ORDER BY id",
         (order_id,),
-    )
+    ).fetchall()
     return Order(
         OrderId(row["id"]),
         row["customer_id"],

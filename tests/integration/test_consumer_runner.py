@@ -269,3 +269,46 @@ async def test_lag_is_log_end_minus_position_and_drops_to_zero_when_caught_up(br
     assert await consumer.lag() == {tp: 0}
     await wait_for(lambda: consumer.last_lag == {tp: 0}, within=5, what="the lag snapshot")
     await consumer.stop()
+
+
+async def test_a_batch_handler_gets_runs_in_order_and_a_failing_run_is_replayed_record_by_record(
+    broker: ThreadBroker, tools: Kit
+) -> None:
+    """A handler with `handle_batch` gets the decodable runs of a partition; an undecodable value
+    splits the run (it is dead-lettered in place, order kept); a run whose batch call fails is
+    replayed through the handler one record at a time, so only the record at fault is
+    dead-lettered.  Every offset is committed."""
+    create_topic(broker.bootstrap, "batched", 1)
+    good = await publish_orders(tools, "batched", 3)
+    await (await tools.producer.send_raw("batched", "k-bad", b"garbage", {}))
+    rest = await publish_orders(tools, "batched", 3)
+    poison = rest[1]
+
+    class Batching:
+        def __init__(self) -> None:
+            self.batches: list[list[str]] = []
+            self.singles: list[str] = []
+
+        async def __call__(self, message: Message) -> None:
+            if message.event_id == poison:
+                raise PermanentError("not this one")
+            self.singles.append(message.event_id)
+
+        async def handle_batch(self, messages: list[Message]) -> None:
+            ids = [m.event_id for m in messages]
+            if poison in ids:
+                raise PermanentError("a record of the batch is bad")
+            self.batches.append(ids)
+
+    handler = Batching()
+    consumer = runner(broker, tools, "batch-group", "batched", handler)
+    await consumer.start()
+    await wait_for(lambda: consumer.stats.dead_lettered == 2 and len(handler.singles) == 2, what="batch and replay")
+    await consumer.stop()
+
+    assert handler.batches == [good]  # one call for the run before the undecodable value
+    assert handler.singles == [rest[0], rest[2]]  # the failed run, replayed around the poison
+    assert consumer.stats.processed == 5
+    assert await committed(broker.bootstrap, "batch-group", "batched", 1) == {0: 7}
+    dead = await consume_all(broker.bootstrap, "batched.dlq", 2, partitions=3)
+    assert sorted(headers_of(d)["dlq.original.offset"] for d in dead) == ["3", "5"]
