@@ -66,6 +66,8 @@ class LogProducer(Protocol):
 class _SendRaw(Protocol):
     async def send_raw(self, topic: str, key: bytes | None, value: bytes, headers: Any = None) -> Any: ...
 
+    async def send_batch_raw(self, topic: str, key: bytes | None, values: Sequence[bytes]) -> list[Any]: ...
+
 
 class SendRawAdapter:
     """A `LogProducer` over a producer with ``send_raw(topic, key, value, headers)`` (the
@@ -76,6 +78,10 @@ class SendRawAdapter:
 
     async def send(self, topic: str, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]]) -> Any:
         return await self.producer.send_raw(topic, key, value, list(headers))
+
+    async def send_many(self, topic: str, key: bytes | None, values: Sequence[bytes]) -> None:
+        """All of `values` as whole batches; returns once they are acknowledged."""
+        await asyncio.gather(*await self.producer.send_batch_raw(topic, key, values))
 
 
 LogEncoder = Callable[[str, dict[str, Any]], Awaitable[bytes]]
@@ -287,23 +293,30 @@ class LogShipper:
 
     async def _send(self, producer: LogProducer, batch: list[tuple[str, dict[str, Any]]]) -> None:
         key = self.instance.encode()
-        sends: list[Awaitable[Any]] = []
+        by_topic: dict[str, list[bytes]] = {}
         for topic, record in batch:
             try:
-                value = await self.encoder(topic, record)
+                by_topic.setdefault(topic, []).append(await self.encoder(topic, record))
             except Exception as e:
                 self.failed += 1
                 log.warning("log record not encodable", error=repr(e), event_name=record["event"])
-                continue
-            sends.append(self._deliver(producer, topic, key, value))
-        # Concurrent sends let the producer batch them into few requests; lines may interleave
-        # within one batch, which the indexer's ordering by timestamp absorbs.
+        send_many = getattr(producer, "send_many", None)
+        sends: list[Awaitable[Any]] = []
+        counts: list[int] = []
+        for topic, values in by_topic.items():
+            if send_many is not None:  # whole record batches: no per-line future
+                sends.append(send_many(topic, key, values))
+                counts.append(len(values))
+            else:  # concurrent sends still let the producer batch them into few requests
+                sends.extend(self._deliver(producer, topic, key, value) for value in values)
+                counts.extend([1] * len(values))
         results = await asyncio.gather(*sends, return_exceptions=True)
+        failed = sum(n for n, r in zip(counts, results, strict=True) if isinstance(r, BaseException))
+        self.failed += failed
+        self.shipped += sum(counts) - failed
         errors = [r for r in results if isinstance(r, BaseException)]
-        self.failed += len(errors)
-        self.shipped += len(results) - len(errors)
         if errors:
-            log.warning("log records not shipped", count=len(errors), error=repr(errors[0]))
+            log.warning("log records not shipped", count=failed, error=repr(errors[0]))
 
     @staticmethod
     async def _deliver(producer: LogProducer, topic: str, key: bytes, value: bytes) -> None:

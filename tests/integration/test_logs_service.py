@@ -25,12 +25,14 @@ from schemas.catalog import default_catalog
 from schemas.client import RegistryClient
 from schemas.registry.app import RunningRegistry
 from schemas.serde import AvroSerializer
-from services.common.log_shipper import ACCESS_LOGGER, LogShipper, avro_log_encoder
+from services.common.kafka import EventProducer
+from services.common.log_shipper import ACCESS_LOGGER, LogShipper, SendRawAdapter, avro_log_encoder
 from services.logs.app import INDEXER_KEY, RUNNER_KEY, create_app
 from services.logs.config import LOG_TOPICS, LogsConfig
 from streamshop.cli import build_parser
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import aiokafka_consume, create_topic
+from tests.support.kit_processes import consume_all
 
 Client = TestClient[web.Request, web.Application]
 
@@ -405,3 +407,26 @@ async def test_the_tail_rejects_bad_parameters_limits_open_streams_and_keeps_idl
     assert (await second.json())["error"] == "unavailable"
     async with asyncio.timeout(5):
         await client.close()  # shutdown ends the open tail instead of waiting for it
+
+
+async def test_the_services_shipper_sends_whole_batches_to_the_instances_partition_in_order(
+    broker: ThreadBroker, running_registry: RunningRegistry
+) -> None:
+    """Through the services' own producer (`SendRawAdapter` over `EventProducer.send_batch_raw`),
+    a burst of lines lands on one partition of logs.app — the one the instance key maps to — in
+    the order logged, each once."""
+    create_topic(broker.bootstrap, "logs.app", 3)
+    async with RegistryClient(running_registry.url) as registry:
+        producer = EventProducer(broker.bootstrap, AvroSerializer(registry))
+        async with producer:
+            shipper = LogShipper(service="orders", instance="orders-7", level="debug", batch_size=64)
+            await shipper.start(SendRawAdapter(producer))
+            for i in range(500):
+                shipper(None, "info", {"level": "info", "event": f"line {i}"})
+            await shipper.stop()
+            partition = producer._started()._partitioner(b"orders-7", [0, 1, 2], [0, 1, 2])
+    assert (shipper.shipped, shipper.failed, shipper.dropped) == (500, 0, 0)
+    records = await consume_all(broker.bootstrap, "logs.app", 500, partitions=3)
+    assert {r.partition for r in records} == {partition}
+    assert {r.key for r in records} == {b"orders-7"}
+    assert [json.loads(r.value or b"")["event"] for r in records] == [f"line {i}" for i in range(500)]
