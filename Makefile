@@ -28,6 +28,7 @@ lint: setup
 bench: setup
 	$(PY) -m loadtest.bench_broker
 	$(PY) -m loadtest.bench_groups
+	$(PY) -m loadtest.bench_services
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
