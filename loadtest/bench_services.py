@@ -94,7 +94,16 @@ class Stack:
         env = {**os.environ, "NO_COLOR": "1"}
         self.log = (data_dir / "up.log").open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamshop.cli", "up", "--ephemeral-ports", "--no-color", "--data-dir", str(data_dir)],
+            [
+                sys.executable,
+                "-m",
+                "streamshop.cli",
+                "up",
+                "--ephemeral-ports",
+                "--no-color",
+                "--data-dir",
+                str(data_dir),
+            ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             env=env,

@@ -1,0 +1,86 @@
+"""Writer schemas by id, synchronously, for Spark's Python workers (stdlib HTTP, cached).
+
+`schemas.client.RegistryClient` is asyncio; Spark workers are plain blocking code, and they need
+only two calls of the Confluent REST API: `GET /schemas/ids/{id}` and (on the driver, for the
+`valueSubject` option) `GET /subjects/{subject}/versions/latest`.
+
+An id names the same schema forever, so found schemas are cached per process for its lifetime
+(Spark reuses its Python workers across batches).  An unknown id (404) is not cached across
+calls: it may be registered a moment later.  Anything but an answer (connection refused,
+timeout, 5xx) raises `RegistryUnavailableError`: the task fails and Spark retries it -- a
+registry outage never turns good records into quarantined ones.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from schemas.serde import AvroSchema, InvalidSchemaError
+
+__all__ = ["Missing", "RegistryUnavailableError", "fetch_schema", "latest_schema"]
+
+_ACCEPT = "application/vnd.schemaregistry.v1+json, application/json"
+_TIMEOUT_S = 10.0
+_CACHE: dict[tuple[str, int], AvroSchema] = {}
+
+
+class RegistryUnavailableError(RuntimeError):
+    """The registry gave no usable answer; transient, retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """Why a schema id cannot be used: unknown, not Avro, or not a valid schema."""
+
+    reason: str
+
+
+def fetch_schema(url: str, schema_id: int) -> AvroSchema | Missing:
+    """The writer schema with that id, or `Missing(reason)` when the registry has no usable one."""
+    key = (url, schema_id)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    body = _get(f"{url.rstrip('/')}/schemas/ids/{schema_id}")
+    if body is None:
+        return Missing(f"schema id {schema_id} not found in the schema registry")
+    schema_type = body.get("schemaType", "AVRO")
+    if schema_type != "AVRO":
+        return Missing(f"schema id {schema_id} is a {schema_type} schema, not Avro")
+    if body.get("references"):
+        return Missing(f"schema id {schema_id} uses schema references, which this source does not resolve")
+    try:
+        schema = AvroSchema.parse(str(body["schema"]))
+    except (KeyError, InvalidSchemaError) as e:
+        return Missing(f"schema id {schema_id} is not a usable Avro schema: {e}")
+    _CACHE[key] = schema
+    return schema
+
+
+def latest_schema(url: str, subject: str) -> str:
+    """The text of the latest schema registered under `subject`."""
+    body = _get(f"{url.rstrip('/')}/subjects/{quote(subject, safe='')}/versions/latest")
+    if body is None or not isinstance(body.get("schema"), str):
+        raise ValueError(f"valueSubject: subject {subject!r} has no schema in the registry at {url}")
+    return str(body["schema"])
+
+
+def _get(url: str) -> dict[str, Any] | None:
+    request = urllib.request.Request(url, headers={"Accept": _ACCEPT})
+    try:
+        with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
+            body = json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise RegistryUnavailableError(f"GET {url}: HTTP {e.code}") from e
+    except (urllib.error.URLError, TimeoutError, OSError, ValueError) as e:
+        raise RegistryUnavailableError(f"GET {url}: {e}") from e
+    if not isinstance(body, dict):
+        raise RegistryUnavailableError(f"GET {url}: expected a JSON object")
+    return body

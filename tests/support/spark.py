@@ -1,0 +1,98 @@
+"""Helpers for tests of the Spark source: a local session, Avro producing, group offsets, and
+running `trigger(availableNow=True)` queries to completion."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Message, TopicPartition
+from pyspark.sql import DataFrame, Row, SparkSession
+
+from analytics.spark import spark_session
+from schemas.serde import AvroSchema, encode, frame
+from tests.support.kafka_clients import confluent_produce
+
+V1 = "application/vnd.schemaregistry.v1+json"
+
+
+def start_spark() -> SparkSession:
+    # One core per task slot is plenty for tests; the session is shared by a whole module.
+    return spark_session("streamshop-tests", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+
+
+def register(registry_url: str, subject: str, schema: AvroSchema | str) -> int:
+    """Register a schema under `subject` over the REST API; its id."""
+    text = schema.text if isinstance(schema, AvroSchema) else schema
+    request = urllib.request.Request(
+        f"{registry_url}/subjects/{subject}/versions",
+        data=json.dumps({"schema": text}).encode(),
+        headers={"Content-Type": V1},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return int(json.loads(response.read())["id"])
+
+
+def produce_avro(
+    bootstrap: str,
+    topic: str,
+    schema_id: int,
+    schema: AvroSchema,
+    records: Iterable[Mapping[str, Any]],
+) -> list[Message]:
+    """Produce records, each {"value": datum, "key": ..., "partition": ..., "headers": ...},
+    framed with `schema_id`; their delivery reports."""
+    return confluent_produce(
+        bootstrap,
+        topic,
+        [{**r, "value": frame(schema_id, encode(schema, r["value"]))} for r in records],
+    )
+
+
+def committed(bootstrap: str, group: str, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The group's committed offsets (partitions without one left out), read with confluent-kafka."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        found = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=10)
+    finally:
+        consumer.close()
+    return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
+
+
+def commit(bootstrap: str, group: str, positions: Mapping[tuple[str, int], int]) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in positions.items()], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def run_available_now(df: DataFrame, checkpoint: Path, timeout: int = 90) -> list[tuple[int, list[Row]]]:
+    """Run a streaming DataFrame with trigger(availableNow=True) to its end; the batches it wrote,
+    as (batch id, rows), via foreachBatch."""
+    batches: list[tuple[int, list[Row]]] = []
+
+    def sink(batch: DataFrame, batch_id: int) -> None:
+        batches.append((batch_id, batch.collect()))
+
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        finished = query.awaitTermination(timeout)
+    finally:
+        query.stop()
+    assert finished, "the availableNow query did not finish in time"
+    exception = query.exception()
+    assert exception is None, exception
+    return batches
+
+
+def coordinates(rows: Iterable[Row]) -> list[tuple[str, int, int]]:
+    return sorted((r["topic"], r["partition"], r["offset"]) for r in rows)
