@@ -29,6 +29,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
@@ -87,15 +88,20 @@ class SendRawAdapter:
 LogEncoder = Callable[[str, dict[str, Any]], Awaitable[bytes]]
 
 
-def _json_default(value: object) -> object:
-    if isinstance(value, datetime):
-        return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return repr(value)
+# orjson: log lines are encoded on the hot path of every request, several times faster than json.
+# Datetimes come out as ISO 8601 with a ``Z``; keys that are not strings are written as strings;
+# anything else it does not know becomes its repr().
+_ORJSON_OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC | orjson.OPT_NON_STR_KEYS
+
+
+def dumps_json(value: Any) -> bytes:
+    """Compact JSON of a log line (or any structlog event dict)."""
+    return orjson.dumps(value, default=repr, option=_ORJSON_OPTIONS)
 
 
 async def json_log_encoder(topic: str, record: dict[str, Any]) -> bytes:
     """Plain JSON (timestamps as ISO 8601): for tools and tests without a registry."""
-    return json.dumps(record, default=_json_default, separators=(",", ":")).encode()
+    return dumps_json(record)
 
 
 def avro_log_encoder(serializer: AvroSerializer, schema: AvroSchema | None = None) -> LogEncoder:

@@ -16,11 +16,15 @@ from typing import IO, Any
 import structlog
 from structlog.typing import Processor
 
-from services.common.log_shipper import ACCESS_LOGGER, LogShipper
+from services.common.log_shipper import ACCESS_LOGGER, LogShipper, dumps_json
 
 __all__ = ["ACCESS_LOGGER", "configure_logging", "get_logger"]
 
 _HANDLER_MARK = "_streamshop_handler"
+
+
+def _json_line(event: Any, **_: Any) -> str:
+    return dumps_json(event).decode()
 
 
 def _shared_processors() -> list[Processor]:
@@ -50,7 +54,7 @@ def configure_logging(
     renderer: list[Processor] = (
         [structlog.dev.ConsoleRenderer(colors=out.isatty())]
         if console
-        else [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+        else [structlog.processors.format_exc_info, structlog.processors.JSONRenderer(serializer=_json_line)]
     )
     tap: list[Processor] = [shipper] if shipper is not None else []
     formatter = structlog.stdlib.ProcessorFormatter(
@@ -67,6 +71,12 @@ def configure_logging(
         old.close()
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # No line shows the caller's file and line, process or thread: skip collecting them on every
+    # record (the logging HOWTO's "Optimization" section; findCaller walks the stack each time).
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     # The request-context middleware writes the access log (with request id and route);
     # aiohttp's own line would say the same thing twice, and be shipped twice.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
