@@ -175,7 +175,15 @@ class Database:
         self._check_not_in_transaction()
         async with self._lock:
             conn = self._connection()
-            await self._submit(lambda: conn.execute("BEGIN IMMEDIATE"))
+            try:
+                await self._submit(lambda: conn.execute("BEGIN IMMEDIATE"))
+            except asyncio.CancelledError:
+                # Cancelling the await does not stop a BEGIN already running in the worker thread
+                # (it may be waiting out the busy timeout for another process's lock).  Undo it
+                # before the lock is released: left open, it would swallow the next autocommit
+                # statements (lost at the next rollback) and fail the next group commit.
+                await asyncio.shield(self._submit(_rollback_if_open(conn)))
+                raise
             tx = Transaction(self, conn)
             token = _in_transaction.set(self)
             try:
@@ -211,10 +219,12 @@ class Database:
         while self._writes:
             async with self._lock:
                 batch, self._writes = self._writes, []
-                work = functools.partial(_run_batch, self._connection(), [fn for fn, _ in batch])
                 try:
+                    # Inside the try: on a closed database the batch's callers get the RuntimeError
+                    # (as `run` raises it) instead of waiting forever on futures of a dead task.
+                    work = functools.partial(_run_batch, self._connection(), [fn for fn, _ in batch])
                     outcomes = await asyncio.shield(self._submit(work))
-                except Exception as e:  # BEGIN or COMMIT failed: nothing of the batch was written
+                except Exception as e:  # not open, or BEGIN or COMMIT failed: nothing of the batch was written
                     outcomes = [(False, e)] * len(batch)
                 except asyncio.CancelledError:
                     for _, future in batch:

@@ -90,8 +90,10 @@ LogEncoder = Callable[[str, dict[str, Any]], Awaitable[bytes]]
 
 # orjson: log lines are encoded on the hot path of every request, several times faster than json.
 # Datetimes come out as ISO 8601 with a ``Z``; keys that are not strings are written as strings;
-# anything else it does not know becomes its repr().
-_ORJSON_OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC | orjson.OPT_NON_STR_KEYS
+# anything else it does not know becomes its repr().  Dataclasses too (PASSTHROUGH): orjson would
+# otherwise write their fields itself, bypassing the repr() that masks a settings object's secrets
+# and leaves out fields marked repr=False (an OTP message's body, a sender's seal keys).
+_ORJSON_OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC | orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
 
 
 def dumps_json(value: Any) -> bytes:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import re
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import uvloop
 from aiohttp import web
@@ -87,8 +88,13 @@ async def _serve(app: web.Application, config: ServiceConfig) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()  # runs the startup and cleanup contexts
     try:
+        # Startup (the cleanup contexts) can wait tens of seconds on the Kafka client's timeouts
+        # when the broker does not answer: a signal meanwhile cancels it, as in `web.run_app`,
+        # rather than being seen only once startup is over.  Inside the try: the contexts entered
+        # before a failed or cancelled startup are cleaned up too.
+        if not await _unless_stopped(runner.setup(), stop):
+            return
         await web.TCPSite(runner, config.listen, config.port).start()
         port = int(runner.addresses[0][1])
         fields = app.get(READY_FIELDS_KEY) or {}
@@ -96,6 +102,27 @@ async def _serve(app: web.Application, config: ServiceConfig) -> None:
         await stop.wait()
     finally:
         await runner.cleanup()
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Run `work` to its end (True; its exception propagates), or cancel it once `stop` is set
+    (False)."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()  # we are cancelled ourselves: so is `work`
+        raise
+    finally:
+        stopped.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
 
 
 def _default(config_cls: type[ServiceConfig], name: str) -> object:

@@ -112,8 +112,12 @@ async def stream_tail(
         after, first = resume, []
     else:
         newest = await store.search(replace(query, limit=backlog)) if backlog else []
-        after = newest[0]["id"] if newest else await store.last_id()
-        first = newest[::-1]
+        # `search` picks the newest by timestamp, but rows arrive out of timestamp order (other
+        # clocks, late flushes) and the live part follows row ids: send the backlog in id order and
+        # continue after its highest id, so no backlog row comes again live, and the last event id
+        # a client saw (its Last-Event-ID on reconnect) is past the whole backlog.
+        first = sorted(newest, key=lambda row: int(row["id"]))
+        after = int(first[-1]["id"]) if first else await store.last_id()
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )

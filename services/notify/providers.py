@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.message import EmailMessage
-from email.utils import formatdate
+from email.utils import formatdate, getaddresses
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -165,6 +165,22 @@ def classify_smtp_error(error: BaseException) -> DeliveryError:
     return DeliveryError(ERROR_REJECTED, _short(f"{type(error).__name__}: {error}"), retryable=False)
 
 
+def _single_address(to: str) -> str:
+    """`to` when it is exactly one bare address; else `DeliveryError` ``invalid_destination``.
+
+    The address comes from the event, and the otp service's pattern lets through
+    ``a@example.com,postmaster``: put in To: as is, it is a list (and the recipients were read
+    back from To:), so the code would be mailed to mailboxes nobody asked for; a CR/LF (a record
+    from another producer) is a header break.  The text is left out of the error: it is
+    published on otp.deliveries, where destinations are personal data."""
+    parsed = getaddresses([to])
+    if "\r" in to or "\n" in to or len(parsed) != 1 or parsed[0] != ("", to) or "@" not in to:
+        raise DeliveryError(
+            ERROR_INVALID_DESTINATION, "the destination is not a single e-mail address", retryable=False
+        )
+    return to
+
+
 class SmtpEmailProvider:
     """Mails over SMTP (aiosmtplib), on one connection kept open between messages and opened
     again after any failure.  A kept connection the server closed meanwhile (idle timeout) is
@@ -207,7 +223,7 @@ class SmtpEmailProvider:
     def compose(self, message: OutgoingMessage) -> EmailMessage:
         mail = EmailMessage()
         mail["From"] = self.from_address
-        mail["To"] = message.to
+        mail["To"] = _single_address(message.to)
         mail["Subject"] = message.subject
         mail["Date"] = formatdate(usegmt=True)
         mail["Message-ID"] = email_message_id(message.request_id, self.message_id_domain)
@@ -220,7 +236,7 @@ class SmtpEmailProvider:
         async with self._lock:
             try:
                 async with asyncio.timeout(self.timeout):
-                    response = await self._send(mail)
+                    response = await self._send(mail, message.to)
             except Exception as e:
                 self._drop()
                 raise classify_smtp_error(e) from e
@@ -229,17 +245,19 @@ class SmtpEmailProvider:
         message_id = found.group(1) if found else str(mail["Message-ID"]).strip("<>")
         return ProviderResult(self.name, message_id)
 
-    async def _send(self, mail: EmailMessage) -> str:
+    async def _send(self, mail: EmailMessage, to: str) -> str:
+        # The one recipient given, not whatever aiosmtplib would read back out of the headers.
+        recipients = [to]
         reused = self._client is not None and self._client.is_connected
         client = await self._connected()
         try:
-            _, response = await client.send_message(mail)
+            _, response = await client.send_message(mail, recipients=recipients)
         except (aiosmtplib.SMTPServerDisconnected, ConnectionError):
             if not reused:
                 raise
             self._drop()
             client = await self._connected()
-            _, response = await client.send_message(mail)
+            _, response = await client.send_message(mail, recipients=recipients)
         return response
 
     async def _connected(self) -> aiosmtplib.SMTP:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -378,6 +379,41 @@ async def test_a_reconnecting_tail_resumes_after_its_last_event_id_without_the_b
     rest = await read_sse(resumed, 3)
     assert [e["data"]["event"] for e in rest] == ["line 2", "line 3", "line 4"]
     resumed.close()
+
+
+async def test_a_backlog_of_lines_indexed_out_of_timestamp_order_is_not_sent_again_live(
+    producer: AIOKafkaProducer, start_logs: Callable[..., Any]
+) -> None:
+    """Lines arrive out of timestamp order (another instance's clock, a shipper that flushed late):
+    the backlog holds the newest by timestamp, and the live part must continue after every
+    backlog event sent, not after the one with the newest timestamp, or it repeats them."""
+    client = await start_logs()
+
+    async def line(event: str, timestamp: str) -> None:
+        record = {
+            "envelope": {"event_id": str(uuid.uuid4())},
+            "service": "orders",
+            "instance": "orders-2",
+            "level": "info",
+            "event": event,
+            "timestamp": timestamp,
+        }
+        await (await producer.send("logs.app", json.dumps(record).encode(), key=b"orders-2"))
+
+    await line("late clock", "2030-01-01T00:00:10+00:00")  # indexed first, newest timestamp
+    await wait_for_total(client, 1)
+    await line("early clock", "2030-01-01T00:00:05+00:00")  # indexed second, older timestamp
+    await wait_for_total(client, 2)
+    response = await client.get("/logs/tail?service=orders&backlog=2")
+    backlog = await read_sse(response, 2)
+    assert sorted(e["data"]["event"] for e in backlog) == ["early clock", "late clock"]
+
+    await line("after the tail opened", "2030-01-01T00:00:20+00:00")
+    live = await read_sse(response, 1)
+    assert [e["data"]["event"] for e in live] == ["after the tail opened"]
+    # The last event id seen is where a reconnect resumes: it must be past the whole backlog.
+    assert backlog[-1]["id"] == max(e["id"] for e in backlog)
+    response.close()
 
 
 async def test_the_tail_rejects_bad_parameters_limits_open_streams_and_keeps_idle_streams_alive(

@@ -153,6 +153,29 @@ async def test_smtp_reopens_a_kept_connection_the_server_closed_within_the_same_
         await provider.close()
 
 
+@pytest.mark.parametrize(
+    "to",
+    [
+        "a@example.com,postmaster",  # passes the otp service's e-mail pattern (one '@')
+        "postmaster,a@example.com",
+        "a@example.com\r\nBcc: b@example.com",  # a record written to otp.requests by another tool
+    ],
+)
+async def test_smtp_sends_to_exactly_the_one_address_of_the_request_or_refuses_it(to: str) -> None:
+    """The destination comes from the event: it must be one bare address.  A list (or a header
+    break) would otherwise widen the envelope, since the recipients are taken from the To: header,
+    and mail the code to mailboxes nobody asked for."""
+    async with serve_catcher() as catcher:
+        provider = SmtpEmailProvider(host="127.0.0.1", port=catcher.smtp_port, from_address="s@x.org", timeout=2)
+        try:
+            error = await failure(provider, OutgoingMessage("req-9", Channel.EMAIL, to, "code 123456", "Your code"))
+        finally:
+            await provider.close()
+        assert await catcher.mails() == []
+    assert (error.error_type, error.retryable) == ("invalid_destination", False)
+    assert "123456" not in str(error)
+
+
 class _Refusing:
     """An SMTP server's handler answering RCPT or DATA with a fixed status line."""
 

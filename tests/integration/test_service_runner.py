@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
+import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +50,44 @@ def test_serve_app_prints_the_bound_port_and_fields_then_cleans_up_on_a_signal(s
         proc.wait()
     assert proc.returncode == 0, err
     assert out == "cleaned up\n"
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_signal_during_startup_stops_the_service_at_once(tmp_path: Path, stop: signal.Signals) -> None:
+    """The orders service starts against a "broker" that accepts connections and never answers
+    (a listening socket nobody accepts on: a hung or firewalled broker), so its startup waits on
+    the Kafka client's timeouts.  SIGTERM (`streamshop up` stopping) or Ctrl-C must end it now,
+    cleanly, as `web.run_app` did, not once the client gives up about 40 s later."""
+    with socket.socket() as blackhole:
+        blackhole.bind(("127.0.0.1", 0))
+        blackhole.listen(16)
+        env = {
+            **os.environ,
+            "ORDERS_BOOTSTRAP_SERVERS": f"127.0.0.1:{blackhole.getsockname()[1]}",
+            "ORDERS_PORT": "0",
+            "ORDERS_DATABASE_PATH": str(tmp_path / "orders.db"),
+            "ORDERS_LOG_SHIPPING": "false",
+            "ORDERS_LOG_FORMAT": "json",
+            "PYTHONUNBUFFERED": "1",
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamshop.cli", "orders"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            # The service's Kafka client has connected: it is inside its startup now.
+            readable, _, _ = select.select([blackhole], [], [], 30)
+            assert readable, "the service never connected to the broker address"
+            time.sleep(0.5)
+            proc.send_signal(stop)
+            out, err = proc.communicate(timeout=10)
+        finally:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    assert "ready on" not in out
+    assert "Traceback" not in err

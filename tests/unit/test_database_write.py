@@ -77,3 +77,42 @@ async def test_write_inside_a_transaction_is_refused_and_close_waits_for_queued_
     db = await Database(tmp_path / "t.db").open()
     assert (await db.fetchone("SELECT COUNT(*) FROM t"))[0] == 20  # type: ignore[index]
     await db.close()
+
+
+async def test_a_write_after_close_raises_instead_of_waiting_forever(tmp_path: Path) -> None:
+    """`run` on a closed database raises at once; `write` must too, not leave its caller waiting
+    on a future nobody resolves (its writer task died on the missing connection)."""
+    db = await open_db(tmp_path)
+    await db.close()
+    with pytest.raises(RuntimeError, match="not open"):
+        await asyncio.wait_for(db.write(insert("late", 1)), 5)
+
+
+async def test_a_transaction_cancelled_while_begin_runs_leaves_no_transaction_open(tmp_path: Path) -> None:
+    """Cancelled while BEGIN IMMEDIATE waits in the worker thread for another process's write lock,
+    `transaction()` must not leave that BEGIN open on the connection: the next autocommit
+    statement would silently join it and be lost, and the next group commit would fail."""
+    db = await open_db(tmp_path)
+    other = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another writer holds the lock: our BEGIN waits (busy timeout)
+
+    async def body() -> None:
+        async with db.transaction() as tx:
+            await tx.execute("INSERT INTO t (k, v) VALUES ('never', 0)")
+
+    task = asyncio.create_task(body())
+    await asyncio.sleep(0.3)  # BEGIN IMMEDIATE is now running in the worker thread
+    task.cancel()
+    await asyncio.sleep(0.1)
+    other.rollback()  # the lock is free: the worker's BEGIN goes through now, after the cancel
+    other.close()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    await db.execute("INSERT INTO t (k, v) VALUES ('autocommit', 1)")
+    await db.write(insert("grouped", 2))
+    await db.close()
+    db = await Database(tmp_path / "t.db").open()
+    rows = await db.fetchall("SELECT k FROM t ORDER BY v")
+    assert [r["k"] for r in rows] == ["autocommit", "grouped"]
+    await db.close()

@@ -106,6 +106,28 @@ def test_exceptions_are_rendered_as_text_in_json() -> None:
 
 
 @pytest.mark.usefixtures("reset_logging")
+def test_json_lines_show_objects_as_their_repr_which_masks_secrets_and_hides_the_code() -> None:
+    """A settings object or a message logged as a field is written as its repr(): the settings'
+    repr masks secrets and the OTP message's repr leaves out the body (it holds the code).  A
+    JSON encoder that walks dataclass fields itself would print both in clear."""
+    from services.notify.config import SmsSenderConfig
+    from services.notify.providers import OutgoingMessage
+    from services.otp.domain import Channel
+
+    out = io.StringIO()
+    configure_logging(stream=out, fmt="json")
+    config = SmsSenderConfig(seal_key="c2VhbC1rZXktaW4tY2xlYXI=", webhook_token="token-in-clear")
+    message = OutgoingMessage("req-1", Channel.SMS, "+15550100", "123456 is your code")
+    structlog.get_logger("services.notify").info("sending", config=config, message=message)
+    text = out.getvalue()
+    assert "sending" in text
+    for secret in ("c2VhbC1rZXktaW4tY2xlYXI=", "token-in-clear", "123456"):
+        assert secret not in text
+    (line,) = lines(out)
+    assert line["message"] == repr(message)
+
+
+@pytest.mark.usefixtures("reset_logging")
 def test_a_terminal_gets_the_console_renderer_and_the_level_filters() -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:
