@@ -54,7 +54,7 @@ _TAIL_PARAMS = ("service", "level", "stream", "q", "since", "backlog")
 
 
 def _since_ms(text: str) -> int:
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return int(text)
     parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is None:

@@ -98,7 +98,7 @@ def _last_event_id(request: web.Request) -> int | None:
     value = request.headers.get("Last-Event-ID")
     if value is None:
         return None
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):  # "²".isdigit() is True, int() refuses it
         raise ValidationError({"Last-Event-ID": "must be the id of an event of this stream"}, "invalid header")
     return int(value)
 

@@ -426,6 +426,8 @@ async def test_the_tail_rejects_bad_parameters_limits_open_streams_and_keeps_idl
         ("/logs/tail?limit=5", {}, "limit"),
         ("/logs/tail?level=loud", {}, "level"),
         ("/logs/tail", {"Last-Event-ID": "abc"}, "Last-Event-ID"),
+        ("/logs/tail", {"Last-Event-ID": "\u00b2"}, "Last-Event-ID"),  # a digit to isdigit(), not to int()
+        ("/logs/tail?since=\u00b2", {}, "since"),
     ):
         response = await client.get(path, headers=headers)
         assert response.status == 422, path
