@@ -1,0 +1,635 @@
+"""docker-compose.yml, Dockerfile and .dockerignore, checked statically against the code: no
+Docker engine (nor the compose plugin) runs here, so instead of `docker compose config` each
+claim the file makes is checked against what the processes really read and listen on.
+
+Compose semantics modelled: `${NAME}` / `${NAME:-default}` / `$$` interpolation, YAML merge keys
+(PyYAML resolves them as Compose does), profiles (the default set from .env's COMPOSE_PROFILES,
+replaced by any --profile), and `depends_on` with `required: false` ignored when its service is
+not in the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator, Mapping
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from analytics.runner import ENV as ANALYTICS_ENV
+from analytics.runner import AnalyticsConfig
+from loadtest.targets import LoadTargets
+from schemas.registry.config import RegistryConfig, parse_host_port
+from services.catcher.config import CatcherConfig
+from services.common.config import ServiceConfig
+from services.logs.config import LogsConfig
+from services.notify.config import EmailSenderConfig, SenderConfig, SmsSenderConfig
+from services.orders.config import OrdersConfig
+from services.otp.config import SEAL_KEY_BYTES, OtpConfig
+from streamshop.cli import build_parser
+from streamshop.stack.plan import CHILDREN
+from tests.support.harness import REPO
+
+COMPOSE_FILE = REPO / "docker-compose.yml"
+COMPOSE: dict[str, Any] = yaml.safe_load(COMPOSE_FILE.read_text())
+SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
+DOCKERFILE = (REPO / "Dockerfile").read_text()
+
+SERVICE_CONFIGS: dict[str, type[ServiceConfig]] = {
+    "orders": OrdersConfig,
+    "otp": OtpConfig,
+    "logs": LogsConfig,
+    "sms-sender": SmsSenderConfig,
+    "email-sender": EmailSenderConfig,
+    "catcher": CatcherConfig,
+}
+BOOTSTRAP_REF = "${BOOTSTRAP_SERVERS:-broker:9092}"  # the one switch between the bundled broker and Kafka
+KAFKA_BOOTSTRAP = "kafka-1:9092,kafka-2:9092,kafka-3:9092"
+STREAMSHOP_ENV_PREFIXES = (
+    "STREAMSHOP_",
+    "ANALYTICS_",
+    "LOADTEST_",
+    *(c.prefix() + "_" for c in SERVICE_CONFIGS.values()),
+)
+
+
+def _dotenv() -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in (REPO / ".env").read_text().splitlines() if "=" in line)
+    return {k.strip(): v.strip() for k, v in pairs if not k.lstrip().startswith("#")}
+
+
+DEFAULT_PROFILES = frozenset(_dotenv()["COMPOSE_PROFILES"].split(","))
+# The runs the file documents: profiles, and the variables set for them.
+RUNS: dict[str, tuple[frozenset[str], dict[str, str]]] = {
+    "default": (DEFAULT_PROFILES, {}),
+    "kafka": (frozenset({"kafka"}), {"BOOTSTRAP_SERVERS": KAFKA_BOOTSTRAP}),
+    "bundled+load": (frozenset({"bundled", "load"}), {}),
+    "kafka+load": (frozenset({"kafka", "load"}), {"BOOTSTRAP_SERVERS": KAFKA_BOOTSTRAP}),
+}
+
+# -- compose semantics ------------------------------------------------------------------------
+
+_VARIABLE = re.compile(r"\$\$|\$\{(?P<name>\w+)(?P<op>:-)?(?P<default>[^}]*)\}|\$(?P<bare>\w+)")
+
+
+def interpolate(value: str, variables: Mapping[str, str]) -> str:
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        if match.group("bare"):
+            return variables.get(match.group("bare"), "")
+        assert match.group("op") or not match.group("default"), f"unsupported interpolation {match.group(0)}"
+        return variables.get(match.group("name")) or match.group("default")
+
+    result = _VARIABLE.sub(one, value)
+    assert "${" not in result, f"unsupported interpolation in {value!r}"
+    return result
+
+
+def environment(service: str, variables: Mapping[str, str] | None = None) -> dict[str, str]:
+    raw = SERVICES[service].get("environment", {})
+    assert isinstance(raw, dict), f"{service}: environment must be a mapping"
+    return {name: interpolate(value, variables or {}) for name, value in raw.items()}
+
+
+def active(profiles: frozenset[str]) -> set[str]:
+    return {name for name, s in SERVICES.items() if not s.get("profiles") or profiles & set(s["profiles"])}
+
+
+def dependencies(service: str) -> dict[str, dict[str, Any]]:
+    depends = SERVICES[service].get("depends_on", {})
+    assert isinstance(depends, dict), f"{service}: depends_on must use the long form with conditions"
+    return depends
+
+
+def closure(service: str, run: set[str]) -> set[str]:
+    """Every service `service` waits for in a run, directly or not."""
+    seen: set[str] = set()
+    todo = [service]
+    while todo:
+        for name in dependencies(todo.pop()):
+            if name in run and name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return seen
+
+
+def command(service: str) -> list[str]:
+    cmd = SERVICES[service].get("command")
+    assert isinstance(cmd, list), f"{service}: command must be a list"
+    return [str(a) for a in cmd]
+
+
+def streamshop_services() -> dict[str, list[str]]:
+    """Service -> its `streamshop` arguments, for the services running the CLI."""
+    return {name: command(name)[1:] for name in SERVICES if runs_streamshop(name)}
+
+
+def command_of(service: str) -> list[str]:
+    """entrypoint + command; empty for an image's own (the Kafka nodes)."""
+    return [*SERVICES[service].get("entrypoint", []), *SERVICES[service].get("command", [])]
+
+
+def runs_streamshop(service: str) -> bool:
+    return command_of(service)[:1] == ["streamshop"]
+
+
+def runs_locust(service: str) -> bool:
+    return command_of(service)[:3] == ["python", "-m", "locust"]
+
+
+def subcommand(service: str) -> str:
+    return streamshop_services()[service][0]
+
+
+def services_running(sub: str) -> list[str]:
+    return [name for name, argv in streamshop_services().items() if argv[0] == sub]
+
+
+def one_service(sub: str) -> str:
+    (name,) = services_running(sub)
+    return name
+
+
+def is_long_running(service: str) -> bool:
+    return str(SERVICES[service].get("restart", "no")) != "no"
+
+
+def published(service: str) -> list[tuple[str, int, int]]:
+    """(host ip or "", host port, container port) of each ``[IP:]HOST:CONTAINER`` entry."""
+    out = []
+    for entry in SERVICES[service].get("ports", []):
+        *ip, host, container = str(entry).split(":")
+        out.append(("".join(ip), int(host), int(container)))
+    return out
+
+
+def mounts(service: str) -> list[tuple[str, str]]:
+    """(volume, target) of each ``VOLUME:TARGET[:MODE]`` entry."""
+    return [(v.split(":")[0], v.split(":")[1]) for v in map(str, SERVICES[service].get("volumes", []))]
+
+
+def clean_environ(monkeypatch: pytest.MonkeyPatch, env: Mapping[str, str]) -> None:
+    """Only `env` among the variables the project reads (the CLI takes defaults from them)."""
+    for name in list(os.environ):
+        if name.startswith(STREAMSHOP_ENV_PREFIXES):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+def parse(argv: list[str], env: Mapping[str, str], monkeypatch: pytest.MonkeyPatch) -> argparse.Namespace:
+    """`argv` through the real CLI parser, with `env` as the environment; fails instead of exiting."""
+    with monkeypatch.context() as m:
+        clean_environ(m, env)
+        try:
+            return build_parser().parse_args(argv)
+        except SystemExit:
+            pytest.fail(f"`streamshop {' '.join(argv)}` is refused by the CLI parser")
+
+
+def config_of(service: str, variables: Mapping[str, str] | None = None) -> ServiceConfig:
+    return SERVICE_CONFIGS[subcommand(service)].from_env(environment(service, variables))
+
+
+def http_port(service: str) -> int:
+    """The port the service's HTTP server listens on, from its own settings."""
+    argv = command_of(service)
+    if argv[:1] == ["streamshop"] and argv[1] in SERVICE_CONFIGS:
+        return config_of(service).port
+    if argv[:2] == ["streamshop", "registry"]:
+        return parse_host_port(environment(service)["STREAMSHOP_REGISTRY_LISTEN"])[1]
+    if argv[:2] == ["streamshop", "broker"]:
+        return parse_host_port(environment(service)["STREAMSHOP_BROKER_ADMIN_LISTEN"])[1]
+    if runs_locust(service):
+        return int(argv[argv.index("--web-port") + 1])
+    raise AssertionError(f"{service} serves no HTTP")
+
+
+def url_target(url: str) -> tuple[str, int]:
+    parts = urlsplit(url if "://" in url else f"//{url}")
+    assert parts.hostname, f"{url} names no host"
+    assert parts.port, f"{url} names no port"
+    return parts.hostname, parts.port
+
+
+# -- the file ---------------------------------------------------------------------------------
+
+
+def test_the_compose_file_has_services_volumes_and_extension_fields_only() -> None:
+    assert set(COMPOSE) - {"name", "services", "volumes"} <= {k for k in COMPOSE if k.startswith("x-")}
+    assert "version" not in COMPOSE, "the version field is obsolete in the Compose specification"
+
+
+def test_every_environment_value_is_a_string() -> None:
+    """YAML turns yes/no/on/off/8001 into booleans and numbers; Compose wants what the process reads."""
+    for name, service in SERVICES.items():
+        for key, value in service.get("environment", {}).items():
+            assert isinstance(value, str), f"{name}: {key} is {value!r}, not a string"
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def test_every_streamshop_service_runs_a_subcommand_the_cli_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert streamshop_services(), "no service runs streamshop"
+    for name, argv in streamshop_services().items():
+        args = parse(argv, environment(name), monkeypatch)
+        assert callable(getattr(args, "func", None)), f"{name}: `streamshop {' '.join(argv)}` runs nothing"
+
+
+def test_the_stack_runs_every_process_of_streamshop_up_and_the_analytics_job() -> None:
+    expected = {child.name for child in CHILDREN} | {"analytics"}
+    assert {argv[0] for argv in streamshop_services().values()} == expected
+    for sub in expected:
+        assert len(services_running(sub)) == 1, f"{sub} must run in exactly one service"
+
+
+def test_every_service_runs_the_project_image_or_apache_kafka() -> None:
+    for name, service in SERVICES.items():
+        if runs_streamshop(name) or runs_locust(name):
+            assert service.get("build") == ".", name
+            assert service["image"] == "streamshop:local", name
+        else:
+            assert str(service["image"]).startswith("apache/kafka:"), name
+
+
+def test_locust_service_command_is_accepted_by_locust_and_loads_all_three_user_classes() -> None:
+    """`--list` parses every option, imports the locustfile and exits without running a test."""
+    (name,) = [n for n in SERVICES if runs_locust(n)]
+    assert f"WORKDIR {SERVICES[name]['working_dir']}" in DOCKERFILE.splitlines()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(STREAMSHOP_ENV_PREFIXES)}
+    done = subprocess.run(
+        [sys.executable, *command_of(name)[1:], "--list"],
+        cwd=REPO,  # the image's working_dir /app holds what the repository root does
+        env={**env, **environment(name)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert {"OrdersUser", "OtpUser", "KafkaUser"} <= set(done.stdout.split()), done.stdout
+
+
+# -- settings ---------------------------------------------------------------------------------
+
+
+def test_every_variable_a_service_sets_is_a_setting_of_that_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, argv in streamshop_services().items():
+        env = environment(name)
+        sub = argv[0]
+        if sub in SERVICE_CONFIGS:
+            cls = SERVICE_CONFIGS[sub]
+            settings = {cls.env_name(f.name) for f in dataclasses.fields(cls) if f.init}
+            assert set(env) <= settings, f"{name}: {sorted(set(env) - settings)} are not {cls.__name__} settings"
+        elif sub == "analytics":
+            settings = {
+                ANALYTICS_ENV + f.name.upper() for f in dataclasses.fields(AnalyticsConfig) if f.name != "kafka"
+            }
+            unknown = {k for k in env if k not in settings and not k.startswith(ANALYTICS_ENV + "KAFKA_")}
+            assert not unknown, f"{name}: {sorted(unknown)} are not analytics settings"
+        else:
+            # broker and registry: a variable is a setting when leaving it out changes what runs
+            effective = _effective(sub, argv, monkeypatch)
+            for key in env:
+                without = {k: v for k, v in env.items() if k != key}
+                assert effective(env) != effective(without), f"{name}: {key} changes nothing"
+    (locust,) = [n for n in SERVICES if runs_locust(n)]
+    assert set(environment(locust)) <= LoadTargets.settings()
+
+
+def _effective(sub: str, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    def broker(env: Mapping[str, str]) -> Any:
+        return vars(parse(argv, env, monkeypatch))
+
+    def registry(env: Mapping[str, str]) -> Any:
+        args = parse(argv, env, monkeypatch)  # as schemas.registry.app.main builds its config
+        return RegistryConfig.from_env(env, bootstrap=args.bootstrap, listen=parse_host_port(args.listen))
+
+    return {"broker": broker, "registry": registry}[sub]
+
+
+def test_every_service_setting_loads_and_passes_the_service_checks() -> None:
+    for name in SERVICES:
+        if runs_streamshop(name) and subcommand(name) in SERVICE_CONFIGS:
+            config = config_of(name)
+            config.check()  # seal keys decode to 32 bytes, providers are consistent, ...
+            assert config.listen == "0.0.0.0", f"{name} must listen on every interface of its container"
+    (analytics,) = services_running("analytics")
+    AnalyticsConfig.from_args(argparse.Namespace(), environment(analytics))
+
+
+def test_the_broker_listens_everywhere_and_advertises_its_service_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = one_service("broker")
+    args = parse(streamshop_services()[name], environment(name), monkeypatch)
+    assert args.listen == ("0.0.0.0", 9092)
+    assert args.advertise == (name, args.listen[1])
+    assert parse_host_port(args.admin_listen)[0] == "0.0.0.0"
+    assert interpolate(BOOTSTRAP_REF, {}) == f"{name}:{args.listen[1]}", "the default bootstrap is the broker"
+
+
+def test_every_kafka_client_takes_its_bootstrap_servers_from_one_variable() -> None:
+    """Services that `streamshop up` starts after the broker, the registry, analytics and Locust."""
+    needs_broker = {c.name for c in CHILDREN if "broker" in c.needs} | {"analytics"}
+    for name, service in SERVICES.items():
+        argv = command_of(name)
+        raw = service.get("environment", {})
+        bootstrap = {k: v for k, v in raw.items() if k.endswith(("_BOOTSTRAP_SERVERS", "_REGISTRY_BOOTSTRAP"))}
+        if runs_locust(name) or (runs_streamshop(name) and argv[1] in needs_broker):
+            assert len(bootstrap) == 1, f"{name} sets no (or several) bootstrap servers"
+        if runs_streamshop(name) or runs_locust(name):
+            assert set(bootstrap.values()) <= {BOOTSTRAP_REF}, f"{name}: {bootstrap}"
+
+
+def test_switching_to_kafka_changes_only_the_bootstrap_servers_of_the_services() -> None:
+    for name in active(RUNS["default"][0]) & active(RUNS["kafka"][0]):
+        if not runs_streamshop(name):
+            continue
+        before, after = environment(name), environment(name, RUNS["kafka"][1])
+        changed = {k for k in before if before[k] != after[k]}
+        assert all(k.endswith(("BOOTSTRAP_SERVERS", "REGISTRY_BOOTSTRAP")) for k in changed), f"{name}: {changed}"
+        assert not changed or {after[k] for k in changed} == {KAFKA_BOOTSTRAP}
+
+
+def test_every_service_finds_the_registry_at_its_service_and_port() -> None:
+    registry = one_service("registry")
+    port = http_port(registry)
+    needs_registry = {c.name for c in CHILDREN if "registry" in c.needs} | {"analytics"}
+    for name in SERVICES:
+        if runs_streamshop(name) and subcommand(name) in needs_registry:
+            (url,) = [v for k, v in environment(name).items() if k.endswith("_REGISTRY_URL")]
+            assert url_target(url) == (registry, port), f"{name}: {url}"
+
+
+def test_otp_and_the_senders_share_the_seal_key_and_its_id() -> None:
+    """The demo keys, and the ones STREAMSHOP_SEAL_KEY sets instead: one variable for the three."""
+    own_key = bytes(range(32))
+    for variables, expected in (({}, None), ({"STREAMSHOP_SEAL_KEY": base64.b64encode(own_key).decode()}, own_key)):
+        otp = OtpConfig.from_env(environment(one_service("otp"), variables))
+        key = otp.seal_key_bytes()
+        assert key is not None
+        assert len(key) == SEAL_KEY_BYTES
+        assert expected is None or key == expected
+        assert otp.hash_key, "a fixed hash key: a restarted otp still verifies the codes it sent"
+        for sub in ("sms-sender", "email-sender"):
+            sender = config_of(one_service(sub), variables)
+            assert isinstance(sender, SenderConfig)
+            assert sender.seal_keys() == {otp.seal_key_id: key}, sub
+
+
+def test_the_senders_deliver_to_the_catcher() -> None:
+    catcher_name = one_service("catcher")
+    catcher = config_of(catcher_name)
+    assert isinstance(catcher, CatcherConfig)
+    sms = config_of(one_service("sms-sender"))
+    email = config_of(one_service("email-sender"))
+    assert isinstance(sms, SmsSenderConfig)
+    assert isinstance(email, EmailSenderConfig)
+    assert sms.provider == "webhook"
+    assert url_target(sms.webhook_url) == (catcher_name, catcher.port)
+    assert urlsplit(sms.webhook_url).path == "/sms"
+    assert (email.smtp_host, email.smtp_port) == (catcher_name, catcher.smtp_port)
+
+
+def test_locust_targets_are_the_services_and_their_ports() -> None:
+    (name,) = [n for n in SERVICES if runs_locust(n)]
+    argv = command_of(name)
+    targets = LoadTargets.from_env(environment(name))
+    host = argv[argv.index("--host") + 1]
+    for url, service in ((host, "orders"), (targets.otp_url, "otp"), (targets.catcher_url, "catcher")):
+        target = one_service(service)
+        assert url_target(url) == (target, http_port(target)), url
+    assert SERVICES[name]["environment"]["LOADTEST_BOOTSTRAP_SERVERS"] == BOOTSTRAP_REF
+
+
+# -- health and start order ---------------------------------------------------------------------
+
+
+def _probe(service: str) -> tuple[int, str] | None:
+    test = " ".join(str(part) for part in SERVICES[service].get("healthcheck", {}).get("test", []))
+    match = re.search(r"http://127\.0\.0\.1:(\d+)(/[^'\" ]*)", test)
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
+def test_every_http_service_is_healthy_when_its_readiness_endpoint_answers() -> None:
+    for name, service in SERVICES.items():
+        argv = command_of(name)
+        if argv[:2] == ["streamshop", "analytics"]:
+            continue  # no HTTP server: nothing to probe, see test_only_healthchecked_services_are_waited_for
+        if runs_streamshop(name):
+            # the broker's admin API has /healthz only; every other process serves /readyz
+            path = "/healthz" if argv[1] == "broker" else "/readyz"
+            assert _probe(name) == (http_port(name), path), f"{name}: healthcheck {_probe(name)}"
+        elif runs_locust(name):
+            assert _probe(name) == (http_port(name), "/")
+        elif is_long_running(name):
+            test = service["healthcheck"]["test"]
+            assert test[:2] == ["CMD", "/opt/kafka/bin/kafka-broker-api-versions.sh"], name
+            assert test[-1] == "localhost:9092", name
+        assert service.get("healthcheck") or not is_long_running(name), f"{name} has no healthcheck"
+
+
+def test_only_healthchecked_services_are_waited_for_and_one_shots_waited_for_completion() -> None:
+    for name in SERVICES:
+        for dependency, spec in dependencies(name).items():
+            assert dependency in SERVICES, f"{name} depends on unknown {dependency}"
+            if spec["condition"] == "service_healthy":
+                assert "healthcheck" in SERVICES[dependency], f"{name} waits for {dependency}, which has none"
+            else:
+                assert spec["condition"] == "service_completed_successfully", f"{name} -> {dependency}"
+                assert not is_long_running(dependency), f"{dependency} never completes"
+
+
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_every_run_has_its_required_dependencies_and_no_cycle(run: str) -> None:
+    services = active(RUNS[run][0])
+    for name in services:
+        for dependency, spec in dependencies(name).items():
+            if spec.get("required", True):
+                assert dependency in services, f"{run}: {name} needs {dependency}, which is not in the run"
+        assert name not in closure(name, services), f"{run}: {name} waits for itself"
+
+
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_every_process_starts_after_what_streamshop_up_starts_it_after(run: str) -> None:
+    profiles, variables = RUNS[run]
+    services = active(profiles)
+    kafka = "kafka" in profiles
+    bootstrap_hosts = {url_target(a)[0] for a in interpolate(BOOTSTRAP_REF, variables).split(",")}
+    assert bootstrap_hosts <= services, f"{run}: bootstrap servers {bootstrap_hosts} are not in the run"
+    assert ("broker" in services) != kafka, f"{run}: exactly one of the bundled broker and Kafka runs"
+    for child in CHILDREN:
+        waits = closure(one_service(child.name), services)
+        for need in child.needs:
+            # on Kafka the broker is the cluster, ready once its topics are set up
+            expected = "kafka-setup" if need == "broker" and kafka else one_service(need)
+            assert expected in waits, f"{run}: {child.name} does not wait for {expected}"
+        if kafka and "broker" in child.needs:
+            assert bootstrap_hosts <= waits, f"{run}: {child.name} does not wait for {bootstrap_hosts}"
+
+
+# -- ports and volumes ----------------------------------------------------------------------------
+
+
+def test_host_ports_are_unique_local_and_the_ports_the_processes_listen_on() -> None:
+    seen: dict[int, str] = {}
+    for name in SERVICES:
+        for ip, host, container in published(name):
+            assert host not in seen, f"host port {host}: {seen.get(host)} and {name}"
+            seen[host] = name
+            assert ip == "127.0.0.1", f"{name}: port {host} is open beyond this machine"
+            assert host == container, f"{name}: {host}:{container}, the URLs of the README would not hold"
+            listening = {http_port(name)}
+            if command_of(name)[:2] == ["streamshop", "catcher"]:
+                catcher = config_of(name)
+                assert isinstance(catcher, CatcherConfig)
+                listening.add(catcher.smtp_port)
+            assert container in listening, f"{name} publishes {container}, listens on {listening}"
+
+
+def test_named_volumes_are_declared_used_once_and_hold_each_process_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    declared = set(COMPOSE.get("volumes") or {})
+    used = [(name, volume, target) for name in SERVICES for volume, target in mounts(name)]
+    assert all(not v.startswith((".", "/")) for _, v, _ in used), "bind mounts: the stack uses named volumes"
+    assert sorted(v for _, v, _ in used) == sorted(declared), "every volume declared is used once, and vice versa"
+    image_dirs = set(re.findall(r"(/var/lib/streamshop/[\w.-]+)", DOCKERFILE))
+    for name, _, target in used:
+        argv = command_of(name)
+        env = environment(name)
+        if not runs_streamshop(name):
+            assert env["KAFKA_LOG_DIRS"] == target, name
+            continue
+        assert target in image_dirs, f"{name}: {target} is not made (and owned) in the Dockerfile"
+        if argv[1] in SERVICE_CONFIGS:
+            state = config_of(name).database_path.parent
+        elif argv[1] == "analytics":
+            state = AnalyticsConfig.from_args(argparse.Namespace(), env).data_dir
+        else:
+            state = Path(parse(argv[1:], env, monkeypatch).data_dir)
+        assert state == Path(target), f"{name} keeps its state in {state}, the volume is at {target}"
+
+
+def test_every_process_that_keeps_state_has_a_volume_for_it() -> None:
+    for name in SERVICES:
+        argv = command_of(name)
+        if runs_streamshop(name) and argv[1] in ("broker", "analytics", *SERVICE_CONFIGS):
+            if argv[1] == "catcher":
+                continue  # in memory by design (services/catcher/config.py)
+            assert mounts(name), f"{name} would lose its state with its container"
+
+
+# -- the kafka profile ---------------------------------------------------------------------------
+
+
+def kafka_nodes() -> list[str]:
+    return [n for n in SERVICES if str(SERVICES[n]["image"]).startswith("apache/kafka:") and is_long_running(n)]
+
+
+def test_the_kafka_profile_is_three_kraft_brokers_with_replication_3_and_min_isr_2() -> None:
+    nodes = kafka_nodes()
+    assert len(nodes) == 3
+    envs = {n: environment(n) for n in nodes}
+    assert sorted(int(e["KAFKA_NODE_ID"]) for e in envs.values()) == [1, 2, 3]
+    voters = {f"{e['KAFKA_NODE_ID']}@{n}:9093" for n, e in envs.items()}
+    for name, env in envs.items():
+        assert SERVICES[name]["profiles"] == ["kafka"]
+        assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}, "combined mode"
+        assert set(env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")) == voters
+        assert env["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://{name}:9092"
+        assert "CONTROLLER://:9093" in env["KAFKA_LISTENERS"].split(",")
+        assert env["KAFKA_DEFAULT_REPLICATION_FACTOR"] == "3"
+        assert env["KAFKA_MIN_INSYNC_REPLICAS"] == "2"
+        assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "3"
+        assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "3"
+        assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "2"
+    (cluster_id,) = {e["CLUSTER_ID"] for e in envs.values()}
+    assert len(base64.urlsafe_b64decode(cluster_id + "==")) == 16, "a Kafka cluster id is 16 bytes"
+    assert {url_target(a)[0] for a in KAFKA_BOOTSTRAP.split(",")} == set(nodes)
+
+
+def _created_topics() -> dict[str, tuple[int, dict[str, str]]]:
+    (setup,) = [n for n in SERVICES if str(SERVICES[n]["image"]).startswith("apache/kafka:") and n not in kafka_nodes()]
+    script = "\n".join(command_of(setup))
+    (create,) = re.findall(r"^create\(\) \{(.*)\}$", script, re.M)
+    assert "--replication-factor 3" in create
+    assert '--bootstrap-server "$$BOOTSTRAP_SERVERS"' in create
+    assert SERVICES[setup]["environment"]["BOOTSTRAP_SERVERS"] == BOOTSTRAP_REF
+    topics = {}
+    for line in re.findall(r"^create (.+)$", script, re.M):
+        name, *options = line.split()
+        flags = dict(zip(options[::2], options[1::2], strict=True))
+        configs = dict(c.split("=", 1) for c in re.findall(r"--config (\S+)", line))
+        topics[name] = (int(flags["--partitions"]), configs)
+    return topics
+
+
+def test_kafka_setup_creates_every_topic_the_registry_and_services_would_create_with_one_replica() -> None:
+    """They create topics with replication factor 1; on Kafka with min.insync.replicas=2 their
+    acks=all writes would be refused, so these exist first with replication factor 3."""
+    expected: dict[str, tuple[int, dict[str, str]]] = {}
+    registry = RegistryConfig.from_env(environment(one_service("registry")))
+    expected[registry.topic] = (1, {"cleanup.policy": "compact"})  # schemas.registry.store creates it so
+    for sub in ("orders", "otp"):
+        config = config_of(one_service(sub))
+        assert isinstance(config, (OrdersConfig, OtpConfig))
+        expected[config.topic] = (config.topic_partitions, {})
+    for sub in ("sms-sender", "email-sender"):
+        sender = config_of(one_service(sub))
+        assert isinstance(sender, SenderConfig)
+        expected.update({topic: (n, {}) for topic, n in sender.topics_to_create().items()})
+    assert _created_topics() == expected
+
+
+# -- the image -------------------------------------------------------------------------------------
+
+
+def _dockerfile_lines() -> Iterator[str]:
+    """Instructions, continuation lines joined, comments left out."""
+    lines = (line for line in DOCKERFILE.splitlines() if not line.lstrip().startswith("#"))
+    yield from "\n".join(lines).replace("\\\n", " ").splitlines()
+
+
+def test_the_image_is_python_3_11_slim_with_java_17_and_the_project_installed() -> None:
+    lines = list(_dockerfile_lines())
+    (base,) = [line.split()[1] for line in lines if line.startswith("FROM ")]
+    assert base.startswith("python:3.11-slim")
+    assert any("apt-get install" in line and "openjdk-17-jre-headless" in line.split() for line in lines)
+    (install,) = [line for line in lines if re.search(r"pip install .*\.$", line.strip())]
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    package_data = pyproject["tool"]["setuptools"].get("package-data", {})
+    # the services load schemas/*.avsc at start: an installed copy of the packages must have them
+    assert " -e ." in install or "*.avsc" in package_data.get("schemas", []), "schemas/*.avsc missing from the image"
+    (user,) = [line.split()[1] for line in lines if line.startswith("USER ")]
+    assert user not in ("root", "0")
+    assert "streamshop" in pyproject["project"]["scripts"], "services run the `streamshop` console script"
+    copied = {line.split()[1] for line in lines if line.startswith("COPY ")}
+    packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    assert packages | {"pyproject.toml", "README.md", "loadtest"} <= copied
+
+
+def test_the_build_context_keeps_the_sources_and_leaves_out_environments_and_data() -> None:
+    patterns = [
+        line.strip() for line in (REPO / ".dockerignore").read_text().splitlines() if line.strip() and line[0] != "#"
+    ]
+
+    def ignored(path: str) -> bool:
+        return any(fnmatch(path, p) or fnmatch(path, p.removeprefix("**/")) for p in patterns)
+
+    copied = {line.split()[1] for line in _dockerfile_lines() if line.startswith("COPY ")}
+    for path in copied:
+        assert (REPO / path).exists(), path
+        assert not ignored(path), path
+    for path in (".git", ".venv", "data", "tests", ".env", "loadtest/results", "services/__pycache__"):
+        assert ignored(path), path
