@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench load clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,6 +29,14 @@ bench: setup
 	$(PY) -m loadtest.bench_broker
 	$(PY) -m loadtest.bench_groups
 	$(PY) -m loadtest.bench_services
+	$(PY) -m loadtest.bench_spark_source
+	$(PY) -m loadtest.bench_analytics
+
+# Locust, headless, against a fresh `streamshop up` (or LOAD_ARGS='--stack DIR' for a running one);
+# reports in loadtest/results/, exit status 1 when a threshold is exceeded.
+LOAD_ARGS ?= --users 20 --spawn-rate 5 --run-time 60s --max-failure-ratio 0.01 --max-p95-ms 500 --max-p95-ms 'sms delivered=2000'
+load: setup
+	$(PY) -m loadtest.load $(LOAD_ARGS)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,451 @@
+"""`streamshop analytics run` and `streamshop analytics replay`: the jobs as one process.
+
+`run` starts one streaming query per job (`analytics.jobs`) in a local SparkSession, all
+committing to one consumer group (`analytics` by default): each query commits only its own
+topics' partitions, standalone (no group membership), so the group's committed offsets are the
+union of the three and `streamshop groups describe analytics` shows every job's lag.  Every
+micro-batch goes through the job's ledger (`analytics.ledger`) to Parquet and the results topic
+(`analytics.sinks`), and prints one progress line.  With `--once` each query processes what is
+available when it starts (`trigger(availableNow=True)`), commits it and stops; without it, a
+micro-batch every `--trigger` seconds until SIGTERM or Ctrl-C, which stop the queries cleanly.
+
+`replay` recomputes everything from the earliest retained offsets into `DATA_DIR/replay`
+(emptied first), publishing to `<results topic>.replay` and committing to `<group>-replay`: the
+running job, its group and its results are left alone.
+
+Every option can be set by an `ANALYTICS_*` environment variable (flags win); `ANALYTICS_KAFKA_*`
+variables (and `-X key=value`) pass librdkafka settings, e.g. `ANALYTICS_KAFKA_SECURITY_PROTOCOL=SSL`
+becomes `security.protocol=SSL`, to the source, the producer and the admin client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
+
+from confluent_kafka import KafkaError, KafkaException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.listener import StreamingQueryListener
+from pyspark.sql.streaming.query import StreamingQuery
+
+from analytics import offsets as off
+from analytics.jobs import JOBS, Job, aggregate, facts_of, reader_schema
+from analytics.ledger import Ledger, next_generation
+from analytics.options import (
+    JOB_NAMES,
+    boolean,
+    job_list,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    start,
+)
+from analytics.sinks import ParquetOutputs, ResultsTopic, now
+
+__all__ = ["AnalyticsConfig", "replay", "run", "run_jobs"]
+
+ENV = "ANALYTICS_"
+
+
+class ConfigError(ValueError):
+    """An option or environment variable has a value the job cannot use, or what it names
+    (broker, registry, data directory) cannot be used."""
+
+
+@dataclass(frozen=True)
+class AnalyticsConfig:
+    """Everything a run needs; `from_args` fills it from flags, then `ANALYTICS_*`, then defaults."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    registry_url: str = "http://127.0.0.1:8081"
+    data_dir: Path = Path("data/analytics")
+    trigger_seconds: float = 2.0
+    starting_offsets: str = "group"
+    group_id: str = "analytics"
+    results_topic: str = "analytics.metrics"
+    jobs: tuple[str, ...] = JOB_NAMES
+    max_records_per_trigger: int | None = None
+    lateness_seconds: float = 120.0
+    spark_master: str = "local[2]"
+    once: bool = False
+    kafka: Mapping[str, str] = field(default_factory=dict)  # extra librdkafka settings
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> AnalyticsConfig:
+        env = os.environ if environ is None else environ
+        defaults = cls()
+        problems: list[str] = []
+
+        def pick(name: str, parse: Any = str, fallback_env: str | None = None) -> Any:
+            value = getattr(args, name, None)
+            if value is not None:
+                return value
+            raw = env.get(ENV + name.upper())
+            if raw is None and fallback_env is not None:
+                raw = env.get(fallback_env)
+            if raw is None or raw.strip() == "":
+                return getattr(defaults, name)
+            try:
+                return parse(raw.strip())
+            except ValueError as e:
+                problems.append(f"{ENV}{name.upper()}: {e}")
+                return getattr(defaults, name)
+
+        kafka = {
+            k[len(ENV + "KAFKA_") :].lower().replace("_", "."): v
+            for k, v in env.items()
+            if k.startswith(ENV + "KAFKA_")
+        }
+        for item in getattr(args, "client_config", None) or ():
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                problems.append(f"-X {item!r}: expected KEY=VALUE")
+            kafka[key.strip()] = value
+        config = cls(
+            bootstrap_servers=pick("bootstrap_servers", fallback_env="STREAMSHOP_BOOTSTRAP_SERVERS"),
+            registry_url=pick("registry_url"),
+            data_dir=pick("data_dir", Path),
+            trigger_seconds=pick("trigger_seconds", positive_float),
+            starting_offsets=pick("starting_offsets", start),
+            group_id=pick("group_id"),
+            results_topic=pick("results_topic"),
+            jobs=pick("jobs", job_list),
+            max_records_per_trigger=pick("max_records_per_trigger", positive_int),
+            lateness_seconds=pick("lateness_seconds", non_negative_float),
+            spark_master=pick("spark_master"),
+            once=pick("once", boolean),
+            kafka=kafka,
+        )
+        if problems:
+            raise ConfigError("; ".join(problems))
+        return config
+
+    def replay(self) -> AnalyticsConfig:
+        """This configuration turned into a replay: from earliest, once, beside the live job."""
+        return replace(
+            self,
+            data_dir=self.data_dir / "replay",
+            starting_offsets="earliest",
+            group_id=f"{self.group_id}-replay",
+            results_topic=f"{self.results_topic}.replay",
+            once=True,
+        )
+
+    def kafka_conf(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka}
+
+
+# -- progress ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    records: int
+    values: int
+    quarantined: int
+    late: int
+    superseded: int
+    seconds: float
+
+
+class Progress(StreamingQueryListener):
+    """One line per micro-batch, once Spark reports it done: the sink's figures plus the lag
+    (records between the batch's end and the latest offsets the source saw)."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self._lock = threading.Lock()
+        self._stats: dict[tuple[str, int], BatchStats] = {}
+        self._printed: dict[str, int] = {}
+        self.lag: dict[str, int | None] = {}
+
+    def record(self, job: str, batch_id: int, stats: BatchStats) -> None:
+        with self._lock:
+            self._stats[(job, batch_id)] = stats
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        name = str(progress.name or "")
+        if not name.startswith("analytics-"):  # another query of a shared session
+            return
+        job = name.removeprefix("analytics-")
+        batch_id = int(progress.batchId)
+        lag = _lag(progress.sources)
+        with self._lock:
+            stats = self._stats.pop((job, batch_id), None)
+            self.lag[job] = lag
+            self._printed[job] = max(batch_id, self._printed.get(job, -1))
+            if stats is None:  # a batch the sink never saw (no data): nothing to say
+                return
+            print(
+                f"analytics {job} batch {batch_id}: {stats.records:,} records, {stats.values:,} metric values, "
+                f"{stats.quarantined:,} quarantined, {stats.late:,} late"
+                + (f", {stats.superseded} earlier batch(es) superseded" if stats.superseded else "")
+                + f", lag {_count(lag)} ({stats.seconds:.2f} s)",
+                file=self.out,
+                flush=True,
+            )
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+    def printed(self, job: str) -> int:
+        with self._lock:
+            return self._printed.get(job, -1)
+
+
+def _lag(sources: Sequence[Any]) -> int | None:
+    """Records between the batch's end and the latest offsets the source saw; None when the
+    source reported no latest offsets (a batch run again after a restart is planned from
+    Spark's checkpoint, without asking the source)."""
+    total = 0
+    for source in sources:
+        latest, end = _offsets(source.latestOffset), _offsets(source.endOffset)
+        if latest is None or end is None:
+            return None
+        total += sum(max(0, o - end.get(tp, 0)) for tp, o in latest.items())
+    return total
+
+
+def _count(n: int | None) -> str:
+    return "unknown" if n is None else f"{n:,}"
+
+
+def _offsets(text: str | None) -> dict[tuple[str, int], int] | None:
+    try:
+        parsed = json.loads(text or "")
+    except ValueError:
+        return None
+    return off.flatten(parsed) if isinstance(parsed, dict) else None
+
+
+# -- the sink ----------------------------------------------------------------------------------
+
+
+class JobSink:
+    """`foreachBatch` of one job: aggregate, ledger, Parquet, topic, progress."""
+
+    def __init__(self, job: Job, config: AnalyticsConfig, progress: Progress, topic: ResultsTopic) -> None:
+        self.job = job
+        state = config.data_dir / "state" / job.name
+        self.generation = next_generation(state)
+        self.ledger = Ledger(state, job.name, self.generation, int(config.lateness_seconds * 1000))
+        self.parquet = ParquetOutputs(config.data_dir)
+        self.topic = topic
+        self.facts = job.facts()
+        self.arity = {f.kind: len(f.dims) for f in self.facts}
+        self.progress = progress
+        self.batches = 0
+        self.last_batch: int | None = None
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        if not self.ledger.started:
+            self.ledger.start()
+        facts, quarantined = facts_of(aggregate(df, self.facts).collect(), self.arity)
+        applied = self.ledger.apply(batch_id, facts)
+        computed_at = now()
+        self.parquet.write_metrics(self.job.name, self.generation, batch_id, applied.values, computed_at)
+        self.parquet.write_quarantine(self.job.name, self.generation, batch_id, quarantined)
+        self.topic.publish(self.job.name, self.generation, batch_id, applied.values, computed_at)
+        self.batches += 1
+        self.last_batch = batch_id
+        stats = BatchStats(
+            records=facts.records,
+            values=len(applied.values),
+            quarantined=len(quarantined),
+            late=applied.late,
+            superseded=len(applied.superseded),
+            seconds=time.monotonic() - started,
+        )
+        self.progress.record(self.job.name, batch_id, stats)
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+@contextmanager
+def _locked(data_dir: Path, *, empty: bool = False) -> Iterator[None]:
+    """One job per data directory: generations and state files assume a single writer.
+    `empty`: delete everything in it first (a replay starts from nothing)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(data_dir / ".lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"another analytics job is using {data_dir}") from None
+        if empty:
+            for child in data_dir.iterdir():
+                if child.name != ".lock":
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _start_query(spark: SparkSession, job: Job, config: AnalyticsConfig, sink: JobSink) -> StreamingQuery:
+    options = {
+        "bootstrap.servers": config.bootstrap_servers,
+        **job.subscription,
+        "schema.registry.url": config.registry_url,
+        "readerSchema": reader_schema(job.fields),
+        "group.id": config.group_id,
+        "startingOffsets": config.starting_offsets,
+        **{f"kafka.{k}": v for k, v in config.kafka.items()},
+    }
+    if config.max_records_per_trigger is not None:
+        options["maxRecordsPerTrigger"] = str(config.max_records_per_trigger)
+    stream = spark.readStream.format("streamshop-kafka").options(**options).load()
+    writer = (
+        stream.writeStream.queryName(f"analytics-{job.name}")
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(config.data_dir / "checkpoints" / job.name))
+    )
+    writer = (
+        writer.trigger(availableNow=True)
+        if config.once
+        else writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
+    )
+    return writer.start()
+
+
+def run_jobs(
+    config: AnalyticsConfig,
+    *,
+    spark: SparkSession | None = None,
+    stop: threading.Event | None = None,
+    out: IO[str] | None = None,
+    empty: bool = False,
+) -> int:
+    """Run the configured jobs until they finish (`once`) or `stop` is set; the exit status:
+    0, or 1 when a query failed (its error is printed).  Uses `spark` if given (tests share
+    one session), else starts a local one and stops it at the end.  `empty`: start from an
+    empty data directory (replays)."""
+    out = out if out is not None else sys.stdout
+    stop = stop if stop is not None else threading.Event()
+    with _locked(config.data_dir, empty=empty):
+        # The broker and the registry first: without them there is no point starting Spark.
+        topics = {
+            name: ResultsTopic(config.kafka_conf(), config.registry_url, config.results_topic) for name in config.jobs
+        }
+        try:
+            for topic in topics.values():
+                topic.ensure()
+        except (OSError, KafkaException) as e:
+            detail: object = e
+            if isinstance(e, TimeoutError):
+                detail = "no answer in time"
+            elif isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
+                detail = e.args[0].str()
+            raise ConfigError(
+                f"cannot set up the results topic {config.results_topic} (broker {config.bootstrap_servers}, "
+                f"registry {config.registry_url}): {detail}"
+            ) from e
+        own_session = spark is None
+        session = spark if spark is not None else _session(config)
+        progress = Progress(out)
+        session.streams.addListener(progress)
+        sinks = [JobSink(JOBS[name], config, progress, topics[name]) for name in config.jobs]
+        queries: list[tuple[JobSink, StreamingQuery]] = []
+        try:
+            queries.extend((sink, _start_query(session, sink.job, config, sink)) for sink in sinks)
+            print(
+                f"streamshop analytics ready: jobs {','.join(config.jobs)}, group {config.group_id}, "
+                f"data {config.data_dir}, results topic {config.results_topic}"
+                + (", once" if config.once else f", trigger {config.trigger_seconds:g} s"),
+                file=out,
+                flush=True,
+            )
+            while not stop.is_set() and any(q.isActive for _, q in queries):
+                stop.wait(0.25)
+        finally:
+            for _, query in queries:
+                query.stop()
+            status = _report(queries, progress, out)
+            session.streams.removeListener(progress)
+            for topic in topics.values():
+                topic.close()
+            if own_session:
+                session.stop()
+    return status
+
+
+def _session(config: AnalyticsConfig) -> SparkSession:
+    from analytics.spark import spark_session
+
+    # Each batch's aggregate is small: two shuffle partitions keep the per-task overhead low.
+    return spark_session("streamshop-analytics", master=config.spark_master, conf={"spark.sql.shuffle.partitions": "2"})
+
+
+def _report(queries: Sequence[tuple[JobSink, StreamingQuery]], progress: Progress, out: IO[str]) -> int:
+    status = 0
+    for sink, query in queries:
+        if sink.last_batch is not None:
+            # Progress events arrive asynchronously: let the last batch's line be printed first.
+            deadline = time.monotonic() + 10
+            while progress.printed(sink.job.name) < sink.last_batch and time.monotonic() < deadline:
+                time.sleep(0.05)
+        error = query.exception()
+        if error is not None:
+            print(f"analytics {sink.job.name}: query failed: {error}", file=sys.stderr, flush=True)
+            status = 1
+        print(
+            f"analytics {sink.job.name}: stopped after {sink.batches} batch(es), generation {sink.generation}, "
+            f"lag {_count(progress.lag.get(sink.job.name, 0))}",
+            file=out,
+            flush=True,
+        )
+    return status
+
+
+# -- CLI entry points --------------------------------------------------------------------------
+
+
+def _config(args: argparse.Namespace) -> AnalyticsConfig:
+    from streamshop.clients import CommandError
+
+    try:
+        return AnalyticsConfig.from_args(args)
+    except ConfigError as e:
+        raise CommandError(str(e)) from None
+
+
+def _run(config: AnalyticsConfig, *, empty: bool = False) -> int:
+    from streamshop.clients import CommandError
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        return run_jobs(config, stop=stop, empty=empty)
+    except ConfigError as e:
+        raise CommandError(str(e)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """`streamshop analytics run`."""
+    return _run(_config(args))
+
+
+def replay(args: argparse.Namespace) -> int:
+    """`streamshop analytics replay`: a fresh, bounded recomputation beside the live job."""
+    return _run(_config(args).replay(), empty=True)

@@ -1,0 +1,371 @@
+"""The analytics jobs end to end: a real broker and schema registry, real producers with the
+project's Avro serde, local Spark.  The in-process tests share one SparkSession and one data
+set (processed by two `--once` runs); the crash test runs `streamshop analytics run` as a child
+process and SIGKILLs it."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from analytics.results import read_metrics, read_quarantine
+from analytics.runner import AnalyticsConfig, run_jobs
+from schemas.serde import encode, frame
+from tests.support.analytics import (
+    CATALOG,
+    T0,
+    Produced,
+    Producer,
+    create_topics,
+    expected_metrics,
+    group_lag,
+    meta_totals,
+    parquet_values,
+    produce_events,
+    topic_values,
+)
+from tests.support.harness import ThreadBroker
+from tests.support.registry import ThreadRegistry
+from tests.support.spark import committed, start_spark
+
+REPO = Path(__file__).resolve().parents[2]
+JOB_TOPICS = {"orders", "otp.deliveries", "logs.app", "logs.ingress", "logs.db"}
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    session = start_spark()
+    yield session
+    session.stop()
+
+
+def config(bootstrap: str, registry_url: str, data_dir: Path, **overrides: Any) -> AnalyticsConfig:
+    # Lateness 10 min: the generated events span 5 min, so batching can never make one late.
+    settings: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "registry_url": registry_url,
+        "data_dir": data_dir,
+        "once": True,
+        "lateness_seconds": 600.0,
+        **overrides,
+    }
+    return AnalyticsConfig(**settings)
+
+
+@dataclass
+class Processed:
+    """The shared data set after two `--once` runs, and what was observed along the way."""
+
+    bootstrap: str
+    registry_url: str
+    data_dir: Path
+    produced: Produced
+    bad: list[tuple[str, int, int, str]]
+    second_batch_records: int
+    lag_after_first: dict[tuple[str, int], int] = field(default_factory=dict)
+    lag_before_second: dict[tuple[str, int], int] = field(default_factory=dict)
+    lag_after_second: dict[tuple[str, int], int] = field(default_factory=dict)
+    output: str = ""
+
+
+@pytest.fixture(scope="module")
+def processed(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Processed]:
+    root = tmp_path_factory.mktemp("analytics")
+    broker = ThreadBroker(root / "broker").start()
+    registry = ThreadRegistry(broker.bootstrap)
+    try:
+        create_topics(broker.bootstrap, extra={"logs.app.dlq": 1})
+        producer = Producer(broker.bootstrap, registry.url)
+        produced = produce_events(producer, orders=60)
+        example = CATALOG.example("LogRecord")
+        log_id = producer.schema_id("logs.app", "LogRecord")
+        good_log = frame(log_id, encode(CATALOG.schema("LogRecord"), example))
+        bad = []
+        for topic, value, error in (
+            ("orders", b'{"order_id": "not avro"}', "unknown magic byte 0x7b"),
+            (
+                "orders",
+                frame(9999, encode(CATALOG.schema("OrderCreated"), produced.orders[0])),
+                "schema id 9999 not found",
+            ),
+            ("logs.app", good_log[:-3], f"schema id {log_id} (io.streamshop.events.logs.LogRecord): "),
+        ):
+            report = producer.send_raw(topic, value)
+            bad.append((topic, report.partition() or 0, report.offset() or 0, error))
+        producer.send_raw("logs.app.dlq", good_log)  # a dead-letter topic: not the job's
+        data_dir = root / "data"
+        out = io.StringIO()
+        result = Processed(broker.bootstrap, registry.url, data_dir, produced, bad, 0)
+
+        assert (
+            run_jobs(config(broker.bootstrap, registry.url, data_dir, max_records_per_trigger=40), spark=spark, out=out)
+            == 0
+        )
+        result.lag_after_first = group_lag(broker.bootstrap, "analytics")
+        more = produce_events(producer, orders=30, start=60, older_writers=False)
+        result.second_batch_records = len(more.orders) + len(more.status_changes) + len(more.logs)
+        result.lag_before_second = group_lag(broker.bootstrap, "analytics")
+        assert (
+            run_jobs(config(broker.bootstrap, registry.url, data_dir, max_records_per_trigger=40), spark=spark, out=out)
+            == 0
+        )
+        result.lag_after_second = group_lag(broker.bootstrap, "analytics")
+        produced += more
+        result.output = out.getvalue()
+        yield result
+    finally:
+        registry.close()
+        broker.close()
+
+
+def test_the_metrics_are_exactly_those_of_the_generated_events(processed: Processed) -> None:
+    assert parquet_values(processed.data_dir) == expected_metrics(processed.produced)
+    # Two figures worked out by hand: the SMS latencies of the first window are 1..100 ms.
+    sms = {m.metric: m.value for m in read_metrics(processed.data_dir) if m.dimensions == {"channel": "sms"}}
+    assert sms["otp.latency_p50"] == Decimal(50)
+    assert sms["otp.latency_p95"] == Decimal(95)
+
+
+def test_events_of_an_older_schema_version_are_read_as_the_current_one(processed: Processed) -> None:
+    values = parquet_values(processed.data_dir)
+
+    def total(metric: str) -> int:
+        return sum(count for key, (_, count) in values.items() if key.startswith(f"{metric}|"))
+
+    produced = processed.produced
+    # Three OtpFailed were written by an older version without `will_retry` (added later with
+    # default false): they are read, and count as final outcomes of their channel.
+    older = [f for f in produced.failures if "will_retry" not in f]
+    final = [f for f in produced.failures if f.get("will_retry") is False]
+    assert (len(older), len(final)) == (3, 2)
+    assert total("otp.failed") == len(produced.failures)
+    assert total("otp.success_rate") == len(produced.deliveries) + len(final) + len(older)
+    # Half of the first run's orders were written by a version whose envelope had no trace_id.
+    assert total("orders.count") == len(produced.orders)
+
+
+def test_the_results_topic_holds_the_parquet_values_keyed_by_window(processed: Processed) -> None:
+    latest, records = topic_values(processed.bootstrap, "analytics.metrics")
+
+    assert latest == {**parquet_values(processed.data_dir), **parquet_values(processed.data_dir, meta=True)}
+    assert {r["envelope"]["producer"]["service"] for r in records} == {"analytics"}
+    assert {r["job"] for r in records} == {"orders", "otp", "logs"}
+    assert {r["generation"] for r in records} == {1, 2}  # each run of a job is a generation
+
+
+def test_bad_records_are_quarantined_with_their_coordinates_never_dropped(processed: Processed) -> None:
+    quarantined = read_quarantine(processed.data_dir)
+
+    assert [(q.topic, q.partition, q.offset) for q in quarantined] == sorted((t, p, o) for t, p, o, _ in processed.bad)
+    for q, (_, _, _, error) in zip(quarantined, sorted(processed.bad), strict=True):
+        assert q.error.startswith(error) or error in q.error, q.error
+        assert q.value is not None
+        assert q.key == "bad"
+    assert meta_totals(processed.data_dir) == {
+        ("analytics.quarantined", "topic=orders"): 2,
+        ("analytics.quarantined", "topic=logs.app"): 1,
+    }
+
+
+def test_the_group_lag_shrinks_to_zero_and_covers_only_the_jobs_topics(processed: Processed) -> None:
+    assert {t for t, _ in processed.lag_after_first} == JOB_TOPICS  # logs.app.dlq is not read
+    assert set(processed.lag_after_first.values()) == {0}
+    assert sum(processed.lag_before_second.values()) == processed.second_batch_records
+    assert set(processed.lag_after_second.values()) == {0}
+
+
+def test_each_batch_prints_a_progress_line(processed: Processed) -> None:
+    lines = processed.output.splitlines()
+    assert lines[0].startswith("streamshop analytics ready: jobs orders,otp,logs, group analytics")
+    batches = [line for line in lines if line.startswith("analytics orders batch ")]
+    assert len(batches) >= 3  # 60 orders and their status changes, 40 records a batch
+    assert re.fullmatch(
+        r"analytics orders batch \d+: [\d,]+ records, [\d,]+ metric values, \d+ quarantined, 0 late, "
+        r"lag 0 \([\d.]+ s\)",
+        batches[-1],
+    ), batches[-1]
+    assert "analytics otp: stopped after" in processed.output
+
+
+def test_replay_recomputes_everything_beside_the_live_job(processed: Processed, spark: SparkSession) -> None:
+    partitions = list(processed.lag_after_second)
+    live_offsets = committed(processed.bootstrap, "analytics", partitions)
+    replay = config(processed.bootstrap, processed.registry_url, processed.data_dir).replay()
+
+    assert run_jobs(replay, spark=spark, out=io.StringIO(), empty=True) == 0
+
+    assert replay.data_dir == processed.data_dir / "replay"
+    assert parquet_values(replay.data_dir) == parquet_values(processed.data_dir)
+    assert topic_values(processed.bootstrap, "analytics.metrics.replay")[0] == {
+        **parquet_values(replay.data_dir),
+        **parquet_values(replay.data_dir, meta=True),
+    }
+    assert committed(processed.bootstrap, "analytics", partitions) == live_offsets
+    assert set(group_lag(processed.bootstrap, "analytics-replay").values()) == {0}
+
+
+def test_a_late_event_is_counted_apart_and_its_window_stays_final(
+    spark: SparkSession, broker: ThreadBroker, tmp_path: Path
+) -> None:
+    registry = ThreadRegistry(broker.bootstrap)
+    try:
+        create_topics(broker.bootstrap)
+        producer = Producer(broker.bootstrap, registry.url)
+        example = CATALOG.example("OrderCreated")
+
+        def orders(*minutes: int) -> None:
+            producer.send(
+                "orders", "OrderCreated", [{**example, "created_at": T0 + timedelta(minutes=m)} for m in minutes]
+            )
+
+        settings = config(broker.bootstrap, registry.url, tmp_path, jobs=("orders",), lateness_seconds=120.0)
+        orders(1, 10)
+        assert run_jobs(settings, spark=spark, out=io.StringIO()) == 0  # newest event 10:10: watermark 10:08
+        orders(2, 9)  # 10:02 ended before 10:08: late; 10:09 ends at 10:10: on time
+        out = io.StringIO()
+        assert run_jobs(settings, spark=spark, out=out) == 0
+    finally:
+        registry.close()
+
+    counts = {m.window_start.minute: m.count for m in read_metrics(tmp_path, metric="orders.count")}
+    assert counts == {1: 1, 9: 1, 10: 1}
+    late = {m.window_start.minute: m.count for m in read_metrics(tmp_path, metric="analytics.late_events")}
+    assert late == {2: 1}
+    assert "1 late" in out.getvalue()
+
+
+# -- SIGKILL -----------------------------------------------------------------------------------
+
+
+class Job:
+    """`streamshop analytics run` as a child process in its own process group (the Python
+    driver, Spark's JVM and its Python workers: killing the group kills the whole driver)."""
+
+    def __init__(self, bootstrap: str, registry_url: str, data_dir: Path, *args: str) -> None:
+        self.log = data_dir.parent / f"job-{time.monotonic_ns()}.log"
+        cmd = [
+            sys.executable,
+            "-m",
+            "streamshop.cli",
+            "analytics",
+            "run",
+            "--bootstrap",
+            bootstrap,
+            "--registry-url",
+            registry_url,
+            "--data-dir",
+            str(data_dir),
+            "--jobs",
+            "orders",
+            "--max-records-per-trigger",
+            "30",
+            "--lateness",
+            "600",
+            *args,
+        ]
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait(self, timeout: float = 120) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"the job did not finish: {self.output()}") from None
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+
+def kill_after_batches(job: Job, generation: Path, batches: int, timeout: float = 120) -> None:
+    """SIGKILL the job as soon as the sink has recorded `batches` batches in this generation:
+    most likely before Spark has committed the last one, which the restart then reads again."""
+    deadline = time.monotonic() + timeout
+    while len(list(generation.glob("b*.json"))) < batches:
+        assert job.proc.poll() is None, job.output()
+        assert time.monotonic() < deadline, job.output()
+        time.sleep(0.005)
+    job.kill()
+
+
+def orders_only(values: dict[str, tuple[Decimal, int]]) -> dict[str, tuple[Decimal, int]]:
+    return {k: v for k, v in values.items() if k.startswith("orders.")}
+
+
+@pytest.mark.timeout(300)
+def test_sigkill_mid_stream_then_restart_gives_exact_totals_with_or_without_the_checkpoint(
+    broker: ThreadBroker, tmp_path: Path
+) -> None:
+    registry = ThreadRegistry(broker.bootstrap)
+    jobs: list[Job] = []
+
+    def job(*args: str) -> Job:
+        jobs.append(Job(broker.bootstrap, registry.url, data, *args))
+        return jobs[-1]
+
+    try:
+        create_topics(broker.bootstrap)
+        producer = Producer(broker.bootstrap, registry.url)
+        data = tmp_path / "data"
+        state = data / "state" / "orders"
+        produced = produce_events(producer, orders=120)
+        tps = [("orders", p) for p in range(3)]
+        total = len(produced.orders) + len(produced.status_changes)
+
+        # 1. Killed mid-stream, restarted on its checkpoint; stopped with SIGTERM once the
+        #    group has caught up.
+        kill_after_batches(job("--trigger", "0.2"), state / "g0001", 2)
+        at_kill = sum(committed(broker.bootstrap, "analytics", tps).values())
+        assert 0 < at_kill < total, f"not killed mid-stream: {at_kill} of {total} committed"
+        restarted = job("--trigger", "0.2")
+        deadline = time.monotonic() + 120
+        while sum(committed(broker.bootstrap, "analytics", tps).values()) < total:
+            assert restarted.proc.poll() is None, restarted.output()
+            assert time.monotonic() < deadline, restarted.output()
+            time.sleep(0.2)
+        restarted.proc.send_signal(signal.SIGTERM)
+        assert restarted.wait(60) == 0, restarted.output()
+        assert "analytics orders: stopped after" in restarted.output()
+
+        assert parquet_values(data) == orders_only(expected_metrics(produced))
+        assert set(group_lag(broker.bootstrap, "analytics").values()) == {0}
+
+        # 2. More events in the same windows; killed mid-stream again; then the checkpoint is
+        #    lost and a new query starts from the group's committed offsets.
+        more = produce_events(producer, orders=120, start=120, older_writers=False)
+        produced += more
+        total += len(more.orders) + len(more.status_changes)
+        kill_after_batches(job("--trigger", "0.2"), state / "g0003", 2)
+        assert sum(committed(broker.bootstrap, "analytics", tps).values()) < total
+        shutil.rmtree(data / "checkpoints" / "orders")
+        fresh = job("--once", "--starting-offsets", "group")
+        assert fresh.wait() == 0, fresh.output()
+    finally:
+        for j in jobs:
+            if j.proc.poll() is None:
+                j.kill()
+        registry.close()
+
+    assert parquet_values(data) == orders_only(expected_metrics(produced))
+    assert sum(committed(broker.bootstrap, "analytics", tps).values()) == total
+    latest, _ = topic_values(broker.bootstrap, "analytics.metrics")
+    assert orders_only(latest) == parquet_values(data)
