@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from aiokafka import AIOKafkaConsumer
-from aiokafka.structs import ConsumerRecord, TopicPartition
+from aiokafka.structs import ConsumerRecord
 
 from schemas.client import RegistryClient
 from schemas.serde import AvroDeserializer
@@ -23,7 +22,7 @@ from services.notify.app import RUNNER_KEY, SENDER_KEY
 from services.notify.app import create_app as create_sender
 from services.notify.config import SenderConfig
 from services.notify.sender import Sender
-from tests.support.kit_processes import CATALOG
+from tests.support.kit_processes import CATALOG, consume_all
 from tests.support.services import ServedApp, serve_app
 
 __all__ = [
@@ -152,17 +151,7 @@ async def read_topic(
     bootstrap: str, topic: str, *, count: int, within: float = 10, partitions: int = 6
 ) -> list[ConsumerRecord[bytes, bytes]]:
     """Records of `topic` from the start until `count` arrived or `within` passed (then what came)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
-    await consumer.start()
-    got: list[ConsumerRecord[bytes, bytes]] = []
-    try:
-        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
-        deadline = time.monotonic() + within
-        while len(got) < count and time.monotonic() < deadline:
-            for records in (await consumer.getmany(timeout_ms=100)).values():
-                got.extend(records)
-    finally:
-        await consumer.stop()
+    got = await consume_all(bootstrap, topic, count, within=within, partitions=partitions)
     return sorted(got, key=lambda r: (r.partition, r.offset))
 
 
