@@ -3,7 +3,18 @@ ApiVersions advertises exactly this list."""
 
 from __future__ import annotations
 
-from broker.handlers import api_versions, cluster, configs, fetch, groups, list_offsets, metadata, produce, topics
+from broker.handlers import (
+    api_versions,
+    cluster,
+    configs,
+    fetch,
+    groups,
+    list_offsets,
+    log_dirs,
+    metadata,
+    produce,
+    topics,
+)
 from broker.handlers.base import Api
 
 _IMPLEMENTED = [
@@ -18,6 +29,7 @@ _IMPLEMENTED = [
     Api(topics.CREATE_PARTITIONS, "CreatePartitions", 0, 3, topics.create_partitions),
     Api(configs.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1, configs.incremental_alter_configs),
     Api(cluster.DESCRIBE_CLUSTER, "DescribeCluster", 0, 1, cluster.describe_cluster),
+    Api(log_dirs.API_KEY, "DescribeLogDirs", log_dirs.MIN_VERSION, log_dirs.MAX_VERSION, log_dirs.handle),
     Api(groups.FIND_COORDINATOR, "FindCoordinator", 0, 6, groups.find_coordinator),
     Api(groups.JOIN_GROUP, "JoinGroup", 0, 9, groups.join_group),
     Api(groups.SYNC_GROUP, "SyncGroup", 0, 5, groups.sync_group),

@@ -1,0 +1,64 @@
+"""DescribeLogDirs: bytes on disk per partition, and the volume's space (v4+).
+
+Dashboards read partition sizes this way because it works unchanged on Apache Kafka.
+The broker has one log directory, its data dir, so every answer holds one result.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+from broker.core import Broker
+from broker.protocol.codec import RequestHeader, build, nested, response_type
+from broker.protocol.errors import ErrorCode
+
+API_KEY = 35
+# Kafka 4.0 removed v0 (KIP-896); v5 (IsCordoned) is newer than the 4.x baseline.
+MIN_VERSION, MAX_VERSION = 1, 4
+
+
+def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    cls = response_type(API_KEY, header.api_version)
+    result_cls = nested(cls, "DescribeLogDirsResult")
+    topic_cls = nested(cls, "DescribeLogDirsTopic")
+    partition_cls = nested(cls, "DescribeLogDirsPartition")
+    wanted: dict[str, set[int]] | None = None
+    if request.topics is not None:
+        wanted = {}
+        for asked in request.topics:
+            wanted.setdefault(asked.topic, set()).update(asked.partitions)
+    topics = []
+    # The cluster metadata log is left out: in KRaft it is not one of the LogManager's logs.
+    for topic in broker.visible_topics():
+        logs = topic.logs if wanted is None else [p for p in topic.logs if p.partition in wanted.get(topic.name, ())]
+        # Unknown topics and partitions are simply absent, and so are topics with none of
+        # the asked partitions (Kafka filters those since KAFKA-16807).
+        if logs:
+            partitions = tuple(
+                build(
+                    partition_cls,
+                    partition_index=plog.partition,
+                    partition_size=plog.size_bytes,  # Kafka's log.size: the .log files only
+                    offset_lag=0,  # one replica: the log end offset is the high watermark
+                    is_future_key=False,
+                )
+                for plog in logs
+            )
+            topics.append(build(topic_cls, name=topic.name, partitions=partitions))
+    log_dir = str(broker.data_dir.absolute())
+    try:
+        usage = shutil.disk_usage(broker.data_dir)  # one statvfs call
+    except OSError:
+        result = build(result_cls, error_code=ErrorCode.kafka_storage_error, log_dir=log_dir, topics=())
+    else:
+        result = build(
+            result_cls,
+            error_code=ErrorCode.none,
+            log_dir=log_dir,
+            topics=tuple(topics),
+            total_bytes=usage.total,
+            usable_bytes=usage.free,  # statvfs f_bavail, like Java's FileStore.getUsableSpace
+        )
+    # No authorizer runs, so the top-level error (v3+) is never CLUSTER_AUTHORIZATION_FAILED.
+    return build(cls, throttle_time=0, error_code=ErrorCode.none, results=(result,))
