@@ -17,7 +17,15 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from analytics.offsets import OffsetRange, Partition
@@ -32,7 +40,26 @@ _READ_DEFAULTS: dict[str, Any] = {
     "max.partition.fetch.bytes": 16 * 1024 * 1024,
     "queued.max.messages.kbytes": 256 * 1024,
     "fetch.wait.max.ms": 100,
+    # The planner's latest offsets are read_committed ones (the last stable offset) too: with
+    # transactional producers on Apache Kafka, a task planned up to the high watermark would
+    # otherwise wait at the LSO for records it may never see.
+    "isolation.level": "read_committed",
 }
+
+# Errors a worker consumer reports while librdkafka reconnects or a leader moves: not a reason
+# to fail the task (the idle timeout still ends a read that never resumes).
+_TRANSIENT = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+        KafkaError._TIMED_OUT,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NETWORK_EXCEPTION,
+    }
+)
 
 
 class KafkaClients:
@@ -90,7 +117,9 @@ class KafkaClients:
         request = {TopicPartition(t, p): spec for t, p in partitions}
         if not request:
             return {}
-        futures = self.admin.list_offsets(request, request_timeout=_TIMEOUT_S)
+        futures = self.admin.list_offsets(
+            request, request_timeout=_TIMEOUT_S, isolation_level=IsolationLevel.READ_COMMITTED
+        )
         return {(tp.topic, tp.partition): int(f.result(_TIMEOUT_S).offset) for tp, f in futures.items()}
 
     def committed(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
@@ -132,7 +161,9 @@ def read_range(
     Offsets missing from the log (compaction, transaction markers) are simply not there; the
     read ends at the first message at or past `r.end`, or when the consumer reports the end of
     the partition at or past it.  A partition that ends before `r.end` (recreated, truncated)
-    or no progress for `idle_timeout_s` raises: the task fails and Spark retries it.
+    or no progress for `idle_timeout_s` raises, and so does a consumer error other than the
+    transient ones of a reconnect: the task fails, and Spark retries it (up to 3 times under the
+    job's default master ``local[2,4]``) before failing the query.
     """
     consumer = Consumer(
         {
@@ -156,6 +187,8 @@ def read_range(
             for m in messages:
                 err = m.error()
                 if err is not None:
+                    if err.code() in _TRANSIENT and not err.fatal():
+                        continue
                     if err.code() != KafkaError._PARTITION_EOF:
                         raise KafkaException(err)
                     end_of_log = m.offset() or 0

@@ -7,13 +7,16 @@ only two calls of the Confluent REST API: `GET /schemas/ids/{id}` and (on the dr
 An id names the same schema forever, so found schemas are cached per process for its lifetime
 (Spark reuses its Python workers across batches).  An unknown id (404) is not cached across
 calls: it may be registered a moment later.  Anything but an answer (connection refused,
-timeout, 5xx) raises `RegistryUnavailableError`: the task fails and Spark retries it -- a
-registry outage never turns good records into quarantined ones.
+timeout, 5xx) is retried with backoff for about 15 s (a registry being restarted), then raises
+`RegistryUnavailableError`: the task fails, Spark retries it (3 more times under the job's
+default master ``local[2,4]``), and a longer outage fails the query -- the job exits and its
+supervisor restarts it.  A registry outage never turns good records into quarantined ones.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -70,7 +73,19 @@ def latest_schema(url: str, subject: str) -> str:
     return str(body["schema"])
 
 
+_BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between attempts while the registry does not answer
+
+
 def _get(url: str) -> dict[str, Any] | None:
+    for wait in _BACKOFF_S:
+        try:
+            return _get_once(url)
+        except RegistryUnavailableError:
+            time.sleep(wait)
+    return _get_once(url)
+
+
+def _get_once(url: str) -> dict[str, Any] | None:
     request = urllib.request.Request(url, headers={"Accept": _ACCEPT})
     try:
         with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:

@@ -78,7 +78,7 @@ class AnalyticsConfig:
     jobs: tuple[str, ...] = JOB_NAMES
     max_records_per_trigger: int | None = None
     lateness_seconds: float = 120.0
-    spark_master: str = "local[2]"
+    spark_master: str = "local[2,4]"  # two cores; a failed task is tried 4 times (local[N] never retries)
     once: bool = False
     kafka: Mapping[str, str] = field(default_factory=dict)  # extra librdkafka settings
 
@@ -375,8 +375,7 @@ def run_jobs(
                 file=out,
                 flush=True,
             )
-            while not stop.is_set() and any(q.isActive for _, q in queries):
-                stop.wait(0.25)
+            _wait(queries, stop)
         finally:
             for _, query in queries:
                 query.stop()
@@ -387,6 +386,17 @@ def run_jobs(
             if own_session:
                 session.stop()
     return status
+
+
+def _wait(queries: Sequence[tuple[Any, StreamingQuery]], stop: threading.Event, poll: float = 0.25) -> None:
+    """Until `stop`, every query has finished (`--once`), or one query has failed: the others are
+    then stopped by the caller and the job exits 1, so that its supervisor (`streamshop up`, a
+    container's restart policy) restarts it from the checkpoints, rather than a process that runs
+    on with one job dead."""
+    while not stop.is_set():
+        if any(q.exception() is not None for _, q in queries) or not any(q.isActive for _, q in queries):
+            return
+        stop.wait(poll)
 
 
 def _session(config: AnalyticsConfig) -> SparkSession:
@@ -448,4 +458,18 @@ def run(args: argparse.Namespace) -> int:
 
 def replay(args: argparse.Namespace) -> int:
     """`streamshop analytics replay`: a fresh, bounded recomputation beside the live job."""
-    return _run(_config(args).replay(), empty=True)
+    config = _config(args).replay()
+    status = _run(config, empty=True)
+    if status == 0:
+        forget_group(config)
+    return status
+
+
+def forget_group(config: AnalyticsConfig) -> None:
+    """Delete the replay's consumer group once the replay is complete: it only carried the
+    replay's progress, and left behind it would show as a group falling ever further behind."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(config.kafka_conf())
+    for future in admin.delete_consumer_groups([config.group_id], request_timeout=30).values():
+        future.result(timeout=30)

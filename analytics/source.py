@@ -66,8 +66,9 @@ Delivery guarantee (streams), precisely -- at-least-once:
   * So `latestOffset(start)` also commits `start` (except the query's initial offset).  This is
     safe because MicroBatchExecution runs exactly one batch at a time and, on restart, re-runs
     an unfinished batch before planning: whenever it asks for offsets after `start`, the batch
-    ending at `start` is complete.  The group therefore catches up at the next trigger (the
-    next poll, ~10 ms, when idle), and an availableNow run leaves it at the run's end: its
+    ending at `start` is complete.  The group therefore catches up at the next trigger (with a
+    processing-time trigger, up to one interval later when idle), and an availableNow run
+    leaves it at the run's end: its
     final latestOffset call, which finds nothing more, commits the last batch.
   A failed commit is logged and skipped; the next one catches up (committing less is safe).
   Lag tooling thus shows the records not yet processed, plus at most the batch in flight.

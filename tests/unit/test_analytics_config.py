@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from analytics.runner import AnalyticsConfig, ConfigError
+from analytics.runner import AnalyticsConfig, ConfigError, _wait
 from streamshop.cli import build_parser
 
 
@@ -101,3 +103,29 @@ def test_a_replay_runs_once_from_earliest_beside_the_live_job() -> None:
     replay = config(["replay", "--data-dir", "/d", "--group", "g"], {"ANALYTICS_RESULTS_TOPIC": "t"}).replay()
     assert (replay.data_dir, replay.group_id, replay.results_topic) == (Path("/d/replay"), "g-replay", "t.replay")
     assert (replay.starting_offsets, replay.once) == ("earliest", True)
+
+
+class _Query:
+    """What `_wait` reads of a StreamingQuery: isActive and exception()."""
+
+    def __init__(self, active: bool = True, error: Exception | None = None) -> None:
+        self.isActive = active
+        self.error = error
+
+    def exception(self) -> Exception | None:
+        return self.error
+
+
+def test_the_job_stops_waiting_as_soon_as_one_query_failed() -> None:
+    failed = _Query(active=False, error=RuntimeError("registry unavailable"))
+    _wait([(None, _Query()), (None, failed), (None, _Query())], threading.Event(), poll=0.01)  # type: ignore[list-item]
+
+
+def test_once_the_job_waits_until_every_query_finished() -> None:
+    slow = _Query()
+    timer = threading.Timer(0.2, lambda: setattr(slow, "isActive", False))
+    timer.start()
+    began = time.monotonic()
+    _wait([(None, _Query(active=False)), (None, slow)], threading.Event(), poll=0.01)  # type: ignore[list-item]
+    assert time.monotonic() - began >= 0.15
+    assert not slow.isActive
