@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench load clean
+.PHONY: setup browser demo test lint bench load clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -13,11 +13,19 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# The dashboard's browser test drives Debian's Chromium through Playwright (Playwright's own
+# browser download is not used); installed once through apt-get, as root or with sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null || { \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }
+
 # The whole local stack, supervised, with one round of demo traffic; Ctrl-C stops it.
 demo: setup
 	$(VENV)/bin/streamshop up --demo
 
-test: setup lint
+test: setup browser lint
 	$(PY) -m pytest -q
 
 lint: setup

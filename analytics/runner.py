@@ -470,6 +470,6 @@ def forget_group(config: AnalyticsConfig) -> None:
     replay's progress, and left behind it would show as a group falling ever further behind."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(config.kafka_conf())
+    admin = AdminClient(dict[str, str | int | float | bool](config.kafka_conf()))
     for future in admin.delete_consumer_groups([config.group_id], request_timeout=30).values():
         future.result(timeout=30)

@@ -251,8 +251,19 @@ def _up_parser(sub: SubParsers) -> None:
     p.add_argument(
         "--stop-timeout", type=float, default=10.0, metavar="S", help="seconds after SIGTERM before SIGKILL (10)"
     )
-    p.add_argument("--demo", action="store_true", help="once ready, drive the demo traffic once and keep running")
+    p.add_argument(
+        "--demo",
+        action="store_true",
+        help="once ready, drive one round of demo traffic, then keep a trickle going (see --demo-rate)",
+    )
     _demo_traffic_options(p, "demo-")
+    p.add_argument(
+        "--demo-rate",
+        type=float,
+        default=2.0,
+        metavar="R",
+        help="orders per second of the trickle after the first round (default 2; 0: none)",
+    )
     p.set_defaults(func=_lazy("streamshop.stack.supervisor", "up", "up"))
 
 
@@ -350,6 +361,16 @@ def _catcher_parser(sub: SubParsers) -> None:
     p.set_defaults(func=_lazy("services.catcher.main", "run", "catcher"))
 
 
+def _dashboard_parser(sub: SubParsers) -> None:
+    p = sub.add_parser(
+        "dashboard",
+        help="run the dashboard: topics, consumer groups and lag, analytics, inbox and live logs on one page "
+        "(settings from DASHBOARD_*)",
+    )
+    p.add_argument("--port", type=int, default=None, help="HTTP port (env DASHBOARD_PORT; default 8080)")
+    p.set_defaults(func=_lazy("services.dashboard.main", "run", "dashboard"))
+
+
 def _analytics_parser(sub: SubParsers) -> None:
     analytics = sub.add_parser(
         "analytics",
@@ -408,7 +429,9 @@ def _analytics_parser(sub: SubParsers) -> None:
             help="at most N records per micro-batch and job (env ANALYTICS_MAX_RECORDS_PER_TRIGGER; default no limit)",
         )
         p.add_argument(
-            "--spark-master", metavar="URL", help="Spark master (env ANALYTICS_SPARK_MASTER; default local[2])"
+            "--spark-master",
+            metavar="URL",
+            help="Spark master (env ANALYTICS_SPARK_MASTER; default local[2,4]: 2 cores, 4 tries per task)",
         )
         p.add_argument(
             "-X",
@@ -467,6 +490,7 @@ def register_tools(sub: SubParsers) -> None:
         _logs_parser,
         _notify_parsers,
         _catcher_parser,
+        _dashboard_parser,
         _analytics_parser,
     ):
         register(sub)

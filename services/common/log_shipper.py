@@ -243,10 +243,14 @@ class LogShipper:
 
     # -- the background task ---------------------------------------------------------------------
 
-    async def start(self, producer: LogProducer) -> None:
-        """Start sending through `producer` (lines logged before are already buffered)."""
+    async def start(self, producer: LogProducer, encoder: LogEncoder | None = None) -> None:
+        """Start sending through `producer` (lines logged before are already buffered), encoded
+        by `encoder` when given (the services pass `avro_log_encoder` once their registry client
+        is up)."""
         if self._task is not None:
             raise RuntimeError("log shipper already started")
+        if encoder is not None:
+            self.encoder = encoder
         self._producer = producer
         self._stopping = False
         self._wake = asyncio.Event()

@@ -30,7 +30,7 @@ from schemas.serde import AvroSerializer
 from services.common.config import ServiceConfig, setting
 from services.common.db import Database
 from services.common.kafka import EventProducer
-from services.common.log_shipper import LogShipper, SendRawAdapter
+from services.common.log_shipper import LogShipper, SendRawAdapter, avro_log_encoder
 from services.common.logging import get_logger
 from services.common.outbox import Outbox, OutboxRelay
 
@@ -158,7 +158,8 @@ async def open_publishing_service(
             )
             await producer.start()
             if shipper is not None:
-                await shipper.start(SendRawAdapter(producer))
+                # LogRecord in Avro, as every other event: the analytics job reads the logs too.
+                await shipper.start(SendRawAdapter(producer), avro_log_encoder(serializer))
             relay = OutboxRelay(outbox, producer, poll_interval=relay_poll_interval)
             try:
                 relay.start()

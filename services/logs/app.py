@@ -29,7 +29,7 @@ from services.common.consumer import ConsumerRunner, consuming, runner_for_servi
 from services.common.db import Database
 from services.common.errors import ValidationError
 from services.common.kafka import EventProducer
-from services.common.log_shipper import LogShipper, SendRawAdapter
+from services.common.log_shipper import LogShipper, SendRawAdapter, avro_log_encoder
 from services.common.logging import get_logger
 from services.logs.config import LogsConfig
 from services.logs.indexer import Indexer, LogRecordDeserializer
@@ -187,12 +187,13 @@ def create_app(config: LogsConfig, *, shipper: LogShipper | None = None) -> web.
             indexer = Indexer(db, store, name=config.group_id, on_indexed=feed.publish)
             await indexer.setup()
             registry = await stack.enter_async_context(RegistryClient(config.registry_url, auth=auth))
+            serializer = AvroSerializer(registry)
             producer = EventProducer(
-                bootstrap, AvroSerializer(registry), client_id=f"{config.service_name}-{config.instance_id}", **kafka
+                bootstrap, serializer, client_id=f"{config.service_name}-{config.instance_id}", **kafka
             )
             await stack.enter_async_context(producer)
             if shipper is not None:
-                await shipper.start(SendRawAdapter(producer))
+                await shipper.start(SendRawAdapter(producer), avro_log_encoder(serializer))
                 stack.push_async_callback(shipper.stop)
             runner = runner_for_service(
                 config,

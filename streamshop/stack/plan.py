@@ -275,6 +275,29 @@ def _catcher_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
     return _with(service_env("catcher", ctx, ports, kafka=False), {"CATCHER_SMTP_PORT": str(ports["smtp"])})
 
 
+def _dashboard_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
+    return _with(
+        service_env("dashboard", ctx, ports),
+        {"DASHBOARD_CATCHER_URL": ctx.url("catcher", "http"), "DASHBOARD_LOGS_URL": ctx.url("logs", "http")},
+    )
+
+
+def _analytics_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
+    return Launch(
+        [*_cli("analytics"), "run"],
+        {
+            "ANALYTICS_BOOTSTRAP_SERVERS": ctx.url("broker", "bootstrap"),
+            "ANALYTICS_REGISTRY_URL": ctx.url("registry", "http"),
+            "ANALYTICS_DATA_DIR": str(ctx.data_dir / "analytics"),
+        },
+    )
+
+
+def _analytics_ready(line: str) -> Announced | None:
+    """``streamshop analytics ready: jobs ...``: the job serves nothing, so no endpoints."""
+    return Announced({}, {}) if line.startswith("streamshop analytics ready") else None
+
+
 def _service(
     name: str, needs: tuple[str, ...], launch: Callable[[StackContext, Mapping[str, int]], Launch] | None = None
 ) -> ChildDef:
@@ -308,6 +331,8 @@ CHILDREN: tuple[ChildDef, ...] = (
     _service("logs", _KAFKA),
     _service("sms-sender", (*_KAFKA, "catcher"), _sms_launch),
     _service("email-sender", (*_KAFKA, "catcher"), _email_launch),
+    ChildDef("analytics", _KAFKA, {}, _analytics_launch, _analytics_ready),
+    _service("dashboard", (*_KAFKA, "catcher", "logs"), _dashboard_launch),
 )
 
 

@@ -17,13 +17,14 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -42,6 +43,9 @@ from streamshop.stack.plan import (
     select,
     url_table,
 )
+
+if TYPE_CHECKING:
+    from streamshop.demo import Targets
 from streamshop.stack.state import FILE_NAME, VERSION, iso_now, running_stack, write_stack
 
 __all__ = ["StackOptions", "Supervisor", "up"]
@@ -412,6 +416,9 @@ class Supervisor:
                     f"described in {self.stack_file}"
                 )
                 self.console.say(url_table(self.rows(), Path.cwd()))
+                dashboard = self.children.get("dashboard")
+                if dashboard is not None and dashboard.announced is not None:
+                    self.console.say(f"dashboard: {dashboard.announced.urls['http']}")
                 self.console.say("Ctrl-C stops the stack; `streamshop demo` drives traffic against it")
                 if self.after_ready is not None:
                     extra = asyncio.create_task(self.after_ready(self))
@@ -459,13 +466,26 @@ class Supervisor:
         self.console.say("stack stopped" + (" after a failed start" if failed else ""))
 
 
+def java_found() -> bool:
+    """Whether Spark will find a JVM: JAVA_HOME's, else ``java`` on PATH (how spark-submit looks)."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        return (Path(home) / "bin" / "java").exists()
+    return shutil.which("java") is not None
+
+
 def up(args: argparse.Namespace) -> int:
     """`streamshop up`."""
     data_dir = Path(args.data_dir).resolve()
     running = running_stack(data_dir)
     if running is not None:
         raise CommandError(f"a stack already runs from {data_dir} (pid {running['pid']}); stop it first")
-    children = select(CHILDREN, args.without)
+    without = list(args.without)
+    # Spark needs a JVM; without one the job could only crash and be restarted forever.
+    no_java = "analytics" not in without and not java_found()
+    if no_java:
+        without.append("analytics")
+    children = select(CHILDREN, without)
     data_dir.mkdir(parents=True, exist_ok=True)
     secrets = Secrets.load_or_create(data_dir / "secrets.json")
     color = use_color(sys.stdout, args.no_color)
@@ -482,6 +502,9 @@ def up(args: argparse.Namespace) -> int:
     console = Console([*names, "demo"] if args.demo else names, sys.stdout, color=color)
     after_ready = _demo_after_ready(args, console) if args.demo else None
 
+    if no_java:
+        console.say("analytics left out: it needs Java 17 (java on PATH or JAVA_HOME); or pass --without analytics")
+
     async def main() -> int:
         supervisor = Supervisor(options, children, console, secrets, after_ready=after_ready)
         return await supervisor.run()
@@ -490,19 +513,22 @@ def up(args: argparse.Namespace) -> int:
 
 
 def _demo_after_ready(args: argparse.Namespace, console: Console) -> Callable[[Supervisor], Coroutine[Any, Any, None]]:
-    """`up --demo`: the demo traffic once, in-process, its lines prefixed ``demo``."""
+    """`up --demo`: one round of demo traffic with its report, then a steady trickle (about
+    `--demo-rate` orders a second and an OTP every few seconds) so that the dashboard's charts
+    keep moving; its lines are prefixed ``demo``."""
 
     async def run(supervisor: Supervisor) -> None:
         from streamshop.demo import Progress, Targets, run_traffic
 
         urls = {c.name: c.announced.urls for c in supervisor.children.values() if c.announced is not None}
+        targets = Targets.from_endpoints(urls)
 
         def say(text: str) -> None:
             console.line("demo", text)
 
         try:
             report = await run_traffic(
-                Targets.from_endpoints(urls),
+                targets,
                 orders=args.demo_orders,
                 otps=args.demo_otp,
                 concurrency=8,
@@ -513,5 +539,36 @@ def _demo_after_ready(args: argparse.Namespace, console: Console) -> Callable[[S
             return
         for line in report.lines():
             say(line)
+        if args.demo_rate <= 0:
+            return
+        say(f"keeps sending about {args.demo_rate:g} orders/s and an OTP every {_TRICKLE_ROUND:g} s; Ctrl-C stops")
+        await _trickle(targets, args.demo_rate, say)
 
     return run
+
+
+_TRICKLE_ROUND = 5.0  # seconds per round of trickle traffic
+_TRICKLE_QUIET = 60.0  # at most one line per this many seconds about failing rounds
+
+
+async def _trickle(targets: Targets, rate: float, say: Callable[[str], None]) -> None:
+    """Rounds of `rate` x `_TRICKLE_ROUND` orders and one OTP, one round per `_TRICKLE_ROUND`
+    seconds, until cancelled.  A failing round (a service restarting) is reported, then retried."""
+    from streamshop.demo import Progress, run_traffic
+
+    orders = max(1, round(rate * _TRICKLE_ROUND))
+    last_said = -_TRICKLE_QUIET
+    while True:
+        began = time.monotonic()
+        try:
+            report = await run_traffic(
+                targets, orders=orders, otps=1, concurrency=4, progress=Progress(orders + 1, write_line=lambda _: None)
+            )
+            problems = report.stats.problems
+        except CommandError as e:
+            problems = [str(e)]
+        if problems and began - last_said >= _TRICKLE_QUIET:
+            last_said = began
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            say(f"trickle round failed: {problems[0]}{more}")
+        await asyncio.sleep(max(0.0, _TRICKLE_ROUND - (time.monotonic() - began)))

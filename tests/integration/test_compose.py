@@ -33,6 +33,7 @@ from loadtest.targets import LoadTargets
 from schemas.registry.config import RegistryConfig, parse_host_port
 from services.catcher.config import CatcherConfig
 from services.common.config import ServiceConfig
+from services.dashboard.config import DashboardConfig
 from services.logs.config import LogsConfig
 from services.notify.config import EmailSenderConfig, SenderConfig, SmsSenderConfig
 from services.orders.config import OrdersConfig
@@ -53,6 +54,7 @@ SERVICE_CONFIGS: dict[str, type[ServiceConfig]] = {
     "sms-sender": SmsSenderConfig,
     "email-sender": EmailSenderConfig,
     "catcher": CatcherConfig,
+    "dashboard": DashboardConfig,
 }
 BOOTSTRAP_REF = "${BOOTSTRAP_SERVERS:-broker:9092}"  # the one switch between the bundled broker and Kafka
 KAFKA_BOOTSTRAP = "kafka-1:9092,kafka-2:9092,kafka-3:9092"
@@ -249,8 +251,8 @@ def test_every_streamshop_service_runs_a_subcommand_the_cli_accepts(monkeypatch:
         assert callable(getattr(args, "func", None)), f"{name}: `streamshop {' '.join(argv)}` runs nothing"
 
 
-def test_the_stack_runs_every_process_of_streamshop_up_and_the_analytics_job() -> None:
-    expected = {child.name for child in CHILDREN} | {"analytics"}
+def test_the_stack_runs_every_process_of_streamshop_up() -> None:
+    expected = {child.name for child in CHILDREN}
     assert {argv[0] for argv in streamshop_services().values()} == expected
     for sub in expected:
         assert len(services_running(sub)) == 1, f"{sub} must run in exactly one service"
@@ -341,8 +343,8 @@ def test_the_broker_listens_everywhere_and_advertises_its_service_name(monkeypat
 
 
 def test_every_kafka_client_takes_its_bootstrap_servers_from_one_variable() -> None:
-    """Services that `streamshop up` starts after the broker, the registry, analytics and Locust."""
-    needs_broker = {c.name for c in CHILDREN if "broker" in c.needs} | {"analytics"}
+    """Services that `streamshop up` starts after the broker, and Locust."""
+    needs_broker = {c.name for c in CHILDREN if "broker" in c.needs}
     for name, service in SERVICES.items():
         argv = command_of(name)
         raw = service.get("environment", {})
@@ -366,7 +368,7 @@ def test_switching_to_kafka_changes_only_the_bootstrap_servers_of_the_services()
 def test_every_service_finds_the_registry_at_its_service_and_port() -> None:
     registry = one_service("registry")
     port = http_port(registry)
-    needs_registry = {c.name for c in CHILDREN if "registry" in c.needs} | {"analytics"}
+    needs_registry = {c.name for c in CHILDREN if "registry" in c.needs}
     for name in SERVICES:
         if runs_streamshop(name) and subcommand(name) in needs_registry:
             (url,) = [v for k, v in environment(name).items() if k.endswith("_REGISTRY_URL")]
@@ -525,8 +527,8 @@ def test_every_process_that_keeps_state_has_a_volume_for_it() -> None:
     for name in SERVICES:
         argv = command_of(name)
         if runs_streamshop(name) and argv[1] in ("broker", "analytics", *SERVICE_CONFIGS):
-            if argv[1] == "catcher":
-                continue  # in memory by design (services/catcher/config.py)
+            if argv[1] in ("catcher", "dashboard"):
+                continue  # in memory by design: the catcher's mailbox, the dashboard's history
             assert mounts(name), f"{name} would lose its state with its container"
 
 

@@ -23,7 +23,7 @@ import pytest
 from tests.support.harness import REPO
 from tests.support.stack import Stack, alive, http, running_stack
 
-CHILDREN = ["broker", "registry", "catcher", "orders", "otp", "logs", "sms-sender", "email-sender"]
+CHILDREN = ["broker", "registry", "catcher", "orders", "otp", "logs", "sms-sender", "email-sender", "dashboard"]
 SERVICES = [name for name in CHILDREN if name not in ("broker", "registry")]  # the ones with /readyz
 
 
@@ -57,7 +57,8 @@ def test_demo_without_a_running_stack_says_so_and_exits_1(tmp_path: Path) -> Non
 def test_a_child_that_cannot_start_fails_up_naming_it_and_stops_the_others(tmp_path: Path) -> None:
     # an invalid setting: `streamshop otp` exits with status 2 before it listens
     result = streamshop(
-        "up", "--ephemeral-ports", "--data-dir", str(tmp_path), "--without", "catcher", env={"OTP_CODE_TTL": "-1"}
+        *("up", "--ephemeral-ports", "--data-dir", str(tmp_path), "--without", "catcher", "--without", "analytics"),
+        env={"OTP_CODE_TTL": "-1"},
     )
     assert result.returncode == 1, result.stdout
     log = tmp_path / "output" / "otp.log"
@@ -139,7 +140,7 @@ def test_a_killed_child_is_restarted_on_the_same_url(stack: Stack) -> None:
 
 
 def test_a_second_up_on_the_same_data_dir_is_refused(stack: Stack) -> None:
-    second = streamshop("up", "--ephemeral-ports", "--data-dir", str(stack.data))
+    second = streamshop("up", "--ephemeral-ports", "--data-dir", str(stack.data), "--without", "analytics")
     assert second.returncode == 1
     assert f"a stack already runs from {stack.data} (pid {stack.proc.pid})" in second.stderr
     assert stack.document()["state"] == "running"

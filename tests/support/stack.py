@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,12 +70,19 @@ def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
 
 
 @contextmanager
-def running_stack(data: Path, env: Mapping[str, str] | None = None, within: float = 60) -> Iterator[Stack]:
-    """`streamshop up --ephemeral-ports --data-dir data`, running; its output goes to a file beside `data`."""
+def running_stack(
+    data: Path, env: Mapping[str, str] | None = None, within: float = 60, without: Sequence[str] = ("analytics",)
+) -> Iterator[Stack]:
+    """`streamshop up --ephemeral-ports --data-dir data --without ...`, running; its output goes to
+    a file beside `data`.  Spark is left out unless asked for: its JVM would cost every stack
+    test twenty seconds of both cores."""
     output = data.parent / f"{data.name}-up.out"
     with output.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streamshop.cli", "up", "--ephemeral-ports", "--data-dir", str(data)],
+            [
+                *(sys.executable, "-m", "streamshop.cli", "up", "--ephemeral-ports", "--data-dir", str(data)),
+                *(arg for child in without for arg in ("--without", child)),
+            ],
             cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             stdout=out,

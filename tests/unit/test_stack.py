@@ -192,12 +192,15 @@ def test_children_start_once_what_they_need_is_up() -> None:
     assert names(levels(CHILDREN)) == [
         ["broker", "catcher"],
         ["registry"],
-        ["orders", "otp", "logs", "sms-sender", "email-sender"],
+        ["orders", "otp", "logs", "sms-sender", "email-sender", "analytics"],
+        ["dashboard"],
     ]
 
 
 def test_without_a_child_leaves_out_everything_that_needs_it() -> None:
-    assert [c.name for c in select(CHILDREN, ["catcher"])] == ["broker", "registry", "orders", "otp", "logs"]
+    without_catcher = ["broker", "registry", "orders", "otp", "logs", "analytics"]
+    assert [c.name for c in select(CHILDREN, ["catcher"])] == without_catcher
+    assert "dashboard" not in [c.name for c in select(CHILDREN, ["logs"])]
     assert [c.name for c in select(CHILDREN, ["broker"])] == ["catcher"]
     assert len(select(CHILDREN, [])) == len(CHILDREN)
     with pytest.raises(CommandError, match="no child named nope"):
@@ -387,3 +390,46 @@ def test_report_lists_failures_and_is_not_ok_with_any() -> None:
         ["orders.status", "0", "1", "-", "-"],
     ]
     assert Report(Targets("o", "p", None), 0, 0, 1.0, Stats()).ok
+
+
+def test_analytics_reads_the_stack_broker_registry_and_data_dir(tmp_path: Path) -> None:
+    from analytics.runner import AnalyticsConfig
+    from streamshop.cli import build_parser
+
+    launch = BY_NAME["analytics"].launch(context(tmp_path), {})
+    assert launch.command[-2:] == ["analytics", "run"]
+    args = build_parser().parse_args(launch.command[3:])
+    config = AnalyticsConfig.from_args(args, launch.environment({}))
+    assert (config.bootstrap_servers, config.registry_url) == ("127.0.0.1:19092", "http://127.0.0.1:18081")
+    assert config.data_dir == tmp_path / "analytics"
+    assert not config.once
+
+
+def test_analytics_ready_line_announces_no_endpoints() -> None:
+    ready = BY_NAME["analytics"].parse_ready("streamshop analytics ready: jobs orders,otp,logs, group analytics")
+    assert ready is not None
+    assert (ready.urls, ready.ports) == ({}, {})
+    assert BY_NAME["analytics"].parse_ready("streamshop orders ready on http://127.0.0.1:1") is None
+
+
+def test_dashboard_is_told_where_the_catcher_and_logs_are(tmp_path: Path) -> None:
+    endpoints = {**ENDPOINTS, "logs": {"http": "http://127.0.0.1:18003"}}
+    launch = BY_NAME["dashboard"].launch(context(tmp_path, endpoints), {"http": 0})
+    env = launch.environment({})
+    assert env["DASHBOARD_CATCHER_URL"] == "http://127.0.0.1:18025"
+    assert env["DASHBOARD_LOGS_URL"] == "http://127.0.0.1:18003"
+    assert env["DASHBOARD_BOOTSTRAP_SERVERS"] == "127.0.0.1:19092"
+    assert BY_NAME["dashboard"].ports == {"http": 8080}
+
+
+def test_java_is_looked_for_in_java_home_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamshop.stack.supervisor import java_found
+
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    assert not java_found()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "java").touch()
+    assert java_found()
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert not java_found()

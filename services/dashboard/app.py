@@ -1,0 +1,186 @@
+"""`create_app(config)`: the dashboard as an aiohttp application.
+
+    GET /                 the page (static/index.html); it refreshes itself every ~2 s
+    GET /static/...       its script, styles and chart helpers (no CDN, no build: works offline)
+    GET /api/snapshot     -> 200 {"updated_at", "stale", "error", "refresh_interval",
+                                  "cluster", "groups", "history", "analytics"}
+    GET /api/inbox        -> the catcher's latest mails (services.dashboard.proxy)
+    GET /api/logs/tail    -> the logs service's live tail, Server-Sent Events (services.dashboard.proxy)
+    GET /healthz, /readyz (the broker is reachable), /metrics
+
+Two background tasks run while the app does: the poller (services.dashboard.poller), which
+observes the cluster every `refresh_interval` seconds, and the analytics feed
+(services.dashboard.analytics_feed).  Handlers only read what they keep in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from schemas.client import RegistryClient
+from services.common.app import METRICS_REGISTRY_KEY, create_base_app
+from services.common.errors import NotFound
+from services.common.health import broker_check
+from services.common.log_shipper import LogShipper
+from services.common.logging import get_logger
+from services.dashboard.analytics_feed import LatestValues, MetricsFeed, analytics_json
+from services.dashboard.config import DashboardConfig
+from services.dashboard.kafka_reader import ClusterReader
+from services.dashboard.poller import SnapshotPoller
+from services.dashboard.proxy import fetch_inbox, proxy_tail
+
+__all__ = ["FEED_KEY", "POLLER_KEY", "STATIC_DIR", "create_app"]
+
+log = get_logger(__name__)
+
+STATIC_DIR = Path(__file__).parent / "static"
+POLLER_KEY = web.AppKey("dashboard_poller", SnapshotPoller)
+FEED_KEY = web.AppKey("dashboard_feed", MetricsFeed)
+_SESSION_KEY = web.AppKey("dashboard_http", aiohttp.ClientSession)
+_NO_CACHE = {"Cache-Control": "no-cache"}
+
+
+class _KafkaLogProducer:
+    """The log shipper's producer protocol over a plain aiokafka producer (no registry needed)."""
+
+    def __init__(self, producer: AIOKafkaProducer) -> None:
+        self.producer = producer
+
+    async def send(self, topic: str, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]]) -> Any:
+        return await self.producer.send(topic, value=value, key=key, headers=list(headers))
+
+
+class _AnalyticsView:
+    """The analytics section, derived again only when the feed changed."""
+
+    def __init__(self, feed: MetricsFeed) -> None:
+        self.feed = feed
+        self._key: tuple[Any, ...] | None = None
+        self._body: dict[str, Any] = {}
+
+    def json(self) -> dict[str, Any]:
+        status = self.feed.status()
+        key = (self.feed.latest.version, *status.values())
+        if key != self._key:
+            self._body = analytics_json(self.feed.latest, status)
+            self._key = key
+        return self._body
+
+
+class DashboardCollector(Collector):
+    def __init__(self, poller: SnapshotPoller, feed: MetricsFeed) -> None:
+        self.poller = poller
+        self.feed = feed
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("dashboard_polls", "cluster observations attempted", value=self.poller.polls)
+        yield CounterMetricFamily("dashboard_poll_failures", "cluster observations failed", value=self.poller.failures)
+        yield GaugeMetricFamily(
+            "dashboard_snapshot_stale", "1 while the last poll failed", value=int(self.poller.stale)
+        )
+        yield CounterMetricFamily("dashboard_metric_records", "analytics records read", value=self.feed.records_read)
+        yield CounterMetricFamily(
+            "dashboard_metric_undecodable", "analytics records skipped: undecodable", value=self.feed.undecodable
+        )
+        yield GaugeMetricFamily("dashboard_metric_keys", "analytics values held", value=len(self.feed.latest))
+
+
+def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) -> web.Application:
+    config.check()
+    kafka = config.kafka_client_kwargs()
+    poller = SnapshotPoller(
+        ClusterReader(kafka),
+        interval=config.refresh_interval,
+        timeout=config.poll_timeout,
+        history_points=config.history_points,
+    )
+    auth = (
+        aiohttp.BasicAuth(config.registry_username, config.registry_password or "")
+        if config.registry_username
+        else None
+    )
+    registry = RegistryClient(config.registry_url, auth=auth)
+    feed = MetricsFeed(
+        lambda: AIOKafkaConsumer(
+            **kafka, client_id="streamshop-dashboard-metrics", group_id=None, enable_auto_commit=False
+        ),
+        lambda: poller.partitions(config.metrics_topic),
+        registry,
+        config.metrics_topic,
+        LatestValues(config.metrics_window_minutes),
+        retry_interval=config.refresh_interval,
+    )
+    analytics = _AnalyticsView(feed)
+
+    app = create_base_app(config, checks={"broker": broker_check(config.bootstrap_servers)}, shipper=shipper)
+    app[POLLER_KEY] = poller
+    app[FEED_KEY] = feed
+    app[METRICS_REGISTRY_KEY].register(DashboardCollector(poller, feed))
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        producer: AIOKafkaProducer | None = None
+        if shipper is not None:
+            producer = AIOKafkaProducer(**kafka, acks="all", enable_idempotence=True)
+            await producer.start()
+            await shipper.start(_KafkaLogProducer(producer))
+        app[_SESSION_KEY] = session = aiohttp.ClientSession()
+        # Background tasks: a broker that is down at start-up only makes the first snapshots stale.
+        tasks = [
+            asyncio.create_task(poller.run(), name="dashboard-poller"),
+            asyncio.create_task(feed.run(), name="dashboard-analytics-feed"),
+        ]
+        log.info("dashboard started", bootstrap_servers=config.bootstrap_servers, metrics_topic=config.metrics_topic)
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await session.close()
+            await registry.close()
+            if shipper is not None:
+                await shipper.stop()
+            if producer is not None:
+                await producer.stop()
+
+    async def index(request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC_DIR / "index.html", headers=_NO_CACHE)
+
+    # The page's few files, listed once: a request can only name one of them (no path tricks),
+    # and an unknown name is the kit's JSON 404 like any unknown path.
+    static_files = {path.name: path for path in STATIC_DIR.iterdir() if path.is_file()}
+
+    async def static_file(request: web.Request) -> web.FileResponse:
+        path = static_files.get(request.match_info["name"])
+        if path is None:
+            raise NotFound(f"no file {request.path}")
+        return web.FileResponse(path, headers=_NO_CACHE)
+
+    async def snapshot(request: web.Request) -> web.Response:
+        return web.json_response({**poller.state(), "analytics": analytics.json()}, headers=_NO_CACHE)
+
+    async def inbox(request: web.Request) -> web.Response:
+        return web.json_response(await fetch_inbox(request.app[_SESSION_KEY], config.catcher_url), headers=_NO_CACHE)
+
+    async def logs_tail(request: web.Request) -> web.StreamResponse:
+        return await proxy_tail(request, request.app[_SESSION_KEY], config.logs_url)
+
+    app.cleanup_ctx.append(lifecycle)
+    app.router.add_get("/", index)
+    app.router.add_get("/api/snapshot", snapshot)
+    app.router.add_get("/api/inbox", inbox)
+    app.router.add_get("/api/logs/tail", logs_tail)
+    app.router.add_get("/static/{name}", static_file)
+    return app

@@ -1,0 +1,333 @@
+"""Observing the cluster over the Kafka protocol only (never the bundled broker's admin HTTP
+API), so the dashboard works the same against an Apache Kafka cluster.
+
+One observation costs: Metadata (brokers, topics, partitions, leaders), ListOffsets for the log
+start and end offsets (a group-less consumer), DescribeLogDirs per broker (sizes), ListGroups,
+FindCoordinator + DescribeGroups + OffsetFetch per group.
+
+aiokafka 0.14 has no DescribeLogDirs at all, and its DescribeGroups v3 parses the answer with
+the v2 layout (the trailing authorized_operations field of each group is not read, which
+garbles every group after the first): both requests are defined here with aiokafka's own
+protocol types.  A broker that does not implement DescribeLogDirs (older brokers, or one that
+leaves it out) makes sizes unknown, never the observation fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Iterable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
+from aiokafka.errors import IncompatibleBrokerVersion, KafkaError
+from aiokafka.protocol.admin import DescribeGroupsRequest_v0, DescribeGroupsRequest_v1, DescribeGroupsRequest_v2
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Int64, Schema, String
+from aiokafka.structs import TopicPartition
+
+from services.common.logging import get_logger
+from services.dashboard.model import BrokerInfo, GroupInfo, MemberInfo, Observation, PartitionInfo, TopicInfo
+
+__all__ = ["ClusterReader", "DescribeLogDirsRequest", "decode_assignment"]
+
+log = get_logger(__name__)
+
+_DESCRIBE_LOG_DIRS = 35
+_DESCRIBE_GROUPS = 15
+_DEAD_STATES = frozenset({"Dead"})
+
+
+# -- protocol pieces aiokafka lacks ------------------------------------------------------------
+
+
+class DescribeLogDirsResponse_v0(Response):  # type: ignore[misc]  # Kafka's version naming
+    API_KEY = _DESCRIBE_LOG_DIRS
+    API_VERSION = 0
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "results",
+            Array(
+                ("error_code", Int16),
+                ("log_dir", String("utf-8")),
+                (
+                    "topics",
+                    Array(
+                        ("name", String("utf-8")),
+                        (
+                            "partitions",
+                            Array(
+                                ("partition_index", Int32),
+                                ("partition_size", Int64),
+                                ("offset_lag", Int64),
+                                ("is_future_key", Boolean),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+class DescribeLogDirsResponse_v1(Response):  # type: ignore[misc]
+    API_KEY = _DESCRIBE_LOG_DIRS
+    API_VERSION = 1
+    SCHEMA = DescribeLogDirsResponse_v0.SCHEMA
+
+
+class DescribeLogDirsRequest_v0(RequestStruct):  # type: ignore[misc]
+    API_KEY = _DESCRIBE_LOG_DIRS
+    API_VERSION = 0
+    RESPONSE_TYPE = DescribeLogDirsResponse_v0
+    # topics: null asks for every partition of every topic.
+    SCHEMA = Schema(("topics", Array(("topic", String("utf-8")), ("partitions", Array(Int32)))))
+
+
+class DescribeLogDirsRequest_v1(RequestStruct):  # type: ignore[misc]
+    API_KEY = _DESCRIBE_LOG_DIRS
+    API_VERSION = 1
+    RESPONSE_TYPE = DescribeLogDirsResponse_v1
+    SCHEMA = DescribeLogDirsRequest_v0.SCHEMA
+
+
+# v1 is the oldest version Kafka 4 still speaks (KIP-896) and the newest without flexible
+# encoding; v0 is the same message for brokers older than Kafka 2.0.
+class DescribeLogDirsRequest(Request[DescribeLogDirsRequest_v0 | DescribeLogDirsRequest_v1]):  # type: ignore[misc]
+    API_KEY = _DESCRIBE_LOG_DIRS
+
+    def build(self, request_struct_class: Any) -> Any:
+        return request_struct_class(None)
+
+
+# DescribeGroups up to v2, whose answer aiokafka parses right (see the module docstring).
+_DescribeGroupsVersions = DescribeGroupsRequest_v0 | DescribeGroupsRequest_v1 | DescribeGroupsRequest_v2
+
+
+class _DescribeGroupsRequest(Request[_DescribeGroupsVersions]):  # type: ignore[misc]
+    API_KEY = _DESCRIBE_GROUPS
+
+    def __init__(self, groups: list[str]) -> None:
+        self._groups = groups
+
+    def build(self, request_struct_class: Any) -> Any:
+        return request_struct_class(self._groups)
+
+
+def decode_assignment(protocol_type: str, raw: bytes | None) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """A member's assignment, ``((topic, (partition, ...)), ...)`` sorted; empty while a
+    rebalance has not assigned it yet, and for groups of another protocol than ``consumer``
+    (Kafka Connect, ...), whose assignments are not topic-partitions."""
+    if protocol_type != "consumer" or not raw:
+        return ()
+    try:
+        decoded = ConsumerProtocolMemberAssignment.decode(bytes(raw))
+    except Exception:  # a client's own format: show no assignment rather than fail the poll
+        return ()
+    merged: dict[str, set[int]] = defaultdict(set)
+    for topic, partitions in decoded.assignment:
+        merged[topic].update(partitions)
+    return tuple((topic, tuple(sorted(merged[topic]))) for topic in sorted(merged))
+
+
+class _Admin(AIOKafkaAdminClient):  # type: ignore[misc]
+    """The admin client with the two requests above."""
+
+    async def metadata(self) -> dict[str, Any]:
+        response = await self._get_cluster_metadata(topics=None)
+        result: dict[str, Any] = response.to_object()
+        return result
+
+    async def log_dir_sizes(self, node_ids: Iterable[int]) -> dict[tuple[str, int], int] | None:
+        """Bytes on disk per partition (the largest replica's), or None when no broker answers
+        DescribeLogDirs (unsupported)."""
+        sizes: dict[tuple[str, int], int] = {}
+        answered = False
+        for node_id in node_ids:
+            try:
+                response = await self._send_request(DescribeLogDirsRequest(), node_id)
+            except (IncompatibleBrokerVersion, NotImplementedError):
+                continue  # the broker does not implement it (or no version we speak)
+            except KafkaError as e:  # one broker of several unreachable: its replicas stay unknown
+                log.debug("describe log dirs failed", node_id=node_id, error=str(e))
+                continue
+            answered = True
+            for result in response.to_object()["results"]:
+                if result["error_code"]:
+                    continue  # an offline log dir: its partitions stay unknown
+                for topic in result["topics"]:
+                    for p in topic["partitions"]:
+                        if p["is_future_key"]:
+                            continue  # a replica being moved between log dirs, not the live one
+                        key = (topic["name"], p["partition_index"])
+                        sizes[key] = max(sizes.get(key, 0), p["partition_size"])
+        return sizes if answered else None
+
+    async def describe_groups_by_node(self, groups_by_node: dict[int, list[str]]) -> list[dict[str, Any]]:
+        replies = await _gather(
+            *(self._send_request(_DescribeGroupsRequest(groups), node) for node, groups in groups_by_node.items())
+        )
+        described: list[dict[str, Any]] = []
+        for reply in replies:
+            described.extend(reply.to_object()["groups"])
+        return described
+
+
+class ClusterReader:
+    """Takes observations of one cluster.  `start()` connects (raises while the cluster is
+    unreachable: call it again later), `observe()` reads, `close()` disconnects."""
+
+    def __init__(self, client_kwargs: dict[str, Any], *, client_id: str = "streamshop-dashboard") -> None:
+        self._kwargs = dict(client_kwargs)
+        self._client_id = client_id
+        self._admin: _Admin | None = None
+        self._offsets: AIOKafkaConsumer | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._admin is not None and self._offsets is not None
+
+    async def start(self) -> None:
+        admin = _Admin(**self._kwargs, client_id=self._client_id)
+        # Group-less: it only asks for log start and end offsets, never joins or commits.
+        offsets = AIOKafkaConsumer(**self._kwargs, client_id=self._client_id, group_id=None, enable_auto_commit=False)
+        try:
+            await admin.start()
+            await offsets.start()
+        except BaseException:
+            await _quietly(admin.close())
+            await _quietly(offsets.stop())
+            raise
+        self._admin, self._offsets = admin, offsets
+
+    async def close(self) -> None:
+        admin, offsets = self._admin, self._offsets
+        self._admin = self._offsets = None
+        if offsets is not None:
+            await _quietly(offsets.stop())
+        if admin is not None:
+            await _quietly(admin.close())
+
+    async def observe(self) -> Observation:
+        if self._admin is None or self._offsets is None:
+            raise RuntimeError("ClusterReader.start() first")
+        admin, consumer = self._admin, self._offsets
+        wall, mono = time.time(), time.monotonic()
+        metadata = await admin.metadata()
+        brokers = tuple(
+            BrokerInfo(b["node_id"], b["host"], b["port"], b.get("rack"))
+            for b in sorted(metadata["brokers"], key=lambda b: b["node_id"])
+        )
+        controller = metadata.get("controller_id")
+        leaders: dict[str, dict[int, int]] = {}
+        internal: dict[str, bool] = {}
+        for t in metadata["topics"]:
+            if t["error_code"] == 0:
+                leaders[t["topic"]] = {p["partition"]: p["leader"] for p in t["partitions"]}
+                internal[t["topic"]] = bool(t.get("is_internal")) or t["topic"].startswith("__")
+        tps = [TopicPartition(topic, p) for topic, parts in leaders.items() for p in parts]
+        node_ids = [b.node_id for b in brokers]
+        starts, ends, sizes, groups = await _gather(
+            consumer.beginning_offsets(tps) if tps else _empty(),
+            consumer.end_offsets(tps) if tps else _empty(),
+            admin.log_dir_sizes(node_ids),
+            self._groups(admin, node_ids),
+        )
+        topics = {
+            name: TopicInfo(
+                name,
+                internal[name],
+                tuple(
+                    PartitionInfo(
+                        p,
+                        leader,
+                        starts.get(TopicPartition(name, p)),
+                        ends.get(TopicPartition(name, p)),
+                        sizes.get((name, p)) if sizes is not None else None,
+                    )
+                    for p, leader in sorted(parts.items())
+                ),
+            )
+            for name, parts in leaders.items()
+        }
+        return Observation(
+            wall=wall,
+            mono=mono,
+            brokers=brokers,
+            controller_id=controller if controller is not None and controller >= 0 else None,
+            topics=topics,
+            groups=groups,
+            sizes_known=sizes is not None,
+        )
+
+    async def _groups(self, admin: _Admin, node_ids: list[int]) -> dict[str, GroupInfo]:
+        listed = await admin.list_consumer_groups(broker_ids=node_ids)
+        group_ids = sorted({str(g[0]) for g in listed})
+        if not group_ids:
+            return {}
+        coordinators = await _gather(*(admin.find_coordinator(g) for g in group_ids))
+        by_node: dict[int, list[str]] = defaultdict(list)
+        for group_id, node in zip(group_ids, coordinators, strict=True):
+            by_node[node].append(group_id)
+        coordinator_of = dict(zip(group_ids, coordinators, strict=True))
+        described = await admin.describe_groups_by_node(by_node)
+        live = [d for d in described if d["error_code"] == 0 and d["state"] not in _DEAD_STATES]
+        offsets = await _gather(
+            *(_or_error(admin.list_consumer_group_offsets(d["group"], coordinator_of[d["group"]])) for d in live)
+        )
+        out: dict[str, GroupInfo] = {}
+        for d, answer in zip(live, offsets, strict=True):
+            error, committed = None, answer
+            if isinstance(answer, KafkaError):
+                error, committed = f"offsets unavailable: {answer}", {}
+            out[d["group"]] = GroupInfo(
+                group_id=d["group"],
+                state=d["state"],
+                protocol_type=d["protocol_type"],
+                protocol=d["protocol"],
+                members=tuple(
+                    MemberInfo(
+                        m["member_id"],
+                        m["client_id"],
+                        m["client_host"],
+                        decode_assignment(d["protocol_type"], m["member_assignment"]),
+                    )
+                    for m in d["members"]
+                ),
+                committed={(tp.topic, tp.partition): meta.offset for tp, meta in committed.items() if meta.offset >= 0},
+                error=error,
+            )
+        return out
+
+
+async def _gather(*awaitables: Awaitable[Any]) -> list[Any]:
+    """`asyncio.gather` that cancels the others when one fails: a request still retrying
+    against a broker that went away must not outlive the failed observation."""
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def _or_error(awaitable: Awaitable[Any]) -> Any:
+    """The result, or the KafkaError (one group's failure is shown on that group only)."""
+    try:
+        return await awaitable
+    except KafkaError as e:
+        return e
+
+
+async def _empty() -> dict[TopicPartition, int]:
+    return {}
+
+
+async def _quietly(closing: Any) -> None:
+    with contextlib.suppress(Exception):
+        await closing

@@ -1,0 +1,338 @@
+// The dashboard page: polls /api/snapshot and /api/inbox, follows /api/logs/tail (SSE).
+// Everything is built with textContent, never innerHTML: topic names, mail subjects and log
+// lines come from outside.
+
+import { barChart, formatBytes, formatCount, formatNumber, formatTime, lineChart } from "./charts.js";
+
+const DEFAULT_REFRESH_MS = 2000;
+const TAIL_LINES = 100;
+const TAIL_BACKLOG = 20;
+
+const $ = (selector) => document.querySelector(selector);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === "class") node.className = value;
+    else node.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+// A numeric cell: human text, the raw value in data-value for tests and tooltips.
+function numCell(col, value, text = formatCount(value), extra = {}) {
+  return el("td", { "data-col": col, "data-value": value ?? "", class: "num", ...extra }, text);
+}
+
+function rateText(value) {
+  return value === null || value === undefined ? "–" : `${formatNumber(value)}/s`;
+}
+
+// -- header ---------------------------------------------------------------------------------
+
+function renderHeader(snap) {
+  const totals = snap.cluster.totals;
+  const totalLag = snap.groups.reduce((sum, g) => sum + (g.lag ?? 0), 0);
+  $("#sum-brokers").textContent = snap.cluster.brokers.length || "–";
+  $("#sum-topics").textContent = formatNumber(totals.topics);
+  $("#sum-partitions").textContent = formatNumber(totals.partitions);
+  $("#sum-messages").textContent = formatNumber(totals.messages);
+  $("#sum-in").textContent = rateText(totals.in_rate);
+  $("#sum-groups").textContent = formatNumber(snap.groups.length);
+  $("#sum-lag").textContent = formatNumber(totalLag);
+  $("#updated").textContent = snap.updated_at
+    ? `updated ${formatTime(Date.parse(snap.updated_at))}`
+    : "waiting for the first snapshot…";
+  setStale(snap.stale, snap.error);
+}
+
+function setStale(stale, error) {
+  $("#stale").hidden = !stale;
+  const box = $("#error");
+  box.hidden = !error;
+  box.textContent = error ?? "";
+}
+
+// -- cluster --------------------------------------------------------------------------------
+
+function partitionsTitle(topic) {
+  return topic.partition_details
+    .map((p) => {
+      const size = p.size_bytes === null ? "" : `, ${formatBytes(p.size_bytes)}`;
+      return `p${p.partition}: offsets ${p.start_offset ?? "?"}–${p.end_offset ?? "?"}${size} (leader ${p.leader})`;
+    })
+    .join("\n");
+}
+
+function renderTopics(cluster) {
+  const rows = cluster.topics.map((t) =>
+    el(
+      "tr",
+      { "data-topic": t.name, class: t.internal ? "internal" : null, title: partitionsTitle(t) },
+      el("td", { "data-col": "name" }, t.name),
+      numCell("partitions", t.partitions),
+      numCell("start", t.start_offset),
+      numCell("end", t.end_offset),
+      numCell("messages", t.messages),
+      numCell("size", t.size_bytes, formatBytes(t.size_bytes), { class: t.size_bytes === null ? "num unknown" : "num" }),
+      numCell("in-rate", t.in_rate, rateText(t.in_rate)),
+    ),
+  );
+  $("[data-testid=topics-table] tbody").replaceChildren(...rows);
+}
+
+// -- groups ---------------------------------------------------------------------------------
+
+function assignmentLines(group) {
+  if (group.members.length === 0) return [el("span", { class: "unknown" }, "no members")];
+  return group.members.map((m) => {
+    const parts = m.assignment.map((a) => `${a.topic}[${a.partitions.join(",")}]`).join(" ");
+    return el(
+      "div",
+      { class: "assignment", title: m.member_id },
+      el("span", { class: "who" }, `${m.client_id}@${m.client_host}`),
+      " → ",
+      parts || el("span", { class: "unknown" }, "nothing yet"),
+    );
+  });
+}
+
+function detailRow(group) {
+  const table = el(
+    "table",
+    {},
+    el("thead", {}, el("tr", {}, ...["topic", "partition", "member", "committed", "log end", "lag"].map((h) => el("th", {}, h)))),
+    el(
+      "tbody",
+      {},
+      ...group.partitions.map((p) =>
+        el(
+          "tr",
+          {},
+          el("td", {}, p.topic),
+          el("td", { class: "num" }, p.partition),
+          el("td", {}, p.member ?? "–"),
+          el("td", { class: "num" }, p.committed === null ? "none yet" : formatCount(p.committed)),
+          el("td", { class: "num" }, formatCount(p.end_offset)),
+          el("td", { class: p.lag ? "num lag-positive" : "num" }, formatCount(p.lag)),
+        ),
+      ),
+    ),
+  );
+  // Collapsible; open at first for a group with few partitions.  The page is rebuilt on every
+  // refresh, so what the user opened or closed is remembered here.
+  const open = detailsOpen.get(group.group_id) ?? group.partitions.length <= 6;
+  const details = el(
+    "details",
+    { open },
+    el("summary", {}, `${group.partitions.length} partition${group.partitions.length === 1 ? "" : "s"}: committed offset, log end, lag`),
+    table,
+  );
+  details.addEventListener("toggle", () => detailsOpen.set(group.group_id, details.open));
+  const cell = el("td", { colspan: 8 }, group.error ? el("p", { class: "unknown" }, group.error) : null, details);
+  return el("tr", { class: "detail", "data-group-detail": group.group_id }, cell);
+}
+
+const detailsOpen = new Map();
+
+function renderGroups(groups) {
+  const rows = [];
+  for (const g of groups) {
+    rows.push(
+      el(
+        "tr",
+        { "data-group": g.group_id },
+        el("td", { "data-col": "group" }, g.group_id),
+        el("td", { "data-col": "state", class: `state state-${g.state}` }, g.state),
+        numCell("members", g.members.length, String(g.members.length)),
+        el("td", { "data-col": "topics" }, g.topics.join(", ")),
+        el("td", { "data-col": "assignments" }, ...assignmentLines(g)),
+        numCell("lag", g.lag, formatCount(g.lag), { class: g.lag ? "num lag-positive" : "num" }),
+        numCell("out-rate", g.out_rate, rateText(g.out_rate)),
+        numCell("rebalances", g.rebalances, String(g.rebalances)),
+      ),
+    );
+    if (g.partitions.length > 0 || g.error) rows.push(detailRow(g));
+  }
+  $("[data-testid=groups-table] tbody").replaceChildren(...rows);
+}
+
+// -- history charts -------------------------------------------------------------------------
+
+function seriesFromHistory(history, field) {
+  const byName = new Map();
+  for (const point of history) {
+    for (const [name, value] of Object.entries(point[field])) {
+      if (!byName.has(name)) byName.set(name, []);
+      byName.get(name).push([point.t, value]);
+    }
+  }
+  return [...byName.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([name, points]) => ({ name, points }));
+}
+
+function renderHistory(history) {
+  lineChart($("[data-testid=chart-messages-in]"), seriesFromHistory(history, "messages_in"), {
+    format: (v) => formatNumber(v),
+    empty: "collecting… (a rate needs two snapshots)",
+  });
+  lineChart($("[data-testid=chart-lag]"), seriesFromHistory(history, "lag"), { empty: "no consumer groups yet" });
+}
+
+// -- analytics ------------------------------------------------------------------------------
+
+function metricSeries(analytics, metric, suffix = "") {
+  const byLabel = analytics.series[metric] ?? {};
+  return Object.keys(byLabel)
+    .sort()
+    .map((label) => ({ name: label + suffix, points: byLabel[label] }));
+}
+
+function renderAnalytics(analytics) {
+  $("#metrics-topic").textContent = analytics.topic;
+  const status = $("[data-testid=analytics-status]");
+  if (analytics.state === "ready") {
+    status.textContent = `${formatNumber(analytics.metrics)} metrics, latest window ${formatTime(analytics.latest_window_ms, false)}`;
+  } else if (analytics.topic_found) {
+    status.textContent = "waiting for the analytics job… (its topic has no metric yet)";
+  } else {
+    status.textContent = `waiting for the analytics job… (no topic ${analytics.topic} yet: start it with streamshop analytics run)`;
+  }
+  const bad = $("#analytics-undecodable");
+  bad.hidden = analytics.undecodable === 0;
+  bad.textContent = `${analytics.undecodable} undecodable record${analytics.undecodable === 1 ? "" : "s"} skipped`;
+  bad.title = analytics.last_undecodable ?? "";
+
+  const waiting = "waiting for the analytics job…";
+  const opts = { withSeconds: false, empty: waiting, minSpanMs: 10 * 60_000 };
+  lineChart($("[data-testid=chart-orders]"), metricSeries(analytics, "orders.count"), opts);
+  lineChart($("[data-testid=chart-revenue]"), metricSeries(analytics, "orders.revenue"), opts);
+  barChart(
+    $("[data-testid=funnel]"),
+    analytics.funnel.map((f) => ({ name: f.status, value: f.count })),
+    { empty: waiting, rowAttribute: "data-stage" },
+  );
+  lineChart($("[data-testid=chart-otp-success]"), metricSeries(analytics, "otp.success_rate"), {
+    ...opts,
+    yMax: 1,
+    format: (v) => `${Math.round(v * 100)}%`,
+  });
+  lineChart(
+    $("[data-testid=chart-otp-latency]"),
+    [...metricSeries(analytics, "otp.latency_p50", " p50"), ...metricSeries(analytics, "otp.latency_p95", " p95")],
+    { ...opts, format: (v) => `${formatNumber(v)} ms` },
+  );
+  const quarantined = logsQuarantined(analytics);
+  lineChart($("[data-testid=chart-errors]"), metricSeries(analytics, "logs.errors"), {
+    ...opts,
+    empty: quarantined > 0 ? `no log metrics: the job could not decode ${formatNumber(quarantined)} logs.* records` : waiting,
+  });
+}
+
+// Records of the logs.* topics the job could not decode, summed over the windows kept: says
+// why the errors chart is empty when it is.
+function logsQuarantined(analytics) {
+  const byTopic = analytics.series["analytics.quarantined"] ?? {};
+  return Object.entries(byTopic)
+    .filter(([topic]) => topic.startsWith("logs."))
+    .reduce((sum, [, points]) => sum + points.reduce((s, p) => s + p[1], 0), 0);
+}
+
+// -- polling --------------------------------------------------------------------------------
+
+let refreshMs = DEFAULT_REFRESH_MS;
+
+function render(snap) {
+  renderHeader(snap);
+  renderTopics(snap.cluster);
+  renderGroups(snap.groups);
+  renderHistory(snap.history);
+  renderAnalytics(snap.analytics);
+  document.body.dataset.updated = snap.updated_at ?? "";
+}
+
+async function refreshSnapshot() {
+  try {
+    const response = await fetch("/api/snapshot", { cache: "no-store" });
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    const snap = await response.json();
+    refreshMs = Math.max(500, Math.round((snap.refresh_interval ?? 2) * 1000));
+    render(snap);
+  } catch (error) {
+    setStale(true, `the dashboard does not answer: ${error.message}`);
+  } finally {
+    setTimeout(refreshSnapshot, refreshMs);
+  }
+}
+
+async function refreshInbox() {
+  const status = $("#inbox-status");
+  try {
+    const response = await fetch("/api/inbox", { cache: "no-store" });
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.message ?? `HTTP ${response.status}`);
+    status.textContent = body.total === 0 ? "no mail yet" : `${body.total} mail${body.total === 1 ? "" : "s"} received`;
+    const items = body.items.map((m) =>
+      el(
+        "li",
+        { "data-mail": m.id },
+        el("span", { class: "time", title: m.received_at }, formatTime(Date.parse(m.received_at))),
+        el("span", { class: "subject" }, m.subject ?? "(no subject)"),
+        el("span", { class: "to" }, `to ${(m.to ?? []).join(", ")}`),
+      ),
+    );
+    $("[data-testid=inbox]").replaceChildren(...items);
+  } catch (error) {
+    status.textContent = `inbox unavailable: ${error.message}`;
+  } finally {
+    setTimeout(refreshInbox, refreshMs);
+  }
+}
+
+// -- live log tail ---------------------------------------------------------------------------
+
+function logLine(record) {
+  const level = String(record.level ?? "info").toLowerCase();
+  return el(
+    "li",
+    { "data-log-line": record.id, title: JSON.stringify(record.fields ?? {}) },
+    el("span", { class: "time" }, formatTime(Date.parse(record.timestamp))),
+    " ",
+    el("span", { class: `level level-${level}` }, level),
+    " ",
+    el("span", { class: "service" }, record.service ?? "?"),
+    " ",
+    record.event ?? "",
+  );
+}
+
+function followLogs() {
+  const list = $("[data-testid=log-tail]");
+  const status = $("#tail-status");
+  // EventSource reconnects by itself, with Last-Event-ID: no line is shown twice.
+  const source = new EventSource(`/api/logs/tail?backlog=${TAIL_BACKLOG}`);
+  source.onopen = () => {
+    status.textContent = "live";
+  };
+  source.onerror = () => {
+    status.textContent = "logs service unavailable; retrying…";
+  };
+  source.addEventListener("log", (event) => {
+    let record;
+    try {
+      record = JSON.parse(event.data);
+    } catch {
+      return;
+    }
+    list.prepend(logLine(record));
+    while (list.children.length > TAIL_LINES) list.lastElementChild.remove();
+  });
+}
+
+refreshSnapshot();
+refreshInbox();
+followLogs();

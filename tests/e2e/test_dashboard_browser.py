@@ -1,0 +1,130 @@
+"""The dashboard in a real browser: headless Chromium (Debian's package, which `make test`
+installs) driven by Playwright, against a whole `streamshop up` stack with the analytics job,
+while `streamshop demo` drives traffic through it.  The page must show live data in every
+section; the screenshot is kept in ``test-artifacts/`` (or ``$STREAMSHOP_TEST_ARTIFACTS``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.support.harness import REPO
+from tests.support.stack import Stack, http, running_stack
+
+ARTIFACTS = Path(os.environ.get("STREAMSHOP_TEST_ARTIFACTS", REPO / "test-artifacts"))
+# Chromium as root needs --no-sandbox; the others keep it from calling Google's services, which
+# the closed network here refuses (and which a test has no business calling anyway).
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+LIVE_WITHIN_MS = 90_000  # the analytics job's first batch comes ~20 s after its JVM starts
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    env = {"ANALYTICS_TRIGGER_SECONDS": "1"}
+    with running_stack(tmp_path_factory.mktemp("browser"), env=env, within=120, without=()) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    executable = shutil.which("chromium")
+    assert executable is not None, "Debian's chromium is not installed: `make test` installs it (make browser)"
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+def demo_traffic(stack: Stack, orders: int, otps: int) -> None:
+    command = [sys.executable, "-m", "streamshop.cli", "demo", "--stack", str(stack.data)]
+    done = subprocess.run(
+        [*command, "--orders", str(orders), "--otp", str(otps)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def cell(page: Page, table: str, row: str, col: str) -> str:
+    return page.locator(f'[data-testid="{table}"] tr[{row}] [data-col="{col}"]').inner_text()
+
+
+def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, browser: Browser) -> None:
+    url = stack.child("dashboard")["urls"]["http"]
+    demo_traffic(stack, orders=30, otps=3)
+    page = browser.new_page(viewport={"width": 1440, "height": 2200})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(url)
+
+    # Cluster: the services' topics with their offsets, sizes and a messages-in chart.
+    page.wait_for_selector('[data-testid="topics-table"] tr[data-topic="orders"]', timeout=30_000)
+    assert int(cell(page, "topics-table", 'data-topic="orders"', "partitions")) == 6
+    page.wait_for_function(
+        """() => Number(document.querySelector('[data-testid="topics-table"] tr[data-topic="orders"]'
+                 + ' [data-col="end"]').innerText.replace(/[^0-9]/g, '')) >= 30""",
+        timeout=30_000,
+    )
+    assert cell(page, "topics-table", 'data-topic="orders"', "size") not in ("", "-", "?")
+    page.wait_for_selector('[data-testid="chart-messages-in"] path[data-series]', timeout=30_000)
+
+    # Consumer groups: the fan-out, both sender groups on otp.requests.
+    for group in ("sms-sender", "email-sender"):
+        row = f'data-group="{group}"'
+        page.wait_for_selector(f'[data-testid="groups-table"] tr[{row}]', timeout=30_000)
+        assert "otp.requests" in cell(page, "groups-table", row, "topics")
+        assert int(cell(page, "groups-table", row, "members")) >= 1
+    page.wait_for_selector('[data-testid="chart-lag"] path[data-series]', timeout=30_000)
+
+    # Analytics: the Spark job's metrics arrive through analytics.metrics.
+    page.wait_for_function(
+        """() => !document.querySelector('[data-testid="analytics-status"]').innerText.includes('waiting')""",
+        timeout=LIVE_WITHIN_MS,
+    )
+    for chart in ("chart-orders", "chart-revenue", "chart-otp-success", "chart-otp-latency", "chart-errors"):
+        page.wait_for_selector(f'[data-testid="{chart}"] path[data-series]', timeout=LIVE_WITHIN_MS)
+    page.wait_for_selector('[data-testid="funnel"] [data-stage]', timeout=LIVE_WITHIN_MS)
+
+    # The catcher's inbox holds the OTP mails; the log tail streams lines.
+    page.wait_for_selector('[data-testid="inbox"] li[data-mail]', timeout=30_000)
+    status, mails = http("GET", stack.child("catcher")["urls"]["http"].rstrip("/") + "/messages")
+    assert status == 200
+    assert mails["total"] >= 3
+    shown = page.locator('[data-testid="inbox"] li[data-mail]').count()
+    assert shown == min(mails["total"], 20)
+    page.wait_for_selector('[data-testid="log-tail"] li[data-log-line]', timeout=30_000)
+
+    # Live: more traffic moves the page without a reload.
+    before_updated = page.locator("body").get_attribute("data-updated")
+    before_end = cell(page, "topics-table", 'data-topic="orders"', "end")
+    demo_traffic(stack, orders=10, otps=0)
+    page.wait_for_function(
+        f"""() => document.body.dataset.updated !== {before_updated!r}
+              && document.querySelector('[data-testid="topics-table"] tr[data-topic="orders"] [data-col="end"]')
+                   .innerText !== {before_end!r}""",
+        timeout=30_000,
+    )
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+    assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
+    assert errors == []
+    page.close()
