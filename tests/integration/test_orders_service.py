@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -341,6 +340,9 @@ async def test_with_log_shipping_the_services_own_access_log_reaches_logs_ingres
             root.removeHandler(h)
         structlog.reset_defaults()
     records = await consume_all(config.bootstrap_servers, "logs.ingress", 1, 10)
-    lines = [json.loads(r.value or b"") for r in records]
+    async with RegistryClient(config.registry_url) as registry:  # shipped as Avro LogRecords
+        decoded = [await AvroDeserializer(registry).deserialize(r.value or b"") for r in records]
+    assert {d.record_name for d in decoded} == {"io.streamshop.events.logs.LogRecord"}
+    lines = [d.value for d in decoded]
     assert any(line["request_id"] == "req-orders" and line["service"] == "orders" for line in lines), lines
     assert {r.key for r in records} == {config.instance_id.encode()}
