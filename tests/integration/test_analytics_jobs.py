@@ -1,7 +1,7 @@
 """The analytics jobs end to end: a real broker and schema registry, real producers with the
 project's Avro serde, local Spark.  The in-process tests share one SparkSession and one data
-set (processed by two `--once` runs); the crash test runs `streamshop analytics run` as a child
-process and SIGKILLs it."""
+set (processed by two `--once` runs); the crash tests run `streamshop analytics run` as a child
+process and SIGKILL it."""
 
 from __future__ import annotations
 
@@ -34,16 +34,19 @@ from tests.support.analytics import (
     create_topics,
     expected_metrics,
     group_lag,
+    ledger_reach,
     meta_totals,
     parquet_values,
     produce_events,
+    records_read,
     topic_values,
 )
 from tests.support.harness import ThreadBroker
 from tests.support.registry import ThreadRegistry
-from tests.support.spark import committed, start_spark
+from tests.support.spark import committed, planned_end, start_spark
 
 REPO = Path(__file__).resolve().parents[2]
+BATCH = 30  # records per micro-batch of the SIGKILL tests' jobs (--max-records-per-trigger)
 JOB_TOPICS = {"orders", "otp.deliveries", "logs.app", "logs.ingress", "logs.db"}
 
 
@@ -273,7 +276,7 @@ class Job:
             "--jobs",
             "orders",
             "--max-records-per-trigger",
-            "30",
+            str(BATCH),
             "--lateness",
             "600",
             *args,
@@ -307,8 +310,41 @@ def kill_after_batches(job: Job, generation: Path, batches: int, timeout: float 
     job.kill()
 
 
+def kill_between_plan_and_ledger(
+    job: Job, data_dir: Path, generation: Path, batch_id: int, timeout: float = 120
+) -> bool:
+    """SIGKILL the job once Spark has planned batch `batch_id` (`offsets/<id>` in the orders
+    checkpoint: written after the source was asked for offsets, before the sink runs) and before
+    the ledger has written it; whether that window was hit (False: the ledger's file for the
+    batch appeared before the kill landed)."""
+    planned = data_dir / "checkpoints" / "orders" / "offsets" / str(batch_id)
+    written = generation / f"b{batch_id:09d}.json"
+    deadline = time.monotonic() + timeout
+    while not planned.exists():
+        assert job.proc.poll() is None, job.output()
+        assert time.monotonic() < deadline, job.output()
+        time.sleep(0.01)
+    job.kill()
+    return not written.exists()
+
+
 def orders_only(values: dict[str, tuple[Decimal, int]]) -> dict[str, tuple[Decimal, int]]:
     return {k: v for k, v in values.items() if k.startswith("orders.")}
+
+
+def assert_read_what_the_group_had_left(output: str, unread: int, *, exact: bool) -> None:
+    """A restarted job read the records after the group's offsets at the kill (`unread`): all of
+    them with a fresh checkpoint from the group (`exact`); from its checkpoint, within one
+    batch either way (it re-runs the batch in flight, or resumes after a batch Spark had
+    committed and the source not yet).  More would be a re-read the ledger's supersession would
+    hide; fewer, records the group claimed but the sink never got."""
+    read = records_read(output, "orders")
+    if exact:
+        assert read == unread, f"read {read} records, {unread} were after the group's offsets\n{output}"
+    else:
+        assert unread - BATCH <= read <= unread + BATCH, (
+            f"read {read} records, {unread} were after the group's offsets\n{output}"
+        )
 
 
 @pytest.mark.timeout(300)
@@ -335,7 +371,7 @@ def test_sigkill_mid_stream_then_restart_gives_exact_totals_with_or_without_the_
         #    group has caught up.
         kill_after_batches(job("--trigger", "0.2"), state / "g0001", 2)
         at_kill = sum(committed(broker.bootstrap, "analytics", tps).values())
-        assert 0 < at_kill < total, f"not killed mid-stream: {at_kill} of {total} committed"
+        assert 0 < at_kill < total - BATCH, f"not killed mid-stream: {at_kill} of {total} committed"
         restarted = job("--trigger", "0.2")
         deadline = time.monotonic() + 120
         while sum(committed(broker.bootstrap, "analytics", tps).values()) < total:
@@ -345,6 +381,7 @@ def test_sigkill_mid_stream_then_restart_gives_exact_totals_with_or_without_the_
         restarted.proc.send_signal(signal.SIGTERM)
         assert restarted.wait(60) == 0, restarted.output()
         assert "analytics orders: stopped after" in restarted.output()
+        assert_read_what_the_group_had_left(restarted.output(), total - at_kill, exact=False)
 
         assert parquet_values(data) == orders_only(expected_metrics(produced))
         assert set(group_lag(broker.bootstrap, "analytics").values()) == {0}
@@ -355,10 +392,12 @@ def test_sigkill_mid_stream_then_restart_gives_exact_totals_with_or_without_the_
         produced += more
         total += len(more.orders) + len(more.status_changes)
         kill_after_batches(job("--trigger", "0.2"), state / "g0003", 2)
-        assert sum(committed(broker.bootstrap, "analytics", tps).values()) < total
+        at_kill = sum(committed(broker.bootstrap, "analytics", tps).values())
+        assert at_kill < total - BATCH, f"not killed mid-stream: {at_kill} of {total} committed"
         shutil.rmtree(data / "checkpoints" / "orders")
         fresh = job("--once", "--starting-offsets", "group")
         assert fresh.wait() == 0, fresh.output()
+        assert_read_what_the_group_had_left(fresh.output(), total - at_kill, exact=True)
     finally:
         for j in jobs:
             if j.proc.poll() is None:
@@ -369,3 +408,45 @@ def test_sigkill_mid_stream_then_restart_gives_exact_totals_with_or_without_the_
     assert sum(committed(broker.bootstrap, "analytics", tps).values()) == total
     latest, _ = topic_values(broker.bootstrap, "analytics.metrics")
     assert orders_only(latest) == parquet_values(data)
+
+
+@pytest.mark.timeout(240)
+def test_sigkill_after_spark_planned_a_batch_before_the_sink_wrote_it_leaves_the_group_behind_the_sink(
+    broker: ThreadBroker, tmp_path: Path
+) -> None:
+    registry = ThreadRegistry(broker.bootstrap)
+    jobs: list[Job] = []
+    data = tmp_path / "data"
+    try:
+        create_topics(broker.bootstrap)
+        produced = produce_events(Producer(broker.bootstrap, registry.url), orders=60)
+        tps = [("orders", p) for p in range(3)]
+        total = len(produced.orders) + len(produced.status_changes)
+        assert total > 3 * BATCH  # batch 2 is planned with data, after two full batches
+
+        jobs.append(Job(broker.bootstrap, registry.url, data, "--trigger", "0.2"))
+        hit = kill_between_plan_and_ledger(jobs[-1], data, data / "state" / "orders" / "g0001", 2)
+        assert hit, "the ledger wrote batch 2 before the kill landed"
+
+        group = committed(broker.bootstrap, "analytics", tps)
+        end_of_batch_1 = planned_end(data / "checkpoints" / "orders", 1)
+        recorded = ledger_reach(data / "state" / "orders" / "g0001")
+        for tp in tps:
+            assert group.get(tp, 0) <= end_of_batch_1.get(tp, 0), (tp, group, end_of_batch_1)
+            assert group.get(tp, 0) <= recorded.get(tp, 0), (tp, group, recorded)
+        # Not just behind: caught up with the sink when batch 2 was planned (module docstring).
+        assert group == end_of_batch_1 == recorded
+
+        shutil.rmtree(data / "checkpoints" / "orders")
+        jobs.append(Job(broker.bootstrap, registry.url, data, "--once", "--starting-offsets", "group"))
+        assert jobs[-1].wait() == 0, jobs[-1].output()
+        assert_read_what_the_group_had_left(jobs[-1].output(), total - sum(group.values()), exact=True)
+    finally:
+        for j in jobs:
+            if j.proc.poll() is None:
+                j.kill()
+        registry.close()
+
+    assert parquet_values(data) == orders_only(expected_metrics(produced))
+    assert committed(broker.bootstrap, "analytics", tps) == recorded | ledger_reach(data / "state" / "orders" / "g0002")
+    assert sum(committed(broker.bootstrap, "analytics", tps).values()) == total

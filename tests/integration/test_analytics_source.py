@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from schemas.catalog import default_catalog
@@ -23,6 +24,7 @@ from tests.support.spark import (
     commit,
     committed,
     coordinates,
+    positions,
     produce_avro,
     register,
     run_available_now,
@@ -230,6 +232,49 @@ def test_max_records_per_trigger_splits_the_backlog_fairly_across_partitions(
         per_partition = [sum(1 for r in rows if r["partition"] == p) for p in range(3)]
         assert max(per_partition) - min(per_partition) == 0, per_partition
     assert coordinates(r for _, rows in batches for r in rows) == [("raw", p, o) for p in range(3) for o in range(10)]
+
+
+def test_a_batch_whose_sink_fails_is_never_committed_to_the_group_and_runs_again_on_restart(
+    spark: SparkSession, broker: ThreadBroker, tmp_path: Path
+) -> None:
+    create_topic(broker.bootstrap, "raw", 3)
+    confluent_produce(broker.bootstrap, "raw", [{"value": b"%d" % i, "partition": i % 3} for i in range(30)])
+    tps = [("raw", p) for p in range(3)]
+    checkpoint = tmp_path / "ckpt"
+    # 9 records a batch, 3 per partition: batches 0, 1, 2 end at offsets 3, 6, 9 of each partition.
+    df = stream(spark, broker.bootstrap, topics="raw", maxRecordsPerTrigger="9")
+    written: list[tuple[int, int]] = []
+
+    def failing_sink(batch: DataFrame, batch_id: int) -> None:
+        rows = batch.count()
+        if batch_id == 2:
+            assert rows == 9  # planned, with data: the source already committed batch 1 then
+            raise RuntimeError("the sink is down at batch 2")
+        written.append((batch_id, rows))
+
+    query = df.writeStream.foreachBatch(failing_sink).option("checkpointLocation", str(checkpoint))
+    running = query.trigger(availableNow=True).start()
+    try:
+        with pytest.raises(StreamingQueryException, match="the sink is down at batch 2"):
+            running.awaitTermination(90)
+        progress = running.recentProgress
+    finally:
+        running.stop()
+
+    assert written == [(0, 9), (1, 9)]
+    assert [p.batchId for p in progress] == [0, 1]  # (numInputRows is 0 with foreachBatch)
+    end_of_batch_1 = positions(progress[-1].sources[0].endOffset)
+    assert end_of_batch_1 == dict.fromkeys(tps, 6)
+    # Exactly the end of the last batch the sink wrote: not batch 2's end (9), not behind.
+    assert committed(broker.bootstrap, "analytics", tps) == end_of_batch_1
+
+    # Restarted on its checkpoint with a working sink: batch 2 runs again, same offsets, then 3.
+    batches = run_available_now(stream(spark, broker.bootstrap, topics="raw", maxRecordsPerTrigger="9"), checkpoint)
+
+    assert [batch_id for batch_id, _ in batches] == [2, 3]
+    assert coordinates(batches[0][1]) == [("raw", p, o) for p in range(3) for o in range(6, 9)]
+    assert coordinates(batches[1][1]) == [("raw", p, 9) for p in range(3)]
+    assert committed(broker.bootstrap, "analytics", tps) == dict.fromkeys(tps, 10)
 
 
 def test_group_start_with_a_fresh_checkpoint_resumes_from_the_committed_offsets(

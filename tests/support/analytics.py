@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import math
+import re
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -363,3 +364,22 @@ def describe_group(bootstrap: str, group: str) -> dict[str, Any]:
 
 def group_lag(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
     return {(p["topic"], p["partition"]): p["lag"] for p in describe_group(bootstrap, group)["partitions"]}
+
+
+_PROGRESS_LINE = re.compile(r"analytics (\S+) batch (\d+): ([\d,]+) records, ", re.MULTILINE)
+
+
+def records_read(output: str, job: str) -> int:
+    """The records a run of `job` read, summed over its progress lines
+    (`analytics orders batch 12: 2,000 records, ...`)."""
+    return sum(int(n.replace(",", "")) for name, _, n in _PROGRESS_LINE.findall(output) if name == job)
+
+
+def ledger_reach(generation: Path) -> dict[tuple[str, int], int]:
+    """Per partition, the offset after the last one the batch files of a ledger generation
+    (`state/<job>/g<n>`) cover: how far the sink has recorded."""
+    reach: dict[tuple[str, int], int] = {}
+    for path in generation.glob("b*.json"):
+        for topic, partition, _, last in json.loads(path.read_bytes())["coverage"]:
+            reach[(topic, partition)] = max(reach.get((topic, partition), 0), last + 1)
+    return reach

@@ -96,3 +96,18 @@ def run_available_now(df: DataFrame, checkpoint: Path, timeout: int = 90) -> lis
 
 def coordinates(rows: Iterable[Row]) -> list[tuple[str, int, int]]:
     return sorted((r["topic"], r["partition"], r["offset"]) for r in rows)
+
+
+def positions(offsets_json: str) -> dict[tuple[str, int], int]:
+    """A source offset as Spark shows it (`{"topic": {"0": 12}}`) -> {(topic, partition): offset}."""
+    parsed = json.loads(offsets_json)
+    return {(topic, int(p)): int(o) for topic, parts in parsed.items() for p, o in parts.items()}
+
+
+def planned_end(checkpoint: Path, batch_id: int) -> dict[tuple[str, int], int]:
+    """The end offsets Spark planned for a batch: the checkpoint's `offsets/<batch_id>` (a
+    version line, the batch metadata, then one line per source: this one's only source)."""
+    lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    assert lines[0] == "v1", lines
+    assert len(lines) == 3, lines
+    return positions(lines[2])
