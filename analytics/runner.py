@@ -29,7 +29,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -439,37 +439,44 @@ def _config(args: argparse.Namespace) -> AnalyticsConfig:
         raise CommandError(str(e)) from None
 
 
-def _run(config: AnalyticsConfig, *, empty: bool = False) -> int:
+def _run(config: AnalyticsConfig, jobs: Callable[..., int]) -> int:
     from streamshop.clients import CommandError
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        return run_jobs(config, stop=stop, empty=empty)
+        return jobs(config, stop=stop)
     except ConfigError as e:
         raise CommandError(str(e)) from None
 
 
 def run(args: argparse.Namespace) -> int:
     """`streamshop analytics run`."""
-    return _run(_config(args))
+    return _run(_config(args), run_jobs)
 
 
 def replay(args: argparse.Namespace) -> int:
     """`streamshop analytics replay`: a fresh, bounded recomputation beside the live job."""
-    config = _config(args).replay()
-    status = _run(config, empty=True)
+    return _run(_config(args), replay_jobs)
+
+
+def replay_jobs(
+    config: AnalyticsConfig,
+    *,
+    spark: SparkSession | None = None,
+    stop: threading.Event | None = None,
+    out: IO[str] | None = None,
+) -> int:
+    """`config.replay()` run once from an empty data directory; then its consumer group is
+    deleted: it only carried the replay's progress, and left behind it would show as a group
+    falling ever further behind."""
+    replayed = config.replay()
+    status = run_jobs(replayed, spark=spark, stop=stop, out=out, empty=True)
     if status == 0:
-        forget_group(config)
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(dict[str, str | int | float | bool](replayed.kafka_conf()))
+        for future in admin.delete_consumer_groups([replayed.group_id], request_timeout=30).values():
+            future.result(timeout=30)
     return status
-
-
-def forget_group(config: AnalyticsConfig) -> None:
-    """Delete the replay's consumer group once the replay is complete: it only carried the
-    replay's progress, and left behind it would show as a group falling ever further behind."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(dict[str, str | int | float | bool](config.kafka_conf()))
-    for future in admin.delete_consumer_groups([config.group_id], request_timeout=30).values():
-        future.result(timeout=30)

@@ -23,7 +23,8 @@ Options (names are case-insensitive):
                           resumes from the consumer group's committed offsets, earliest where it
                           has none.  Default: group for streams, earliest for batch reads.  Used
                           only by a query without a checkpoint: a restart resumes from it.
-  endingOffsets           batch reads only: latest (default) | JSON (unnamed partitions: latest).
+  endingOffsets           batch reads only: latest (default) | JSON (unnamed partitions: latest;
+                          an offset past the log end reads to the log end).
   maxRecordsPerTrigger    streams: at most this many records per micro-batch, shared fairly
                           across partitions (Spark's ReadMaxRows admission control).
   maxRecordsPerPartition  split a partition's range into Spark tasks of at most this many offsets.
@@ -622,8 +623,9 @@ class BatchReader(DataSourceReader):
             ending = self.settings.ending
             if ending != "latest":
                 assert isinstance(ending, dict)
-                # Only partitions that exist and are subscribed: others have nothing to read.
-                latest.update({tp: o for tp, o in ending.items() if tp in latest and o != off.LATEST})
+                # Only partitions that exist and are subscribed: others have nothing to read.  An
+                # end past the log's end reads to the log's end (the records there are all there is).
+                latest.update({tp: min(o, latest[tp]) for tp, o in ending.items() if tp in latest and o != off.LATEST})
         finally:
             planner.close()
         ranges = off.ranges(begin, latest, self.settings.max_per_partition)

@@ -169,6 +169,17 @@ def test_batch_read_replays_an_offset_range_split_into_tasks(
     assert df.rdd.getNumPartitions() == 5  # [3,5) [5,7) [7,8) of partition 0, [0,2) [2,4) of partition 1
     assert all(r["error"] is None and r["customer_id"] for r in rows)
 
+    # an end past the log's end reads to the log's end (partition 1 holds offsets 0-9)
+    beyond = source(
+        spark,
+        broker.bootstrap,
+        topics="orders",
+        startingOffsets=json.dumps({"orders": {"0": 8, "1": 6}}),
+        endingOffsets=json.dumps({"orders": {"0": 9, "1": 50}}),
+        **{"schema.registry.url": registry_url, "valueRecord": "OrderCreated"},
+    )
+    assert coordinates(beyond.collect()) == [("orders", 0, 8)] + [("orders", 1, o) for o in range(6, 10)]
+
 
 def test_without_a_registry_rows_carry_the_raw_value(spark: SparkSession, broker: ThreadBroker) -> None:
     create_topic(broker.bootstrap, "raw", 1)
