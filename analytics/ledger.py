@@ -32,7 +32,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -44,6 +45,7 @@ __all__ = ["Applied", "BatchFacts", "Ledger", "Span", "atomic_write", "next_gene
 
 Partition = tuple[str, int]
 BatchRef = tuple[int, int]  # (generation, batch id)
+MAX_CLOCK_SKEW_MS = 5 * 60_000  # how far ahead of the driver's clock an event time may move the watermark
 _GENERATION_DIR = re.compile(r"g(\d+)")
 _BATCH_FILE = re.compile(r"b(\d+)\.json")
 
@@ -91,12 +93,21 @@ class _Manifest:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` all at once: a crash leaves the old file or the new one.
-    The temporary name starts with a dot, which Parquet readers skip."""
+    """Replace `path` with `data` all at once: a crash, or a power cut, leaves the old file or
+    the new one (the data is on disk before the rename, the rename before the return).  The
+    temporary name starts with a dot, which Parquet readers skip."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def next_generation(root: Path) -> int:
@@ -115,8 +126,16 @@ def _generation_dirs(root: Path) -> Iterator[tuple[int, Path]]:
 class Ledger:
     """The totals of one job and the state files they come from (see the module docstring)."""
 
-    def __init__(self, root: Path, job: str, generation: int, lateness_ms: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        job: str,
+        generation: int,
+        lateness_ms: int,
+        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
         self.root = root
+        self.clock_ms = clock_ms
         self.job = job
         self.generation = generation
         self.lateness_ms = lateness_ms
@@ -228,13 +247,20 @@ class Ledger:
         for key, c in facts.quarantined.items():
             _accumulate(contributions, key, c)
 
+        # An event time from the future (a producer's clock or units gone wrong) counts in its
+        # window but moves the watermark only as far as the driver's clock allows: otherwise one
+        # such record would make every later event late, for good (the watermark is persisted).
+        max_event_ms = facts.max_event_ms
+        if max_event_ms is not None:
+            max_event_ms = min(max_event_ms, self.clock_ms() + MAX_CLOCK_SKEW_MS)
+
         state = {
             "job": self.job,
             "generation": self.generation,
             "batch_id": batch_id,
             "records": facts.records,
             "coverage": [[t, p, s.first, s.last] for (t, p), s in sorted(facts.coverage.items())],
-            "max_event_ms": facts.max_event_ms,
+            "max_event_ms": max_event_ms,
             "watermark_ms": watermark,
             "superseded": [list(r) for r in superseded],
             "contributions": [
@@ -244,10 +270,10 @@ class Ledger:
         }
         atomic_write(self.path(ref), json.dumps(state, separators=(",", ":")).encode())
 
-        self._manifests[ref] = _Manifest(dict(facts.coverage), facts.max_event_ms)
+        self._manifests[ref] = _Manifest(dict(facts.coverage), max_event_ms)
         self._add(contributions)
-        if facts.max_event_ms is not None and (self._max_event_ms is None or facts.max_event_ms > self._max_event_ms):
-            self._max_event_ms = facts.max_event_ms
+        if max_event_ms is not None and (self._max_event_ms is None or max_event_ms > self._max_event_ms):
+            self._max_event_ms = max_event_ms
         touched |= {k.window_ms for k in contributions}
         values: list[MetricValue] = []
         for window in sorted(touched):

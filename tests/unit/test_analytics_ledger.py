@@ -19,7 +19,7 @@ from pyspark.sql.types import StructType
 
 from analytics.avro_columns import EventColumns
 from analytics.jobs import JOBS, reader_schema
-from analytics.ledger import BatchFacts, Ledger, Span, next_generation
+from analytics.ledger import MAX_CLOCK_SKEW_MS, BatchFacts, Ledger, Span, next_generation
 from analytics.metrics import (
     LATE,
     QUARANTINED,
@@ -361,3 +361,18 @@ def test_totals_equal_the_events_whatever_the_crashes_and_restarts(
         assert checkpoint.position == ends
         expected = Counter(minute for log in logs for minute in log)
         assert counts(open_ledger(root)) == dict(expected)
+
+
+def test_an_event_time_from_the_future_does_not_make_every_later_event_late(tmp_path: Path) -> None:
+    now = T0 + 10 * WINDOW_MS
+    ledger = Ledger(tmp_path, "orders", 1, lateness_ms=10 * WINDOW_MS, clock_ms=lambda: now)
+    ledger.start()
+    ledger.apply(0, facts({("orders", 0): (0, 0)}, m10=1, m600000=1))  # one record stamped a year ahead
+    assert ledger.watermark() == now + MAX_CLOCK_SKEW_MS - 10 * WINDOW_MS
+
+    applied = ledger.apply(1, facts({("orders", 0): (1, 1)}, m9=1))  # on time by the driver's clock
+    assert applied.late == 0
+    assert counts(ledger) == {10: 1, 600000: 1, 9: 1}
+    reopened = Ledger(tmp_path, "orders", 2, lateness_ms=10 * WINDOW_MS, clock_ms=lambda: now)
+    reopened.start()
+    assert reopened.watermark() == ledger.watermark()  # what was persisted is the bounded time
