@@ -194,8 +194,8 @@ class MetricsFeed:
     async def _consume(self) -> None:
         partitions = await self._wait_for_topic()
         consumer = self._consumer_factory()
-        await consumer.start()
-        try:
+        try:  # a start that fails half-way (or is cancelled) has connections to close too
+            await consumer.start()
             consumer.assign(partitions)
             await consumer.seek_to_beginning(*partitions)
             self.error = None
