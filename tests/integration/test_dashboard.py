@@ -47,6 +47,7 @@ from tests.support.kafka_clients import create_topic
 from tests.support.notify import parse_metrics, serve_catcher
 from tests.support.registry import RegistryProcess
 from tests.support.services import serve_app
+from tests.support.sse import read_sse
 
 Snapshot = dict[str, Any]
 
@@ -406,23 +407,6 @@ async def test_the_inbox_lists_mails_the_catcher_received_over_smtp_newest_first
     assert set(inbox["items"][0]) == {"id", "from", "to", "subject", "received_at"}  # no mail bodies
 
 
-async def read_events(response: aiohttp.ClientResponse, count: int, within: float = 15) -> list[dict[str, Any]]:
-    """The next `count` `log` events of a Server-Sent Events stream, as {"id", "data"}."""
-    found: list[dict[str, Any]] = []
-    event: dict[str, str] = {}
-    async with asyncio.timeout(within):
-        while len(found) < count:
-            line = (await response.content.readline()).decode().rstrip("\n")
-            if line == "":
-                if event.get("event") == "log":
-                    found.append({"id": int(event["id"]), "data": json.loads(event["data"])})
-                event = {}
-            elif not line.startswith(":"):
-                name, _, value = line.partition(": ")
-                event[name] = value
-    return found
-
-
 async def test_the_logs_tail_is_passed_through_with_its_filters_and_closing_it_ends_the_upstream_stream(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -461,12 +445,12 @@ async def test_the_logs_tail_is_passed_through_with_its_filters_and_closing_it_e
             assert response.status == 200
             assert response.headers["Content-Type"] == "text/event-stream"
             assert logs_app[TAILS_KEY].open == 1
-            backlog = await read_events(response, 1)
+            backlog = await read_sse(response, 1)
             assert [(e["data"]["service"], e["data"]["event"]) for e in backlog] == [("orders", "order created")]
 
             await line("otp", "not for this tail")
             await line("orders", "order paid")
-            live = await read_events(response, 1)
+            live = await read_sse(response, 1)
             assert [(e["data"]["service"], e["data"]["event"]) for e in live] == [("orders", "order paid")]
             assert live[0]["id"] > backlog[0]["id"]
 

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -34,6 +33,7 @@ from streamshop.cli import build_parser
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import aiokafka_consume, create_topic
 from tests.support.kit_processes import consume_all
+from tests.support.sse import read_sse
 
 Client = TestClient[web.Request, web.Application]
 
@@ -321,23 +321,6 @@ def test_streamshop_logs_command_maps_options_to_the_service_settings() -> None:
 
 
 # -- the live tail (GET /logs/tail, Server-Sent Events) ----------------------------------------
-
-
-async def read_sse(response: aiohttp.ClientResponse, count: int, within: float = 10) -> list[dict[str, Any]]:
-    """The next `count` `log` events of an SSE stream, as {"id": int, "data": {...}}."""
-    found: list[dict[str, Any]] = []
-    event: dict[str, str] = {}
-    async with asyncio.timeout(within):
-        while len(found) < count:
-            line = (await response.content.readline()).decode().rstrip("\n")
-            if line == "":
-                if event.get("event") == "log":
-                    found.append({"id": int(event["id"]), "data": json.loads(event["data"])})
-                event = {}
-            elif not line.startswith(":"):
-                name, _, value = line.partition(": ")
-                event[name] = value
-    return found
 
 
 async def test_the_live_tail_sends_the_backlog_then_follows_new_matching_records_in_order(
