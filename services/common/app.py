@@ -70,10 +70,12 @@ def create_base_app(
     registry: CollectorRegistry | None = None,
     middlewares: Iterable[Middleware] = (),
     check_timeout: float = 2.0,
+    quiet_paths: Iterable[str] = (),
 ) -> web.Application:
     """The base app; `checks` default to none (a service passes `default_checks(config)` plus
     its own), `shipper` adds the log shipper's counters to ``/metrics``, `middlewares` run
-    inside the request-context and error middlewares."""
+    inside the request-context and error middlewares; successful requests to `quiet_paths`
+    (polled by a page, say) are access-logged at debug, as the probes are."""
     registry = registry if registry is not None else CollectorRegistry()
     metrics = HttpMetrics(registry)
     if shipper is not None:
@@ -81,7 +83,7 @@ def create_base_app(
     app = web.Application(
         client_max_size=config.client_max_size,
         middlewares=[
-            request_context_middleware(metrics),
+            request_context_middleware(metrics, quiet_paths),
             error_middleware(config.client_max_size),
             *middlewares,
         ],

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
@@ -75,7 +76,11 @@ def _route(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
-def request_context_middleware(metrics: HttpMetrics) -> Middleware:
+def request_context_middleware(metrics: HttpMetrics, quiet_paths: Iterable[str] = ()) -> Middleware:
+    """Request context, metrics and the access log; successful requests to `quiet_paths` (on
+    top of the probes) are logged at debug."""
+    quiet_set = _QUIET_PATHS | frozenset(quiet_paths)
+
     @web.middleware
     async def request_context(request: web.Request, handler: Handler) -> web.StreamResponse:
         ctx = context_from_http(request.headers)
@@ -95,7 +100,7 @@ def request_context_middleware(metrics: HttpMetrics) -> Middleware:
             finally:
                 seconds = time.perf_counter() - start
                 metrics.observe(request.method, _route(request), status, seconds)
-                quiet = request.path in _QUIET_PATHS and status < 400
+                quiet = request.path in quiet_set and status < 400
                 (access_log.debug if quiet else access_log.info)(
                     "http request",
                     method=request.method,

@@ -122,7 +122,13 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
     )
     analytics = _AnalyticsView(feed)
 
-    app = create_base_app(config, checks={"broker": broker_check(config.bootstrap_servers)}, shipper=shipper)
+    app = create_base_app(
+        config,
+        checks={"broker": broker_check(config.bootstrap_servers)},
+        shipper=shipper,
+        # the page asks for these every refresh: at info they would bury everything else
+        quiet_paths=("/api/snapshot", "/api/inbox"),
+    )
     app[POLLER_KEY] = poller
     app[FEED_KEY] = feed
     app[METRICS_REGISTRY_KEY].register(DashboardCollector(poller, feed))

@@ -325,6 +325,21 @@ async def test_the_request_id_is_echoed_or_generated_and_bound_to_the_access_log
     assert access[0]["duration_ms"] >= 0
 
 
+async def test_probes_and_the_quiet_paths_an_app_names_are_access_logged_at_debug_unless_they_fail(
+    client_for: Callable[..., Any], log_output: io.StringIO
+) -> None:
+    client = await client_for(make_app(quiet_paths=("/items/polled",)))
+    for path in ("/healthz", "/items/polled", "/items/other", "/crash"):
+        await client.get(path)
+    access = [json.loads(x) for x in log_output.getvalue().splitlines() if '"http request"' in x]
+    assert [(a["path"], a["status"], a["level"]) for a in access] == [
+        ("/healthz", 200, "debug"),
+        ("/items/polled", 200, "debug"),
+        ("/items/other", 200, "info"),
+        ("/crash", 500, "info"),
+    ]
+
+
 async def test_events_caused_by_a_request_carry_its_traceparent_and_request_id(client: Client) -> None:
     incoming = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
     r = await client.get("/items/a", headers={"traceparent": incoming, "X-Request-ID": "req-t"})
