@@ -30,6 +30,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from schemas.client import RegistryError
 from schemas.serde import AvroDeserializer, SchemaRegistry, SerdeError
 from services.common.logging import get_logger
+from services.dashboard.poller import wait_or_stop
 
 __all__ = ["FUNNEL_ORDER", "LatestValues", "MetricValue", "MetricsFeed", "analytics_json", "metric_value"]
 
@@ -169,6 +170,7 @@ class MetricsFeed:
         self.undecodable = 0
         self.last_undecodable: str | None = None
         self.error: str | None = None
+        self._stop = asyncio.Event()
 
     def status(self) -> dict[str, Any]:
         return {
@@ -180,8 +182,11 @@ class MetricsFeed:
             "error": self.error,
         }
 
-    async def run(self) -> None:
-        while True:
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Read until `stop` is set (or cancelled); between reads of the topic, not in the middle
+        of a consumer's start (see `Poller.run`)."""
+        self._stop = stop if stop is not None else asyncio.Event()
+        while not self._stop.is_set():
             try:
                 await self._consume()
             except asyncio.CancelledError:
@@ -189,17 +194,19 @@ class MetricsFeed:
             except Exception as e:  # broker gone at start-up, ...: report, wait, start over
                 self.error = f"{type(e).__name__}: {e}"[:300]
                 log.warning("analytics feed failed; retrying", error=self.error)
-            await asyncio.sleep(self.retry_interval)
+            await wait_or_stop(self._stop, self.retry_interval)
 
     async def _consume(self) -> None:
         partitions = await self._wait_for_topic()
+        if self._stop.is_set():
+            return
         consumer = self._consumer_factory()
         try:  # a start that fails half-way (or is cancelled) has connections to close too
             await consumer.start()
             consumer.assign(partitions)
             await consumer.seek_to_beginning(*partitions)
             self.error = None
-            while True:
+            while not self._stop.is_set():
                 batches = await consumer.getmany(timeout_ms=500, max_records=500)
                 for records in batches.values():
                     for record in records:
@@ -217,9 +224,9 @@ class MetricsFeed:
         while True:
             partitions = self._topic_partitions()
             self.topic_found = bool(partitions)
-            if partitions:
+            if partitions or self._stop.is_set():
                 return partitions
-            await asyncio.sleep(self.retry_interval)
+            await wait_or_stop(self._stop, self.retry_interval)
 
     async def _take(self, record: ConsumerRecord[bytes, bytes]) -> None:
         self.records_read += 1

@@ -141,15 +141,19 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
             await shipper.start(_KafkaLogProducer(producer))
         app[_SESSION_KEY] = session = aiohttp.ClientSession()
         # Background tasks: a broker that is down at start-up only makes the first snapshots stale.
+        stop = asyncio.Event()
         tasks = [
-            asyncio.create_task(poller.run(), name="dashboard-poller"),
-            asyncio.create_task(feed.run(), name="dashboard-analytics-feed"),
+            asyncio.create_task(poller.run(stop), name="dashboard-poller"),
+            asyncio.create_task(feed.run(stop), name="dashboard-analytics-feed"),
         ]
         log.info("dashboard started", bootstrap_servers=config.bootstrap_servers, metrics_topic=config.metrics_topic)
         try:
             yield
         finally:
-            for task in tasks:
+            # Let a poll in progress finish (bounded by its own timeout), then cancel what is left.
+            stop.set()
+            _, pending = await asyncio.wait(tasks, timeout=config.poll_timeout + 1)
+            for task in pending:
                 task.cancel()
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):

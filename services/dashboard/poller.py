@@ -10,6 +10,7 @@ cluster may have been replaced at the same address).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any, Protocol
 
@@ -63,13 +64,17 @@ class SnapshotPoller:
     def stale(self) -> bool:
         return self.error is not None
 
-    async def run(self) -> None:
-        """Poll until cancelled, one poll every `interval` seconds at most."""
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Poll until `stop` is set (or cancelled), one poll every `interval` seconds at most.
+
+        Stopping between polls rather than cancelling one matters: aiokafka leaves the socket of
+        a bootstrap that is cancelled half-way open."""
+        stop = stop if stop is not None else asyncio.Event()
         try:
-            while True:
+            while not stop.is_set():
                 began = time.monotonic()
                 await self.poll_once()
-                await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - began)))
+                await wait_or_stop(stop, self.interval - (time.monotonic() - began))
         finally:
             await self.source.close()
 
@@ -134,3 +139,10 @@ _EMPTY_CLUSTER: dict[str, Any] = {
     "topics": [],
     "totals": {"topics": 0, "partitions": 0, "messages": None, "size_bytes": None, "in_rate": None},
 }
+
+
+async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep `seconds`, or less when `stop` is set meanwhile."""
+    if seconds > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), seconds)
