@@ -9,7 +9,8 @@ nullable unions).  So, like fastavro's own compiled readers but in plain Python,
 generates straight-line code for each schema pair -- Avro schema resolution (field reordering,
 defaults, promotions, enum symbol mapping, unions) settled at compile time -- that appends values
 straight into one Python list per Arrow leaf column.  Arrow arrays are then built from the lists
-in C (`pa.array`), decimals and timestamps vectorised.  That is ~4-5x fastavro and skips the dicts.
+in C (`pa.array`), decimals and timestamps vectorised; strings stay bytes until Arrow checks them
+as UTF-8 (see `EventColumns._compile`).  That is ~4-5x fastavro and skips the dicts.
 
 Every record is decoded under `try`: a record that runs past its end, has trailing bytes, invalid
 UTF-8, an out-of-range int or decimal, an unknown union branch or enum index is rolled back out of
@@ -221,6 +222,13 @@ class _Leaf(_Node):
             return ints.cast(arrow_type)
         if self.kind == "date":
             return pa.array(values, pa.int32()).cast(arrow_type)
+        if self.kind == "str" and arrow_type == pa.string():
+            # The fast decoders append strings as their UTF-8 bytes (defaults and enum symbols
+            # are `str`s: Arrow encodes those); the cast checks the bytes, in C.
+            try:
+                return pa.array(values, pa.binary()).cast(arrow_type)
+            except pa.ArrowInvalid as e:
+                raise _InvalidTextError(str(e)) from None
         if self.kind == "dec":
             assert isinstance(arrow_type, pa.Decimal128Type)
             if self.precision <= _MAX_INT64_DECIMAL_PRECISION:
@@ -233,6 +241,10 @@ class _Leaf(_Node):
             scale = arrow_type.scale
             return pa.array([None if v is None else Decimal(v).scaleb(-scale, _DECIMAL38) for v in values], arrow_type)
         return pa.array(values, arrow_type)
+
+
+class _InvalidTextError(Exception):
+    """A string decoded by a fast decoder is not UTF-8 (found when its column is built)."""
 
 
 class _Struct(_Node):
@@ -521,12 +533,17 @@ def _describe(e: Exception) -> str:
 class _Gen:
     """Emits the body of a decoder for one writer schema into the reader's builders."""
 
-    def __init__(self, writer_named: Mapping[str, Any], reader_named: Mapping[str, Any]) -> None:
+    def __init__(self, writer_named: Mapping[str, Any], reader_named: Mapping[str, Any], *, fast: bool) -> None:
+        # fast: strings are appended as their bytes, UTF-8-checked when their column is built.
+        self.decode = "" if fast else ".decode()"
         self.wn = writer_named
         self.rn = reader_named
         self.lines: list[str] = []
         self.env: dict[str, Any] = {
             "_rl": _read_long,
+            # Bound once: `int.from_bytes` in generated code looks up and binds the classmethod
+            # at every call (measured: ~5% of decoding OrderCreated, three decimals a record).
+            "_fb": int.from_bytes,
             "_Bad": _Bad,
             "_f32": struct.Struct("<f").unpack_from,
             "_f64": struct.Struct("<d").unpack_from,
@@ -553,19 +570,19 @@ class _Gen:
     # primitives -------------------------------------------------------------------------------
 
     def long(self, ind: int, target: str) -> None:
-        """A zigzag varint into `target`: one byte inline, longer ones in an inline loop
-        (timestamps take six or seven bytes: a function call each would cost more)."""
+        """A zigzag varint into `target`: one byte inline, longer ones unrolled inside a loop
+        that runs once (timestamps take six or seven bytes: a function call each, or a loop
+        keeping a shift count, would cost more)."""
         self.emit(ind, "b = buf[pos]; pos += 1")
         self.emit(ind, "if b < 128:")
         self.emit(ind + 1, f"{target} = (b >> 1) ^ -(b & 1)")
         self.emit(ind, "else:")
-        self.emit(ind + 1, f"{target} = b & 127; s = 7")
+        self.emit(ind + 1, f"{target} = b & 127")
         self.emit(ind + 1, "while True:")
-        self.emit(ind + 2, "b = buf[pos]; pos += 1")
-        self.emit(ind + 2, f"{target} |= (b & 127) << s")
-        self.emit(ind + 2, "if b < 128: break")
-        self.emit(ind + 2, "s += 7")
-        self.emit(ind + 2, "if s > 63: raise _Bad('varint longer than 10 bytes')")
+        for shift in range(7, 64, 7):  # bytes 2 to 10
+            self.emit(ind + 2, f"b = buf[pos]; pos += 1; {target} |= (b & 127) << {shift}")
+            self.emit(ind + 2, "if b < 128: break")
+        self.emit(ind + 2, "raise _Bad('varint longer than 10 bytes')")
         self.emit(ind + 1, f"{target} = ({target} >> 1) ^ -({target} & 1)")
 
     def length(self, ind: int, target: str) -> None:
@@ -720,7 +737,7 @@ class _Gen:
                 self.length(ind, n)
             else:
                 n = str(int(w["size"]))
-            self.emit(ind, f"{v} = int.from_bytes(buf[pos:pos + {n}], 'big', signed=True); pos += {n}")
+            self.emit(ind, f"{v} = _fb(buf[pos:pos + {n}], 'big', signed=True); pos += {n}")
             limit = 10 ** int(r["precision"])
             self.emit(ind, f"if not -{limit} < {v} < {limit}: raise _Bad('decimal exceeds precision')")
             self.emit(ind, f"{append}({v})")
@@ -792,7 +809,7 @@ class _Gen:
             n = self.var("n")
             self.length(ind, n)
             if rkind == "string":
-                self.emit(ind, f"{append}(buf[pos:pos + {n}].decode()); pos += {n}")
+                self.emit(ind, f"{append}(buf[pos:pos + {n}]{self.decode}); pos += {n}")
             else:
                 self.emit(ind, f"{append}(buf[pos:pos + {n}]); pos += {n}")
 
@@ -841,7 +858,8 @@ class _Gen:
             assert isinstance(node, _Map)
             n = self.var("n")
             self.length(ind + 2, n)
-            self.emit(ind + 2, f"{self.bind(node.keys.values.append, 'A')}(buf[pos:pos + {n}].decode()); pos += {n}")
+            keys = self.bind(node.keys.values.append, "A")
+            self.emit(ind + 2, f"{keys}(buf[pos:pos + {n}]{self.decode}); pos += {n}")
         self.read(witem, item, ind + 2, f"{where}[]")
         offsets = self.bind(node.offsets, "O")
         self.emit(ind, f"{offsets}.append({offsets}[-1] + {count})")
@@ -913,14 +931,26 @@ class EventColumns:
         if len(set(self.names)) != len(self.names):
             raise UnsupportedSchemaError(f"duplicate column names: {self.names}")
         self.fields = [StructField(n, c.spark, True) for n, c in zip(self.names, self._columns, strict=True)]
-        self._decoders: dict[str, Decoder | SchemaResolutionError] = {}
+        # Per writer schema: the fast decoder and the strict one (see `_compile`).
+        self._decoders: dict[str, tuple[Decoder, Decoder] | SchemaResolutionError] = {}
+        self._strict = False  # while set, `decoder()` hands out the strict decoders
 
     def build(self, fill: Callable[[], _T], arrow_types: Sequence[pa.DataType]) -> tuple[_T, list[pa.Array]]:
         """Run `fill` (which calls the decoders of `decoder(...)` and `null_rows`), then `finish`:
         `fill`'s result and the arrays.  On any failure the builders are reset, so builders
         cached across tasks never carry half a batch into the next one."""
         try:
-            return fill(), self.finish(arrow_types)
+            try:
+                return fill(), self.finish(arrow_types)
+            except _InvalidTextError:
+                # A string is not UTF-8: decode the batch again with the strict decoders, which
+                # check each string and quarantine exactly the records holding a bad one.
+                self.reset()
+                self._strict = True
+                try:
+                    return fill(), self.finish(arrow_types)
+                finally:
+                    self._strict = False
         except BaseException:
             self.reset()
             raise
@@ -937,7 +967,7 @@ class EventColumns:
             self._decoders[writer.text] = found
         if isinstance(found, SchemaResolutionError):
             raise found
-        return found
+        return found[self._strict]
 
     def reset(self) -> None:
         """Drop everything appended (after a failure half-way through a batch)."""
@@ -958,13 +988,33 @@ class EventColumns:
             col.node.truncate(row)
             col.node.null()
 
-    def _compile(self, writer: AvroSchema) -> Decoder:
+    def _truncate(self, row: int) -> None:
+        for col in self._columns:
+            col.node.truncate(row)
+
+    def _compile(self, writer: AvroSchema) -> tuple[Decoder, Decoder]:
+        """The fast and the strict decoder of `writer`'s data.
+
+        They differ only in strings: the strict one decodes each (a `str`; invalid UTF-8
+        quarantines its record), the fast one keeps its bytes, UTF-8-checked in C when the column
+        is built (a `str` costs more to make and to turn into Arrow); on invalid UTF-8, `build`
+        decodes the batch again with the strict decoders.  A record the fast one cannot decode is
+        decoded again by the strict one, whose error it gets (a record may hold bad UTF-8 and be
+        truncated: the strict decoder reports what it meets first).
+        """
         w = _deref(writer.parsed, writer.named)
         if not _is_record(w):
             raise SchemaResolutionError(f"the writer schema is {_kind(w)}, not a record")
-        gen = _Gen(writer.named, self.reader.named)
+        strict = self._generate(writer, w, None)
+        return self._generate(writer, w, strict), strict
+
+    def _generate(self, writer: AvroSchema, w: Any, strict: Decoder | None) -> Decoder:
+        """The strict decoder, or (given the strict one) the fast one."""
+        gen = _Gen(writer.named, self.reader.named, fast=strict is not None)
         gen.env["_rollback"] = self._rollback
         gen.env["_describe"] = _describe
+        gen.env["_truncate"] = self._truncate
+        gen.env["_strict"] = strict
         body = 3
         if self._union_of_records:
             choice = next(
@@ -992,9 +1042,19 @@ class EventColumns:
             *gen.lines,
             "            if pos != nbuf:",
             "                raise _Bad('trailing bytes after the record' if pos < nbuf else 'truncated')",
-            "        except Exception as e:",
-            "            _rollback(row)",
-            "            errors.append((row, _describe(e)))",
+            *(
+                [
+                    "        except Exception as e:",
+                    "            _rollback(row)",
+                    "            errors.append((row, _describe(e)))",
+                ]
+                if strict is None
+                else [
+                    "        except Exception:",
+                    "            _truncate(row)",
+                    "            _strict((buf,), start, row, errors)",
+                ]
+            ),
             "        row += 1",
             "    return row",
         ]

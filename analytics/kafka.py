@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from operator import lt
+from typing import Any, cast
 
 from confluent_kafka import (
     OFFSET_INVALID,
@@ -153,6 +154,20 @@ class KafkaClients:
         self._admin = None
 
 
+def _next_if_in_order(messages: list[Message], next_offset: int, end: int) -> int | None:
+    """The offset after the last message if no message is an error and their offsets strictly
+    increase from at least `next_offset` and stay below `end`; None otherwise."""
+    if any(map(Message.error, messages)):
+        return None
+    found = list(map(Message.offset, messages))
+    if None in found:
+        return None
+    offsets = cast(list[int], found)
+    if next_offset <= offsets[0] and offsets[-1] < end and all(map(lt, offsets, offsets[1:])):
+        return offsets[-1] + 1
+    return None
+
+
 def read_range(
     conf: Mapping[str, Any], group_id: str, r: OffsetRange, *, batch: int = 10_000, idle_timeout_s: float = 120.0
 ) -> Iterator[list[Message]]:
@@ -182,6 +197,14 @@ def read_range(
         deadline = time.monotonic() + idle_timeout_s
         while next_offset < r.end:
             messages = consumer.consume(num_messages=min(batch, r.end - next_offset), timeout=0.5)
+            after = _next_if_in_order(messages, next_offset, r.end) if messages else None
+            if after is not None:
+                # The usual case, checked in C: no errors, every offset new, in order and before
+                # the end -- exactly what the loop below would keep, all of it.
+                next_offset = after
+                yield messages
+                deadline = time.monotonic() + idle_timeout_s
+                continue
             out: list[Message] = []
             done = False
             for m in messages:
