@@ -8,12 +8,9 @@ overrides ``DASHBOARD_PORT``.  Once listening it prints its ready line on stdout
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import sys
 from collections.abc import Sequence
 
-from services.common.config import ConfigError
-from services.common.runner import serve_app
+from services.common.runner import run_from_args
 from services.dashboard.app import create_app
 from services.dashboard.config import DashboardConfig
 
@@ -22,16 +19,7 @@ __all__ = ["main", "run"]
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; 2 on invalid configuration."""
-    try:
-        config = DashboardConfig.from_env()
-        port = getattr(args, "port", None)
-        if port is not None:
-            config = dataclasses.replace(config, port=port)
-        config.check()
-    except ConfigError as e:
-        sys.stderr.write(f"dashboard: {e}\n")
-        return 2
-    return serve_app(config, lambda c, shipper: create_app(c, shipper=shipper))
+    return run_from_args(args, DashboardConfig, lambda c, shipper: create_app(c, shipper=shipper))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
