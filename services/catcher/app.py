@@ -23,11 +23,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
 
 from aiohttp import web
-from aiokafka import AIOKafkaProducer
 from multidict import MultiMapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -39,6 +37,7 @@ from services.common.app import METRICS_REGISTRY_KEY, create_base_app, read_json
 from services.common.errors import BadRequest, NotFound, ServiceError, ValidationError
 from services.common.log_shipper import LogShipper
 from services.common.logging import get_logger
+from services.common.outbox_service import shipping_logs
 from services.common.runner import READY_FIELDS_KEY
 from services.common.validation import Object, Str
 from services.otp.domain import E164
@@ -195,16 +194,6 @@ class CatcherCollector(Collector):
         yield GaugeMetricFamily("catcher_sms_stored", "SMS held now", value=len(s))
 
 
-class _KafkaLogProducer:
-    """The shipper's producer protocol over a plain aiokafka producer (no registry needed)."""
-
-    def __init__(self, producer: AIOKafkaProducer) -> None:
-        self.producer = producer
-
-    async def send(self, topic: str, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]]) -> Any:
-        return await self.producer.send(topic, value=value, key=key, headers=list(headers))
-
-
 def create_app(config: CatcherConfig, *, shipper: LogShipper | None = None) -> web.Application:
     """The catcher; its SMTP server listens on (config.listen, config.smtp_port) while the app runs
     (port 0: any free port, found in ``app[SMTP_PORT_KEY]`` once started, and announced as
@@ -227,31 +216,23 @@ def create_app(config: CatcherConfig, *, shipper: LogShipper | None = None) -> w
     logging.getLogger("mail.log").setLevel(logging.WARNING)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        producer: AIOKafkaProducer | None = None
-        if shipper is not None:
-            producer = AIOKafkaProducer(**config.kafka_client_kwargs(), acks="all", enable_idempotence=True)
-            await producer.start()
-            await shipper.start(_KafkaLogProducer(producer))
-        server, sessions = await start_smtp_server(
-            mailbox,
-            config.listen,
-            config.smtp_port,
-            hostname=config.smtp_hostname,
-            data_size_limit=config.max_message_size,
-        )
-        app[_SERVER_KEY] = server
-        app[SMTP_PORT_KEY] = smtp_port = int(server.sockets[0].getsockname()[1])
-        host = "127.0.0.1" if config.listen in ("", "0.0.0.0", "::") else config.listen
-        app[READY_FIELDS_KEY] = {"smtp": f"{host}:{smtp_port}"}  # on `serve_app`'s ready line, for supervisors
-        log.info("catcher started", smtp_port=smtp_port, listen=config.listen)
-        try:
-            yield
-        finally:
-            await stop_smtp_server(server, sessions)
-            if shipper is not None:
-                await shipper.stop()
-            if producer is not None:
-                await producer.stop()
+        async with shipping_logs(config, shipper):
+            server, sessions = await start_smtp_server(
+                mailbox,
+                config.listen,
+                config.smtp_port,
+                hostname=config.smtp_hostname,
+                data_size_limit=config.max_message_size,
+            )
+            app[_SERVER_KEY] = server
+            app[SMTP_PORT_KEY] = smtp_port = int(server.sockets[0].getsockname()[1])
+            host = "127.0.0.1" if config.listen in ("", "0.0.0.0", "::") else config.listen
+            app[READY_FIELDS_KEY] = {"smtp": f"{host}:{smtp_port}"}  # on `serve_app`'s ready line, for supervisors
+            log.info("catcher started", smtp_port=smtp_port, listen=config.listen)
+            try:
+                yield
+            finally:
+                await stop_smtp_server(server, sessions)
 
     app.cleanup_ctx.append(lifecycle)
     app.router.add_get("/messages", list_messages)

@@ -16,7 +16,7 @@ class CatcherConfig(ServiceConfig):
 
     Everything is kept in memory: a restart empties the mailbox and the SMS list (as MailHog's
     default in-memory storage does).  The catcher needs neither broker nor registry; it ships its
-    own logs only when ``CATCHER_LOG_SHIPPING`` is turned on (then the broker must be up).
+    own logs only when ``CATCHER_LOG_SHIPPING`` is turned on (then the broker and registry must be up).
     """
 
     service_name: ClassVar[str] = "catcher"

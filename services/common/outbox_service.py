@@ -111,6 +111,32 @@ def registry_auth(config: ServiceConfig) -> aiohttp.BasicAuth | None:
 
 
 @asynccontextmanager
+async def shipping_logs(config: ServiceConfig, shipper: LogShipper | None) -> AsyncIterator[None]:
+    """For a service that publishes no events of its own (the catcher, the dashboard): its log
+    lines shipped as Avro LogRecords through a producer of their own, as every other service's
+    are.  Nothing when `shipper` is None (log shipping off)."""
+    if shipper is None:
+        yield
+        return
+    async with RegistryClient(config.registry_url, auth=registry_auth(config)) as registry:
+        serializer = AvroSerializer(registry)
+        producer = EventProducer(
+            serializer=serializer,
+            client_id=f"{config.service_name}-{config.instance_id}",
+            **config.kafka_client_kwargs(),
+        )
+        await producer.start()
+        try:
+            await shipper.start(SendRawAdapter(producer), avro_log_encoder(serializer))
+            try:
+                yield
+            finally:
+                await shipper.stop()
+        finally:
+            await producer.stop()
+
+
+@asynccontextmanager
 async def open_outbox_service(
     config: OutboxServiceConfig,
     catalog: Catalog,

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -33,6 +33,7 @@ from services.common.errors import NotFound
 from services.common.health import broker_check
 from services.common.log_shipper import LogShipper
 from services.common.logging import get_logger
+from services.common.outbox_service import shipping_logs
 from services.dashboard.analytics_feed import LatestValues, MetricsFeed, analytics_json
 from services.dashboard.config import DashboardConfig
 from services.dashboard.kafka_reader import ClusterReader
@@ -48,16 +49,6 @@ POLLER_KEY = web.AppKey("dashboard_poller", SnapshotPoller)
 FEED_KEY = web.AppKey("dashboard_feed", MetricsFeed)
 _SESSION_KEY = web.AppKey("dashboard_http", aiohttp.ClientSession)
 _NO_CACHE = {"Cache-Control": "no-cache"}
-
-
-class _KafkaLogProducer:
-    """The log shipper's producer protocol over a plain aiokafka producer (no registry needed)."""
-
-    def __init__(self, producer: AIOKafkaProducer) -> None:
-        self.producer = producer
-
-    async def send(self, topic: str, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]]) -> Any:
-        return await self.producer.send(topic, value=value, key=key, headers=list(headers))
 
 
 class _AnalyticsView:
@@ -134,36 +125,30 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
     app[METRICS_REGISTRY_KEY].register(DashboardCollector(poller, feed))
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        producer: AIOKafkaProducer | None = None
-        if shipper is not None:
-            producer = AIOKafkaProducer(**kafka, acks="all", enable_idempotence=True)
-            await producer.start()
-            await shipper.start(_KafkaLogProducer(producer))
-        app[_SESSION_KEY] = session = aiohttp.ClientSession()
-        # Background tasks: a broker that is down at start-up only makes the first snapshots stale.
-        stop = asyncio.Event()
-        tasks = [
-            asyncio.create_task(poller.run(stop), name="dashboard-poller"),
-            asyncio.create_task(feed.run(stop), name="dashboard-analytics-feed"),
-        ]
-        log.info("dashboard started", bootstrap_servers=config.bootstrap_servers, metrics_topic=config.metrics_topic)
-        try:
-            yield
-        finally:
-            # Let a poll in progress finish (bounded by its own timeout), then cancel what is left.
-            stop.set()
-            _, pending = await asyncio.wait(tasks, timeout=config.poll_timeout + 1)
-            for task in pending:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await session.close()
-            await registry.close()
-            if shipper is not None:
-                await shipper.stop()
-            if producer is not None:
-                await producer.stop()
+        async with shipping_logs(config, shipper):
+            app[_SESSION_KEY] = session = aiohttp.ClientSession()
+            # Background tasks: a broker that is down at start-up only makes the first snapshots stale.
+            stop = asyncio.Event()
+            tasks = [
+                asyncio.create_task(poller.run(stop), name="dashboard-poller"),
+                asyncio.create_task(feed.run(stop), name="dashboard-analytics-feed"),
+            ]
+            log.info(
+                "dashboard started", bootstrap_servers=config.bootstrap_servers, metrics_topic=config.metrics_topic
+            )
+            try:
+                yield
+            finally:
+                # Let a poll in progress finish (bounded by its own timeout), then cancel what is left.
+                stop.set()
+                _, pending = await asyncio.wait(tasks, timeout=config.poll_timeout + 1)
+                for task in pending:
+                    task.cancel()
+                for task in tasks:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                await session.close()
+                await registry.close()
 
     async def index(request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC_DIR / "index.html", headers=_NO_CACHE)

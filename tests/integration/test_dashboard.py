@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
+import logging
 import os
 import signal
 import socket
@@ -29,13 +31,16 @@ from typing import Any
 import aiohttp
 import aiosmtplib
 import pytest
+import structlog
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from analytics.metrics import window_key
 from schemas.catalog import default_catalog
 from schemas.client import RegistryClient
-from schemas.serde import encode, frame
+from schemas.serde import AvroDeserializer, encode, frame
+from services.common.log_shipper import LogShipper
+from services.common.logging import configure_logging
 from services.dashboard.app import create_app
 from services.dashboard.config import DashboardConfig
 from services.logs.app import TAILS_KEY
@@ -44,6 +49,7 @@ from services.logs.config import LOG_TOPICS, LogsConfig
 from streamshop.broker_process import parse_service_ready_line
 from tests.support.harness import REPO, BrokerProcess
 from tests.support.kafka_clients import create_topic
+from tests.support.kit_processes import consume_all
 from tests.support.notify import parse_metrics, serve_catcher
 from tests.support.registry import RegistryProcess
 from tests.support.services import serve_app
@@ -597,3 +603,43 @@ async def test_streamshop_dashboard_runs_as_a_process_announces_itself_and_refus
             proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
     assert not database.exists()
+
+
+async def test_with_log_shipping_its_own_access_log_goes_to_logs_ingress_as_avro(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """DASHBOARD_LOG_SHIPPING: shipped as Avro LogRecords, as every service's, so the logs service
+    and the analytics job read them (through the kit's `shipping_logs`, which the catcher uses too)."""
+    config = DashboardConfig(
+        listen="127.0.0.1",
+        port=0,
+        bootstrap_servers=cluster.bootstrap,
+        registry_url=cluster.registry_url,
+        database_path=tmp_path / "dashboard.db",
+        log_shipping=True,
+    )
+    shipper = LogShipper(
+        service="dashboard",
+        instance=config.instance_id,
+        flush_interval=0.05,
+        exclude_loggers=("services.common.log_shipper", "aiokafka", "kafka", "broker", "schemas"),
+    )
+    configure_logging(stream=io.StringIO(), fmt="json", shipper=shipper)
+    try:
+        async with serve_app(create_app(config, shipper=shipper)) as (url, session):
+            async with session.get(url + "/", headers={"X-Request-ID": "req-dash"}) as r:
+                assert r.status == 200
+            deadline = time.monotonic() + 10
+            while shipper.shipped == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+    finally:
+        root = logging.getLogger()
+        for h in [h for h in root.handlers if getattr(h, "_streamshop_handler", False)]:
+            root.removeHandler(h)
+        structlog.reset_defaults()
+    records = await consume_all(cluster.bootstrap, "logs.ingress", 1, 10)
+    async with RegistryClient(cluster.registry_url) as registry:
+        decoded = [await AvroDeserializer(registry).deserialize(r.value or b"") for r in records]
+    assert {d.record_name for d in decoded} == {"io.streamshop.events.logs.LogRecord"}
+    assert any(d.value["request_id"] == "req-dash" and d.value["service"] == "dashboard" for d in decoded)
+    assert {r.key for r in records} == {config.instance_id.encode()}
