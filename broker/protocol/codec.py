@@ -22,11 +22,13 @@ from kio.static.protocol import Entity
 
 from broker.protocol.errors import ErrorCode
 from broker.protocol.fetch_codec import RawResponse
+from broker.protocol.frame_check import FrameError, check_body
 
 _HEAD = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
+DEFAULT_MAX_ELEMENTS = 100_000
 
 
 class MalformedRequest(Exception):
@@ -109,11 +111,20 @@ def _writer(cls: type[Entity]) -> Any:
     return entity_writer(cls)
 
 
-def decode_request(frame: bytes | memoryview, client_host: str = "") -> tuple[RequestHeader, Any]:
-    """Parse header and body of a request whose api key and version are supported."""
+def decode_request(
+    frame: bytes | memoryview, client_host: str = "", max_elements: int = DEFAULT_MAX_ELEMENTS
+) -> tuple[RequestHeader, Any]:
+    """Parse header and body of a request whose api key and version are supported.
+
+    The body is checked against its schema first (`frame_check`): kio's reader is only ever
+    given a frame whose declared counts and lengths fit in the bytes present."""
     api_key, api_version, _ = peek_header(frame)
     cls = request_type(api_key, api_version)
     header = parse_header(frame, cls.__flexible__, client_host)
+    try:
+        check_body(cls, frame, header.size, max_elements)
+    except FrameError as e:
+        raise MalformedRequest(f"{cls.__name__} v{api_version}: {e}") from None
     try:
         body, size = _reader(cls)(frame, header.size)
     except Exception as e:  # kio raises a variety of errors on bad input
