@@ -103,7 +103,7 @@ def _need(pos: int, n: int, end: int, what: str) -> int:
     return pos + n
 
 
-def _length(buf: Any, pos: int, end: int, flexible: bool, wide: bool, what: str) -> tuple[int, int]:
+def _length(buf: Any, pos: int, end: int, *, flexible: bool, wide: bool, what: str) -> tuple[int, int]:
     """Length of a string/bytes field (-1 for null)."""
     if flexible:
         raw, pos = read_uvarint(buf, pos, end, what)
@@ -143,7 +143,7 @@ def _fixed_check(size: int, what: str) -> Check:
 
 def _bytes_check(flexible: bool, wide: bool, nullable: bool, what: str) -> Check:
     def check(buf: Any, pos: int, end: int, budget: Budget) -> int:
-        n, pos = _length(buf, pos, end, flexible, wide, what)
+        n, pos = _length(buf, pos, end, flexible=flexible, wide=wide, what=what)
         if n < 0:
             if not nullable:
                 raise FrameError(f"{what}: null in a non-nullable field")
@@ -171,7 +171,9 @@ def _min_size(cls: type) -> int:
     return total
 
 
-def _array_check(elem: Check | None, elem_fixed: int, elem_min: int, flexible: bool, nullable: bool, what: str) -> Check:
+def _array_check(
+    elem: Check | None, elem_fixed: int, elem_min: int, *, flexible: bool, nullable: bool, what: str
+) -> Check:
     """An array of entities (`elem`) or of fixed-size primitives (`elem_fixed` bytes each)."""
     per = max(elem_min, 1)
 
@@ -201,13 +203,15 @@ def _field_check(f: dataclasses.Field[Any], flexible: bool, owner: str) -> Check
     if isinstance(kind, EntityField):
         return entity_check(kind.type_)
     if isinstance(kind, EntityTupleField):
-        return _array_check(entity_check(kind.type_), 0, _min_size(kind.type_), flexible, nullable, what)
+        return _array_check(
+            entity_check(kind.type_), 0, _min_size(kind.type_), flexible=flexible, nullable=nullable, what=what
+        )
     if isinstance(kind, PrimitiveTupleField):
         if kafka_type in _FIXED:
             size = _FIXED[kafka_type]
-            return _array_check(None, size, size, flexible, nullable, what)
+            return _array_check(None, size, size, flexible=flexible, nullable=nullable, what=what)
         elem = _bytes_check(flexible, kafka_type in ("bytes", "records"), False, what)
-        return _array_check(elem, 0, 1 if flexible else 2, flexible, nullable, what)
+        return _array_check(elem, 0, 1 if flexible else 2, flexible=flexible, nullable=nullable, what=what)
     if kafka_type in _FIXED:
         return _fixed_check(_FIXED[kafka_type], what)
     if kafka_type in ("string", "bytes", "records"):
