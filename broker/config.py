@@ -64,6 +64,19 @@ def _policy(raw: str) -> str:
     return ",".join(sorted(set(parts), key=parts.index))
 
 
+def _host_counts(raw: str) -> dict[str, int]:
+    """Kafka's `max.connections.per.ip.overrides`: `host:count,host:count`."""
+    out: dict[str, int] = {}
+    for item in (p.strip() for p in raw.split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        if not sep or not host:
+            raise ConfigError(f"{item!r} is not host:count")
+        out[host] = _int(0, INT_MAX)(count)
+    return out
+
+
 def _bool(raw: str) -> bool:
     if raw.lower() not in ("true", "false"):
         raise ConfigError(f"{raw!r} is not true or false")
@@ -207,6 +220,18 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         BrokerSettingDef("offsets.retention.minutes", "10080", _int(1, INT_MAX)),
         BrokerSettingDef("offset.metadata.max.bytes", "4096", _int(0, INT_MAX)),
         BrokerSettingDef("offsets.retention.check.interval.ms", "600000", _int(1)),
+        # Defences against hostile and careless clients (Kafka's names where Kafka has them).
+        BrokerSettingDef("connections.max.idle.ms", "600000", _int(-1)),
+        BrokerSettingDef("max.connections", str(INT_MAX), _int(1, INT_MAX)),
+        BrokerSettingDef("max.connections.per.ip", str(INT_MAX), _int(0, INT_MAX)),
+        BrokerSettingDef("max.connections.per.ip.overrides", "", _host_counts),
+        BrokerSettingDef("queued.max.request.bytes", "104857600", _int(-1, LONG_MAX)),
+        BrokerSettingDef("fetch.max.bytes", "57671680", _int(1024, INT_MAX)),
+        BrokerSettingDef("fetch.max.wait.ms", "30000", _int(0, INT_MAX)),
+        BrokerSettingDef("request.max.elements", "100000", _int(1, INT_MAX)),
+        BrokerSettingDef("max.partitions", "200000", _int(1, INT_MAX)),
+        BrokerSettingDef("max.partitions.per.request", "10000", _int(1, INT_MAX)),
+        BrokerSettingDef("message.max.decompressed.bytes", "67108864", _int(1024, INT_MAX)),
     ]
 }
 

@@ -41,6 +41,15 @@ def _read_properties(path: Path) -> dict[str, str]:
     return out
 
 
+class _AppendWatch:
+    __slots__ = ("future", "keys", "needed")
+
+    def __init__(self, future: asyncio.Future[None], needed: int, keys: set[int]) -> None:
+        self.future = future
+        self.needed = needed
+        self.keys = keys
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
         self.config = config
@@ -73,7 +82,7 @@ class Broker:
         self.metrics.coordinator = self.coordinator
         self.flusher = Flusher(on_round=self.metrics.fsync_round)
         self.advertised: tuple[str, int] = config.advertise or config.listen
-        self._waiters: dict[int, set[asyncio.Future[None]]] = {}
+        self._watches: dict[int, set[_AppendWatch]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         truncated = sum(p.truncated_bytes for p in self.store.all_logs())
         log.info(
@@ -168,6 +177,10 @@ class Broker:
                     log.info("compacted", topic=plog.topic, partition=plog.partition, **stats.__dict__)
         return cleaned
 
+    def files_reserved(self) -> int:
+        """Descriptors the log may keep open at once (sockets must leave them room)."""
+        return 0
+
     # --- durability ------------------------------------------------------------------
 
     async def sync(self, logs: Iterable[PartitionLog]) -> None:
@@ -175,29 +188,38 @@ class Broker:
 
     # --- long-poll support -----------------------------------------------------------
 
-    def notify_append(self, plog: PartitionLog) -> None:
-        waiters = self._waiters.pop(id(plog), None)
-        if waiters:
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
+    def notify_append(self, plog: PartitionLog, nbytes: int) -> None:
+        """`nbytes` were appended to `plog`: complete the long polls they satisfy."""
+        watches = self._watches.get(id(plog))
+        if not watches:
+            return
+        for watch in list(watches):
+            watch.needed -= nbytes
+            if watch.needed <= 0 and not watch.future.done():
+                watch.future.set_result(None)
 
-    async def wait_for_append(self, logs: list[PartitionLog], seconds: float) -> None:
-        """Sleep until any of `logs` gets new data or `seconds` pass (Fetch long poll)."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        for plog in logs:
-            self._waiters.setdefault(id(plog), set()).add(fut)
-        try:
-            await asyncio.wait_for(asyncio.shield(fut), seconds)
-        except TimeoutError:
-            pass
-        finally:
-            for plog in logs:
-                waiters = self._waiters.get(id(plog))
-                if waiters is not None:
-                    waiters.discard(fut)
-                    if not waiters:
-                        del self._waiters[id(plog)]
+    def watch_appends(self, logs: list[PartitionLog], needed_bytes: int) -> _AppendWatch:
+        """Register now for `needed_bytes` more appended to `logs` (together): the Fetch
+        long poll, as Kafka's DelayedFetch, counts appends and reads nothing until they add
+        up.  Its future completes when they do; `unwatch` when done or abandoned."""
+        watch = _AppendWatch(asyncio.get_running_loop().create_future(), needed_bytes, {id(p) for p in logs})
+        for key in watch.keys:
+            self._watches.setdefault(key, set()).add(watch)
+        return watch
+
+    def long_polls(self) -> int:
+        """Fetch requests waiting for appends."""
+        return len({watch for watches in self._watches.values() for watch in watches})
+
+    def unwatch(self, watch: _AppendWatch) -> None:
+        for key in watch.keys:
+            watches = self._watches.get(key)
+            if watches is not None:
+                watches.discard(watch)
+                if not watches:
+                    del self._watches[key]
+        if not watch.future.done():
+            watch.future.cancel()
 
     # --- topics ----------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -109,6 +109,27 @@ class BrokerMetrics:
         self.connections = Counter("streamshop_connections", "Connections accepted", registry=r)
         self.closed_malformed = Counter(
             "streamshop_connections_closed_malformed", "Connections closed for a malformed request", registry=r
+        )
+        self.connections_open = Gauge("streamshop_connections_open", "Client connections open", registry=r)
+        self.connections_rejected = Counter(
+            "streamshop_connections_rejected",
+            "Connections closed on accept: max.connections or max.connections.per.ip reached",
+            ["reason"],
+            registry=r,
+        )
+        self.connections_idle_closed = Counter(
+            "streamshop_connections_idle_closed", "Connections closed after connections.max.idle.ms", registry=r
+        )
+        self.request_failures = Counter(
+            "streamshop_request_failures",
+            "Requests whose handling failed (the connection was closed)",
+            ["api"],
+            registry=r,
+        )
+        self.request_memory = Gauge(
+            "streamshop_request_memory_bytes",
+            "Receive-buffer bytes held beyond each connection's base buffer (queued.max.request.bytes)",
+            registry=r,
         )
         self.fsync_rounds = Counter("streamshop_fsync_rounds", "Group-commit fsync rounds", registry=r)
         self.fsync_files = Counter("streamshop_fsync_files", "Segment files fsynced by group commit", registry=r)

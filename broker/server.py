@@ -1,59 +1,91 @@
-"""The asyncio TCP server: framing, dispatch, pipelining and in-order responses.
+"""The asyncio TCP server: accept, dispatch, and the limits every client is held to.
 
-Each connection is a `BufferedProtocol`: the kernel reads straight into the
-connection's buffer and complete frames are dispatched from it, without the copies a
-StreamReader makes (measured: those were the largest cost of the produce path after
-the socket itself).  Dispatch decodes a request and runs its handler's synchronous part
-at once, so side effects happen in request order; what the handler returns (a response
-or an awaitable of one) is queued, and a sender task writes responses strictly in
-request order, as Kafka clients require, batching those already complete into one
-write.  Pipelined acks=all produce requests therefore share fsync rounds.
+`Connection` (connection.py) reads frames and writes responses in order; this module decodes
+a frame, runs its handler and turns whatever goes wrong into a closed connection, as Kafka
+does: a frame that cannot be parsed (bad size, unknown API key, unsupported version other
+than ApiVersions, a body that does not match its schema) and a handler that fails close that
+one connection.  Nothing raised escapes; each failure is counted and logged with the client's
+address, rate-limited, with a traceback only the first time a failure is seen at one place.
 
-Anything unparseable (bad size, unknown API key, unsupported version other than
-ApiVersions, a body that does not decode) closes that one connection and is logged, as
-Kafka does; nothing raised by a handler escapes the connection.
+Limits, by Kafka's names: `max.connections` (also kept below the process's descriptor limit,
+so sockets cannot starve the log of files), `max.connections.per.ip` and its overrides,
+`connections.max.idle.ms`, `socket.request.max.bytes`, `queued.max.request.bytes`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import inspect
-import struct
+import resource
 import time
-from typing import Any, cast
+import traceback
+from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
+from broker.connection import Connection
 from broker.core import Broker
 from broker.handlers import APIS, BY_KEY
 from broker.handlers.api_versions import API_KEY as API_VERSIONS
 from broker.handlers.api_versions import unsupported_version_response
-from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE
+from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE, Api, Serial
+from broker.netlimits import ConnectionCounts, RequestMemory, ThrottledLog
 from broker.protocol.codec import MalformedRequest, decode_request, encode_response, frame_raw_response, peek_header
 from broker.protocol.fetch_codec import RawResponse
 
 log = structlog.get_logger(__name__)
 
-_SIZE = struct.Struct(">i")
-MAX_IN_FLIGHT = 128  # queued responses per connection before we stop reading
-_BUFFER = 1 << 20  # initial receive buffer; grows to fit a large frame
-_MIN_FREE = 64 * 1024  # free space offered to each recv
+_DESCRIPTORS_KEPT = 256  # never handed to sockets: log files, snapshots, the admin API
 
 
-class _Close:
-    pass
+@dataclass(slots=True)
+class Pending:
+    """A dispatched request whose response is (or will be) written in order."""
+
+    correlation_id: int
+    api: Api
+    started: float
+    header_v0: bool
+    result: Any = None  # the response, when complete at dispatch
+    future: asyncio.Future[Any] | None = None  # or the handler's awaitable
+    serial: bool = False  # later requests of the connection wait for this one
+    size: int = 0  # bytes of the response, when known
 
 
-_CLOSE = _Close()
+def descriptor_headroom(kept: int) -> int:
+    """How many sockets fit under RLIMIT_NOFILE while keeping `kept` descriptors for files."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 31
+    return max(1, soft - kept)
 
 
 class KafkaServer:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.max_request = broker.config.get("socket.request.max.bytes")
-        self._server: asyncio.Server | None = None
+        config = broker.config
+        self.max_request: int = config.get("socket.request.max.bytes")
+        self.max_elements: int = config.get("request.max.elements")
+        self.idle_ms: int = config.get("connections.max.idle.ms")
+        metrics = broker.metrics
+        self.memory = RequestMemory(
+            max(config.get("queued.max.request.bytes"), self.max_request)
+            if config.get("queued.max.request.bytes") > 0
+            else -1,
+            metrics.request_memory.set,
+        )
+        kept = _DESCRIPTORS_KEPT + broker.files_reserved()
+        self.counts = ConnectionCounts(
+            min(config.get("max.connections"), descriptor_headroom(kept)),
+            config.get("max.connections.per.ip"),
+            config.get("max.connections.per.ip.overrides"),
+        )
         self.connections: set[Connection] = set()
+        self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._warn = ThrottledLog(log)
+        self._traced: set[tuple[str, str, str]] = set()
 
     @property
     def port(self) -> int:
@@ -64,222 +96,155 @@ class KafkaServer:
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: Connection(self), host, port, backlog=1024)
+        self._sweeper = loop.create_task(self._sweep(), name="idle-connections")
 
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
+        senders = [c.sender for c in self.connections if c.sender is not None]
         for conn in list(self.connections):
-            conn.abort()
-        await asyncio.gather(*(c.sender for c in self.connections if c.sender), return_exceptions=True)
+            conn.close()
+        await asyncio.gather(*senders, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
 
-    def _reject(self, peer: Any, reason: str) -> None:
-        self.broker.metrics.closed_malformed.inc()
-        log.warning("closing connection: malformed request", peer=str(peer), reason=reason)
+    # --- connections -----------------------------------------------------------------
 
-    def _dispatch(self, frame: bytes | memoryview, peer: Any) -> Any:
-        """Returns NO_RESPONSE, _CLOSE or (correlation id, api, started, response|awaitable)."""
+    def admit(self, conn: Connection) -> bool:
+        reason = self.counts.admit(conn.host)
+        if reason is not None:
+            self.broker.metrics.connections_rejected.labels(reason).inc()
+            self._warn.warning("connection refused", peer=str(conn.peer), limit=reason)
+            return False
+        self.connections.add(conn)
+        self.broker.metrics.connections.inc()
+        self.broker.metrics.connections_open.inc()
+        return True
+
+    def forget(self, conn: Connection) -> None:
+        self.counts.release(conn.host)
+        self.connections.discard(conn)
+        self.broker.metrics.connections_open.dec()
+
+    async def _sweep(self) -> None:
+        """Close connections idle for `connections.max.idle.ms` (nothing read, nothing
+        pending); give back the buffers of connections quiet for a second."""
+        while True:
+            await asyncio.sleep(1.0 if self.idle_ms < 0 else min(1.0, max(self.idle_ms / 4000, 0.01)))
+            now = time.monotonic()
+            for conn in list(self.connections):
+                if conn.queue or conn.sender is not None or conn.barrier is not None:
+                    continue
+                quiet = now - conn.last_active
+                if 0 <= self.idle_ms < quiet * 1000:
+                    self.broker.metrics.connections_idle_closed.inc()
+                    log.debug("closing idle connection", peer=str(conn.peer), idle_ms=round(quiet * 1000))
+                    conn.close()
+                elif quiet >= 1.0:
+                    conn.release_idle_buffer()
+
+    # --- failures --------------------------------------------------------------------
+
+    def reject(self, conn: Connection, reason: str) -> None:
+        self.broker.metrics.closed_malformed.inc()
+        self._warn.warning("closing connection: malformed request", peer=str(conn.peer), reason=reason)
+
+    def log_failure(self, conn: Connection, api: str, error: BaseException | None) -> None:
+        """One line per failure (rate-limited), a traceback the first time it happens at a place."""
+        self.broker.metrics.request_failures.labels(api).inc()
+        where = ""
+        if error is not None and error.__traceback__ is not None:
+            last = traceback.extract_tb(error.__traceback__)[-1]
+            where = f"{last.filename}:{last.lineno}"
+        key = (api, type(error).__name__, where)
+        if error is not None and key not in self._traced:
+            self._traced.add(key)
+            log.error("request failed; closing connection", api=api, peer=str(conn.peer), exc_info=error)
+            return
+        self._warn.warning(
+            "request failed; closing connection",
+            api=api,
+            peer=str(conn.peer),
+            error=f"{type(error).__name__}: {error}" if error is not None else "",
+            at=where,
+        )
+
+    # --- requests --------------------------------------------------------------------
+
+    def dispatch(self, frame: memoryview, conn: Connection) -> Pending | Any | None:
+        """Decode and handle one frame: a Pending response, NO_RESPONSE, or None to close."""
         started = time.perf_counter()
         try:
             api_key, api_version, correlation_id = peek_header(frame)
         except MalformedRequest as e:
-            self._reject(peer, str(e))
-            return _CLOSE
+            self.reject(conn, str(e))
+            return None
         api = BY_KEY.get(api_key)
         if api is None:
-            self._reject(peer, f"unknown API key {api_key}")
-            return _CLOSE
+            self.reject(conn, f"unknown API key {api_key}")
+            return None
         if not api.min_version <= api_version <= api.max_version:
             if api_key == API_VERSIONS:
-                return (correlation_id, api, started, unsupported_version_response(APIS), True)
-            self._reject(peer, f"{api.name} v{api_version} is not supported (v{api.min_version}-v{api.max_version})")
-            return _CLOSE
+                return Pending(correlation_id, api, started, True, unsupported_version_response(APIS))
+            self.reject(conn, f"{api.name} v{api_version} is not supported (v{api.min_version}-v{api.max_version})")
+            return None
         try:
-            header, request = decode_request(frame, _host(peer))
+            header, request = decode_request(frame, conn.host, self.max_elements)
         except MalformedRequest as e:
-            self._reject(peer, str(e))
-            return _CLOSE
+            self.reject(conn, str(e))
+            return None
         try:
             result = api.handler(self.broker, header, request)
-        except Exception:
-            log.exception("handler failed; closing connection", api=api.name, peer=str(peer))
-            return _CLOSE
+        except Exception as e:
+            self.log_failure(conn, api.name, e)
+            return None
         if result is NO_RESPONSE:
             self._observe(api.name, started)
             return NO_RESPONSE
         if result is CLOSE_CONNECTION:
-            log.warning("closing connection after a failed acks=0 produce", peer=str(peer))
-            return _CLOSE
+            self._warn.warning("closing connection after a failed acks=0 produce", peer=str(conn.peer))
+            return None
+        header_v0 = api_key == API_VERSIONS
+        serial = isinstance(result, Serial)
+        if isinstance(result, Serial):
+            result = result.awaitable
         if inspect.isawaitable(result):
             # Start now: an acks=all produce joins the current fsync round and a long
             # poll registers for appends, without waiting for earlier responses to go out.
-            result = asyncio.ensure_future(result)
-            result.add_done_callback(_retrieve)
-        return (correlation_id, api, started, result, api_key == API_VERSIONS)
+            future = asyncio.ensure_future(result)
+            future.add_done_callback(_retrieve)
+            return Pending(correlation_id, api, started, header_v0, future=future, serial=serial)
+        size = sum(len(p) for p in result.parts) if isinstance(result, RawResponse) else 0
+        return Pending(correlation_id, api, started, header_v0, result=result, size=size)
+
+    def render(self, pending: Pending, conn: Connection) -> list[Any] | None:
+        """The response frames, or None when the handler failed (close the connection)."""
+        result = pending.result
+        future = pending.future
+        if future is not None:
+            if future.cancelled():
+                return None
+            error = future.exception()
+            if error is not None:
+                self.log_failure(conn, pending.api.name, error)
+                return None
+            result = future.result()
+        try:
+            if isinstance(result, RawResponse):
+                frames: list[Any] = frame_raw_response(pending.correlation_id, result)
+            else:
+                frames = [encode_response(pending.correlation_id, result, header_v0=pending.header_v0)]
+        except Exception as e:
+            self.log_failure(conn, pending.api.name, e)
+            return None
+        self._observe(pending.api.name, pending.started)
+        return frames
 
     def _observe(self, api: str, started: float) -> None:
         self.broker.metrics.requests.labels(api).inc()
         self.broker.metrics.latency.labels(api).observe(time.perf_counter() - started)
-
-    def render(self, correlation_id: int, result: Any, header_v0: bool) -> list[bytes | bytearray | memoryview]:
-        if isinstance(result, RawResponse):
-            return frame_raw_response(correlation_id, result)
-        return [encode_response(correlation_id, result, header_v0=header_v0)]
-
-
-class Connection(asyncio.BufferedProtocol):
-    """One client connection: frames in, responses out in request order."""
-
-    def __init__(self, server: KafkaServer) -> None:
-        self.server = server
-        self.buf = bytearray(_BUFFER)
-        self.start = 0  # first unread byte
-        self.end = 0  # end of received data
-        self.queue: collections.deque[Any] = collections.deque()
-        self.ready = asyncio.Event()
-        self.transport: asyncio.Transport | None = None
-        self.sender: asyncio.Task[None] | None = None
-        self.peer: Any = None
-        self.closing = False
-        self.paused = False
-        self._writable = asyncio.Event()
-        self._writable.set()
-
-    # --- asyncio.BufferedProtocol ----------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self.peer = transport.get_extra_info("peername")
-        self.server.connections.add(self)
-        self.server.broker.metrics.connections.inc()
-        self.sender = asyncio.get_running_loop().create_task(self._send())
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        if len(self.buf) - self.end < _MIN_FREE:
-            self._make_room(_MIN_FREE)
-        return memoryview(self.buf)[self.end :]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.end += nbytes
-        while not self.closing:
-            available = self.end - self.start
-            if available < 4:
-                break
-            (size,) = _SIZE.unpack_from(self.buf, self.start)
-            if size < 8 or size > self.server.max_request:
-                self.server._reject(
-                    self.peer, f"request size {size} is outside [8, socket.request.max.bytes={self.server.max_request}]"
-                )
-                self._enqueue(_CLOSE)
-                break
-            if available < 4 + size:
-                if len(self.buf) - self.start < 4 + size:
-                    self._make_room(4 + size - available)  # a frame larger than the buffer
-                break
-            frame = memoryview(self.buf)[self.start + 4 : self.start + 4 + size].toreadonly()  # kio wants read-only
-            self.start += 4 + size
-            item = self.server._dispatch(frame, self.peer)
-            if item is not NO_RESPONSE:
-                self._enqueue(item)
-        if self.start == self.end:
-            self.start = self.end = 0
-        if len(self.queue) >= MAX_IN_FLIGHT and not self.paused and self.transport is not None:
-            self.paused = True
-            self.transport.pause_reading()
-
-    def eof_received(self) -> bool | None:
-        self._enqueue(_CLOSE)
-        return True  # keep the transport open until queued responses are written
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
-        self.server.connections.discard(self)
-        self._writable.set()
-        if self.sender is not None and not self.sender.done():
-            self.sender.cancel()
-
-    def pause_writing(self) -> None:
-        self._writable.clear()
-
-    def resume_writing(self) -> None:
-        self._writable.set()
-
-    # --- internals -------------------------------------------------------------------
-
-    def _make_room(self, needed: int) -> None:
-        """Move unread bytes to a fresh buffer with at least `needed` bytes free.  A new
-        bytearray, never an in-place resize: the transport may still hold a view of the
-        old one."""
-        unread = self.end - self.start
-        size = max(_BUFFER, unread + needed)
-        fresh = bytearray(size)
-        fresh[:unread] = self.buf[self.start : self.end]
-        self.buf = fresh
-        self.start, self.end = 0, unread
-
-    def _enqueue(self, item: Any) -> None:
-        if item is _CLOSE:
-            self.closing = True
-            if self.transport is not None:
-                self.transport.pause_reading()  # nothing more will be read from it
-        self.queue.append(item)
-        self.ready.set()
-
-    def abort(self) -> None:
-        self.closing = True
-        if self.transport is not None:
-            self.transport.abort()
-
-    async def _send(self) -> None:
-        """Write responses in request order; whatever is ready goes out in one write."""
-        try:
-            await self._send_loop()
-        except asyncio.CancelledError:
-            pass
-        except Exception:
-            log.exception("sending responses failed", peer=str(self.peer))
-        finally:
-            if self.transport is not None and not self.transport.is_closing():
-                self.transport.close()
-
-    async def _send_loop(self) -> None:
-        assert self.transport is not None
-        transport = self.transport
-        server = self.server
-        frames: list[bytes | bytearray | memoryview] = []
-        while True:
-            await self.ready.wait()
-            self.ready.clear()
-            while self.queue:
-                item = self.queue.popleft()
-                if item is _CLOSE:
-                    if frames:
-                        transport.writelines(frames)
-                    return
-                correlation_id, api, started, result, header_v0 = item
-                if isinstance(result, asyncio.Future):
-                    if not result.done() and frames:
-                        transport.writelines(frames)  # don't hold ready responses behind a long poll
-                        frames = []
-                    try:
-                        result = await result
-                    except Exception:
-                        log.exception("handler failed; closing connection", api=api.name)
-                        return
-                frames.extend(server.render(correlation_id, result, header_v0))
-                server._observe(api.name, started)
-            if frames:
-                transport.writelines(frames)
-                frames = []
-            if self.paused and len(self.queue) < MAX_IN_FLIGHT // 2:
-                self.paused = False
-                transport.resume_reading()
-            await self._writable.wait()
-
-
-def _host(peer: Any) -> str:
-    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

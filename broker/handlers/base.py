@@ -28,6 +28,15 @@ CLOSE_CONNECTION = _CloseConnection()
 
 
 @dataclass(frozen=True, slots=True)
+class Serial:
+    """A response the connection must have before it dispatches its next request (work that
+    left the event loop, e.g. opening a large compressed batch, must not let a later batch
+    of the same producer overtake it)."""
+
+    awaitable: Awaitable[Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Api:
     key: int
     name: str

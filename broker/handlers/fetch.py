@@ -9,7 +9,8 @@ as "full fetch every time".
 
 from __future__ import annotations
 
-import time
+import asyncio
+import contextlib
 import uuid
 from typing import Any
 
@@ -41,16 +42,20 @@ class _Slot:
 
 
 def _resolve(broker: Broker, request: Any, version: int) -> list[_Slot]:
-    slots = []
+    """One slot per partition named; a partition named twice is fetched once, as Kafka's
+    map of fetch data does (the later entry wins, in the first one's place)."""
+    slots: dict[tuple[object, int], _Slot] = {}
     for topic in request.topics:
         if version >= 13:
             found = broker.store.by_id.get(topic.topic_id)
             name = found.name if found else None
             missing = ErrorCode.unknown_topic_id
+            key: object = topic.topic_id
         else:
             name = topic.topic
             found = broker.store.get(name)
             missing = ErrorCode.unknown_topic_or_partition
+            key = name
         for part in topic.partitions:
             slot = _Slot(
                 name, getattr(topic, "topic_id", None), part.partition, part.fetch_offset, part.partition_max_bytes
@@ -58,8 +63,8 @@ def _resolve(broker: Broker, request: Any, version: int) -> list[_Slot]:
             slot.plog = broker.store.partition_log(name, part.partition) if name else None
             if slot.plog is None:
                 slot.error = missing if found is None else ErrorCode.unknown_topic_or_partition
-            slots.append(slot)
-    return slots
+            slots[(key, part.partition)] = slot
+    return list(slots.values())
 
 
 def _gather(slots: list[_Slot], max_bytes: int) -> tuple[int, bool]:
@@ -94,31 +99,30 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
     if session_id != 0:
         return _response(broker, version, [], ErrorCode.fetch_session_id_not_found)
     slots = _resolve(broker, request, version)
-    max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
+    # fetch.max.bytes bounds the whole response whatever the client asks for.
+    max_bytes = min(getattr(request, "max_bytes", 0x7FFFFFFF), broker.config.get("fetch.max.bytes"))
     total, error = _gather(slots, max_bytes)
-    max_wait = timedelta_ms(request.max_wait) / 1000
-    if error or total >= max(request.min_bytes, 1) or max_wait <= 0 or not slots:
+    max_wait = min(timedelta_ms(request.max_wait), broker.config.get("fetch.max.wait.ms")) / 1000
+    min_bytes = max(request.min_bytes, 1)
+    if error or total >= min_bytes or max_wait <= 0 or not slots:
         return _response(broker, version, slots)
 
     logs = [s.plog for s in slots if s.plog is not None]
-    marks = [plog.next_offset for plog in logs]
+    # Registered now, not when the task first runs, so an append in between is counted.
+    watch = broker.watch_appends(logs, min_bytes - total)
 
     async def long_poll() -> Any:
-        deadline = time.monotonic() + max_wait
-        while True:
-            # Data may have arrived between the first read and this task running.
-            if [plog.next_offset for plog in logs] != marks:
-                marks[:] = [plog.next_offset for plog in logs]
-                gathered, failed = _gather(slots, max_bytes)
-                if failed or gathered >= request.min_bytes:
-                    break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            await broker.wait_for_append(logs, remaining)
+        # The partitions are read again only once enough bytes arrived (or at the
+        # deadline), not on every append.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(watch.future), max_wait)
+        _gather(slots, max_bytes)
         return _response(broker, version, slots)
 
-    return long_poll()
+    task = asyncio.ensure_future(long_poll())
+    # Unregister however it ends: answered, timed out, or cancelled with its connection.
+    task.add_done_callback(lambda _: broker.unwatch(watch))
+    return task
 
 
 def _response(broker: Broker, version: int, slots: list[_Slot], top_error: ErrorCode = ErrorCode.none) -> RawResponse:

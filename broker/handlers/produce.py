@@ -55,7 +55,7 @@ def _append(broker: Broker, plog: PartitionLog, records: bytes | None, out: _Out
         topic = plog.topic
         broker.metrics.bytes_in.labels(topic).inc(len(records))
         broker.metrics.records_in.labels(topic).inc(result.last_offset - result.base_offset + 1)
-        broker.notify_append(plog)
+        broker.notify_append(plog, len(records))
     return not result.duplicate
 
 

@@ -282,7 +282,7 @@ async def test_aiokafka_consumer_replays_from_any_offset_after_seek(broker: Thre
 
 
 def _fetch_is_waiting(broker: ThreadBroker) -> bool:
-    return bool(broker.call(lambda: bool(broker.broker._waiters)))
+    return bool(broker.call(lambda: broker.broker.long_polls() > 0))
 
 
 def _wait_until_a_fetch_waits(broker: ThreadBroker, pump: Callable[[], object]) -> None:

@@ -122,7 +122,7 @@ def test_confluent_fetch_of_a_deleted_offset_resets_to_the_log_end_with_latest(
         consumer.assign([tp])
         deadline = time.monotonic() + 10
         # Once reset, the consumer long-polls at the log end (the broker parks its Fetch).
-        while not broker.call(lambda: bool(broker.broker._waiters)):
+        while not broker.call(lambda: broker.broker.long_polls() > 0):
             assert time.monotonic() < deadline, "the consumer never reset to the log end"
             assert consumer.poll(0.05) is None, "a deleted or old record was served"
         confluent_produce(broker.bootstrap, "trim", [{"value": b"new"}])

@@ -85,6 +85,12 @@ class ThreadBroker:
         assert self.running is not None
         return self.running.broker
 
+    @property
+    def server(self) -> Any:
+        """The Kafka listener (connections, request memory)."""
+        assert self.running is not None
+        return self.running.server
+
     def stop(self) -> None:
         if self.running is not None:
             self.run(self.running.stop())

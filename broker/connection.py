@@ -1,0 +1,339 @@
+"""One client connection: frames in, responses out in request order, memory bounded.
+
+The kernel reads straight into the connection's buffer (`BufferedProtocol`) and complete
+frames are dispatched from it without copies.  The buffer starts small and grows with the
+bytes that actually arrive, never with what a size prefix claims; growth beyond the base
+buffer draws on the shared `queued.max.request.bytes` pool, and an idle connection gives
+its buffer back.  Dispatch runs a handler's synchronous part at once, so side effects
+happen in request order; responses are written strictly in request order, those already
+complete in one write.
+
+Back-pressure, as Kafka mutes a channel: a connection stops dispatching (and reading) while
+too many responses are pending, while the transport cannot take more bytes, while a request
+that must finish before the next one starts is running (`Serial`), or while the request
+memory pool is used up.  When the connection closes, everything it was waiting for (long
+polls, fsync rounds) is cancelled at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import struct
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+from broker.handlers.base import NO_RESPONSE
+
+if TYPE_CHECKING:
+    from broker.server import KafkaServer, Pending
+
+_SIZE = struct.Struct(">i")
+BASE_BUFFER = 64 * 1024  # every connection's own buffer, not drawn from the pool
+MIN_FREE = 16 * 1024  # free space offered to each read
+MAX_IN_FLIGHT = 128  # pending responses before a connection stops dispatching
+MAX_PENDING_BYTES = 16 * 1024 * 1024
+FETCH = 1  # rendered response bytes not yet handed to the transport
+_EMPTY = bytearray()
+
+
+class Connection(asyncio.BufferedProtocol):
+    def __init__(self, server: KafkaServer) -> None:
+        self.server = server
+        self.buf = _EMPTY
+        self.start = 0  # first unread byte
+        self.end = 0  # end of received data
+        self.charged = 0  # bytes of `buf` reserved from the request memory pool
+        self.queue: collections.deque[Pending] = collections.deque()
+        self.pending_bytes = 0
+        self.sender: asyncio.Task[None] | None = None
+        self.barrier: asyncio.Future[Any] | None = None
+        self.transport: asyncio.Transport | None = None
+        self.peer: Any = None
+        self.host = ""
+        self.admitted = False
+        self.closing = False
+        self.reading = True
+        self.writable = True
+        self.waiting_memory = False
+        self.last_active = time.monotonic()
+        self._writable_event: asyncio.Event | None = None
+
+    # --- asyncio.BufferedProtocol ----------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.peer = transport.get_extra_info("peername")
+        self.host = str(self.peer[0]) if isinstance(self.peer, tuple) and self.peer else ""
+        if not self.server.admit(self):
+            self.closing = True
+            self.transport.abort()
+            return
+        self.admitted = True
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if len(self.buf) - self.end < MIN_FREE:
+            self._grow(force=True)
+        return memoryview(self.buf)[self.end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.end += nbytes
+        self.last_active = time.monotonic()
+        self._process()
+
+    def eof_received(self) -> bool | None:
+        # The client closed its side: stop waiting for long polls now (they change
+        # nothing), and close once the other queued responses are written.
+        for pending in self.queue:
+            if pending.api.key == FETCH and pending.future is not None:
+                pending.future.cancel()
+        self._close_after_responses()
+        return True  # keep the transport open until queued responses are written
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        if self.admitted:
+            self.admitted = False
+            self.server.forget(self)
+        if self.waiting_memory:
+            self.server.memory.forget(self._memory_available)
+            self.waiting_memory = False
+        self._release_buffer()
+        # Nobody will read these answers: stop waiting for them now (long polls hold
+        # buffers and wake-ups until their deadline otherwise).
+        for pending in self.queue:
+            if pending.future is not None and not pending.future.done():
+                pending.future.cancel()
+        if self.barrier is not None and not self.barrier.done():
+            self.barrier.cancel()
+        self.queue.clear()
+        if self.sender is not None and not self.sender.done():
+            self.sender.cancel()
+        if self._writable_event is not None:
+            self._writable_event.set()
+
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        if self._writable_event is not None:
+            self._writable_event.set()
+        self._process()
+
+    # --- reading and dispatch --------------------------------------------------------
+
+    def _gated(self) -> bool:
+        return (
+            self.barrier is not None
+            or len(self.queue) >= MAX_IN_FLIGHT
+            or self.pending_bytes >= MAX_PENDING_BYTES
+            or not self.writable
+        )
+
+    def _process(self) -> None:
+        """Dispatch every complete frame the gate lets through, then make room to read."""
+        server = self.server
+        direct: list[Any] = []
+        while not self.closing and not self._gated():
+            available = self.end - self.start
+            if available < 4:
+                break
+            (size,) = _SIZE.unpack_from(self.buf, self.start)
+            if size < 8 or size > server.max_request:
+                server.reject(
+                    self, f"request size {size} is outside [8, socket.request.max.bytes={server.max_request}]"
+                )
+                self._close_after_responses()
+                break
+            if available < 4 + size:
+                break
+            frame = memoryview(self.buf)[self.start + 4 : self.start + 4 + size].toreadonly()  # kio wants read-only
+            self.start += 4 + size
+            try:
+                pending = server.dispatch(frame, self)
+            finally:
+                frame.release()
+            if pending is NO_RESPONSE:
+                continue
+            if pending is None:  # the request closes the connection
+                self._close_after_responses()
+                break
+            if pending.serial:
+                self.barrier = pending.future
+                assert self.barrier is not None
+                self.barrier.add_done_callback(self._barrier_done)
+            if pending.future is None and not self.queue and self.sender is None and self.writable:
+                rendered = server.render(pending, self)  # nothing ahead of it: answer now
+                if rendered is None:
+                    self._close_after_responses()
+                    break
+                direct.extend(rendered)
+                continue
+            self._enqueue(pending)
+        if direct and self.transport is not None:
+            self.transport.writelines(direct)
+        if self.start == self.end:
+            self.start = self.end = 0
+            if len(self.buf) > BASE_BUFFER:
+                self._release_buffer()  # a large request was read: give its memory back
+        free = len(self.buf) - self.end
+        if not self.closing and not self._gated() and free < MIN_FREE and free < self._frame_remaining():
+            self._grow(force=False)
+        self._update_reading()
+
+    def _frame_remaining(self) -> int:
+        """Bytes still to come of the frame being received (MIN_FREE when unknown)."""
+        unread = self.end - self.start
+        if unread < 4:
+            return MIN_FREE
+        (size,) = _SIZE.unpack_from(self.buf, self.start)
+        return max(0, 4 + int(size) - unread)
+
+    def _update_reading(self) -> None:
+        want = not self.closing and not self.waiting_memory and not self._gated()
+        if want == self.reading or self.transport is None or self.transport.is_closing():
+            return
+        self.reading = want
+        if want:
+            self.transport.resume_reading()
+        else:
+            self.transport.pause_reading()
+
+    def _grow(self, *, force: bool) -> None:
+        """Room for the next read: compact, and grow towards the size of the frame being
+        received, at most doubling, so a size prefix alone allocates nothing.  Growth past
+        the base buffer is reserved from the shared pool; without `force`, a connection
+        that cannot reserve waits for memory (reading paused)."""
+        unread = self.end - self.start
+        target = max(BASE_BUFFER, unread + MIN_FREE)
+        if unread >= 4 and not force:
+            (size,) = _SIZE.unpack_from(self.buf, self.start)
+            if 0 < size <= self.server.max_request:
+                target = max(target, min(4 + size, 2 * len(self.buf)))
+        charge = max(0, target - BASE_BUFFER)
+        delta = charge - self.charged
+        if delta > 0 and not force and not self.server.memory.reserve(delta):
+            if not self.waiting_memory:
+                self.waiting_memory = True
+                self.server.memory.wait(self._memory_available)
+            return
+        if delta > 0 and force:
+            self.server.memory.take(delta)  # a read the transport asks for: at most MIN_FREE more
+        # Always a fresh buffer, never an in-place resize: the transport may hold a view.
+        fresh = bytearray(target)
+        fresh[:unread] = self.buf[self.start : self.end]
+        self.buf = fresh
+        self.start, self.end = 0, unread
+        if delta < 0:
+            self.server.memory.release(-delta)
+        self.charged = charge
+
+    def _memory_available(self) -> None:
+        self.waiting_memory = False
+        if self.closing:
+            return
+        self._grow(force=False)
+        self._update_reading()
+
+    def _release_buffer(self) -> None:
+        """Drop the buffer (it is allocated again on the next read)."""
+        if self.start != self.end:
+            return
+        self.buf = _EMPTY
+        self.start = self.end = 0
+        if self.charged:
+            self.server.memory.release(self.charged)
+            self.charged = 0
+
+    def release_idle_buffer(self) -> None:
+        if self.queue or self.closing:
+            return
+        self._release_buffer()
+
+    # --- responses -------------------------------------------------------------------
+
+    def _enqueue(self, pending: Pending) -> None:
+        self.queue.append(pending)
+        self.pending_bytes += pending.size
+        if self.sender is None:
+            self.sender = asyncio.get_running_loop().create_task(self._send())
+
+    def _barrier_done(self, future: asyncio.Future[Any]) -> None:
+        if self.barrier is future:
+            self.barrier = None
+            if not self.closing:
+                self._process()
+
+    def _close_after_responses(self) -> None:
+        if self.closing:
+            return
+        self.closing = True
+        self._update_reading()
+        if self.sender is None:
+            self.sender = asyncio.get_running_loop().create_task(self._send())
+
+    def close(self) -> None:
+        """Close now (idle timeout, broker stopping)."""
+        self.closing = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    async def _send(self) -> None:
+        try:
+            await self._send_loop()
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            self.server.log_failure(self, "sending responses", None)
+            self.close()
+        finally:
+            self.sender = None
+
+    async def _send_loop(self) -> None:
+        """Write responses in request order; whatever is ready goes out in one write."""
+        server = self.server
+        transport = self.transport
+        assert transport is not None
+        while self.queue:
+            frames: list[Any] = []
+            written = 0
+            while self.queue:
+                pending = self.queue[0]
+                if pending.future is not None and not pending.future.done():
+                    if frames:
+                        break  # don't hold ready responses behind a long poll
+                    try:
+                        await pending.future
+                    except asyncio.CancelledError:
+                        task = asyncio.current_task()
+                        if task is not None and task.cancelling():
+                            raise
+                        # the request was abandoned: `render` closes the connection
+                    except Exception:
+                        pass  # reported by `server.render`
+                    continue
+                self.queue.popleft()
+                self.pending_bytes -= pending.size
+                rendered = server.render(pending, self)
+                if rendered is None:  # the handler failed: Kafka closes the connection
+                    if frames:
+                        transport.writelines(frames)
+                    self.close()
+                    return
+                frames.extend(rendered)
+                written += pending.size
+                if written >= MAX_PENDING_BYTES:
+                    break
+            if frames:
+                transport.writelines(frames)
+                self.last_active = time.monotonic()
+            if not self.closing:
+                self._process()  # the gate may have opened
+            if not self.writable:
+                if self._writable_event is None:
+                    self._writable_event = asyncio.Event()
+                self._writable_event.clear()
+                await self._writable_event.wait()
+        if self.closing and not transport.is_closing():
+            transport.close()
