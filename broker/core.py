@@ -9,6 +9,7 @@ import asyncio
 import base64
 import uuid
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import structlog
@@ -84,6 +85,8 @@ class Broker:
         self.advertised: tuple[str, int] = config.advertise or config.listen
         self._watches: dict[int, set[_AppendWatch]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        # CPU work one request may need off the event loop (opening large batches).
+        self.workers = ThreadPoolExecutor(max_workers=1, thread_name_prefix="broker-worker")
         truncated = sum(p.truncated_bytes for p in self.store.all_logs())
         log.info(
             "log loaded",
@@ -118,6 +121,7 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.flusher.stop()
+        self.workers.shutdown(wait=True)
         self.store.close(clean=True)
         (self.data_dir / CLEAN_SHUTDOWN).write_text("")
         log.info("log closed cleanly")

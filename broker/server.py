@@ -231,6 +231,12 @@ class KafkaServer:
                 self.log_failure(conn, pending.api.name, error)
                 return None
             result = future.result()
+            if result is NO_RESPONSE:  # acks=0 work that finished off the event loop
+                self._observe(pending.api.name, pending.started)
+                return []
+            if result is CLOSE_CONNECTION:
+                self._warn.warning("closing connection after a failed acks=0 produce", peer=str(conn.peer))
+                return None
         try:
             if isinstance(result, RawResponse):
                 frames: list[Any] = frame_raw_response(pending.correlation_id, result)

@@ -7,13 +7,17 @@ acks=-1 answer once the batch is fsynced, through the group-commit flusher.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+from functools import partial
 from typing import Any
 
 import structlog
 
 from broker.core import Broker
-from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE
-from broker.log.partition_log import PartitionLog
+from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE, Serial
+from broker.log.partition_log import OpenedBatch, PartitionLog
+from broker.log.validator import PayloadTooLarge
 from broker.protocol.batch import InvalidBatch, split_batches
 from broker.protocol.codec import RequestHeader, build, nested, response_type
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -25,7 +29,17 @@ log = structlog.get_logger(__name__)
 
 
 class _Outcome:
-    __slots__ = ("base_offset", "error", "log_append_time", "log_start_offset", "message", "partition")
+    __slots__ = (
+        "base_offset",
+        "batch",
+        "error",
+        "log_append_time",
+        "log_start_offset",
+        "message",
+        "opened",
+        "partition",
+        "plog",
+    )
 
     def __init__(self, partition: int) -> None:
         self.partition = partition
@@ -34,9 +48,15 @@ class _Outcome:
         self.base_offset = -1
         self.log_append_time = -1
         self.log_start_offset = -1
+        self.plog: PartitionLog | None = None
+        self.batch: memoryview | None = None
+        self.opened: OpenedBatch | None = None
+
+    def fail(self, error: KafkaError) -> None:
+        self.error, self.message = error.code, error.message
 
 
-def _append(broker: Broker, plog: PartitionLog, records: bytes | None, out: _Outcome) -> bool:
+def _single_batch(records: bytes | None) -> memoryview:
     if not records:
         raise KafkaError(ErrorCode.invalid_record, "no record batch in the request")
     try:
@@ -47,23 +67,36 @@ def _append(broker: Broker, plog: PartitionLog, records: bytes | None, out: _Out
         raise KafkaError(
             ErrorCode.invalid_record, "produce requests v3+ must hold exactly one record batch per partition"
         )
-    result = plog.append(batches[0])
+    return batches[0]
+
+
+def _append(broker: Broker, out: _Outcome) -> bool:
+    """Append an opened batch; True when it was new (not a retried duplicate)."""
+    assert out.plog is not None
+    assert out.batch is not None
+    plog = out.plog
+    result = plog.append(out.batch, out.opened)
     out.base_offset = result.base_offset
     out.log_append_time = result.log_append_time
     out.log_start_offset = result.log_start_offset
     if not result.duplicate:
         topic = plog.topic
-        broker.metrics.bytes_in.labels(topic).inc(len(records))
+        broker.metrics.bytes_in.labels(topic).inc(len(out.batch))
         broker.metrics.records_in.labels(topic).inc(result.last_offset - result.base_offset + 1)
-        broker.notify_append(plog, len(records))
+        broker.notify_append(plog, len(out.batch))
     return not result.duplicate
 
 
 def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    """Validate every batch; those small enough are opened here, on the event loop.  If any
+    needs more work (a large or highly compressed payload, recompression), every batch of
+    the request is opened in a worker thread and appended afterwards, and the connection
+    dispatches nothing else meanwhile (`Serial`), so a producer's batches keep their order."""
     acks = request.acks
     results: list[tuple[str, list[_Outcome]]] = []
-    touched: list[PartitionLog] = []
-    failed = False
+    ready: list[_Outcome] = []
+    later: list[_Outcome] = []
+    limit = broker.config.get("message.max.decompressed.bytes")
     for topic_data in request.topic_data:
         outcomes = []
         for pdata in topic_data.partition_data:
@@ -79,14 +112,57 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
                     raise KafkaError(
                         ErrorCode.unknown_topic_or_partition, f"{topic_data.name}-{pdata.index} does not exist"
                     )
-                _append(broker, plog, pdata.records, out)
-                touched.append(plog)
+                out.plog = plog
+                out.batch = _single_batch(pdata.records)
+                try:
+                    out.opened = plog.open_batch(out.batch, limit=limit, inline=True)
+                    ready.append(out)
+                except PayloadTooLarge:
+                    later.append(out)
             except KafkaError as e:
-                out.error, out.message = e.code, e.message
-                failed = True
-                broker.metrics.errors.labels("Produce", e.code.name).inc()
+                out.fail(e)
         results.append((topic_data.name, outcomes))
+    if not later:
+        return _finish(broker, header.api_version, acks, results, ready)
 
+    async def opened_in_worker() -> Any:
+        loop = asyncio.get_running_loop()
+        for out in later:
+            assert out.plog is not None
+            assert out.batch is not None
+            try:
+                out.opened = await loop.run_in_executor(
+                    broker.workers, partial(out.plog.open_batch, out.batch, limit=limit, inline=False)
+                )
+            except KafkaError as e:
+                out.fail(e)
+        outcome = _finish(broker, header.api_version, acks, results, [*ready, *later])
+        return await outcome if inspect.isawaitable(outcome) else outcome
+
+    return Serial(opened_in_worker())
+
+
+def _finish(
+    broker: Broker, version: int, acks: int, results: list[tuple[str, list[_Outcome]]], opened: list[_Outcome]
+) -> Any:
+    """Append the opened batches, then answer as `acks` says."""
+    touched: list[PartitionLog] = []
+    for out in opened:
+        if out.error != ErrorCode.none:
+            continue
+        try:
+            _append(broker, out)
+            assert out.plog is not None
+            touched.append(out.plog)
+        except KafkaError as e:
+            out.fail(e)
+    failed = False
+    for _, outcomes in results:
+        for out in outcomes:
+            if out.error != ErrorCode.none:
+                failed = True
+                broker.metrics.errors.labels("Produce", out.error.name).inc()
+            out.batch = out.opened = None  # the response does not need the records
     if acks == 0:
         return CLOSE_CONNECTION if failed else NO_RESPONSE
     if acks == -1 and touched:
@@ -100,10 +176,10 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
                     for out in outcomes:
                         if out.error == ErrorCode.none:
                             out.error, out.message = ErrorCode.kafka_storage_error, str(e)
-            return _response(header.api_version, results)
+            return _response(version, results)
 
         return durable()
-    return _response(header.api_version, results)
+    return _response(version, results)
 
 
 def _response(version: int, results: list[tuple[str, list[_Outcome]]]) -> Any:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from broker.clock import Clock
 from broker.config import LogConfig
+from broker.log import validator
 from broker.log.producer_state import BatchMeta, ProducerStateError, ProducerStateManager
 from broker.log.segment import LogSegment, fsync_dir
 from broker.protocol.batch import (
@@ -31,6 +32,15 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch, decode_records
 
 _OFFSET_DELTA_LIMIT = 0x7FFFFFFF
+_INLINE_RECOMPRESS_RECORDS = 2_000  # records decoded and re-encoded on the event loop
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedBatch:
+    """A validated client batch and the bytes to store (the client's, or recompressed)."""
+
+    header: BatchHeader
+    stored: memoryview | bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,19 +184,13 @@ class PartitionLog:
         return header
 
     def _prepare(self, batch: memoryview, header: BatchHeader) -> memoryview | bytes:
-        """Batch-level work that needs the records: null keys on compacted topics, and
-        recompression when the topic pins a codec other than the producer's."""
-        recompress = self.config.compression is not None and header.compression != self.config.compression
-        if not (self.config.compact or recompress):
+        """Recompression, when the topic pins a codec other than the producer's."""
+        if self.config.compression is None or header.compression == self.config.compression:
             return batch
         try:
             _, records = decode_records(batch)
         except InvalidBatch as e:
             raise KafkaError(_BATCH_ERRORS[e.kind], str(e)) from e
-        if self.config.compact and any(r.key is None for r in records):
-            raise KafkaError(ErrorCode.invalid_record, "a compacted topic cannot accept a record without a key")
-        if not recompress:
-            return batch
         return build_batch(
             records,
             compression=self.config.compression or 0,
@@ -195,18 +199,36 @@ class PartitionLog:
             base_sequence=header.base_sequence,
         )
 
-    def append(self, batch: memoryview | bytes) -> AppendResult:
-        """Validate and append one client batch.  Raises KafkaError."""
+    def open_batch(self, batch: memoryview, *, limit: int, inline: bool) -> OpenedBatch:
+        """Everything about one client batch that needs no log state: header, CRC, payload
+        (`validator`), the topic's rules and recompression.  Safe in a worker thread.
+        Raises KafkaError; with `inline`, raises PayloadTooLarge when the work is too big
+        for the event loop (the caller runs it again in a worker with `inline=False`)."""
+        header = self._validate(batch, self.clock.now_ms())
+        recompress = self.config.compression is not None and header.compression != self.config.compression
+        if inline and (
+            (header.compression == 0 and header.size > validator.INLINE_BYTES)
+            or (recompress and header.records_count > _INLINE_RECOMPRESS_RECORDS)
+        ):
+            raise validator.PayloadTooLarge
+        validator.check(header, batch, limit=limit, need_keys=self.config.compact, inline=inline)
+        return OpenedBatch(header, self._prepare(batch, header))
+
+    def append(self, batch: memoryview | bytes, opened: OpenedBatch | None = None) -> AppendResult:
+        """Append one client batch (opened by `open_batch`, or opened here with the default
+        limit).  Raises KafkaError."""
         now = self.clock.now_ms()
         view = memoryview(batch)
-        header = self._validate(view, now)
+        if opened is None:
+            opened = self.open_batch(view, limit=validator.DEFAULT_LIMIT, inline=False)
+        header = opened.header
         try:
             duplicate = self.producer_state.check(header)
         except ProducerStateError as e:
             raise KafkaError(_PRODUCER_ERRORS[e.kind], str(e)) from e
         if duplicate is not None:
             return self._duplicate_result(duplicate)
-        prepared = self._prepare(view, header)
+        prepared = opened.stored
         self._maybe_roll(header.size, now)
         base = self.next_offset
         header_bytes, body = stamp_header(prepared, base, 0, now if self.config.log_append_time else None)

@@ -150,6 +150,26 @@ def batch(
     )
 
 
+PRODUCE_V9 = (0, 9)
+
+
+def produce_request(topic: str, partition: int, records: bytes | None, *, acks: int = -1) -> ProduceRequest:
+    """A Produce v9 request of one batch (or several) to one partition."""
+    return ProduceRequest(
+        transactional_id=None,
+        acks=i16(acks),
+        timeout=ms(10_000),
+        topic_data=(
+            TopicProduceData(
+                name=TopicName(topic),
+                partition_data=(
+                    PartitionProduceData(index=i32(partition), records=None if records is None else Records(records)),
+                ),
+            ),
+        ),
+    )
+
+
 # --- the connection -------------------------------------------------------------------------
 
 
@@ -283,21 +303,7 @@ class KafkaConnection:
         """Produce v9 of one batch (or several) to one partition; returns its
         PartitionProduceResponse (error_code, base_offset, ...), or None for acks=0
         (there is no response to read)."""
-        request = ProduceRequest(
-            transactional_id=None,
-            acks=i16(acks),
-            timeout=ms(10_000),
-            topic_data=(
-                TopicProduceData(
-                    name=TopicName(topic),
-                    partition_data=(
-                        PartitionProduceData(
-                            index=i32(partition), records=None if records is None else Records(records)
-                        ),
-                    ),
-                ),
-            ),
-        )
+        request = produce_request(topic, partition, records, acks=acks)
         if acks == 0:
             self.send(request)
             return None

@@ -45,7 +45,11 @@ def test_every_valid_request_passes_and_ends_where_kio_ends(api_key: int, versio
     entity = data.draw(st.from_type(cls))
     body = _encode(entity)
     assert check_body(cls, body, 0, 1 << 30) == len(body)
-    decoded, size = entity_reader(cls)(body, 0)
+    try:
+        decoded, size = entity_reader(cls)(body, 0)
+    except ValueError as e:  # kio cannot hold every int64 in a timedelta: refused, not decoded
+        assert "overflow" in str(e)
+        return
     assert size == len(body)
     assert decoded == entity
 
