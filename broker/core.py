@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -87,6 +88,9 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         # CPU work one request may need off the event loop (opening large batches).
         self.workers = ThreadPoolExecutor(max_workers=1, thread_name_prefix="broker-worker")
+        self.admin_workers = ThreadPoolExecutor(max_workers=1, thread_name_prefix="broker-admin")
+        self.pending_topics: collections.Counter[str] = collections.Counter()
+        self._pending_partitions = 0
         truncated = sum(p.truncated_bytes for p in self.store.all_logs())
         log.info(
             "log loaded",
@@ -122,6 +126,7 @@ class Broker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.flusher.stop()
         self.workers.shutdown(wait=True)
+        self.admin_workers.shutdown(wait=True)
         self.store.close(clean=True)
         (self.data_dir / CLEAN_SHUTDOWN).write_text("")
         log.info("log closed cleanly")
@@ -239,7 +244,7 @@ class Broker:
             raise KafkaError(ErrorCode.invalid_topic_exception, problem)
         if name in INTERNAL_TOPICS:
             raise KafkaError(ErrorCode.invalid_request, f"creation of internal topic {name} is prohibited")
-        if self.store.get(name) is not None:
+        if self.store.get(name) is not None or name in self.pending_topics:
             raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
         collision = self._colliding_topic(name)
         if collision is not None:
@@ -264,26 +269,129 @@ class Broker:
 
     def _colliding_topic(self, name: str) -> str | None:
         """Kafka refuses names that differ from an existing one only by '.' versus '_'."""
-        normal = name.replace(".", "_")
-        for other in self.store.topics:
-            if other != name and other.replace(".", "_") == normal:
-                return other
-        return None
+        other = self.store.normalized.get(name.replace(".", "_"))
+        return other if other is not None and other != name else None
+
+    # Topic changes touching more partitions than this leave the event loop (directories
+    # and files are made or removed in a worker thread).
+    INLINE_PARTITIONS = 64
+
+    def reserve_topic(self, name: str, partitions: int = 0) -> None:
+        """Hold `name` while its partitions are made or removed: nobody else may create it,
+        and the partitions count against max.partitions already."""
+        self.pending_topics[name] += 1
+        self._pending_partitions += partitions
+
+    def release_topic(self, name: str, partitions: int = 0) -> None:
+        self.pending_topics[name] -= 1
+        if self.pending_topics[name] <= 0:
+            del self.pending_topics[name]
+        self._pending_partitions -= partitions
+
+    def check_partition_budget(self, new: int) -> None:
+        """max.partitions: the broker's total, counting partitions being created."""
+        limit = self.config.get("max.partitions")
+        current = self.store.partition_count() + self._pending_partitions
+        if current + new > limit:
+            raise KafkaError(
+                ErrorCode.policy_violation,
+                f"the broker holds {current} partitions; {new} more would exceed max.partitions={limit}",
+            )
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> Topic:
-        if partitions == -1:
-            partitions = self.config.get("num.partitions")
-        return self.store.create_topic(name, partitions, configs)
+        """Create a topic whose name is reserved, on the event loop.  Raises KafkaError."""
+        try:
+            return self.store.create_topic(name, partitions, configs)
+        except OSError as e:
+            raise KafkaError(ErrorCode.kafka_storage_error, f"cannot create topic {name!r}: {e}") from e
+
+    async def create_topic_off_loop(self, name: str, partitions: int, configs: dict[str, str]) -> Topic:
+        """Create a topic whose name is reserved: its partitions in a worker thread, then its
+        record.  Raises KafkaError."""
+        topic = self.store.new_topic(name, partitions, configs)
+        try:
+            logs = await asyncio.get_running_loop().run_in_executor(
+                self.admin_workers, self.store.open_partitions, topic, 0, partitions
+            )
+            self.store.register_topic(topic, logs)
+        except OSError as e:
+            raise KafkaError(ErrorCode.kafka_storage_error, f"cannot create topic {name!r}: {e}") from e
+        return topic
+
+    def add_partitions(self, name: str, count: int) -> None:
+        """Grow a reserved topic to `count` partitions, on the event loop.  Raises KafkaError."""
+        topic = self.store.topics[name]
+        try:
+            self._grow(name, topic.partitions, self.store.open_partitions(topic, topic.partitions, count))
+        except OSError as e:
+            raise KafkaError(ErrorCode.kafka_storage_error, f"cannot add partitions to {name!r}: {e}") from e
+
+    async def add_partitions_off_loop(self, name: str, count: int) -> None:
+        """Grow a reserved topic: the new partitions made in a worker thread."""
+        topic = self.store.topics.get(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} was deleted meanwhile")
+        old = topic.partitions
+        try:
+            logs = await asyncio.get_running_loop().run_in_executor(
+                self.admin_workers, self.store.open_partitions, topic, old, count
+            )
+            self._grow(name, old, logs)
+        except OSError as e:
+            raise KafkaError(ErrorCode.kafka_storage_error, f"cannot add partitions to {name!r}: {e}") from e
+
+    def _grow(self, name: str, old: int, logs: list[PartitionLog]) -> None:
+        topic = self.store.topics.get(name)
+        if topic is None or topic.partitions != old:
+            for plog in logs:  # deleted (or grown) meanwhile
+                plog.delete()
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} changed meanwhile")
+        self.store.add_partitions(name, logs)
+
+    def delete_topic(self, name: str) -> None:
+        """Remove the topic now; its files go afterwards (in a worker thread when many),
+        the name reserved until they are gone so a new topic cannot meet them."""
+        logs = self.store.delete_topic(name)
+        if len(logs) <= self.INLINE_PARTITIONS:
+            for plog in logs:
+                plog.delete()
+            return
+        self.reserve_topic(name)
+
+        def remove() -> None:
+            for plog in logs:
+                plog.delete()
+
+        future = asyncio.get_running_loop().run_in_executor(self.admin_workers, remove)
+        future.add_done_callback(lambda f: self._files_removed(name, f))
+
+    def _files_removed(self, name: str, future: asyncio.Future[None]) -> None:
+        self.release_topic(name)
+        if not future.cancelled() and future.exception() is not None:
+            log.error("removing a deleted topic's files failed", topic=name, error=str(future.exception()))
 
     def auto_create(self, name: str) -> Topic | None:
         """Kafka's auto.create.topics.enable: a produce or metadata request for an unknown
-        topic creates it with the broker defaults.  None when disabled or invalid."""
+        topic creates it with the broker defaults.  None when disabled, invalid or over
+        the limits."""
         if not self.config.get("auto.create.topics.enable"):
             return None
-        if validate_topic_name(name) is not None or name in INTERNAL_TOPICS or self._colliding_topic(name):
+        if (
+            validate_topic_name(name) is not None
+            or name in INTERNAL_TOPICS
+            or name in self.pending_topics
+            or self._colliding_topic(name)
+        ):
             return None
-        log.info("auto-creating topic", topic=name)
-        return self.store.create_topic(name, self.config.get("num.partitions"), {})
+        partitions = self.config.get("num.partitions")
+        try:
+            self.check_partition_budget(partitions)
+            topic = self.create_topic(name, partitions, {})
+        except KafkaError as e:
+            log.warning("cannot auto-create topic", topic=name, error=e.message)
+            return None
+        log.info("auto-created topic", topic=name)
+        return topic
 
     async def sync_metadata(self) -> None:
         await self.flusher.sync([self.store.meta_log])

@@ -42,6 +42,10 @@ class Topic:
     logs: list[PartitionLog] = field(default_factory=list, repr=False)
 
 
+def _normal(name: str) -> str:
+    return name.replace(".", "_")
+
+
 def partition_dir(data_dir: Path, topic: str, partition: int) -> Path:
     return data_dir / f"{topic}-{partition}"
 
@@ -65,6 +69,7 @@ class MetadataStore:
             recover=recover,
         )
         self._replay()
+        self.normalized = {_normal(name): name for name in self.topics}  # '.' and '_' collide
         self._open_logs()
 
     # --- persistence -----------------------------------------------------------------
@@ -144,31 +149,73 @@ class MetadataStore:
         return [self.meta_log] + [plog for t in self.topics.values() for plog in t.logs]
 
     # --- changes (callers validate first, then fsync the metadata log) ---------------
+    #
+    # A topic's record is written only once its partitions exist on disk, so a failure
+    # (descriptors, disk) never leaves a topic in the metadata that cannot be opened; a crash
+    # in between leaves directories that the next start removes as orphans.
+
+    def new_topic(self, name: str, partitions: int, configs: dict[str, str], *, internal: bool = False) -> Topic:
+        return Topic(name, uuid.uuid4(), partitions, dict(configs), internal)
+
+    def open_partitions(self, topic: Topic, start: int, end: int) -> list[PartitionLog]:
+        """Create the partitions `start`..`end`-1 of `topic` on disk.  Touches no shared state
+        (safe in a worker thread); on failure removes what it created and raises."""
+        logs: list[PartitionLog] = []
+        try:
+            logs.extend(self._open_partition(topic, p) for p in range(start, end))  # kept up to a failure
+        except BaseException:
+            for plog in logs:
+                plog.delete()
+            raise
+        return logs
+
+    def register_topic(self, topic: Topic, logs: list[PartitionLog]) -> None:
+        """Write the record of a topic whose partitions exist, then make it visible."""
+        try:
+            self._write(topic)
+        except BaseException:
+            for plog in logs:
+                plog.delete()
+            raise
+        topic.logs = logs
+        self.topics[topic.name] = topic
+        self.by_id[topic.topic_id] = topic
+        self.normalized[_normal(topic.name)] = topic.name
+        log.info("topic created", topic=topic.name, partitions=topic.partitions, configs=topic.configs)
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str], *, internal: bool = False) -> Topic:
-        topic = Topic(name, uuid.uuid4(), partitions, dict(configs), internal)
-        self._write(topic)
-        topic.logs = [self._open_partition(topic, p) for p in range(partitions)]
-        self.topics[name] = topic
-        self.by_id[topic.topic_id] = topic
-        log.info("topic created", topic=name, partitions=partitions, configs=configs)
+        topic = self.new_topic(name, partitions, configs, internal=internal)
+        self.register_topic(topic, self.open_partitions(topic, 0, partitions))
         return topic
 
-    def delete_topic(self, name: str) -> Topic:
+    def delete_topic(self, name: str) -> list[PartitionLog]:
+        """Remove the topic and write its tombstone; returns its logs, whose files the
+        caller deletes (`PartitionLog.delete`, fine in a worker thread) while the name is
+        still reserved against re-creation."""
         topic = self.topics.pop(name)
         self.by_id.pop(topic.topic_id, None)
+        self.normalized.pop(_normal(name), None)
         self._write(topic, delete=True)
-        for plog in topic.logs:
-            plog.delete()
         log.info("topic deleted", topic=name)
-        return topic
+        return topic.logs
 
-    def add_partitions(self, name: str, count: int) -> None:
+    def add_partitions(self, name: str, logs: list[PartitionLog]) -> None:
+        """Record the new partition count once the new partitions (`logs`, from
+        `open_partitions`) exist, then serve them."""
         topic = self.topics[name]
         old = topic.partitions
-        topic.partitions = count
-        self._write(topic)
-        topic.logs.extend(self._open_partition(topic, p) for p in range(old, count))
+        topic.partitions = old + len(logs)
+        try:
+            self._write(topic)
+        except BaseException:
+            topic.partitions = old
+            for plog in logs:
+                plog.delete()
+            raise
+        topic.logs.extend(logs)
+
+    def partition_count(self) -> int:
+        return sum(t.partitions for t in self.topics.values())
 
     def set_configs(self, name: str, configs: dict[str, str]) -> None:
         topic = self.topics[name]

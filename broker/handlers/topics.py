@@ -7,7 +7,9 @@ import uuid
 from typing import Any
 
 from broker.core import Broker
+from broker.handlers.base import Serial
 from broker.handlers.configs import topic_config_entries
+from broker.metadata import Topic
 from broker.protocol.codec import RequestHeader, build, nested, nested_or_none, response_type
 from broker.protocol.errors import ErrorCode, KafkaError
 
@@ -15,83 +17,155 @@ CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 _ZERO_UUID = uuid.UUID(int=0)
 
 
+_TOO_MANY = "Excessively large number of partitions per request."
+
+
 async def _durable(broker: Broker, response: Any) -> Any:
     await broker.sync_metadata()
     return response
 
 
+class _Creation:
+    """One CreateTopics entry as it goes: validated, reserved, created, or failed."""
+
+    __slots__ = ("configs", "error", "item", "message", "partitions", "reserved", "topic")
+
+    def __init__(self, item: Any) -> None:
+        self.item = item
+        self.partitions = -1
+        self.configs: dict[str, str] = {}
+        self.error = ErrorCode.none
+        self.message: str | None = None
+        self.reserved = False
+        self.topic: Topic | None = None
+
+    def fail(self, error: KafkaError) -> None:
+        self.error, self.message = error.code, error.message
+
+
+def _requested_partitions(broker: Broker, item: Any) -> int:
+    """Partitions an entry asks for, counted as Kafka counts them against its per-request cap."""
+    if item.assignments:
+        return len(item.assignments)
+    if item.num_partitions == -1:
+        return int(broker.config.get("num.partitions"))
+    return max(int(item.num_partitions), 0)
+
+
+def _validate_creation(broker: Broker, c: _Creation, names: list[str], budget_used: int) -> None:
+    item = c.item
+    if names.count(item.name) > 1:
+        raise KafkaError(ErrorCode.invalid_request, f"topic {item.name!r} appears more than once")
+    partitions = item.num_partitions
+    if item.assignments:
+        if partitions != -1 or item.replication_factor != -1:
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                "both a replica assignment and a partition count or replication factor were given",
+            )
+        for assignment in item.assignments:
+            if list(assignment.broker_ids) != [broker.node_id]:
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"partition {assignment.partition_index} assigned to brokers "
+                    f"{list(assignment.broker_ids)}; the only broker is {broker.node_id}",
+                )
+        partitions = len(item.assignments)
+    c.configs = broker.check_new_topic(
+        item.name, partitions, item.replication_factor, {cfg.name: cfg.value for cfg in item.configs}
+    )
+    c.partitions = broker.config.get("num.partitions") if partitions == -1 else partitions
+    broker.check_partition_budget(budget_used + c.partitions)
+
+
 def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    version = header.api_version
+    validate_only = getattr(request, "validate_only", False)
+    creations = [_Creation(item) for item in request.topics]
+    # As Kafka's controller: more partitions than the cap in one request fails every entry.
+    if sum(_requested_partitions(broker, c.item) for c in creations) > broker.config.get("max.partitions.per.request"):
+        for c in creations:
+            c.fail(KafkaError(ErrorCode.policy_violation, _TOO_MANY))
+        return _creation_response(broker, header.api_version, creations)
+    names = [c.item.name for c in creations]
+    planned = 0
+    for c in creations:
+        try:
+            _validate_creation(broker, c, names, planned)
+        except KafkaError as e:
+            c.fail(e)
+            continue
+        planned += c.partitions
+        if not validate_only:
+            broker.reserve_topic(c.item.name, c.partitions)
+            c.reserved = True
+    if validate_only:
+        return _creation_response(broker, header.api_version, creations)
+    todo = [c for c in creations if c.reserved]
+    if planned <= broker.INLINE_PARTITIONS:
+        for c in todo:
+            try:
+                c.topic = broker.create_topic(c.item.name, c.partitions, c.configs)
+            except KafkaError as e:
+                c.fail(e)
+            finally:
+                broker.release_topic(c.item.name, c.partitions)
+        return _durable(broker, _creation_response(broker, header.api_version, creations))
+
+    async def create_off_loop() -> Any:
+        try:
+            for c in todo:
+                try:
+                    c.topic = await broker.create_topic_off_loop(c.item.name, c.partitions, c.configs)
+                except KafkaError as e:
+                    c.fail(e)
+                finally:
+                    broker.release_topic(c.item.name, c.partitions)
+                    c.reserved = False
+        finally:
+            for c in todo:
+                if c.reserved:  # cancelled before its turn
+                    broker.release_topic(c.item.name, c.partitions)
+        return await _durable(broker, _creation_response(broker, header.api_version, creations))
+
+    # Later requests of this connection (a produce to the new topic, say) wait for it.
+    return Serial(create_off_loop())
+
+
+def _creation_response(broker: Broker, version: int, creations: list[_Creation]) -> Any:
     cls = response_type(CREATE_TOPICS, version)
     result_cls = nested(cls, "CreatableTopicResult")
     config_cls = nested_or_none(cls, "CreatableTopicConfigs")
-    validate_only = getattr(request, "validate_only", False)
-    names = [t.name for t in request.topics]
     results = []
-    for item in request.topics:
-        topic_id, partitions, replication, configs_out = _ZERO_UUID, -1, -1, ()
-        try:
-            if names.count(item.name) > 1:
-                raise KafkaError(ErrorCode.invalid_request, f"topic {item.name!r} appears more than once")
-            partitions = item.num_partitions
-            if item.assignments:
-                if partitions != -1 or item.replication_factor != -1:
-                    raise KafkaError(
-                        ErrorCode.invalid_request,
-                        "both a replica assignment and a partition count or replication factor were given",
-                    )
-                for assignment in item.assignments:
-                    if list(assignment.broker_ids) != [broker.node_id]:
-                        raise KafkaError(
-                            ErrorCode.invalid_replica_assignment,
-                            f"partition {assignment.partition_index} assigned to brokers "
-                            f"{list(assignment.broker_ids)}; the only broker is {broker.node_id}",
-                        )
-                partitions = len(item.assignments)
-            configs = broker.check_new_topic(
-                item.name, partitions, item.replication_factor, {c.name: c.value for c in item.configs}
-            )
-            if partitions == -1:
-                partitions = broker.config.get("num.partitions")
-            replication = 1
-            if not validate_only:
-                topic = broker.create_topic(item.name, partitions, configs)
-                topic_id = topic.topic_id
-            values = {**broker.config.topic_defaults(), **configs}
-            configs_out = (
-                ()
-                if config_cls is None
-                else tuple(
-                    build(
-                        config_cls,
-                        name=e.name,
-                        value=e.value,
-                        read_only=False,
-                        config_source=e.source,
-                        is_sensitive=False,
-                    )
-                    for e in topic_config_entries(broker, values, set(configs))
+    for c in creations:
+        ok = c.error == ErrorCode.none
+        configs_out: tuple[Any, ...] = ()
+        if ok and config_cls is not None:
+            values = {**broker.config.topic_defaults(), **c.configs}
+            configs_out = tuple(
+                build(
+                    config_cls,
+                    name=e.name,
+                    value=e.value,
+                    read_only=False,
+                    config_source=e.source,
+                    is_sensitive=False,
                 )
+                for e in topic_config_entries(broker, values, set(c.configs))
             )
-            error, message = ErrorCode.none, None
-        except KafkaError as e:
-            error, message = e.code, e.message
-            partitions, replication = -1, -1
         results.append(
             build(
                 result_cls,
-                name=item.name,
-                topic_id=topic_id,
-                error_code=error,
-                error_message=message,
+                name=c.item.name,
+                topic_id=c.topic.topic_id if c.topic is not None else _ZERO_UUID,
+                error_code=c.error,
+                error_message=c.message,
                 topic_config_error_code=ErrorCode.none,
-                num_partitions=partitions,
-                replication_factor=replication,
-                configs=configs_out if error == ErrorCode.none else (),
+                num_partitions=c.partitions if ok else -1,
+                replication_factor=1 if ok else -1,
+                configs=configs_out,
             )
         )
-    response = build(cls, throttle_time=0, topics=tuple(results))
-    return response if validate_only else _durable(broker, response)
+    return build(cls, throttle_time=0, topics=tuple(results))
 
 
 def delete_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
@@ -121,7 +195,19 @@ def delete_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
                 )
             )
             continue
-        broker.store.delete_topic(topic.name)
+        try:
+            broker.delete_topic(topic.name)
+        except OSError as e:
+            results.append(
+                build(
+                    result_cls,
+                    name=topic.name,
+                    topic_id=topic.topic_id,
+                    error_code=ErrorCode.kafka_storage_error,
+                    error_message=str(e),
+                )
+            )
+            continue
         results.append(
             build(result_cls, name=topic.name, topic_id=topic.topic_id, error_code=ErrorCode.none, error_message=None)
         )
@@ -131,9 +217,17 @@ def delete_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
 def create_partitions(broker: Broker, header: RequestHeader, request: Any) -> Any:
     cls = response_type(CREATE_PARTITIONS, header.api_version)
     result_cls = nested(cls, "CreatePartitionsTopicResult")
-    results = []
+    outcomes: list[tuple[str, ErrorCode, str | None]] = []
+    growths: list[tuple[int, str, int, int]] = []  # (outcome index, topic, new count, added)
+    added_total = 0
+    new_partitions = sum(
+        max(0, item.count - t.partitions) for item in request.topics if (t := broker.store.get(item.name)) is not None
+    )
+    too_many = new_partitions > broker.config.get("max.partitions.per.request")
     for item in request.topics:
         try:
+            if too_many:
+                raise KafkaError(ErrorCode.policy_violation, _TOO_MANY)
             topic = broker.store.get(item.name)
             if topic is None:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {item.name!r} does not exist")
@@ -149,10 +243,49 @@ def create_partitions(broker: Broker, header: RequestHeader, request: Any) -> An
                 for assignment in item.assignments:
                     if list(assignment.broker_ids) != [broker.node_id]:
                         raise KafkaError(ErrorCode.invalid_replica_assignment, f"the only broker is {broker.node_id}")
+            if item.name in broker.pending_topics:
+                raise KafkaError(ErrorCode.invalid_request, f"topic {item.name!r} is being changed; retry")
+            added = item.count - topic.partitions
+            broker.check_partition_budget(added_total + added)
+            added_total += added
             if not request.validate_only:
-                broker.store.add_partitions(item.name, item.count)
-            results.append(build(result_cls, name=item.name, error_code=ErrorCode.none, error_message=None))
+                broker.reserve_topic(item.name, added)
+                growths.append((len(outcomes), item.name, item.count, added))
+            outcomes.append((item.name, ErrorCode.none, None))
         except KafkaError as e:
-            results.append(build(result_cls, name=item.name, error_code=e.code, error_message=e.message))
-    response = build(cls, throttle_time=0, results=tuple(results))
-    return response if request.validate_only else _durable(broker, response)
+            outcomes.append((item.name, e.code, e.message))
+
+    def respond() -> Any:
+        results = tuple(build(result_cls, name=n, error_code=code, error_message=m) for n, code, m in outcomes)
+        return build(cls, throttle_time=0, results=results)
+
+    if request.validate_only:
+        return respond()
+
+    if added_total <= broker.INLINE_PARTITIONS:
+        for i, name, count, added in growths:
+            try:
+                broker.add_partitions(name, count)
+            except KafkaError as e:
+                outcomes[i] = (name, e.code, e.message)
+            finally:
+                broker.release_topic(name, added)
+        return _durable(broker, respond())
+
+    async def grow_off_loop() -> Any:
+        todo = list(growths)
+        try:
+            while todo:
+                i, name, count, added = todo.pop(0)
+                try:
+                    await broker.add_partitions_off_loop(name, count)
+                except KafkaError as e:
+                    outcomes[i] = (name, e.code, e.message)
+                finally:
+                    broker.release_topic(name, added)
+        finally:
+            for _, name, _, added in todo:  # cancelled before their turn
+                broker.release_topic(name, added)
+        return await _durable(broker, respond())
+
+    return Serial(grow_off_loop())
