@@ -90,6 +90,7 @@ class Broker:
         self.workers = ThreadPoolExecutor(max_workers=1, thread_name_prefix="broker-worker")
         self.admin_workers = ThreadPoolExecutor(max_workers=1, thread_name_prefix="broker-admin")
         self.pending_topics: collections.Counter[str] = collections.Counter()
+        self.response_cache: dict[object, bytes] = {}  # encoded parts of responses (handlers' keys)
         self._pending_partitions = 0
         truncated = sum(p.truncated_bytes for p in self.store.all_logs())
         log.info(

@@ -7,7 +7,7 @@ from typing import Any
 
 from broker.core import Broker
 from broker.protocol.codec import RequestHeader, build, nested, response_type
-from broker.protocol.errors import ErrorCode
+from broker.protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 2
 MIN_VERSION, MAX_VERSION = 1, 8
@@ -26,22 +26,25 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
             error, offset, timestamp = ErrorCode.none, -1, -1
             plog = broker.store.partition_log(topic.name, part.partition_index)
             ts = part.timestamp
-            if plog is None:
-                error = ErrorCode.unknown_topic_or_partition
-            elif ts == LATEST:
-                offset = plog.high_watermark
-            elif ts in (EARLIEST, EARLIEST_LOCAL):
-                offset = plog.log_start_offset
-            elif ts == MAX_TIMESTAMP:
-                found = plog.max_timestamp_offset()
-                if found is not None:
-                    offset, timestamp = found
-            elif ts < 0:
-                error = ErrorCode.invalid_request
-            else:
-                found = plog.offset_for_timestamp(ts)
-                if found is not None:
-                    offset, timestamp = found
+            try:
+                if plog is None:
+                    error = ErrorCode.unknown_topic_or_partition
+                elif ts == LATEST:
+                    offset = plog.high_watermark
+                elif ts in (EARLIEST, EARLIEST_LOCAL):
+                    offset = plog.log_start_offset
+                elif ts == MAX_TIMESTAMP:
+                    found = plog.max_timestamp_offset()
+                    if found is not None:
+                        offset, timestamp = found
+                elif ts < 0:
+                    error = ErrorCode.invalid_request
+                else:
+                    found = plog.offset_for_timestamp(ts)
+                    if found is not None:
+                        offset, timestamp = found
+            except KafkaError as e:  # a stored batch that cannot be read: this partition's error
+                error, offset, timestamp = e.code, -1, -1
             parts.append(
                 build(
                     part_cls,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 from typing import Any
 
@@ -9,12 +10,14 @@ from broker.config import validate_topic_name
 from broker.core import Broker
 from broker.handlers.base import ALL_TOPIC_OPERATIONS, NOT_REQUESTED_OPERATIONS
 from broker.metadata import Topic
-from broker.protocol.codec import RequestHeader, build, nested, response_type
+from broker.protocol.codec import RequestHeader, build, encode_body, nested, response_type, uvarint
 from broker.protocol.errors import ErrorCode
+from broker.protocol.fetch_codec import RawResponse
 
 API_KEY = 3
 MIN_VERSION, MAX_VERSION = 0, 12
 _ZERO_UUID = uuid.UUID(int=0)
+_I32 = struct.Struct(">i")
 
 
 def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
@@ -62,47 +65,87 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
     return respond()
 
 
-def _response(broker: Broker, version: int, entries: list[Any], include_ops: bool) -> Any:
+_EMPTY_ARRAY = {False: b"\x00\x00\x00\x00", True: b"\x01"}
+_TOPIC_CACHE_SIZE = 4096
+
+
+def _response(broker: Broker, version: int, entries: list[Any], include_ops: bool) -> RawResponse:
+    """Encoded as kio encodes it, but each topic's bytes come from a cache: a topic of
+    100,000 partitions is encoded once, not on every Metadata request.  The envelope is
+    kio's encoding of the response without topics, with the topics spliced in where its
+    empty array is (`test_metadata_codec` checks every version against kio)."""
     cls = response_type(API_KEY, version)
-    topic_cls = nested(cls, "MetadataResponseTopic")
-    partition_cls = nested(cls, "MetadataResponsePartition")
     broker_cls = nested(cls, "MetadataResponseBroker")
     node = broker.node_id
-    topics = []
-    for name, topic_id, code, topic in entries:
-        partitions = ()
-        if topic is not None:
-            partitions = tuple(
-                build(
-                    partition_cls,
-                    error_code=ErrorCode.none,
-                    partition_index=p,
-                    leader_id=node,
-                    leader_epoch=0,
-                    replica_nodes=(node,),
-                    isr_nodes=(node,),
-                    offline_replicas=(),
-                )
-                for p in range(topic.partitions)
-            )
-        topics.append(
-            build(
-                topic_cls,
-                error_code=code,
-                name=name,
-                topic_id=topic_id or _ZERO_UUID,
-                is_internal=bool(topic and topic.internal),
-                partitions=partitions,
-                topic_authorized_operations=ALL_TOPIC_OPERATIONS if include_ops else NOT_REQUESTED_OPERATIONS,
-            )
-        )
     host, port = broker.advertised
-    return build(
-        cls,
-        throttle_time=0,
-        brokers=(build(broker_cls, node_id=node, host=host, port=port, rack=None),),
-        cluster_id=broker.cluster_id,
-        controller_id=node,
-        topics=tuple(topics),
-        cluster_authorized_operations=NOT_REQUESTED_OPERATIONS,
+    envelope = encode_body(
+        build(
+            cls,
+            throttle_time=0,
+            brokers=(build(broker_cls, node_id=node, host=host, port=port, rack=None),),
+            cluster_id=broker.cluster_id,
+            controller_id=node,
+            topics=(),
+            cluster_authorized_operations=NOT_REQUESTED_OPERATIONS,
+        )
     )
+    flexible = bool(cls.__flexible__)
+    tail = (4 if 8 <= version <= 10 else 0) + (1 if flexible else 0)
+    at = len(envelope) - tail - len(_EMPTY_ARRAY[flexible])
+    assert envelope[at : len(envelope) - tail] == _EMPTY_ARRAY[flexible]
+    count = uvarint(len(entries) + 1) if flexible else _I32.pack(len(entries))
+    topics = [_topic_bytes(broker, cls, entry, include_ops) for entry in entries]
+    return RawResponse([envelope[:at], count, *topics, envelope[len(envelope) - tail :]], flexible)
+
+
+def _partitions(version: int, flexible: bool, node: int, count: int) -> bytes:
+    """`count` partition entries of a Metadata response, led and replicated by `node`."""
+    nodes = (uvarint(2) if flexible else _I32.pack(1)) + _I32.pack(node)
+    before = b"\x00\x00"  # error code
+    after = _I32.pack(node) + (_I32.pack(0) if version >= 7 else b"") + nodes + nodes  # leader, epoch, replicas, isr
+    if version >= 5:
+        after += uvarint(1) if flexible else _I32.pack(0)  # no offline replicas
+    if flexible:
+        after += b"\x00"  # tagged fields
+    pack = _I32.pack
+    return b"".join(before + pack(p) + after for p in range(count))
+
+
+def _topic_bytes(broker: Broker, cls: type[Any], entry: Any, include_ops: bool) -> bytes:
+    name, topic_id, code, topic = entry
+    key = (cls, name, topic_id, code, topic.partitions if topic else 0, bool(topic and topic.internal), include_ops)
+    cache: dict[Any, bytes] = broker.response_cache
+    cached = cache.pop(key, None)
+    if cached is not None:
+        cache[key] = cached  # most recently used last
+        return cached
+    topic_cls = nested(cls, "MetadataResponseTopic")
+    version = int(cls.__version__)
+    flexible = bool(cls.__flexible__)
+    encoded = encode_body(
+        build(
+            topic_cls,
+            error_code=code,
+            name=name,
+            topic_id=topic_id or _ZERO_UUID,
+            is_internal=bool(topic and topic.internal),
+            partitions=(),
+            topic_authorized_operations=ALL_TOPIC_OPERATIONS if include_ops else NOT_REQUESTED_OPERATIONS,
+        )
+    )
+    if topic is not None and topic.partitions:
+        # Splice the partitions in where the empty array is (before the operations field
+        # and the tag buffer); every partition has this broker as leader and only replica.
+        tail = (4 if version >= 8 else 0) + (1 if flexible else 0)
+        at = len(encoded) - tail - len(_EMPTY_ARRAY[flexible])
+        count = uvarint(topic.partitions + 1) if flexible else _I32.pack(topic.partitions)
+        encoded = (
+            encoded[:at]
+            + count
+            + _partitions(version, flexible, broker.node_id, topic.partitions)
+            + encoded[at + len(_EMPTY_ARRAY[flexible]) :]
+        )
+    if len(cache) >= _TOPIC_CACHE_SIZE:
+        cache.pop(next(iter(cache)))  # least recently used
+    cache[key] = encoded
+    return encoded

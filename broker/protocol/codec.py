@@ -151,6 +151,22 @@ def encode_response(correlation_id: int, response: Entity, *, header_v0: bool = 
     return bytes(out)
 
 
+def encode_body(entity: Entity) -> bytes:
+    """An entity's encoding alone (no size or header): a part of a `RawResponse`."""
+    buf = io.BytesIO()
+    _writer(type(entity))(buf, entity)
+    return buf.getvalue()
+
+
+def uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def frame_raw_response(correlation_id: int, response: RawResponse) -> list[bytes | bytearray | memoryview]:
     """Size prefix and response header for an already-encoded body."""
     size = sum(len(p) for p in response.parts) + 4 + (1 if response.flexible else 0)
