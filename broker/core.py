@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from broker.protocol.errors import ErrorCode, KafkaError
 log = structlog.get_logger(__name__)
 
 CLEAN_SHUTDOWN = ".clean-shutdown"
+_BACKGROUND_SLICE = 256  # partitions a background pass handles before yielding to the loop
 INTERNAL_TOPICS = frozenset({METADATA_TOPIC, "__consumer_offsets", "__transaction_state"})
 
 
@@ -115,8 +117,8 @@ class Broker:
         self.flusher.start()
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._every("log.retention.check.interval.ms", self.run_retention), name="retention"),
-            loop.create_task(self._every("log.cleaner.backoff.ms", self.run_cleaner), name="cleaner"),
+            loop.create_task(self._every("log.retention.check.interval.ms", self._retention_pass), name="retention"),
+            loop.create_task(self._every("log.cleaner.backoff.ms", self._cleaner_pass), name="cleaner"),
             loop.create_task(self._periodic_flush(), name="flush-ms"),
             loop.create_task(self._coordinator_ticks(), name="group-coordinator"),
         ]
@@ -132,12 +134,12 @@ class Broker:
         (self.data_dir / CLEAN_SHUTDOWN).write_text("")
         log.info("log closed cleanly")
 
-    async def _every(self, setting: str, job: Callable[[], object]) -> None:
+    async def _every(self, setting: str, job: Callable[[], Awaitable[object]]) -> None:
         interval = self.config.get(setting) / 1000
         while True:
             await asyncio.sleep(interval)
             try:
-                job()
+                await job()
             except Exception:
                 log.exception("background job failed", job=setting)
 
@@ -152,28 +154,57 @@ class Broker:
                 log.exception("group coordinator tick failed")
 
     async def _periodic_flush(self) -> None:
+        """flush.ms: fsync the partitions of topics that set it, at least that often."""
         last: dict[int, int] = {}
+        candidates: list[PartitionLog] = []
+        refreshed = -1.0
         while True:
             await asyncio.sleep(0.1)
+            if time.monotonic() - refreshed >= 1.0:  # topics and their configs change rarely
+                refreshed = time.monotonic()
+                candidates = [
+                    plog
+                    for topic in self.store.topics.values()
+                    if topic.logs and topic.logs[0].config.flush_ms < (1 << 62)
+                    for plog in topic.logs
+                ]
             now = self.clock.now_ms()
             due = []
-            for plog in self.store.all_logs():
-                if plog.config.flush_ms >= (1 << 62) or not plog.dirty_segments():
-                    continue
-                if now - last.get(id(plog), 0) >= plog.config.flush_ms:
+            for plog in candidates:
+                if now - last.get(id(plog), 0) >= plog.config.flush_ms and plog.dirty_segments():
                     last[id(plog)] = now
                     due.append(plog)
             if due:
                 await self.flusher.sync(due)
 
     def run_retention(self) -> int:
+        """One retention pass over every partition, at once (tests call it directly)."""
+        return sum(self._retain(plog) for plog in self.store.all_logs())
+
+    async def _retention_pass(self) -> int:
+        """The periodic pass: yields to the event loop between partitions, so a broker
+        with many partitions keeps serving while it runs."""
         deleted = 0
-        for plog in self.store.all_logs():
-            deleted += plog.apply_retention()
-            plog.producer_state.expire(self.clock.now_ms(), self.config.get("producer.id.expiration.ms"))
+        for i, plog in enumerate(self.store.all_logs()):
+            deleted += self._retain(plog)
+            if i % _BACKGROUND_SLICE == _BACKGROUND_SLICE - 1:
+                await asyncio.sleep(0)
         if deleted:
             log.info("retention deleted segments", segments=deleted)
         return deleted
+
+    def _retain(self, plog: PartitionLog) -> int:
+        if not self._live(plog):
+            return 0  # its topic was deleted while the pass went on
+        deleted = plog.apply_retention()
+        plog.producer_state.expire(self.clock.now_ms(), self.config.get("producer.id.expiration.ms"))
+        return deleted
+
+    def _live(self, plog: PartitionLog) -> bool:
+        if plog is self.store.meta_log:
+            return True
+        topic = self.store.topics.get(plog.topic)
+        return topic is not None and plog.partition < len(topic.logs) and topic.logs[plog.partition] is plog
 
     def run_cleaner(self) -> int:
         if not self.config.get("log.cleaner.enable"):
@@ -185,6 +216,20 @@ class Broker:
                 if stats is not None:
                     cleaned += 1
                     log.info("compacted", topic=plog.topic, partition=plog.partition, **stats.__dict__)
+        return cleaned
+
+    async def _cleaner_pass(self) -> int:
+        if not self.config.get("log.cleaner.enable"):
+            return 0
+        cleaned = 0
+        for i, plog in enumerate(self.store.all_logs()):
+            if self._live(plog) and cleaner.needs_cleaning(plog):
+                stats = cleaner.clean(plog)
+                if stats is not None:
+                    cleaned += 1
+                    log.info("compacted", topic=plog.topic, partition=plog.partition, **stats.__dict__)
+            if i % _BACKGROUND_SLICE == _BACKGROUND_SLICE - 1:
+                await asyncio.sleep(0)
         return cleaned
 
     def files_reserved(self) -> int:
