@@ -66,6 +66,7 @@ class Broker:
         self.recovered = not marker.exists()  # no marker: the last run did not stop cleanly
         marker.unlink(missing_ok=True)
         self.metrics = BrokerMetrics()
+        self.metrics.long_polls.set_function(self.long_polls)
         self.store = MetadataStore(config, self.clock, recover=self.recovered)
         self.metrics.store = self.store
         self.producer_ids = ProducerIdAllocator(self.data_dir)

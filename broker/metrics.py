@@ -126,6 +126,7 @@ class BrokerMetrics:
             ["api"],
             registry=r,
         )
+        self.long_polls = Gauge("streamshop_fetch_long_polls", "Fetch requests waiting for appends", registry=r)
         self.request_memory = Gauge(
             "streamshop_request_memory_bytes",
             "Receive-buffer bytes held beyond each connection's base buffer (queued.max.request.bytes)",
