@@ -3,15 +3,25 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser demo test lint bench load clean
+.PHONY: setup lock browser demo test lint bench load clean
 
-$(STAMP): pyproject.toml
+# requirements.lock pins every package the lower bounds in pyproject.toml resolved to when it was
+# last refreshed (`make lock`), so a fresh clone installs what the suite last passed with.
+$(STAMP): pyproject.toml requirements.lock
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c requirements.lock -e '.[dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+lock:
+	python3 -m venv .lock-venv
+	.lock-venv/bin/python -m pip install --quiet --upgrade pip
+	.lock-venv/bin/python -m pip install --quiet -e '.[dev]'
+	{ echo '# Resolved by `make lock` from the lower bounds in pyproject.toml; installed as constraints.'; \
+	  .lock-venv/bin/python -m pip freeze --exclude-editable; } > requirements.lock
+	rm -rf .lock-venv
 
 # The dashboard's browser test drives Debian's Chromium through Playwright (Playwright's own
 # browser download is not used); installed once through apt-get, as root or with sudo.

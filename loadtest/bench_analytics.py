@@ -51,7 +51,7 @@ from schemas.serde import AvroSchema, encode, frame, unframe
 TOPIC = "orders"
 PARTITIONS = 6
 FRESHNESS_TARGET_S = 10.0
-THROUGHPUT_TARGET = 200_000  # events/s decoded (issue 6), measured at the source by bench_spark_source
+THROUGHPUT_TARGET = 200_000  # events/s decoded, measured at the source by bench_spark_source
 
 
 def order(schema: AvroSchema, schema_id: int, i: int, created: datetime, currency: str = "EUR") -> bytes:

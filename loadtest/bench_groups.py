@@ -24,9 +24,9 @@ run is reported.  Clients keep their default settings except where said.  The st
    each commit before answering; Tansu keeps them in memory.
 
 Each run uses a fresh topic and group.  A step that does not complete within
-BALANCE_TIMEOUT, or that a broker refuses, is reported as n/a with the reason.  Target (issue
-3): a new group balanced in under 1 s with default client settings; Tansu waits about half of
-`session.timeout.ms` first (aiokafka's default is 10 s, librdkafka's 45 s).
+BALANCE_TIMEOUT, or that a broker refuses, is reported as n/a with the reason.
+Target: a new group balanced in under 1 s with default client settings; Tansu waits about
+half of `session.timeout.ms` first (aiokafka's default is 10 s, librdkafka's 45 s).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ stack.  The steps:
    both OtpDelivered events for that request_id have been read from `otp.deliveries` by a
    consumer started beforehand; p50/p99 and deliveries missing after a grace period.
 
-Targets (issue 5): 1,000 orders/s sustained with p99 under 100 ms; OTP p99 under 500 ms.
+Targets: 1,000 orders/s sustained with p99 under 100 ms; OTP p99 under 500 ms.
 """
 
 from __future__ import annotations

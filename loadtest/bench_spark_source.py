@@ -48,7 +48,7 @@ from schemas.registry.config import RegistryConfig
 from schemas.serde import AvroSchema, encode, frame
 
 TOPIC = "orders"
-TARGET = 200_000  # events/s decoded, from the issue
+TARGET = 200_000  # events/s decoded
 
 
 class ThreadRegistry:
