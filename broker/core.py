@@ -220,17 +220,37 @@ class Broker:
         return cleaned
 
     async def _cleaner_pass(self) -> int:
+        """The periodic pass: each partition is compacted in a worker thread and its new
+        segments swapped in one at a time, so the event loop only does the renames."""
         if not self.config.get("log.cleaner.enable"):
             return 0
         cleaned = 0
+        loop = asyncio.get_running_loop()
         for i, plog in enumerate(self.store.all_logs()):
-            if self._live(plog) and cleaner.needs_cleaning(plog):
-                stats = cleaner.clean(plog)
-                if stats is not None:
-                    cleaned += 1
-                    log.info("compacted", topic=plog.topic, partition=plog.partition, **stats.__dict__)
             if i % _BACKGROUND_SLICE == _BACKGROUND_SLICE - 1:
                 await asyncio.sleep(0)
+            if not (self._live(plog) and cleaner.needs_cleaning(plog)):
+                continue
+            chosen = cleaner.plan(plog)
+            if chosen is None:
+                continue
+            try:
+                result = await loop.run_in_executor(self.admin_workers, cleaner.build, chosen)
+            except OSError as e:  # a segment deleted meanwhile (retention, topic deletion), or the disk
+                log.warning("compaction skipped", topic=plog.topic, partition=plog.partition, error=str(e))
+                continue
+            installed = 0
+            for group in result.groups:
+                if not self._live(plog):
+                    break  # its topic was deleted meanwhile: the directory is going too
+                installed += cleaner.install(plog, group, result.staging)
+                await asyncio.sleep(0)
+            if not self._live(plog):
+                cleaner.discard(result)
+                continue
+            stats = cleaner.finish(plog, result, installed)
+            cleaned += 1
+            log.info("compacted", topic=plog.topic, partition=plog.partition, **stats.__dict__)
         return cleaned
 
     def files_reserved(self) -> int:

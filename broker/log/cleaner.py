@@ -1,38 +1,54 @@
 """Log compaction for `cleanup.policy=compact` (and `compact,delete`).
 
-A pass over one partition:
-1. map every key in the closed segments to its latest offset;
-2. rewrite the closed segments keeping only those records, dropping tombstones whose
-   segment is older than `delete.retention.ms`; batches keep their base and last offsets
-   (a filtered batch still spans its original range, as in Kafka), untouched batches are
-   copied byte for byte, and consecutive small segments are merged up to `segment.bytes`;
-3. swap the result in: `.cleaned` files are renamed to `.swap`, the old segments
-   deleted, then `.swap` renamed to `.log`.  A crash at any point is finished or rolled
-   back on start by `complete_interrupted_swaps`.
+A pass over one partition runs in three steps so that the event loop only ever does the
+short ones:
+1. `plan` (loop): pick the closed segments old enough to clean;
+2. `build` (any thread): map every key in them to its latest offset (16-byte digests, so the
+   map does not grow with key sizes), then rewrite them keeping only those records, dropping
+   tombstones whose segment is older than `delete.retention.ms`; batches keep their base and
+   last offsets (a filtered batch still spans its original range, as in Kafka), untouched
+   batches are copied byte for byte, and consecutive small segments are merged up to
+   `segment.bytes`.  Each merged group becomes a complete segment (log, indexes, fsynced) in a
+   staging directory, so nothing the partition serves is touched;
+3. `install` (loop, one group at a time): the staged log is renamed to `.swap`, the old
+   segments deleted, `.swap` renamed to `.log` beside its indexes, and the new segment loaded.
+   A crash at any point is finished or rolled back on start by `complete_interrupted_swaps`.
 
-Offsets never change.  The active segment is never cleaned.
+Offsets never change.  The active segment is never cleaned.  A batch that cannot be decoded
+(stored before produce-time validation existed, or damaged) is kept as it is and its keys do
+not count.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-from dataclasses import dataclass
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import structlog
 
 from broker.log.segment import LogSegment, fsync_dir, segment_name
 from broker.protocol.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
+    InvalidBatch,
     iter_headers,
+    parse_header,
     peek_offset_and_length,
 )
-from broker.protocol.records import build_batch, decode_records
+from broker.protocol.records import Record, build_batch, decode_records
 
 if TYPE_CHECKING:
     from broker.log.partition_log import PartitionLog
 
+log_ = structlog.get_logger("broker.cleaner")
+
 CHECKPOINT = "cleaner-offset-checkpoint"
+STAGING = ".cleaner-staging"
 
 
 @dataclass(frozen=True)
@@ -42,14 +58,55 @@ class CleanStats:
     bytes_before: int
     bytes_after: int
     records_removed: int
+    undecodable_batches: int = 0
 
 
-def _read_all_batches(path: Path) -> list[bytes]:
+@dataclass
+class CleanPlan:
+    """What one pass will clean, captured on the loop."""
+
+    directory: Path
+    closed: list[LogSegment]
+    paths: list[Path]
+    max_timestamps: list[int]
+    now: int
+    delete_retention_ms: int
+    segment_bytes: int
+    index_interval_bytes: int
+
+
+@dataclass
+class StagedGroup:
+    members: list[LogSegment]
+    base_offset: int
+    next_offset: int
+    size: int
+
+
+@dataclass
+class CleanResult:
+    staging: Path
+    groups: list[StagedGroup] = field(default_factory=list)
+    bytes_before: int = 0
+    records_removed: int = 0
+    undecodable: int = 0
+
+
+def _batches(path: Path) -> Iterator[bytes]:
     data = path.read_bytes()
-    out = []
     for pos, header in iter_headers(data):
-        out.append(data[pos : pos + header.size])
-    return out
+        yield data[pos : pos + header.size]
+
+
+def _key_digest(key: bytes | None) -> bytes:
+    return b"" if key is None else hashlib.blake2b(key, digest_size=16).digest()
+
+
+def _decoded(raw: bytes) -> list[Record] | None:
+    try:
+        return decode_records(raw)[1]
+    except InvalidBatch:
+        return None
 
 
 def first_dirty_offset(log: PartitionLog) -> int:
@@ -74,11 +131,10 @@ def needs_cleaning(log: PartitionLog) -> bool:
     return log.config.compact and len(log.segments) > 1 and dirty_ratio(log) >= log.config.min_cleanable_dirty_ratio
 
 
-def clean(log: PartitionLog) -> CleanStats | None:
-    """One compaction pass over the closed segments of `log` (loop thread)."""
+def plan(log: PartitionLog) -> CleanPlan | None:
+    """The closed segments to clean (loop thread).  Records younger than
+    min.compaction.lag.ms stay untouched: stop at the first segment that holds any."""
     now = log.clock.now_ms()
-    # Records younger than min.compaction.lag.ms stay untouched: stop at the first
-    # segment that holds any.
     closed: list[LogSegment] = []
     for segment in log.segments[:-1]:
         if now - segment.max_timestamp < log.config.min_compaction_lag_ms:
@@ -86,28 +142,58 @@ def clean(log: PartitionLog) -> CleanStats | None:
         closed.append(segment)
     if not closed:
         return None
-    batches_per_segment = [_read_all_batches(s.log_path) for s in closed]
+    return CleanPlan(
+        directory=log.directory,
+        closed=closed,
+        paths=[s.log_path for s in closed],
+        max_timestamps=[s.max_timestamp for s in closed],
+        now=now,
+        delete_retention_ms=log.config.delete_retention_ms,
+        segment_bytes=log.config.segment_bytes,
+        index_interval_bytes=log.config.index_interval_bytes,
+    )
 
-    latest: dict[bytes | None, int] = {}
-    for batches in batches_per_segment:
-        for raw in batches:
-            _, records = decode_records(raw)
+
+def build(plan: CleanPlan) -> CleanResult:
+    """Write the compacted segments into the staging directory (safe in a worker thread: it
+    reads closed segments' files, which nothing else writes, and touches no shared state)."""
+    latest: dict[bytes, int] = {}
+    undecodable = 0
+    for path in plan.paths:
+        for raw in _batches(path):
+            records = _decoded(raw)
+            if records is None:
+                undecodable += 1
+                continue
             for record in records:
-                latest[record.key] = record.offset
+                latest[_key_digest(record.key)] = record.offset
 
-    tombstone_horizon = now - log.config.delete_retention_ms
-    groups: list[tuple[list[LogSegment], bytearray]] = []
-    removed = 0
-    for segment, batches in zip(closed, batches_per_segment, strict=True):
+    staging = plan.directory / STAGING
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    result = CleanResult(staging=staging, undecodable=undecodable)
+    tombstone_horizon = plan.now - plan.delete_retention_ms
+    pending: list[tuple[list[LogSegment], bytearray]] = []
+    for segment, path, max_ts in zip(plan.closed, plan.paths, plan.max_timestamps, strict=True):
         out = bytearray()
-        drop_tombstones = segment.max_timestamp < tombstone_horizon
-        for raw in batches:
-            header, records = decode_records(raw)
-            kept = [r for r in records if latest.get(r.key) == r.offset and not (r.value is None and drop_tombstones)]
-            removed += len(records) - len(kept)
+        drop_tombstones = max_ts < tombstone_horizon
+        size = 0
+        for raw in _batches(path):
+            size += len(raw)
+            records = _decoded(raw)
+            if records is None:
+                out += raw  # kept as stored: the cleaner never drops what it cannot read
+                continue
+            kept = [
+                r
+                for r in records
+                if latest.get(_key_digest(r.key)) == r.offset and not (r.value is None and drop_tombstones)
+            ]
+            result.records_removed += len(records) - len(kept)
             if len(kept) == len(records):
                 out += raw
             elif kept:
+                header = parse_header(raw)
                 out += build_batch(
                     kept,
                     base_offset=header.base_offset,
@@ -119,53 +205,112 @@ def clean(log: PartitionLog) -> CleanStats | None:
                     base_sequence=header.base_sequence,
                     partition_leader_epoch=header.partition_leader_epoch,
                 )
-        if groups and len(groups[-1][1]) + len(out) <= log.config.segment_bytes:
-            groups[-1][0].append(segment)
-            groups[-1][1].extend(out)
+        result.bytes_before += size
+        if pending and len(pending[-1][1]) + len(out) <= plan.segment_bytes:
+            pending[-1][0].append(segment)
+            pending[-1][1].extend(out)
         else:
-            groups.append(([segment], out))
-
-    bytes_before = sum(s.size for s in closed)
-    for members, data in groups:
-        _swap_in(log, members, bytes(data))
-    (log.directory / CHECKPOINT).write_text(str(log.active.base_offset))
-    return CleanStats(
-        segments_before=len(closed),
-        segments_after=len(groups),
-        bytes_before=bytes_before,
-        bytes_after=sum(len(d) for _, d in groups),
-        records_removed=removed,
-    )
+            if pending:
+                result.groups.append(_stage(plan, staging, *pending.pop()))
+            pending.append(([segment], out))
+    if pending:
+        result.groups.append(_stage(plan, staging, *pending.pop()))
+    fsync_dir(staging)
+    return result
 
 
-def _swap_in(log: PartitionLog, members: list[LogSegment], data: bytes) -> None:
+def _stage(plan: CleanPlan, staging: Path, members: list[LogSegment], data: bytearray) -> StagedGroup:
     base = members[0].base_offset
-    cleaned = log.directory / f"{segment_name(base)}.log.cleaned"
-    with open(cleaned, "wb") as f:
+    with open(staging / f"{segment_name(base)}.log", "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    swap = cleaned.with_suffix(".swap")
-    os.replace(cleaned, swap)
-    fsync_dir(log.directory)
+    segment = LogSegment(staging, base, index_interval_bytes=plan.index_interval_bytes, created_ms=plan.now)
+    try:
+        segment.rebuild()
+        segment.seal()
+        for path in (segment.offset_index.path, segment.time_index.path):
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+        next_offset = max(segment.next_offset, members[-1].next_offset)
+    finally:
+        segment.close()
+    return StagedGroup(members=members, base_offset=base, next_offset=next_offset, size=len(data))
+
+
+def install(log: PartitionLog, group: StagedGroup, staging: Path) -> bool:
+    """Swap one staged group in (loop thread).  Returns False, leaving the partition as it
+    was, when its segments changed meanwhile (retention deleted one of them)."""
+    members = group.members
+    try:
+        i = log.segments.index(members[0])
+    except ValueError:
+        return False
+    if log.segments[i : i + len(members)] != members or i + len(members) >= len(log.segments):
+        return False
+    name = segment_name(group.base_offset)
+    swap = log.directory / f"{name}.log.swap"
+    os.replace(staging / f"{name}.log", swap)
+    fsync_dir(log.directory)  # from here on, a crash finishes the swap on start
     for segment in members:
         segment.delete()
-    final = log.directory / f"{segment_name(base)}.log"
-    os.replace(swap, final)
+    for suffix in (".index", ".timeindex"):
+        os.replace(staging / f"{name}{suffix}", log.directory / f"{name}{suffix}")
+    os.replace(swap, log.directory / f"{name}.log")
     fsync_dir(log.directory)
     replacement = LogSegment(
-        log.directory, base, index_interval_bytes=log.config.index_interval_bytes, created_ms=log.clock.now_ms()
+        log.directory,
+        group.base_offset,
+        index_interval_bytes=log.config.index_interval_bytes,
+        created_ms=log.clock.now_ms(),
     )
-    replacement.rebuild()
-    replacement.seal()
-    replacement.next_offset = max(replacement.next_offset, members[-1].next_offset)
-    i = log.segments.index(members[0])
+    replacement.load(recover=False)
+    replacement.next_offset = max(replacement.next_offset, group.next_offset)
     log.segments[i : i + len(members)] = [replacement]
+    return True
+
+
+def finish(log: PartitionLog, result: CleanResult, installed: int) -> CleanStats:
+    """Record how far the partition is clean and drop the staging directory (loop thread)."""
+    shutil.rmtree(result.staging, ignore_errors=True)
+    if installed == len(result.groups):
+        (log.directory / CHECKPOINT).write_text(str(log.active.base_offset))
+    if result.undecodable:
+        log_.warning(
+            "compaction kept batches it could not decode",
+            topic=log.topic,
+            partition=log.partition,
+            batches=result.undecodable,
+        )
+    return CleanStats(
+        segments_before=sum(len(g.members) for g in result.groups),
+        segments_after=len(result.groups),
+        bytes_before=result.bytes_before,
+        bytes_after=sum(g.size for g in result.groups),
+        records_removed=result.records_removed,
+        undecodable_batches=result.undecodable,
+    )
+
+
+def discard(result: CleanResult) -> None:
+    shutil.rmtree(result.staging, ignore_errors=True)
+
+
+def clean(log: PartitionLog) -> CleanStats | None:
+    """One whole compaction pass at once (tests, and the synchronous `run_cleaner`)."""
+    chosen = plan(log)
+    if chosen is None:
+        return None
+    result = build(chosen)
+    installed = sum(install(log, group, result.staging) for group in result.groups)
+    return finish(log, result, installed)
 
 
 def complete_interrupted_swaps(directory: Path) -> None:
-    """Recovery: drop half-written `.cleaned` files; finish swaps that got as far as
-    `.swap` (every old segment the swap replaces lies inside its offset range)."""
+    """Recovery: drop a staging directory and half-written `.cleaned` files; finish swaps
+    that got as far as `.swap` (every old segment the swap replaces lies inside its offset
+    range)."""
+    shutil.rmtree(directory / STAGING, ignore_errors=True)
     for cleaned in directory.glob("*.log.cleaned"):
         cleaned.unlink()
     for swap in directory.glob("*.log.swap"):
