@@ -4,8 +4,7 @@ Apache Kafka (like `kafka-consumer-groups.sh`).
 
 describe shows, per partition, the committed offset, the log end offset and the lag
 (log end - committed; unknown while nothing is committed), and the members with their
-assignments.  reset-offsets commits new offsets for a topic's partitions and is refused
-while the group has active members, whose own commits would overwrite the reset.
+assignments.  reset-offsets lives in `reset_offsets.py`.
 """
 
 from __future__ import annotations
@@ -337,48 +336,3 @@ def _list_offsets(admin: AdminClient, specs: dict[Partition, Any], timeout: floa
         {TopicPartition(t, p): spec for (t, p), spec in specs.items()}, request_timeout=timeout
     )
     return {(tp.topic, tp.partition): int(_wait(f, timeout).offset) for tp, f in futures.items()}
-
-
-def _targets(
-    admin: AdminClient, args: argparse.Namespace, keys: list[Partition], millis: int | None
-) -> dict[Partition, int]:
-    earliest = _list_offsets(admin, dict.fromkeys(keys, _SPEC.earliest()), args.timeout)
-    latest = _list_offsets(admin, dict.fromkeys(keys, _SPEC.latest()), args.timeout)
-    if args.to_earliest:
-        return earliest
-    if args.to_latest:
-        return latest
-    if args.to_offset is not None:
-        # As Kafka's tool: an offset outside the log is moved to its nearest end.
-        return {k: min(max(args.to_offset, earliest[k]), latest[k]) for k in keys}
-    assert millis is not None
-    found = _list_offsets(admin, dict.fromkeys(keys, _SPEC.for_timestamp(millis)), args.timeout)
-    # No record at or after the time: the end of the log.
-    return {k: found[k] if found[k] >= 0 else latest[k] for k in keys}
-
-
-def reset_offsets(args: argparse.Namespace) -> int:
-    if args.to_offset is not None and args.to_offset < 0:
-        raise CommandError("--to-offset must be 0 or more")
-    millis = parse_datetime(args.to_datetime) if args.to_datetime is not None else args.to_timestamp
-    admin = _admin(args)
-    group_id = args.group
-    _ensure_inactive(admin, group_id, args.timeout)
-    keys = [(args.topic, p) for p in _partitions(admin, args.topic, args.partition, args.timeout)]
-    targets = _targets(admin, args, keys, millis)
-    current = _committed(admin, group_id, args.timeout)
-    rows = [(group_id, t, p, _cell(current.get((t, p))), targets[(t, p)]) for t, p in keys]
-    print(table(["GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"], rows))
-    if args.dry_run:
-        print("dry run: no offsets changed")
-        return 0
-    request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p, targets[(t, p)]) for t, p in keys])
-    futures = admin.alter_consumer_group_offsets([request], request_timeout=args.timeout)
-    result = _wait(futures[group_id], args.timeout)
-    failed = [tp for tp in result.topic_partitions or () if tp.error is not None]
-    for tp in failed:
-        warn("groups", f"{tp.topic}[{tp.partition}]: {error_text(tp.error)}")
-    if failed:
-        return 1
-    print(f"reset {len(keys)} partition(s) of {args.topic} for group {group_id}")
-    return 0

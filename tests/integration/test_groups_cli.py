@@ -222,14 +222,15 @@ def test_reset_offsets_is_refused_while_a_member_is_active_and_moves_offsets_onc
         assert committed(broker, "ledger") == everything
     wait_until(lambda: not member_ids(broker, "ledger"), "the member to leave")
 
-    dry = groups(broker, "reset-offsets", "ledger", "--topic", "payments", "--to-earliest", "--dry-run")
-    assert dry.returncode == 0, dry.stderr
-    assert re.search(r"^ledger\s+payments\s+0\s+5\s+0$", dry.stdout, re.MULTILINE)
-    assert "dry run: no offsets changed" in dry.stdout
-    assert committed(broker, "ledger") == everything
+    for mode in (("--dry-run",), ()):  # as Kafka's tool: without --execute only the plan is shown
+        dry = groups(broker, "reset-offsets", "ledger", "--topic", "payments", "--to-earliest", *mode)
+        assert dry.returncode == 0, dry.stderr
+        assert re.search(r"^ledger\s+payments\s+0\s+5\s+0$", dry.stdout, re.MULTILINE)
+        assert "dry run: no offsets changed (add --execute" in dry.stderr
+        assert committed(broker, "ledger") == everything
 
     def reset(*args: str) -> dict[tuple[str, int], int]:
-        done = groups(broker, "reset-offsets", "ledger", "--topic", "payments", *args)
+        done = groups(broker, "reset-offsets", "ledger", "--topic", "payments", "--execute", *args)
         assert done.returncode == 0, done.stderr
         return committed(broker, "ledger")
 
@@ -259,12 +260,68 @@ def test_reset_offsets_rejects_unknown_topics_partitions_and_bad_times(broker: T
         ("--topic", "refunds", "--to-offset", "-1"): "--to-offset must be 0 or more",
     }
     for args, message in cases.items():
-        done = groups(broker, "reset-offsets", "refunds-group", *args)
+        done = groups(broker, "reset-offsets", "refunds-group", "--execute", *args)
         assert done.returncode == 1, args
         assert message in done.stderr, done.stderr
-    no_target = groups(broker, "reset-offsets", "refunds-group", "--topic", "refunds")
+    no_target = groups(broker, "reset-offsets", "refunds-group", "--topic", "refunds", "--execute")
     assert no_target.returncode == 2  # argparse: one of --to-* is required
+    for args, message in {
+        ("refunds-group", "--topic", "refunds", "--shift-by", "-1"): "cannot shift refunds[0]: the group has no "
+        "committed offset there",
+        ("refunds-group", "--to-latest"): "name the topic(s) to reset (--topic), or give --all-topics",
+        ("--topic", "refunds", "--to-latest"): "name the group(s) to reset (GROUP or --group), or give --all-groups",
+        ("refunds-group", "--topic", "refunds", "--by-duration", "15 minutes"): "expected an ISO 8601 duration",
+        ("refunds-group", "--topic", "refunds:x", "--to-latest"): "expected NAME or NAME:PARTITION",
+    }.items():
+        refused = groups(broker, "reset-offsets", "--execute", *args)
+        assert refused.returncode == 1, (args, refused.stderr)
+        assert message in refused.stderr, refused.stderr
     assert committed(broker, "refunds-group") == {}
+
+
+def test_reset_offsets_shift_by_current_duration_all_topics_all_groups_and_csv_export(broker: ThreadBroker) -> None:
+    """The other targets and scopes of Kafka's tool: --shift-by moves committed offsets (kept in
+    the log), --to-current keeps them (the log end where none), --by-duration finds the first
+    record newer than now minus the duration, --all-topics covers the topics a group committed,
+    --all-groups every group, NAME:P picks partitions, --export prints the plan as CSV."""
+    create_topic(broker.bootstrap, "a", 2)
+    create_topic(broker.bootstrap, "b", 1)
+    old = (int(time.time()) - 3600) * 1000
+    produce(broker, "a", {0: 6, 1: 6}, timestamp_ms=old)
+    produce(broker, "b", {0: 4})
+
+    def commit(group: str, offsets: dict[tuple[str, int], int]) -> None:
+        for (t, p), offset in offsets.items():
+            target = ("--topic", f"{t}:{p}", "--to-offset", str(offset), "--execute")
+            done = groups(broker, "reset-offsets", group, *target)
+            assert done.returncode == 0, done.stderr
+
+    commit("g1", {("a", 0): 4, ("a", 1): 2, ("b", 0): 1})
+    commit("g2", {("a", 0): 1})
+
+    def reset(*args: str) -> subprocess.CompletedProcess[str]:
+        done = groups(broker, "reset-offsets", *args)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    reset("g1", "--all-topics", "--shift-by", "-3", "--execute")
+    assert committed(broker, "g1") == {("a", 0): 1, ("a", 1): 0, ("b", 0): 0}
+    reset("g1", "--topic", "a:1", "--topic", "b", "--shift-by", "10", "--execute")
+    assert committed(broker, "g1") == {("a", 0): 1, ("a", 1): 6, ("b", 0): 4}
+    assert reset("g1", "--all-topics", "--to-current", "--export").stdout.splitlines() == ["a,0,1", "a,1,6", "b,0,4"]
+    # Records of "a" are an hour old (one second apart); those of "b" are new.
+    reset("g1", "--all-topics", "--by-duration", "PT10M", "--execute")
+    assert committed(broker, "g1") == {("a", 0): 6, ("a", 1): 6, ("b", 0): 0}
+    reset("g1", "--topic", "a", "--by-duration", "P1D", "--execute")
+    assert committed(broker, "g1") == {("a", 0): 0, ("a", 1): 0, ("b", 0): 0}
+
+    plan = reset("--all-groups", "--topic", "a:0", "--to-latest", "--export")
+    assert plan.stdout.splitlines() == ["g1,a,0,6", "g2,a,0,6"]
+    assert "dry run" in plan.stderr
+    assert committed(broker, "g2") == {("a", 0): 1}
+    reset("--group", "g1", "--group", "g2", "--topic", "a:0", "--to-latest", "--execute")
+    assert committed(broker, "g1")[("a", 0)] == 6
+    assert committed(broker, "g2") == {("a", 0): 6}
 
 
 def test_delete_removes_an_inactive_group_and_its_offsets_and_refuses_a_live_one(broker: ThreadBroker) -> None:
