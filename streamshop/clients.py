@@ -74,6 +74,29 @@ def client_config(
     return config
 
 
+def check_reachable(bootstrap: str, timeout: float = 3.0) -> None:
+    """Fail fast, saying what was tried and what to check, when no bootstrap server accepts a
+    TCP connection (librdkafka would only report `_TRANSPORT: Failed to get metadata` after the
+    whole timeout)."""
+    import socket
+
+    tried: list[str] = []
+    for server in (s.strip() for s in bootstrap.split(",")):
+        host, sep, port = server.rpartition(":")
+        if not server or not sep or not port.isdigit():
+            raise CommandError(f"bootstrap server {server!r} is not HOST:PORT")
+        try:
+            with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout):
+                return
+        except OSError as e:
+            tried.append(f"{server} ({e.strerror or e})")
+    raise CommandError(
+        f"cannot reach a broker at {', '.join(tried)}. Is one running? `make demo` (or `.venv/bin/streamshop up`) "
+        "starts the local stack on 127.0.0.1:9092; for another cluster give --bootstrap HOST:PORT or set "
+        "STREAMSHOP_BOOTSTRAP_SERVERS."
+    )
+
+
 def error_text(error: Any) -> str:
     """`NAME: message` of a confluent_kafka.KafkaError, a KafkaException, or anything else."""
     from confluent_kafka import KafkaError, KafkaException

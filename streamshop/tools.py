@@ -17,12 +17,18 @@ BOOTSTRAP_ENV = "STREAMSHOP_BOOTSTRAP_SERVERS"
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
+# Console tools that talk to the cluster: checked for a reachable broker before they start.
+_CLIENT_COMMANDS = {"topics", "groups", "produce", "consume"}
+
+
 def _lazy(module: str, function: str, command: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        from streamshop.clients import CommandError, warn
+        from streamshop.clients import CommandError, check_reachable, warn
 
         implementation = getattr(importlib.import_module(module), function)
         try:
+            if command in _CLIENT_COMMANDS and isinstance(getattr(args, "bootstrap", None), str):
+                check_reachable(args.bootstrap)
             return int(implementation(args))
         except CommandError as e:
             warn(command, str(e))
@@ -71,6 +77,7 @@ def _topics_parser(sub: SubParsers) -> None:
     create.add_argument("--partitions", type=int, help="partition count (default: the broker's num.partitions)")
     create.add_argument("--replication-factor", type=int, help="replicas per partition (default: the broker's)")
     create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="topic config (repeatable)")
+    create.add_argument("--if-not-exists", action="store_true", help="succeed when the topic already exists")
 
     list_ = action("list", "list topics and their partition counts", "list_")
     list_.add_argument("--json", action="store_true", help="JSON output")
@@ -81,6 +88,7 @@ def _topics_parser(sub: SubParsers) -> None:
 
     delete = action("delete", "delete topics")
     delete.add_argument("names", nargs="+", metavar="NAME")
+    delete.add_argument("--if-exists", action="store_true", help="succeed for topics that do not exist")
 
     alter = action("alter", "change topic configs (--set/--delete) or add partitions (--partitions)")
     alter.add_argument("name")

@@ -9,7 +9,7 @@ import json
 from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -56,10 +56,32 @@ def create(args: argparse.Namespace) -> int:
         config=parse_pairs(args.config, "--config"),
     )
     admin = _admin(args)
-    done, failed = _results(admin.create_topics([topic], request_timeout=args.timeout), args.timeout)
-    for name in done:
-        print(f"created topic {name}")
+    futures = admin.create_topics([topic], request_timeout=args.timeout)
+    if args.if_not_exists:
+        futures = {name: _tolerate(f, KafkaError.TOPIC_ALREADY_EXISTS, "exists") for name, f in futures.items()}
+    done, failed = _results(futures, args.timeout)
+    for name, outcome in done.items():
+        print(f"topic {name} already exists" if outcome == "exists" else f"created topic {name}")
     return _report(failed)
+
+
+def _tolerate(future: Future[Any], code: int, outcome: str) -> Future[Any]:
+    """`future`, with the error `code` turned into the result `outcome` (--if-exists and
+    --if-not-exists, as kafka-topics.sh)."""
+    out: Future[Any] = Future()
+
+    def copy(done: Future[Any]) -> None:
+        error = done.exception()
+        first = error.args[0] if isinstance(error, KafkaException) and error.args else None
+        if error is None:
+            out.set_result(done.result())
+        elif isinstance(first, KafkaError) and first.code() == code:
+            out.set_result(outcome)
+        else:
+            out.set_exception(error)
+
+    future.add_done_callback(copy)
+    return out
 
 
 def list_(args: argparse.Namespace) -> int:
@@ -181,11 +203,12 @@ def describe(args: argparse.Namespace) -> int:
 
 def delete(args: argparse.Namespace) -> int:
     admin = _admin(args)
-    done, failed = _results(
-        admin.delete_topics(list(dict.fromkeys(args.names)), request_timeout=args.timeout), args.timeout
-    )
-    for name in done:
-        print(f"deleted topic {name}")
+    futures = admin.delete_topics(list(dict.fromkeys(args.names)), request_timeout=args.timeout)
+    if args.if_exists:
+        futures = {name: _tolerate(f, KafkaError.UNKNOWN_TOPIC_OR_PART, "absent") for name, f in futures.items()}
+    done, failed = _results(futures, args.timeout)
+    for name, outcome in done.items():
+        print(f"topic {name} does not exist" if outcome == "absent" else f"deleted topic {name}")
     return _report(failed)
 
 

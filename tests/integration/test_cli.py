@@ -95,6 +95,42 @@ def test_topics_delete_removes_the_topic(broker: ThreadBroker) -> None:
     assert json.loads(topics(broker, "list", "--json").stdout) == []
 
 
+def test_topics_create_if_not_exists_and_delete_if_exists_succeed_when_there_is_nothing_to_do(
+    broker: ThreadBroker,
+) -> None:
+    """As kafka-topics.sh --if-not-exists / --if-exists: the existing topic is left as it was
+    (its partition count too), a missing one is not an error; other errors still are."""
+    assert topics(broker, "create", "kept", "--partitions", "2").returncode == 0
+    again = topics(broker, "create", "kept", "--partitions", "5", "--if-not-exists")
+    assert again.returncode == 0, again.stderr
+    assert "topic kept already exists" in again.stdout
+    assert broker.call(lambda: broker.broker.store.get("kept").partitions) == 2
+    fresh = topics(broker, "create", "fresh", "--if-not-exists")
+    assert fresh.returncode == 0
+    assert "created topic fresh" in fresh.stdout
+    bad = topics(broker, "create", "bad name", "--if-not-exists")
+    assert bad.returncode == 1
+    assert "TOPIC_EXCEPTION" in bad.stderr
+    gone = topics(broker, "delete", "fresh", "never-was", "--if-exists")
+    assert gone.returncode == 0, gone.stderr
+    assert "deleted topic fresh" in gone.stdout
+    assert "topic never-was does not exist" in gone.stdout
+    assert broker.call(lambda: broker.broker.store.get("fresh")) is None
+
+
+def test_an_unreachable_broker_says_what_was_tried_and_what_to_check() -> None:
+    """Every console tool fails at once (not after its timeout) with the addresses it tried
+    and how to start the local stack or point at another cluster."""
+    for args in (("topics", "list"), ("groups", "list"), ("consume", "--topic", "t"), ("produce", "--topic", "t")):
+        done = cli(*args[:1], "--bootstrap", "127.0.0.1:1,127.0.0.1:2", *args[1:], stdin="x\n", timeout=20)
+        assert done.returncode == 1, (args, done.stderr)
+        assert "cannot reach a broker at 127.0.0.1:1 (Connection refused), 127.0.0.1:2 (Connection refused)" in (
+            done.stderr
+        )
+        assert "make demo" in done.stderr
+        assert "STREAMSHOP_BOOTSTRAP_SERVERS" in done.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "error"),
     [
