@@ -62,6 +62,9 @@ async def serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # A write past the file-size limit must fail with EFBIG (answered KAFKA_STORAGE_ERROR),
+    # not kill the process.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     host, port = running.broker.advertised
     admin = f" admin http://{config.admin_listen[0]}:{running.admin_port}" if config.admin_listen else ""
     # The one line scripts wait for.

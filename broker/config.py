@@ -58,8 +58,10 @@ def _choice(*options: str) -> Callable[[str], str]:
 
 
 def _policy(raw: str) -> str:
+    """delete, compact, both, or (as Kafka 4.2 allows) neither: an empty list keeps every
+    segment, like retention.ms=-1 with retention.bytes=-1."""
     parts = [p.strip() for p in raw.split(",") if p.strip()]
-    if not parts or any(p not in ("delete", "compact") for p in parts):
+    if any(p not in ("delete", "compact") for p in parts):
         raise ConfigError(f"{raw!r} is not a list of delete, compact")
     return ",".join(sorted(set(parts), key=parts.index))
 
@@ -232,6 +234,9 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         BrokerSettingDef("max.partitions", "200000", _int(1, INT_MAX)),
         BrokerSettingDef("max.partitions.per.request", "10000", _int(1, INT_MAX)),
         BrokerSettingDef("message.max.decompressed.bytes", "67108864", _int(1024, INT_MAX)),
+        # Segment files open at once (least recently used closed first); at most half the
+        # soft descriptor limit, so sockets keep the rest.
+        BrokerSettingDef("log.open.files.max", "1000", _int(16, INT_MAX)),
     ]
 }
 

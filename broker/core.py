@@ -20,6 +20,7 @@ from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig, ConfigError, validate_topic_configs, validate_topic_name
 from broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from broker.log import cleaner
+from broker.log.files import FILES, capacity_for
 from broker.log.flusher import Flusher
 from broker.log.partition_log import PartitionLog
 from broker.metadata import METADATA_TOPIC, MetadataStore, Topic
@@ -65,6 +66,7 @@ class Broker:
         marker = self.data_dir / CLEAN_SHUTDOWN
         self.recovered = not marker.exists()  # no marker: the last run did not stop cleanly
         marker.unlink(missing_ok=True)
+        FILES.configure(capacity_for(config.get("log.open.files.max")))
         self.metrics = BrokerMetrics()
         self.metrics.long_polls.set_function(self.long_polls)
         self.store = MetadataStore(config, self.clock, recover=self.recovered)
@@ -255,7 +257,7 @@ class Broker:
 
     def files_reserved(self) -> int:
         """Descriptors the log may keep open at once (sockets must leave them room)."""
-        return 0
+        return FILES.capacity
 
     # --- durability ------------------------------------------------------------------
 

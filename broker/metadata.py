@@ -17,9 +17,10 @@ import msgpack
 import structlog
 
 from broker.clock import Clock
-from broker.config import BrokerConfig, LogConfig
+from broker.config import BrokerConfig, LogConfig, validate_topic_configs, validate_topic_name
 from broker.log.partition_log import PartitionLog
 from broker.protocol.records import Record, build_batch
+from broker.replay import SkippedRecords, need
 
 log = structlog.get_logger(__name__)
 
@@ -60,6 +61,7 @@ class MetadataStore:
         self.recover = recover
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
+        self.skipped = SkippedRecords()
         self.meta_log = PartitionLog(
             partition_dir(self.data_dir, METADATA_TOPIC, 0),
             METADATA_TOPIC,
@@ -75,23 +77,18 @@ class MetadataStore:
     # --- persistence -----------------------------------------------------------------
 
     def _replay(self) -> None:
-        state: dict[str, dict[str, object] | None] = {}
-        for record in self.meta_log.records():
-            kind, name = msgpack.unpackb(record.key or b"")
-            if kind == "topic":
-                state[name] = None if record.value is None else msgpack.unpackb(record.value)
-        for name, value in state.items():
-            if value is None:
+        state: dict[str, Topic | None] = {}
+        for record in self.meta_log.records(lambda offset, why: self.skipped.skip(METADATA_TOPIC, offset, why)):
+            try:
+                name, topic = _decode_topic_record(record)
+            except Exception as e:
+                self.skipped.skip(METADATA_TOPIC, record.offset, f"{type(e).__name__}: {e}")
                 continue
-            topic = Topic(
-                name=name,
-                topic_id=uuid.UUID(bytes=value["id"]),  # type: ignore[arg-type]
-                partitions=int(value["partitions"]),  # type: ignore[call-overload]
-                configs=dict(value["configs"]),  # type: ignore[call-overload]
-                internal=bool(value.get("internal", False)),
-            )
-            self.topics[name] = topic
-            self.by_id[topic.topic_id] = topic
+            state[name] = topic
+        for topic in state.values():
+            if topic is not None and topic.topic_id not in self.by_id:
+                self.topics[topic.name] = topic
+                self.by_id[topic.topic_id] = topic
 
     def _open_logs(self) -> None:
         known = {partition_dir(self.data_dir, t.name, p) for t in self.topics.values() for p in range(t.partitions)}
@@ -228,3 +225,24 @@ class MetadataStore:
     def close(self, *, clean: bool) -> None:
         for plog in self.all_logs():
             plog.close(clean=clean)
+
+
+def _decode_topic_record(record: Record) -> tuple[str, Topic | None]:
+    """(name, topic or None for a tombstone) of a metadata record; raises on any other shape."""
+    key = msgpack.unpackb(record.key or b"")
+    need(isinstance(key, list) and len(key) == 2 and key[0] == "topic", 'key is not ["topic", name]')
+    name = key[1]
+    need(isinstance(name, str) and validate_topic_name(name) is None, "topic name is not valid")
+    if record.value is None:
+        return name, None
+    value = msgpack.unpackb(record.value)
+    need(isinstance(value, dict), "value is not a map")
+    partitions, configs, topic_id = value.get("partitions"), value.get("configs"), value.get("id")
+    need(isinstance(partitions, int) and 0 < partitions <= 1_000_000, "partition count is not valid")
+    need(isinstance(topic_id, bytes) and len(topic_id) == 16, "topic id is not 16 bytes")
+    need(
+        isinstance(configs, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in configs.items()),
+        "configs are not a map of strings",
+    )
+    validate_topic_configs(configs)
+    return name, Topic(name, uuid.UUID(bytes=topic_id), partitions, dict(configs), bool(value.get("internal", False)))

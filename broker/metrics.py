@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from broker.coordinator.group import GroupState
+from broker.log.files import FILES
 
 if TYPE_CHECKING:
     from broker.coordinator.coordinator import GroupCoordinator
@@ -21,7 +22,7 @@ class _LogCollector(Collector):
     def __init__(self, store: Callable[[], MetadataStore | None]) -> None:
         self._store = store
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         store = self._store()
         if store is None:
             return
@@ -30,8 +31,10 @@ class _LogCollector(Collector):
         end = GaugeMetricFamily("streamshop_log_end_offset", "Log end offset per partition", labels=labels)
         start = GaugeMetricFamily("streamshop_log_start_offset", "Log start offset per partition", labels=labels)
         segments = GaugeMetricFamily("streamshop_log_segments", "Segments per partition", labels=labels)
-        partitions = 0
+        partitions = corrupt = mismatches = 0
         for plog in store.all_logs():
+            corrupt += plog.corrupt_batches_served
+            mismatches += sum(s.index_mismatches for s in plog.segments)
             values = [plog.topic, str(plog.partition)]
             size.add_metric(values, plog.size_bytes)
             end.add_metric(values, plog.next_offset)
@@ -45,6 +48,22 @@ class _LogCollector(Collector):
         yield segments
         # Topic partitions, as Kafka's PartitionCount: the cluster metadata log is not one.
         yield GaugeMetricFamily("streamshop_partitions", "Topic partitions hosted", value=partitions)
+        yield CounterMetricFamily(
+            "streamshop_log_corrupt_reads", "Reads that met a batch failing its CRC on disk (not served)", value=corrupt
+        )
+        yield CounterMetricFamily(
+            "streamshop_log_index_mismatches",
+            "Offset-index entries found wrong when used (scanned instead)",
+            value=mismatches,
+        )
+        skipped = CounterMetricFamily(
+            "streamshop_internal_records_skipped",
+            "Internal records that did not decode at replay (skipped)",
+            labels=["topic"],
+        )
+        for topic, count in store.skipped.counts.items():
+            skipped.add_metric([topic], count)
+        yield skipped
 
 
 class _GroupCollector(Collector):
@@ -127,6 +146,8 @@ class BrokerMetrics:
             registry=r,
         )
         self.long_polls = Gauge("streamshop_fetch_long_polls", "Fetch requests waiting for appends", registry=r)
+        open_files = Gauge("streamshop_log_open_files", "Segment files open (log.open.files.max)", registry=r)
+        open_files.set_function(FILES.open_count)
         self.request_memory = Gauge(
             "streamshop_request_memory_bytes",
             "Receive-buffer bytes held beyond each connection's base buffer (queued.max.request.bytes)",

@@ -43,8 +43,8 @@ def broker_process_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerProce
     """Start `streamshop broker` child processes (killed at teardown)."""
     started: list[BrokerProcess] = []
 
-    def make(settings: dict[str, str] | None = None, name: str = "broker") -> BrokerProcess:
-        b = BrokerProcess(tmp_path / name, settings)
+    def make(settings: dict[str, str] | None = None, name: str = "broker", nofile: int | None = None) -> BrokerProcess:
+        b = BrokerProcess(tmp_path / name, settings, nofile=nofile)
         started.append(b)
         return b.start()
 

@@ -17,6 +17,7 @@ import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import msgpack
 import structlog
@@ -27,6 +28,7 @@ from broker.log.partition_log import PartitionLog
 from broker.metadata import MetadataStore
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch
+from broker.replay import need
 
 log = structlog.get_logger(__name__)
 
@@ -111,58 +113,85 @@ class GroupCoordinator:
 
     def _load(self) -> None:
         now = self.clock.now_ms()
+        skipped = self.store.skipped
         for p in range(self.partitions):
             plog = self.store.partition_log(OFFSETS_TOPIC, p)
             assert plog is not None
-            for record in plog.records():
-                self._replay(record, now)
+            for record in plog.records(lambda offset, why: skipped.skip(OFFSETS_TOPIC, offset, why)):
+                try:
+                    self._replay(record, now)
+                except Exception as e:
+                    skipped.skip(OFFSETS_TOPIC, record.offset, f"{type(e).__name__}: {e}")
         log.info(
             "group coordinator loaded", groups=len(self.groups), offsets=sum(len(o) for o in self.offsets.values())
         )
 
     def _replay(self, record: Record, now: int) -> None:
+        """Apply one record; raises (before changing anything) when it has a shape the
+        coordinator does not write."""
         key = msgpack.unpackb(record.key or b"\x90")
+        need(isinstance(key, list) and len(key) >= 2 and isinstance(key[1], str), "key is not [kind, group, ...]")
+        value = None if record.value is None else msgpack.unpackb(record.value)
+        need(value is None or isinstance(value, dict), "value is not a map")
         if key[0] == "o":
+            need(len(key) == 4 and isinstance(key[2], str) and _is_int(key[3]), "offset key is malformed")
             _, group_id, topic, partition = key
-            offsets = self.offsets.setdefault(group_id, {})
-            if record.value is None:
-                offsets.pop((topic, partition), None)
-            else:
-                value = msgpack.unpackb(record.value)
-                offsets[(topic, partition)] = CommittedOffset(value["o"], value["e"], value["m"], value["t"])
+            if value is None:
+                self.offsets.get(group_id, {}).pop((topic, partition), None)
+                return
+            committed = CommittedOffset(value.get("o"), value.get("e"), value.get("m"), value.get("t"))
+            need(
+                _is_int(committed.offset)
+                and _is_int(committed.leader_epoch)
+                and isinstance(committed.metadata, str)
+                and _is_int(committed.commit_ms),
+                "offset value is malformed",
+            )
+            self.offsets.setdefault(group_id, {})[(topic, partition)] = committed
         elif key[0] == "g":
             group_id = key[1]
-            if record.value is None:
+            if value is None:
                 self.groups.pop(group_id, None)
                 return
-            value = msgpack.unpackb(record.value)
-            group = Group(group_id, self.config.initial_rebalance_delay_ms)
-            group.generation = value["generation"]
-            group.protocol_type = value["protocol_type"]
-            group.protocol_name = value["protocol"]
-            group.leader = value["leader"]
-            for m in value["members"]:
-                member = Member(
-                    member_id=m[0],
-                    group_instance_id=m[1],
-                    client_id=m[2],
-                    client_host=m[3],
-                    session_timeout_ms=m[4],
-                    rebalance_timeout_ms=m[5],
-                    protocol_type=group.protocol_type or "",
-                    protocols=[(group.protocol_name or "", m[6])],
-                    last_heartbeat_ms=now,
-                    assignment=m[7],
-                )
-                group.members[member.member_id] = member
-                if member.group_instance_id:
-                    group.static_members[member.group_instance_id] = member.member_id
-            # Members come back after a restart with their ids: a generation in progress
-            # resumes as Stable and expires members that do not return.
-            group.state = GroupState.STABLE if group.members else GroupState.EMPTY
-            if not group.members:
-                self.empty_since[group_id] = value.get("empty_since", now)
-            self.groups[group_id] = group
+            self._replay_group(group_id, value, now)
+        else:
+            need(False, f"unknown record kind {key[0]!r}")
+
+    def _replay_group(self, group_id: str, value: dict[str, Any], now: int) -> None:
+        generation: Any = value.get("generation")
+        members: Any = value.get("members")
+        protocol_type, protocol, leader = value.get("protocol_type"), value.get("protocol"), value.get("leader")
+        need(_is_int(generation) and isinstance(members, list), "group value is malformed")
+        need(all(x is None or isinstance(x, str) for x in (protocol_type, protocol, leader)), "group names malformed")
+        need(all(_member_row(m) for m in members), "a member of the group is malformed")
+        empty_since: Any = value.get("empty_since")
+        group = Group(group_id, self.config.initial_rebalance_delay_ms)
+        group.generation = generation
+        group.protocol_type = protocol_type
+        group.protocol_name = protocol
+        group.leader = leader
+        for m in members:
+            member = Member(
+                member_id=m[0],
+                group_instance_id=m[1],
+                client_id=m[2],
+                client_host=m[3],
+                session_timeout_ms=m[4],
+                rebalance_timeout_ms=m[5],
+                protocol_type=group.protocol_type or "",
+                protocols=[(group.protocol_name or "", m[6])],
+                last_heartbeat_ms=now,
+                assignment=m[7],
+            )
+            group.members[member.member_id] = member
+            if member.group_instance_id:
+                group.static_members[member.group_instance_id] = member.member_id
+        # Members come back after a restart with their ids: a generation in progress
+        # resumes as Stable and expires members that do not return.
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+        if not group.members:
+            self.empty_since[group_id] = empty_since if _is_int(empty_since) else now
+        self.groups[group_id] = group
 
     def _append(self, group_id: str, records: list[tuple[list[object], dict[str, object] | None]]) -> PartitionLog:
         now = self.clock.now_ms()
@@ -379,8 +408,21 @@ class GroupCoordinator:
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         member.sync_future = future
         if member_id == group.leader:
-            group.complete_sync(assignments, self.clock.now_ms())
-            await self._persist_group(group)
+            # As Kafka: the assignment is persisted first, then every member is answered, so
+            # no member acts on an assignment a crash could lose, nor before the leader.
+            generation = group.generation
+            group.assign(assignments)
+            try:
+                await self._persist_group(group)
+            except OSError as e:
+                log.error("cannot persist a group's assignment", group=group_id, error=str(e))  # noqa: TRY400 - an OSError, no traceback needed
+                future.cancel()  # the leader gets the error raised below instead
+                for waiting in group.members.values():
+                    if waiting.sync_future is not None and not waiting.sync_future.done():
+                        waiting.sync_future.set_exception(KafkaError(ErrorCode.coordinator_not_available, str(e)))
+                raise KafkaError(ErrorCode.coordinator_not_available, "the assignment could not be stored") from e
+            if group.generation == generation and group.state == GroupState.COMPLETING_REBALANCE:
+                group.complete_sync(self.clock.now_ms())
         assignment = await future
         return group.protocol_type, group.protocol_name, assignment
 
@@ -589,3 +631,23 @@ class GroupCoordinator:
 
     def known_groups(self) -> list[str]:
         return sorted(set(self.groups) | set(self.offsets))
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and -(1 << 63) <= x < (1 << 63)
+
+
+def _member_row(m: object) -> bool:
+    """[member_id, instance_id, client_id, host, session_ms, rebalance_ms, metadata, assignment]"""
+    return (
+        isinstance(m, list)
+        and len(m) == 8
+        and isinstance(m[0], str)
+        and (m[1] is None or isinstance(m[1], str))
+        and isinstance(m[2], str)
+        and isinstance(m[3], str)
+        and _is_int(m[4])
+        and _is_int(m[5])
+        and isinstance(m[6], bytes)
+        and isinstance(m[7], bytes)
+    )

@@ -222,9 +222,14 @@ class Group:
 
     # --- sync ------------------------------------------------------------------------
 
-    def complete_sync(self, assignments: dict[str, bytes], now: int) -> None:
+    def assign(self, assignments: dict[str, bytes]) -> None:
+        """The leader's assignment, recorded before it is persisted; nobody is answered yet."""
         for member in self.members.values():
             member.assignment = assignments.get(member.member_id, b"")
+
+    def complete_sync(self, now: int) -> None:
+        """Once the assignment is durable: answer every member waiting in SyncGroup."""
+        for member in self.members.values():
             if member.sync_future is not None and not member.sync_future.done():
                 member.sync_future.set_result(member.assignment)
             member.sync_future = None

@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from broker.core import Broker
+from broker.core import INTERNAL_TOPICS, Broker
 from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE, Serial
 from broker.log.partition_log import OpenedBatch, PartitionLog
 from broker.log.validator import PayloadTooLarge
@@ -107,6 +107,12 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, not {acks}")
                 if request.transactional_id is not None:
                     raise KafkaError(ErrorCode.invalid_request, "transactions are not supported by this broker")
+                if topic_data.name in INTERNAL_TOPICS:
+                    # The broker's own records: a client's would be replayed at the next start.
+                    raise KafkaError(
+                        ErrorCode.invalid_topic_exception,
+                        f"{topic_data.name} is an internal topic: clients cannot produce to it",
+                    )
                 plog = broker.store.partition_log(topic_data.name, pdata.index)
                 if plog is None:
                     raise KafkaError(

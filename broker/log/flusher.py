@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from broker.log.segment import LogSegment
 
 log = structlog.get_logger(__name__)
+
+_ROUND_FILES = 256
 
 
 class _Waiter:
@@ -81,11 +84,14 @@ class Flusher:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            segments, self._pending = list(self._pending.values()), {}
+            # A round takes at most _ROUND_FILES segments: each needs a descriptor of its own.
+            pending = iter(self._pending.items())
+            taken = dict(itertools.islice(pending, _ROUND_FILES))
+            self._pending = dict(pending)
             # Capture how far each segment has been written, and dup() its fd so a
-            # segment closed by retention mid-round cannot hand its fd number to another
-            # file under the worker thread.
-            work = [(seg, seg.write_seq, os.dup(seg.fd)) for seg in segments if not seg.closed]
+            # segment closed by retention (or its descriptor evicted) mid-round cannot hand
+            # its fd number to another file under the worker thread.
+            work = [(seg, seg.write_seq, seg.dup_fd()) for seg in taken.values() if not seg.closed]
             started = time.perf_counter()
             try:
                 await self._fsync_all([fd for _, _, fd in work])

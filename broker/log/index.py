@@ -58,6 +58,16 @@ class OffsetIndex:
         self.positions.append(position)
         self._pending += _OFFSET_ENTRY.pack(rel, position)
 
+    def truncate_at(self, offset: int) -> None:
+        """Forget the entry for `offset` and every later one (found wrong when used), in memory
+        and on disk, so lookups scan from the last entry before it."""
+        self.flush()
+        i = bisect_right(self.rel_offsets, offset - self.base_offset - 1)
+        del self.rel_offsets[i:]
+        del self.positions[i:]
+        with open(self.path, "r+b") as f:
+            f.truncate(i * _OFFSET_ENTRY.size)
+
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the last entry at or before `offset`, or the segment start."""
         i = bisect_right(self.rel_offsets, offset - self.base_offset)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +85,7 @@ class PartitionLog:
         self.producer_state = ProducerStateManager(directory)
         self.segments: list[LogSegment] = []
         self.truncated_bytes = 0
+        self.corrupt_batches_served = 0  # refused reads of batches that fail their CRC on disk
         self._load(recover)
 
     # --- loading ---------------------------------------------------------------------
@@ -229,11 +230,16 @@ class PartitionLog:
         if duplicate is not None:
             return self._duplicate_result(duplicate)
         prepared = opened.stored
-        self._maybe_roll(header.size, now)
         base = self.next_offset
         header_bytes, body = stamp_header(prepared, base, 0, now if self.config.log_append_time else None)
         written = parse_header(header_bytes)
-        self.active.append([header_bytes, body], [written])
+        try:
+            self._maybe_roll(header.size, now)
+            self.active.append([header_bytes, body], [written])
+        except OSError as e:
+            # Nothing of the batch stays (the segment cut it off) and no state moved, so the
+            # log takes the producer's retry once the disk has room again.
+            raise KafkaError(ErrorCode.kafka_storage_error, f"cannot write {self.topic}-{self.partition}: {e}") from e
         self.producer_state.update(written)
         self.next_offset = written.last_offset + 1
         return AppendResult(
@@ -306,21 +312,72 @@ class PartitionLog:
             data = segment.read(position, max(max_bytes, 0))
             cut = whole_batches_prefix(data)
             if cut == 0:
-                return segment.read(position, header.size)
-            return data[:cut] if cut < len(data) else data
+                data = segment.read(position, header.size)
+            elif cut < len(data):
+                data = data[:cut]
+            return data if segment is self.active else self._verified(segment, data)
         return b""
 
-    def records(self) -> Iterator[Record]:
-        """Every record from the log start, decoded (replaying the internal topics)."""
+    def _verified(self, segment: LogSegment, data: bytes) -> bytes:
+        """Batches of a closed segment are CRC-checked as they are served (the active one's
+        were checked on append, and at recovery after a crash): a corrupt batch is never
+        served.  The valid batches before it are; when it comes first, CORRUPT_MESSAGE."""
+        good = 0
+        problem = "its length runs past the data read"
+        view = memoryview(data)
+        for position, header in iter_headers(data):
+            try:
+                validate_batch(view[position : position + header.size])
+            except InvalidBatch as e:
+                problem = str(e)
+                break
+            good = position + header.size
+        if good == len(data):
+            return data
+        self.corrupt_batches_served += 1
+        if good:
+            return data[:good]
+        raise KafkaError(
+            ErrorCode.corrupt_message,
+            f"{self.topic}-{self.partition}: a batch at position {good} of {segment.log_path.name} "
+            f"is corrupt on disk: {problem}",
+        )
+
+    def records(self, on_skip: Callable[[int, str], None] | None = None) -> Iterator[Record]:
+        """Every record from the log start, decoded (replaying the internal topics).  A batch
+        that cannot be read is passed to `on_skip(offset, reason)` and skipped, or, without
+        it, raises KafkaError."""
         offset = self.log_start_offset
         while offset < self.next_offset:
-            data = self.read(offset, 1 << 20)
+            try:
+                data = self.read(offset, 1 << 20)
+            except KafkaError as e:
+                if on_skip is None:
+                    raise
+                on_skip(offset, e.message or e.code.name)
+                offset = self._after_batch_at(offset)
+                continue
             if not data:
                 return
             for position, header in iter_headers(data):
-                _, records = decode_records(data[position : position + header.size])
+                try:
+                    _, records = decode_records(data[position : position + header.size])
+                except InvalidBatch as e:
+                    if on_skip is None:
+                        raise KafkaError(ErrorCode.corrupt_message, str(e)) from e
+                    on_skip(header.base_offset, str(e))
+                    records = []
                 yield from records
                 offset = header.last_offset + 1
+
+    def _after_batch_at(self, offset: int) -> int:
+        """The offset after the batch holding `offset` (its header is trusted as far as its
+        length: it was validated when it was written), or the log end."""
+        for segment in self.segments:
+            found = segment.find_position(offset)
+            if found is not None:
+                return found[1].last_offset + 1
+        return self.next_offset
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp`."""
@@ -335,7 +392,12 @@ class PartitionLog:
                 if header.max_timestamp < timestamp:
                     continue
                 raw = segment.read(position, header.size)
-                _, records = decode_records(raw)
+                try:
+                    _, records = decode_records(raw)
+                except InvalidBatch as e:  # never stored by this broker's validator: damage
+                    raise KafkaError(
+                        ErrorCode.corrupt_message, f"{self.topic}-{self.partition}: a stored batch cannot be read: {e}"
+                    ) from e
                 for record in records:
                     if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
                         return record.offset, record.timestamp

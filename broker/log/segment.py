@@ -10,6 +10,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from broker.log.files import FILES
 from broker.log.index import IndexCorrupt, OffsetIndex, TimeIndex
 from broker.protocol.batch import (
     HEADER_SIZE,
@@ -52,8 +53,14 @@ class LogSegment:
         self.log_path = directory / f"{name}.log"
         self.offset_index = OffsetIndex(directory / f"{name}.index", base_offset)
         self.time_index = TimeIndex(directory / f"{name}.timeindex", base_offset)
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        # Opened on use through the shared cache of descriptors (`files.FILES`).
+        self._fd = -1
+        self._pins = 0
+        try:
+            self.size = os.stat(self.log_path).st_size
+        except FileNotFoundError:
+            os.close(os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644))
+            self.size = 0
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.created_ms = created_ms
@@ -63,6 +70,7 @@ class LogSegment:
         self.write_seq = 0  # appends (and truncations) so far
         self.durable_seq = 0  # write_seq covered by the last completed fsync
         self.closed = False
+        self.index_mismatches = 0  # offset-index entries found wrong when used
 
     # --- loading and recovery --------------------------------------------------------
 
@@ -112,23 +120,24 @@ class LogSegment:
         self.first_batch_timestamp = -1
         self._bytes_since_index = self._bytes_since_time_index = 0
         pos = 0
-        while self.size - pos >= HEADER_SIZE:
-            _, size = peek_offset_and_length(os.pread(self.fd, LOG_OVERHEAD, pos), 0)
-            if size < HEADER_SIZE or pos + size > self.size:
-                break  # torn write: the length points past the end of the file
-            try:
-                header = validate_batch(os.pread(self.fd, size, pos))
-            except InvalidBatch:
-                break  # corrupt: never serve it, drop it and everything after it
-            if header.base_offset < self.next_offset:
-                break  # offsets must grow; anything else is garbage
-            self._index_batch(header, pos)
-            pos += size
-        truncated = self.size - pos
-        if truncated:
-            os.ftruncate(self.fd, pos)
-            self.size = pos
-            self.write_seq += 1
+        with FILES.use(self) as fd:
+            while self.size - pos >= HEADER_SIZE:
+                _, size = peek_offset_and_length(os.pread(fd, LOG_OVERHEAD, pos), 0)
+                if size < HEADER_SIZE or pos + size > self.size:
+                    break  # torn write: the length points past the end of the file
+                try:
+                    header = validate_batch(os.pread(fd, size, pos))
+                except InvalidBatch:
+                    break  # corrupt: never serve it, drop it and everything after it
+                if header.base_offset < self.next_offset:
+                    break  # offsets must grow; anything else is garbage
+                self._index_batch(header, pos)
+                pos += size
+            truncated = self.size - pos
+            if truncated:
+                os.ftruncate(fd, pos)
+                self.size = pos
+                self.write_seq += 1
         self.flush_indexes()
         return truncated
 
@@ -154,13 +163,20 @@ class LogSegment:
         (a vectored write: the records are never copied in user space)."""
         position = self.size
         total = sum(len(p) for p in parts)
-        written = os.pwritev(self.fd, parts, position)
-        if written < total:  # short writes are legal for regular files, if rare
-            rest = b"".join(bytes(p) for p in parts)[written:]
-            while rest:
-                n = os.pwrite(self.fd, rest, position + written)
-                written += n
-                rest = rest[n:]
+        with FILES.use(self) as fd:
+            try:
+                written = os.pwritev(fd, parts, position)
+                if written < total:  # short writes are legal for regular files (and a full disk)
+                    rest = b"".join(bytes(p) for p in parts)[written:]
+                    while rest:
+                        n = os.pwrite(fd, rest, position + written)
+                        written += n
+                        rest = rest[n:]
+            except OSError:
+                # Disk full or an I/O error: cut what was written so the log still ends on
+                # a batch boundary and the next append (once there is room) is whole.
+                os.ftruncate(fd, position)
+                raise
         for header in headers:
             self._index_batch(header, position)
             position += header.size
@@ -170,17 +186,25 @@ class LogSegment:
     # --- read ------------------------------------------------------------------------
 
     def _read_header(self, position: int) -> BatchHeader | None:
-        raw = os.pread(self.fd, HEADER_SIZE, position)
+        with FILES.use(self) as fd:
+            raw = os.pread(fd, HEADER_SIZE, position)
         if len(raw) < HEADER_SIZE:
             return None
         return parse_header(raw)
 
     def find_position(self, offset: int) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= `offset`."""
-        _, pos = self.offset_index.lookup(offset)
+        entry, pos = self.offset_index.lookup(offset)
+        if pos and not self._entry_holds(entry, pos):
+            # A wrong index entry would make the scan below skip records or read garbage as
+            # headers: drop the index from here on (rebuilt by the next start) and scan.
+            self.index_mismatches += 1
+            self.offset_index.truncate_at(entry)
+            pos = self.offset_index.lookup(offset)[1]
         while pos < self.size:
             # Read a few headers per syscall: batches between sparse index entries are small.
-            raw = os.pread(self.fd, min(self.index_interval_bytes * 2, self.size - pos) + HEADER_SIZE, pos)
+            with FILES.use(self) as fd:
+                raw = os.pread(fd, min(self.index_interval_bytes * 2, self.size - pos) + HEADER_SIZE, pos)
             advanced = False
             for rel, header in iter_headers(raw):
                 if header.last_offset >= offset:
@@ -197,8 +221,20 @@ class LogSegment:
             pos = next_pos
         return None
 
+    def _entry_holds(self, offset: int, position: int) -> bool:
+        """An index entry is right when a batch starting at `offset` is at `position`."""
+        header = self._read_header(position)
+        return (
+            header is not None
+            and header.base_offset == offset
+            and header.magic == 2
+            and header.size >= HEADER_SIZE
+            and position + header.size <= self.size
+        )
+
     def read(self, position: int, max_bytes: int) -> bytes:
-        return os.pread(self.fd, max(0, min(max_bytes, self.size - position)), position)
+        with FILES.use(self) as fd:
+            return os.pread(fd, max(0, min(max_bytes, self.size - position)), position)
 
     def headers_from(self, position: int = 0) -> list[tuple[int, BatchHeader]]:
         """All batch headers from `position` to the end (used by offset-by-time lookups,
@@ -226,8 +262,14 @@ class LogSegment:
     def fsync(self) -> None:
         """Synchronous fsync (clean shutdown); the flusher does its own in a thread."""
         seq = self.write_seq
-        os.fdatasync(self.fd)
+        with FILES.use(self) as fd:
+            os.fdatasync(fd)
         self.durable_seq = seq
+
+    def dup_fd(self) -> int:
+        """A descriptor of its own for a worker thread (the cache may close the shared one)."""
+        with FILES.use(self) as fd:
+            return os.dup(fd)
 
     def seal(self) -> None:
         """On roll: record the final max timestamp so a reload needs no scan."""
@@ -240,7 +282,7 @@ class LogSegment:
     def close(self) -> None:
         if not self.closed:
             self.flush_indexes()
-            os.close(self.fd)
+            FILES.release(self)
             self.closed = True
 
     def delete(self) -> None:

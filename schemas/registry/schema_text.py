@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from schemas import bounded_json
+from schemas.bounded_json import SCHEMA_DEPTH
 from schemas.registry import errors
 from schemas.registry.compatibility import InvalidSchemaError, Level, check, validate
 from schemas.registry.errors import RegistryError
@@ -46,7 +48,7 @@ def parse_avro(text: str) -> ParsedSchema:
 @functools.lru_cache(maxsize=4096)
 def _parse_avro(text: str) -> ParsedSchema:
     try:
-        obj = json.loads(text)
+        obj = bounded_json.loads(text, max_depth=SCHEMA_DEPTH)
     except ValueError as e:
         raise errors.invalid_schema(f"not JSON: {e}") from e
     if not isinstance(obj, dict | list | str):

@@ -69,6 +69,7 @@ class RegistryState:
         # Per SCHEMA key: offset of its last record and whether that record was accepted.
         self.last_schema_record: dict[tuple[str, int], tuple[int, bool]] = {}
         self.rejected = 0
+        self.unreadable = 0  # records of the topic that did not decode (skipped)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -105,8 +106,9 @@ class RegistryState:
         """Apply one record of the log; False when it is rejected (or unreadable) and ignored."""
         try:
             k, v = log_records.decode(key, value)
-        except ValueError:
-            log.warning("unreadable record ignored", offset=offset)
+        except ValueError as e:  # not JSON, or beyond its bounds (depth, numbers, surrogates)
+            self.unreadable += 1
+            log.warning("unreadable record ignored", offset=offset, error=str(e))
             return False
         if not isinstance(k, dict):
             return False

@@ -231,7 +231,12 @@ class SchemaStore:
                 batches = await consumer.getmany(self._tp, timeout_ms=500, max_records=1000)
                 records = batches.get(self._tp, [])
                 for record in records:
-                    accepted = self.state.apply(record.offset, record.key, record.value)
+                    try:
+                        accepted = self.state.apply(record.offset, record.key, record.value)
+                    except Exception as e:
+                        self.state.unreadable += 1
+                        log.warning("record skipped", offset=record.offset, error=f"{type(e).__name__}: {e}")
+                        accepted = False
                     self._outcomes[record.offset] = accepted
                     if not accepted:
                         log.info(

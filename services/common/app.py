@@ -21,6 +21,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from schemas import bounded_json
 from services.common.config import ServiceConfig
 from services.common.errors import InvalidJSON, UnsupportedMediaType
 from services.common.health import Check, broker_check, http_check, run_checks, sqlite_check
@@ -128,8 +129,10 @@ async def read_json(request: web.Request) -> Any:
     if not raw.strip():
         raise InvalidJSON("request body is empty")
     try:
-        return json.loads(raw)
+        return bounded_json.loads(raw)
     except UnicodeDecodeError:
         raise InvalidJSON("request body is not UTF-8") from None
     except json.JSONDecodeError as e:
         raise InvalidJSON(details={"line": e.lineno, "column": e.colno, "problem": e.msg}) from e
+    except bounded_json.JSONLimitError as e:  # depth, number length, lone surrogates
+        raise InvalidJSON(str(e)) from e

@@ -53,9 +53,16 @@ _PARAMS = ("service", "level", "stream", "q", "since", "limit")
 _TAIL_PARAMS = ("service", "level", "stream", "q", "since", "backlog")
 
 
+_MAX_SINCE_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z; SQLite's INTEGER ends at 2^63-1
+
+
 def _since_ms(text: str) -> int:
     if text.isascii() and text.isdigit():
+        if len(text) > 15 or int(text) > _MAX_SINCE_MS:
+            raise ValueError("beyond the year 9999")
         return int(text)
+    if len(text) > 64:
+        raise ValueError("too long for a timestamp")
     parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is None:
         raise ValueError("naive timestamp")
@@ -93,7 +100,9 @@ def parse_query(params: MultiMapping[str], *, allowed: tuple[str, ...] = _PARAMS
         try:
             since = _since_ms(values["since"])
         except ValueError:
-            errors.setdefault("since", "must be an ISO 8601 timestamp with a time zone, or epoch milliseconds")
+            errors.setdefault(
+                "since", "must be an ISO 8601 timestamp with a time zone, or epoch milliseconds up to the year 9999"
+            )
     if errors:
         raise ValidationError(errors, "invalid query parameters")
     return LogQuery(

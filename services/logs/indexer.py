@@ -10,12 +10,12 @@ the consumer runner dead-letters at once to ``<topic>.dlq``.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from schemas import bounded_json
 from schemas.serde import AvroDeserializer, Decoded, UndecodablePayloadError
 from services.common.consumer import IdempotentHandler, Message, PermanentError
 from services.common.db import Database, Transaction
@@ -39,8 +39,8 @@ class LogRecordDeserializer(AvroDeserializer):
         if raw.lstrip()[:1] != b"{":
             raise UndecodablePayloadError("neither Confluent-framed Avro (magic byte 0) nor a JSON object")
         try:
-            value = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            value = bounded_json.loads(raw)
+        except (UnicodeDecodeError, ValueError) as e:
             raise UndecodablePayloadError(f"invalid JSON log record: {e}") from e
         if not isinstance(value, dict):
             raise UndecodablePayloadError("a JSON log record must be an object")

@@ -201,6 +201,9 @@ async def test_invalid_query_parameters_are_422_with_a_message_per_field_and_rea
         "level": "must be given at most once"
     }
     assert (await get_json(client, "/logs?limit=500&level=critical&since=2026-01-01T00:00:00Z"))["items"] == []
+    for beyond in ("99999999999999999999", "9" * 5_000, "253402300800000"):  # past SQLite's INTEGER, past 9999
+        assert "since" in (await get_json(client, f"/logs?since={beyond}", 422))["details"]["fields"]
+    assert (await get_json(client, "/logs?since=253402300799999"))["items"] == []
     ready = await get_json(client, "/readyz")
     assert set(ready["checks"]) == {"broker", "database"}
 

@@ -257,6 +257,31 @@ async def test_invalid_json_is_400_whether_read_by_the_helper_or_by_aiohttp(clie
     assert (await error_of(r))["message"] == "request body is empty"
 
 
+HOSTILE_BODIES = {
+    "5,000-digit integer": b'{"sku": "a", "quantity": ' + b"9" * 5_000 + b"}",
+    "1,200 levels deep": b"[" * 1_200 + b"]" * 1_200,  # past the interpreter's recursion limit
+    "100 levels deep": b'{"sku": ' + b"[" * 100 + b"]" * 100 + b"}",
+    "lone surrogate": b'{"sku": "\\ud800", "quantity": 1}',
+    "lone surrogate key": b'{"\\udfff": 1}',
+    "infinite float": b'{"sku": "a", "quantity": 1e999}',
+    "NaN": b'{"sku": "a", "quantity": NaN}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_BODIES))
+async def test_bodies_beyond_the_json_bounds_are_400_not_500(
+    client_for: Callable[..., Any], log_output: io.StringIO, name: str
+) -> None:
+    """What used to be 500s in orders, otp and catcher (they all read bodies with read_json)."""
+    client: Client = await client_for(make_app(client_max_size=1 << 20))
+    r = await client.post("/items", data=HOSTILE_BODIES[name], headers={"Content-Type": "application/json"})
+    assert r.status == 400, name
+    body = await error_of(r)
+    assert body["error"] == "invalid_json"
+    r = await client.post("/items", json={"sku": "after", "quantity": 2})  # and it still serves
+    assert r.status == 201
+
+
 async def test_a_body_that_is_not_declared_json_is_415(client: Client) -> None:
     r = await client.post("/items", data=b"sku=a", headers={"Content-Type": "application/x-www-form-urlencoded"})
     assert r.status == 415

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 import subprocess
 import threading
@@ -110,9 +111,10 @@ class ThreadBroker:
 class BrokerProcess:
     """`streamshop broker` as a child process, for restarts and crash tests."""
 
-    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None, *, nofile: int | None = None) -> None:
         self.data_dir = data_dir
         self.settings = dict(settings or {})
+        self.nofile = nofile  # RLIMIT_NOFILE (soft) of the child, when set
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
         self.admin_port = 0
@@ -128,6 +130,7 @@ class BrokerProcess:
             text=True,
             cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=self._limit if self.nofile else None,  # noqa: PLW1509 - only setrlimit
         )
         log.close()
         assert self.proc.stdout is not None
@@ -143,6 +146,11 @@ class BrokerProcess:
                     self.admin_port = int(ready.admin_url.rsplit(":", 1)[1])
                 return self
         raise TimeoutError("broker did not report ready")
+
+    def _limit(self) -> None:
+        assert self.nofile is not None
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, hard))
 
     @property
     def bootstrap(self) -> str:

@@ -6,7 +6,6 @@ loss and no duplication; and idempotent-producer state survives restarts."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from hypothesis import strategies as st
 
 from broker.clock import ManualClock
 from broker.log.cleaner import clean, complete_interrupted_swaps
+from broker.log.files import FILES
 from broker.log.partition_log import PartitionLog
 from broker.protocol.batch import split_batches, validate_batch
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -477,7 +477,7 @@ def test_duplicate_of_the_last_batches_is_detected_after_restart(shutdown: str) 
             log.close(clean=False)
         else:
             for segment in log.segments:
-                os.close(segment.fd)
+                FILES.release(segment)
                 segment.closed = True
             if shutdown == "crash-no-snapshots":
                 for snapshot in env.directory.glob("*.snapshot"):
@@ -507,7 +507,7 @@ def test_batch_lost_in_a_torn_tail_is_not_mistaken_for_a_duplicate() -> None:
             more.append((raw, log.append(raw).base_offset))
         path = active.log_path
         for segment in log.segments:
-            os.close(segment.fd)
+            FILES.release(segment)
             segment.closed = True
         # Tear off both new batches and half of the last old one in the active segment.
         content = path.read_bytes()

@@ -585,3 +585,61 @@ async def test_compaction_keeps_only_the_latest_record_per_key(h: Harness) -> No
         ("t", 0): (commits - 1) * 10,
         ("t", 1): (commits - 1) * 10 + 1,
     }
+
+
+async def _two_joined(h: Harness, group_id: str) -> tuple[JoinResult, JoinResult]:
+    tasks = []
+    for _ in range(2):
+        member_id = await new_member_id(h, group_id)
+        tasks.append(spawn(join(h.coordinator, group_id, member_id)))
+        await settle()
+    h.advance(INITIAL_DELAY_MS)
+    first, second = [await done(t) for t in tasks]
+    return (first, second) if first.member_id == first.leader else (second, first)
+
+
+async def test_sync_group_persists_the_assignment_before_answering_any_member(h: Harness) -> None:
+    """Kafka's order: the leader's assignment is durable first, then every member (followers
+    and leader) is answered; a restart right after finds the assignment stored."""
+    events: list[str] = []
+    durable = h.coordinator._sync
+
+    async def observed(logs: Iterable[PartitionLog]) -> None:
+        events.append("persisting")
+        await durable(logs)
+        events.append("persisted")
+
+    h.coordinator._sync = observed
+    leader, follower = await _two_joined(h, "g")
+    events.clear()
+    follower_sync = spawn(sync(h.coordinator, "g", follower))
+    follower_sync.add_done_callback(lambda _: events.append("follower answered"))
+    await settle()
+    assignments = {leader.member_id: encode_assignment({"t": [0]}), follower.member_id: encode_assignment({"t": [1]})}
+    leader_sync = spawn(sync(h.coordinator, "g", leader, assignments))
+    leader_sync.add_done_callback(lambda _: events.append("leader answered"))
+    assert (await done(follower_sync))[2] == assignments[follower.member_id]
+    assert (await done(leader_sync))[2] == assignments[leader.member_id]
+    assert events[:2] == ["persisting", "persisted"]
+    assert sorted(events[2:]) == ["follower answered", "leader answered"]
+
+    reloaded = h.reopen().groups["g"]
+    assert {m: reloaded.members[m].assignment for m in assignments} == assignments
+
+
+async def test_sync_group_whose_assignment_cannot_be_stored_answers_no_member_with_it(h: Harness) -> None:
+    leader, follower = await _two_joined(h, "g")
+
+    async def failing(logs: Iterable[PartitionLog]) -> None:
+        raise OSError(28, "No space left on device")
+
+    h.coordinator._sync = failing
+    follower_sync = spawn(sync(h.coordinator, "g", follower))
+    await settle()
+    with pytest.raises(KafkaError) as leader_error:
+        await sync(h.coordinator, "g", leader, {follower.member_id: encode_assignment({"t": [1]})})
+    assert leader_error.value.code == ErrorCode.coordinator_not_available
+    with pytest.raises(KafkaError) as follower_error:
+        await done(follower_sync)
+    assert follower_error.value.code == ErrorCode.coordinator_not_available
+    assert h.group("g").state == GroupState.COMPLETING_REBALANCE

@@ -5,7 +5,6 @@ indexes -- never serving a corrupt batch."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from broker.clock import ManualClock
+from broker.log.files import FILES
 from broker.log.partition_log import PartitionLog
 from broker.protocol.batch import iter_headers, split_batches, validate_batch
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -130,7 +130,7 @@ def crash(log: PartitionLog) -> None:
     """Process death: the OS keeps every write, nothing still in memory (unflushed index
     entries, the active segment's seal, producer snapshot) reaches the disk."""
     for segment in log.segments:
-        os.close(segment.fd)
+        FILES.release(segment)
         segment.closed = True
 
 

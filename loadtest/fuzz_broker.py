@@ -1,0 +1,410 @@
+"""Network fuzzer for the broker, with a control client.
+
+    python -m loadtest.fuzz_broker [--frames N] [--seconds S] [--connections C] [--seed K]
+                                   [--bootstrap HOST:PORT]
+
+Starts `streamshop broker` as a child process (or fuzzes one at --bootstrap), records real
+clients' requests as seeds (`fuzz_seeds`: every advertised API and version), then sends
+mutated copies over C connections: bit flips, boundary integers written over counts and
+lengths, varint bombs, truncations, extensions, splices of two requests, another version or
+API key in the header, and size prefixes that lie.  Meanwhile a control client produces keyed
+records with acks=all (idempotent); at the end every acknowledged record must be read back
+exactly once, in order per partition, and the broker must still answer.  A broker exit, a
+control failure or an unresponsive broker fails the run (exit status 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from loadtest.fuzz_seeds import Frame, record_seeds, relabel
+from streamshop.broker_process import broker_command, parse_ready_line
+
+CONTROL_TOPIC = "fuzz-control"
+CONTROL_PARTITIONS = 3
+_INT32 = [0, 1, -1, 0x7FFFFFFF, -0x80000000, 0x7FFFFFF0, 0xFFFF, 0x10000]
+_INT16 = [0, 1, -1, 0x7FFF, -0x8000]
+_VARINTS = [b"\xff\xff\xff\xff\x0f", b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", b"\x80\x80\x80\x80\x08", b"\x00"]
+
+
+@dataclass
+class Report:
+    frames: int = 0
+    connections: int = 0
+    closed_by_broker: int = 0
+    unanswered: int = 0  # frames with neither an answer nor a close within 50 ms
+    responses_bytes: int = 0
+    seconds: float = 0.0
+    seeds: int = 0
+    apis: int = 0
+    broker_exits: int = 0
+    acknowledged: int = 0
+    control_problems: list[str] = field(default_factory=list)
+    answers_after: bool = False
+    broker_rss_mib: float = 0.0
+    tracebacks: int = 0  # in the broker's log (one per failing place in the code, not per frame)
+
+    @property
+    def ok(self) -> bool:
+        return self.broker_exits == 0 and not self.control_problems and self.answers_after
+
+    def lines(self) -> list[str]:
+        fps = self.frames / self.seconds if self.seconds else 0.0
+        return [
+            f"seeds: {self.seeds} requests covering {self.apis} API keys (every advertised version)",
+            f"frames sent: {self.frames:,} in {self.seconds:.1f} s ({fps:,.0f} frames/s) "
+            f"over {self.connections:,} connections: {self.closed_by_broker:,} closed by the broker, "
+            f"{self.unanswered:,} frames without an answer within 50 ms",
+            f"broker exits: {self.broker_exits}; answers afterwards: {self.answers_after}; "
+            f"resident memory at the end: {self.broker_rss_mib:.0f} MiB; tracebacks logged: {self.tracebacks}",
+            f"control: {self.acknowledged:,} acknowledged records, "
+            + (
+                "all read back exactly once, in order"
+                if not self.control_problems
+                else "; ".join(self.control_problems)
+            ),
+        ]
+
+
+# --- mutations -----------------------------------------------------------------------------
+
+
+def mutate(rng: random.Random, seeds: list[Frame], advertised: dict[int, tuple[int, int]]) -> tuple[bytes, bool]:
+    """A mutated frame with its size prefix; True when the prefix lies (the stream is then
+    out of step, so the connection is dropped after it)."""
+    frame = bytearray(rng.choice(seeds))
+    for _ in range(rng.choice((0, 1, 1, 1, 1, 1, 2, 2, 3, 5))):  # some go as recorded: state moves on
+        _mutate_once(rng, frame, seeds, advertised)
+    size = len(frame)
+    lie = rng.random() < 0.02
+    if lie:
+        size = rng.choice((size + rng.randint(1, 1 << 20), max(0, size - rng.randint(1, 8)), -1, 0x7FFFFFFF))
+    return struct.pack(">i", size) + bytes(frame), lie
+
+
+def _mutate_once(
+    rng: random.Random, frame: bytearray, seeds: list[Frame], advertised: dict[int, tuple[int, int]]
+) -> None:
+    if len(frame) < 8:
+        frame.extend(rng.randbytes(8))
+    kind = rng.randrange(10)
+    pos = rng.randrange(8, len(frame)) if len(frame) > 8 else 8
+    if kind == 0:  # bit flips
+        for _ in range(rng.randint(1, 8)):
+            i = rng.randrange(len(frame))
+            frame[i] ^= 1 << rng.randrange(8)
+    elif kind == 1 and len(frame) >= pos + 4:
+        struct.pack_into(
+            ">i", frame, pos, rng.choice(_INT32) if rng.random() < 0.8 else rng.randint(-(1 << 31), (1 << 31) - 1)
+        )
+    elif kind == 2 and len(frame) >= pos + 2:
+        struct.pack_into(">h", frame, pos, rng.choice(_INT16))
+    elif kind == 3:
+        frame[pos:pos] = rng.choice(_VARINTS)
+    elif kind == 4:
+        del frame[pos:]
+    elif kind == 5:
+        frame.extend(rng.randbytes(rng.randint(1, 64)))
+    elif kind == 6:  # splice: the head of this request, the tail of another
+        other = rng.choice(seeds)
+        frame[pos:] = other[rng.randrange(len(other)) :]
+    elif kind == 7:  # another advertised version of the same API
+        key = struct.unpack_from(">h", frame)[0]
+        low, high = advertised.get(key, (0, 0))
+        struct.pack_into(">h", frame, 2, rng.randint(low, high))
+    elif kind == 8:  # another API key, even one not advertised
+        struct.pack_into(">h", frame, 0, rng.choice([*advertised, rng.randint(-5, 200)]))
+    else:  # duplicate a chunk
+        end = min(len(frame), pos + rng.randint(1, 32))
+        frame[pos:pos] = frame[pos:end] * rng.randint(1, 64)
+
+
+# --- the fuzzing connections ---------------------------------------------------------------
+
+
+@dataclass
+class _Target:
+    host: str
+    port: int
+    seeds: list[Frame]
+    advertised: dict[int, tuple[int, int]]
+    report: Report
+    deadline: float
+    budget: list[int]  # frames still to send, shared by the connections
+
+
+async def _connection(target: _Target, rng: random.Random) -> None:
+    host, port, seeds, advertised = target.host, target.port, target.seeds, target.advertised
+    report, deadline, budget = target.report, target.deadline, target.budget
+    while budget[0] > 0 and time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5)
+        except (OSError, TimeoutError):
+            await asyncio.sleep(0.05)
+            continue
+        report.connections += 1
+        heard = asyncio.Event()
+        drain = asyncio.ensure_future(_drain(reader, report, heard))
+        try:
+            for _ in range(rng.randint(1, 200)):  # connections churn too
+                if budget[0] <= 0 or drain.done():
+                    break
+                budget[0] -= 1
+                data, lie = mutate(rng, seeds, advertised)
+                heard.clear()
+                writer.write(data)
+                report.frames += 1
+                await asyncio.wait_for(writer.drain(), 2)
+                if lie:
+                    break
+                # Each frame is answered or refused before the next (a frame that gets no
+                # answer, such as acks=0 or a long poll, is given 50 ms), so every frame
+                # counted was read and handled by the broker.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(heard.wait(), 0.05)
+                if not heard.is_set():
+                    report.unanswered += 1
+        except (OSError, TimeoutError):
+            pass
+        finally:
+            if drain.done():
+                report.closed_by_broker += 1
+            drain.cancel()
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1)
+
+
+async def _drain(reader: asyncio.StreamReader, report: Report, heard: asyncio.Event) -> None:
+    with contextlib.suppress(OSError):
+        while data := await reader.read(1 << 16):
+            report.responses_bytes += len(data)
+            heard.set()
+    heard.set()  # closed
+
+
+# --- the control client --------------------------------------------------------------------
+
+
+class Control:
+    """Keyed acks=all records produced throughout; verified at the end."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.acked: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(CONTROL_PARTITIONS)}
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin.create_topics([NewTopic(CONTROL_TOPIC, CONTROL_PARTITIONS, 1)])[CONTROL_TOPIC].result(30)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        producer = Producer(
+            {"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 2}
+        )
+
+        def delivered(err: object, msg: object) -> None:
+            if err is not None:
+                self.errors.append(str(err))
+                return
+            self.acked[msg.partition()].append((msg.offset(), msg.value()))  # type: ignore[attr-defined]
+
+        i = 0
+        while not self._stop.is_set():
+            value = f"control-{i}".encode()
+            producer.produce(CONTROL_TOPIC, key=f"key-{i % 17}".encode(), value=value, on_delivery=delivered)
+            producer.poll(0)
+            i += 1
+            time.sleep(0.002)
+        producer.flush(30)
+
+    def verify(self) -> list[str]:
+        problems = [f"producer error: {e}" for e in self.errors[:5]]
+        consumer = Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": "fuzz-verify", "enable.auto.commit": False}
+        )
+        try:
+            for partition, acked in self.acked.items():
+                ends = consumer.get_watermark_offsets(TopicPartition(CONTROL_TOPIC, partition), timeout=20)
+                consumer.assign([TopicPartition(CONTROL_TOPIC, partition, 0)])
+                seen: list[tuple[int, bytes]] = []
+                deadline = time.monotonic() + 60
+                while ends[1] > 0 and (not seen or seen[-1][0] < ends[1] - 1) and time.monotonic() < deadline:
+                    message = consumer.poll(0.5)
+                    if message is not None and message.error() is None:
+                        seen.append((message.offset() or 0, message.value() or b""))
+                offsets = [o for o, _ in seen]
+                if offsets != sorted(set(offsets)):
+                    problems.append(f"partition {partition}: offsets out of order or repeated")
+                values = [v for _, v in seen]
+                if len(values) != len(set(values)):
+                    problems.append(f"partition {partition}: a record stored twice")
+                stored = dict(seen)
+                missing = [o for o, v in acked if stored.get(o) != v]
+                if missing:
+                    problems.append(f"partition {partition}: {len(missing)} acknowledged records not read back")
+                if [v for o, v in acked] != [v for v in values if v in {a for _, a in acked}]:
+                    problems.append(f"partition {partition}: acknowledged records out of order")
+        except KafkaException as e:
+            problems.append(f"verification failed: {e}")
+        finally:
+            consumer.close()
+        return problems
+
+
+# --- running -------------------------------------------------------------------------------
+
+
+def advertised_versions(bootstrap: str, timeout: float = 10) -> dict[int, tuple[int, int]]:
+    """ApiVersions v0 by hand (every broker answers it): {api key: (min, max)}."""
+    host, port = bootstrap.rsplit(":", 1)
+    request = struct.pack(">hhih", 18, 0, 7, 4) + b"fuzz"
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(struct.pack(">i", len(request)) + request)
+        size = struct.unpack(">i", _recv_exactly(sock, 4))[0]
+        body = _recv_exactly(sock, size)
+    _, error, count = struct.unpack_from(">ihi", body)
+    if error:
+        raise RuntimeError(f"ApiVersions error {error}")
+    return {key: (low, high) for key, low, high in struct.iter_unpack(">hhh", body[10 : 10 + 6 * count])}
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        data += chunk
+    return data
+
+
+def _rss_mib(pid: int) -> float:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run(
+    *,
+    frames: int,
+    seconds: float,
+    connections: int = 8,
+    seed: int = 1,
+    bootstrap: str | None = None,
+    settings: dict[str, str] | None = None,
+) -> Report:
+    report = Report()
+    with tempfile.TemporaryDirectory(prefix="fuzz-broker-") as tmp:
+        proc = None
+        if bootstrap is None:
+            proc = _start_broker(Path(tmp), settings or {})
+            assert proc.stdout is not None
+            ready = None
+            while ready is None:
+                line = proc.stdout.readline()
+                if not line:
+                    raise RuntimeError(f"the broker did not start: see {tmp}/broker.log")
+                ready = parse_ready_line(line)
+            bootstrap = ready.bootstrap
+        try:
+            advertised = advertised_versions(bootstrap)
+            seeds = relabel(record_seeds(bootstrap), advertised)
+            report.seeds, report.apis = len(seeds), len(advertised)
+            control = Control(bootstrap)
+            control.start()
+            host, port = bootstrap.rsplit(":", 1)
+            started = time.monotonic()
+            budget = [frames]
+            target = _Target(host, int(port), seeds, advertised, report, started + seconds, budget)
+            asyncio.run(_fuzz(target, connections, seed))
+            report.seconds = time.monotonic() - started
+            control.stop()
+            if proc is not None and proc.poll() is not None:
+                report.broker_exits = 1
+            else:
+                try:
+                    advertised_versions(bootstrap)
+                    report.answers_after = True
+                except Exception as e:
+                    report.control_problems.append(f"the broker does not answer: {e}")
+                report.acknowledged = sum(len(a) for a in control.acked.values())
+                report.control_problems += control.verify()
+                if report.acknowledged == 0:
+                    report.control_problems.append("the control client got nothing acknowledged")
+            if proc is not None:
+                report.broker_rss_mib = _rss_mib(proc.pid)
+        finally:
+            if proc is not None:
+                proc.kill()
+                proc.wait(10)
+                if proc.stdout is not None:
+                    proc.stdout.close()
+                report.tracebacks = (Path(tmp) / "broker.log").read_text(errors="replace").count("Traceback")
+    return report
+
+
+async def _fuzz(target: _Target, connections: int, seed: int) -> None:
+    await asyncio.gather(*(_connection(target, random.Random(seed * 1000 + i)) for i in range(connections)))
+
+
+def _start_broker(tmp: Path, settings: dict[str, str]) -> subprocess.Popen[str]:
+    with open(tmp / "broker.log", "w") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            broker_command(tmp / "data", "127.0.0.1:0", "127.0.0.1:0", settings),
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.fuzz_broker", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frames", type=int, default=1_000_000, help="frames to send (default 1,000,000)")
+    parser.add_argument("--seconds", type=float, default=600, help="stop after this long (default 600)")
+    parser.add_argument("--connections", type=int, default=8, help="concurrent fuzzing connections (default 8)")
+    parser.add_argument("--seed", type=int, default=int(time.time()), help="random seed (default: the time)")
+    parser.add_argument("--bootstrap", help="fuzz a running broker instead of starting one")
+    args = parser.parse_args(argv)
+    print(f"seed {args.seed}", flush=True)
+    report = run(
+        frames=args.frames,
+        seconds=args.seconds,
+        connections=args.connections,
+        seed=args.seed,
+        bootstrap=args.bootstrap,
+    )
+    for line in report.lines():
+        print(line)
+    print("OK" if report.ok else "FAILED")
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Seed requests for the network fuzzer: real clients' traffic, recorded.
+
+A recording TCP proxy sits between real clients (confluent-kafka producer, consumer group
+and admin client; kafka-python's admin client for older versions) and the broker, and keeps
+every request frame it forwards.  Each frame is then relabelled with every version the broker
+advertises for its API key, so the fuzzer starts from a real request of every advertised
+API and version (the body of a relabelled frame is the nearest real one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+import threading
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+    ResourceType,
+)
+
+Frame = bytes  # a request without its 4-byte size prefix: header then body
+
+
+class _Recorder:
+    """A loopback proxy to `upstream` that records the client-to-broker frames."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.frames: list[Frame] = []
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._sessions: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server
+
+    def __enter__(self) -> _Recorder:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._client, "127.0.0.1", 0))
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _shutdown(self) -> None:
+        self._server.close()
+        for task in list(self._sessions):
+            task.cancel()
+        await asyncio.gather(*self._sessions, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._sessions.add(task)
+        try:
+            await self._relay(reader, writer)
+        finally:
+            self._sessions.discard(task)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+
+        async def requests() -> None:
+            while True:
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                frame = await reader.readexactly(size)
+                self.frames.append(frame)
+                up_writer.write(struct.pack(">i", size) + frame)
+                await up_writer.drain()
+
+        async def responses() -> None:
+            while data := await up_reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+
+        tasks = [asyncio.ensure_future(requests()), asyncio.ensure_future(responses())]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for w in (writer, up_writer):
+                w.close()
+                with contextlib.suppress(Exception):
+                    await w.wait_closed()
+
+
+def _confluent_session(bootstrap: str) -> None:
+    topic = f"seed-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1, config={"cleanup.policy": "compact"})])[topic].result(20)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "compression.type": "gzip"})
+    for i in range(20):
+        producer.produce(topic, key=f"k{i % 3}".encode(), value=f"v{i}".encode(), headers=[("h", b"1")])
+    producer.flush(20)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got = 0
+    for _ in range(100):
+        if got >= 20:
+            break
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            got += 1
+    consumer.commit(asynchronous=False)
+    consumer.committed([TopicPartition(topic, 0)], timeout=10)
+    consumer.close()
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    admin.describe_configs([resource])[resource].result(20)
+    change = ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)
+    altered = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[change])
+    admin.incremental_alter_configs([altered])[altered].result(20)
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(20)
+    admin.list_consumer_groups().result(20)
+    admin.describe_consumer_groups([f"g-{topic}"])[f"g-{topic}"].result(20)
+    admin.list_topics(timeout=10)
+    admin.delete_topics([topic])[topic].result(20)
+
+
+def _aiokafka_session(bootstrap: str) -> None:
+    """aiokafka speaks older versions of most APIs than librdkafka."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    async def session() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type="gzip")
+        await producer.start()
+        try:
+            await producer.send_and_wait("aio-seed", b"v", key=b"k")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(
+            "aio-seed", bootstrap_servers=bootstrap, group_id="aio-group", auto_offset_reset="earliest"
+        )
+        await consumer.start()
+        try:
+            await consumer.getmany(timeout_ms=2000)
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+
+    asyncio.run(session())
+
+
+SESSIONS: list[Callable[[str], None]] = [_confluent_session, _aiokafka_session]
+
+
+def record_seeds(bootstrap: str) -> list[Frame]:
+    host, port = bootstrap.rsplit(":", 1)
+    with _Recorder((host, int(port))) as recorder:
+        for session in SESSIONS:
+            session(f"127.0.0.1:{recorder.port}")
+        return list(recorder.frames)
+
+
+def relabel(frames: list[Frame], advertised: dict[int, tuple[int, int]]) -> list[Frame]:
+    """One seed per (API key, version) the broker advertises: the recorded frame of that key
+    nearest in version, with its header's version set to it."""
+    by_key: dict[int, dict[int, Frame]] = defaultdict(dict)
+    for frame in frames:
+        if len(frame) >= 8:
+            key, version = struct.unpack_from(">hh", frame)
+            by_key[key].setdefault(version, frame)
+    out: list[Frame] = list(frames)
+    for key, (low, high) in advertised.items():
+        recorded = by_key.get(key)
+        if not recorded:
+            # No client above calls it: a header and a body of zeros (empty strings and
+            # arrays, no tagged fields), for the mutations to grow from.
+            recorded = {low: struct.pack(">hhih", key, low, 0, 4) + b"seed" + bytes(48)}
+            by_key[key] = recorded
+            out.append(recorded[low])
+        for version in range(low, high + 1):
+            if version in recorded:
+                continue
+            nearest = recorded[min(recorded, key=lambda v: abs(v - version))]
+            out.append(nearest[:2] + struct.pack(">h", version) + nearest[4:])
+    return out

@@ -1,0 +1,20 @@
+"""A bounded pass of the network fuzzer (`python -m loadtest.fuzz_broker` runs longer): 50,000
+mutated requests of every advertised API and version against a broker process, while a
+control client's acks=all keyed records must all come back exactly once, in order."""
+
+from __future__ import annotations
+
+from loadtest.fuzz_broker import run
+
+
+def test_50000_mutated_frames_neither_crash_the_broker_nor_cost_an_acknowledged_record() -> None:
+    report = run(frames=50_000, seconds=120, connections=8, seed=20261125)
+    print("\n".join(report.lines()))
+    assert report.frames == 50_000
+    assert report.apis >= 20
+    assert report.broker_exits == 0
+    assert report.answers_after
+    assert report.acknowledged > 1_000
+    assert report.control_problems == []
+    assert report.closed_by_broker > 1_000  # the mutations do reach the decoder
+    assert report.tracebacks <= 10  # failures are logged once per place, not per frame

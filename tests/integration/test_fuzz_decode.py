@@ -1,0 +1,26 @@
+"""A bounded run of the coverage-guided fuzz target on the request decoding path
+(`python -m loadtest.fuzz_decode` runs it for as long as wanted): no input may raise anything
+but the refusal the server turns into a closed connection, nor abort the process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.support.harness import REPO
+
+
+def test_the_decoding_path_survives_a_bounded_coverage_guided_run() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "loadtest.fuzz_decode", "-max_total_time=20", "-seed=20261125"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    done = [line for line in result.stderr.splitlines() if line.startswith("Done ")]
+    assert done, result.stderr[-3000:]
+    runs = int(done[0].split()[1])
+    assert runs > 50_000  # it really ran
