@@ -45,6 +45,7 @@ lint: setup
 
 bench: setup
 	$(PY) -m loadtest.bench_broker
+	$(PY) -m loadtest.bench_limits
 	$(PY) -m loadtest.bench_groups
 	$(PY) -m loadtest.bench_services
 	$(PY) -m loadtest.bench_spark_source

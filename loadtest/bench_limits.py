@@ -1,0 +1,320 @@
+"""What hostile and careless clients cost the broker: memory, release of abandoned work, and
+how long one request can hold the event loop.
+
+    python -m loadtest.bench_limits [--connections 10000] [--polls 1000] [--json PATH]
+
+A `streamshop broker` child process (its descriptor limit raised to the hard limit) is
+measured from outside, through /proc and its own /metrics:
+
+1. resident memory with N idle connections open (they connect and send nothing);
+2. resident memory with 10 connections that each announce a 100 MB request and send nothing;
+3. the time for P abandoned long polls (Fetch v4, max_wait 2^31-1 ms, on an empty partition,
+   whose clients then disconnect) to be freed: `streamshop_fetch_long_polls` and
+   `streamshop_connections_open` back to 0;
+4. event-loop stalls: a probe connection sends ApiVersions every 5 ms and records its slowest
+   answer while another client creates 10,000 partitions, sends a zstd batch of 16 KB that
+   expands to 512 MiB, has 20,000 records recompressed, and while the cleaner compacts a
+   partition of 400,000 records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from broker.protocol.records import Record, build_batch
+from loadtest.brokers import child_process, rss_mib, wait_idle
+from streamshop.broker_process import broker_command, parse_ready_line
+
+ZSTD = 4
+GZIP = 1
+
+
+def _raise_nofile() -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+@contextmanager
+def broker(workdir: Path) -> Iterator[tuple[Any, str, str]]:
+    """(process, bootstrap, admin URL) of a broker with a raised descriptor limit."""
+    _raise_nofile()  # inherited by the child
+    cmd = broker_command(workdir / "data", "127.0.0.1:0", "127.0.0.1:0", {"log.cleaner.backoff.ms": "500"})
+    log_path = workdir / "broker.log"
+    with child_process(cmd, log_path) as proc:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for line in log_path.read_text(errors="replace").splitlines():
+                ready = parse_ready_line(line)
+                if ready is not None and ready.admin_url:
+                    yield proc, ready.bootstrap, ready.admin_url
+                    return
+            time.sleep(0.05)
+        raise TimeoutError("the broker did not start")
+
+
+def gauge(admin_url: str, name: str) -> float:
+    with urllib.request.urlopen(f"{admin_url}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise KeyError(name)
+
+
+def _connect(bootstrap: str) -> socket.socket:
+    host, port = bootstrap.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+# --- memory ----------------------------------------------------------------------------------
+
+
+def idle_connections(proc: Any, bootstrap: str, count: int) -> dict[str, float]:
+    wait_idle(proc.pid)
+    before = rss_mib(proc.pid)
+    sockets = [_connect(bootstrap) for _ in range(count)]
+    time.sleep(2)
+    wait_idle(proc.pid)
+    after = rss_mib(proc.pid)
+    for s in sockets:
+        s.close()
+    return {
+        "connections": count,
+        "rss_before_mib": before,
+        "rss_with_connections_mib": after,
+        "kib_per_connection": (after - before) * 1024 / count,
+    }
+
+
+def size_claims(proc: Any, bootstrap: str) -> dict[str, float]:
+    wait_idle(proc.pid)
+    before = rss_mib(proc.pid)
+    sockets = []
+    for _ in range(10):
+        s = _connect(bootstrap)
+        s.sendall(struct.pack(">i", 100_000_000))  # a 100 MB request is coming... and never does
+        sockets.append(s)
+    time.sleep(2)
+    after = rss_mib(proc.pid)
+    for s in sockets:
+        s.close()
+    return {"claimed_mb": 1000, "rss_before_mib": before, "rss_after_mib": after}
+
+
+# --- abandoned long polls ----------------------------------------------------------------------
+
+
+def _fetch_v4(topic: str, correlation_id: int) -> bytes:
+    name = topic.encode()
+    header = struct.pack(">hhih", 1, 4, correlation_id, 5) + b"bench"
+    body = struct.pack(">iiiib", -1, 0x7FFFFFFF, 1, 1 << 20, 0)
+    body += struct.pack(">ih", 1, len(name)) + name + struct.pack(">iiqi", 1, 0, 0, 1 << 20)
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def abandoned_polls(bootstrap: str, admin_url: str, count: int) -> dict[str, float]:
+    AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic("polls", 1, 1)])["polls"].result(30)
+    sockets = []
+    for i in range(count):
+        s = _connect(bootstrap)
+        s.sendall(_fetch_v4("polls", i))
+        sockets.append(s)
+    deadline = time.monotonic() + 30
+    while gauge(admin_url, "streamshop_fetch_long_polls") < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    waiting = gauge(admin_url, "streamshop_fetch_long_polls")
+    started = time.monotonic()
+    for s in sockets:
+        s.close()
+    while time.monotonic() - started < 60:
+        polls = gauge(admin_url, "streamshop_fetch_long_polls")
+        conns = gauge(admin_url, "streamshop_connections_open")
+        if polls == 0 and conns == 0:
+            break
+        time.sleep(0.01)
+    return {"long_polls_waiting": waiting, "seconds_to_free": time.monotonic() - started}
+
+
+# --- event-loop stalls -------------------------------------------------------------------------
+
+
+class Probe:
+    """ApiVersions every 5 ms on one connection; the slowest answer while it runs."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.worst = 0.0
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        request = struct.pack(">hhih", 18, 0, 1, 5) + b"probe"
+        frame = struct.pack(">i", len(request)) + request
+        with _connect(self.bootstrap) as s:
+            while not self._stop.is_set():
+                started = time.perf_counter()
+                s.sendall(frame)
+                size = struct.unpack(">i", _recv(s, 4))[0]
+                _recv(s, size)
+                self.worst = max(self.worst, time.perf_counter() - started)
+                self.count += 1
+                time.sleep(0.005)
+
+    def __enter__(self) -> Probe:
+        self._thread.start()
+        time.sleep(0.2)
+        self.worst = 0.0  # the connection's first answer is not the loop's fault
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def _recv(s: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return data
+
+
+def _produce_raw(bootstrap: str, topic: str, batch: bytes) -> int:
+    """Produce v9 of one batch to partition 0 with acks=1; returns the error code."""
+    name = topic.encode()
+    header = struct.pack(">hhih", 0, 9, 1, 5) + b"bench" + b"\x00"  # v9 is flexible: header v2
+    body = b"\x00" + struct.pack(">hi", 1, 60_000)  # null transactional id, acks, timeout
+    body += _uvarint(2) + _uvarint(len(name) + 1) + name + _uvarint(2) + struct.pack(">i", 0)
+    body += _uvarint(len(batch) + 1) + batch + b"\x00" + b"\x00" + b"\x00"
+    payload = header + body
+    with _connect(bootstrap) as s:
+        s.settimeout(120)
+        s.sendall(struct.pack(">i", len(payload)) + payload)
+        size = struct.unpack(">i", _recv(s, 4))[0]
+        response = _recv(s, size)
+    # correlation id, header tags, topics(1), name, partitions(1), index, error code
+    pos = 4 + 1 + 1
+    length = response[pos] - 1
+    pos += 1 + length + 1 + 4
+    return int(struct.unpack_from(">h", response, pos)[0])
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def stalls(bootstrap: str) -> dict[str, float]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    out: dict[str, float] = {}
+
+    def measured(label: str, work: Callable[[], object]) -> None:
+        with Probe(bootstrap) as probe:
+            work()
+            time.sleep(0.2)
+        out[label] = probe.worst * 1000
+
+    def create() -> None:
+        admin.create_topics([NewTopic("wide", 10_000, 1)], request_timeout=120)["wide"].result(120)
+
+    measured("create_10000_partitions_ms", create)
+    admin.create_topics([NewTopic("bomb", 1, 1), NewTopic("recompress", 1, 1, config={"compression.type": "gzip"})])
+    time.sleep(1)
+    bomb = build_batch([Record(0, int(time.time() * 1000), b"k", bytes(512 << 20))], compression=ZSTD)
+    out["bomb_batch_bytes"] = len(bomb)
+    codes: list[int] = []
+    measured("zstd_bomb_512mib_ms", lambda: codes.append(_produce_raw(bootstrap, "bomb", bomb)))
+    out["bomb_error_code"] = codes[-1]
+    now = int(time.time() * 1000)
+    plain = build_batch([Record(i, now, f"k{i}".encode(), b"v" * 40) for i in range(20_000)])
+    measured("recompress_20000_records_ms", lambda: codes.append(_produce_raw(bootstrap, "recompress", plain)))
+    out["recompress_error_code"] = codes[-1]
+
+    admin.create_topics([NewTopic("compact", 1, 1, config={"cleanup.policy": "compact", "segment.bytes": "1048576"})])[
+        "compact"
+    ].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000})
+    for i in range(400_000):
+        producer.produce("compact", key=f"key-{i % 1000}".encode(), value=b"x" * 60, partition=0)
+        if i % 50_000 == 0:
+            producer.flush(60)
+    producer.flush(60)
+    measured("compaction_400000_records_ms", lambda: time.sleep(5))  # the cleaner runs every 500 ms
+    return out
+
+
+# --- report ------------------------------------------------------------------------------------
+
+
+def run(connections: int, polls: int) -> dict[str, dict[str, float]]:
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-limits-") as tmp, broker(Path(tmp)) as (proc, bootstrap, admin):
+        results["idle_connections"] = idle_connections(proc, bootstrap, connections)
+        results["size_claims"] = size_claims(proc, bootstrap)
+        results["abandoned_polls"] = abandoned_polls(bootstrap, admin, polls)
+        results["loop_stalls"] = stalls(bootstrap)
+    return results
+
+
+def report(results: dict[str, dict[str, float]]) -> list[str]:
+    idle, claims = results["idle_connections"], results["size_claims"]
+    polls, loop = results["abandoned_polls"], results["loop_stalls"]
+    return [
+        f"{int(idle['connections']):,} idle connections: broker RSS {idle['rss_before_mib']:.0f} -> "
+        f"{idle['rss_with_connections_mib']:.0f} MiB ({idle['kib_per_connection']:.1f} KiB each; goal < 500 MiB)",
+        f"10 connections claiming 100 MB requests: RSS {claims['rss_before_mib']:.0f} -> "
+        f"{claims['rss_after_mib']:.0f} MiB",
+        f"{int(polls['long_polls_waiting']):,} abandoned long polls freed in {polls['seconds_to_free'] * 1000:.0f} ms"
+        " (goal < 1 s)",
+        "slowest ApiVersions answer (event loop held) while:",
+        f"  creating 10,000 partitions             {loop['create_10000_partitions_ms']:8.1f} ms",
+        f"  a {loop['bomb_batch_bytes'] / 1024:.0f} KiB zstd batch expanding to 512 MiB "
+        f"{loop['zstd_bomb_512mib_ms']:8.1f} ms (error code {int(loop['bomb_error_code'])})",
+        f"  recompressing 20,000 records to gzip   {loop['recompress_20000_records_ms']:8.1f} ms",
+        f"  compacting 400,000 records             {loop['compaction_400000_records_ms']:8.1f} ms",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bench_limits", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--connections", type=int, default=10_000, help="idle connections (default 10,000)")
+    parser.add_argument("--polls", type=int, default=1_000, help="abandoned long polls (default 1,000)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    _raise_nofile()
+    results = run(args.connections, args.polls)
+    for line in report(results):
+        print(line)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
