@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import gc
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
@@ -23,6 +24,7 @@ from broker.log import cleaner
 from broker.log.files import FILES, capacity_for
 from broker.log.flusher import Flusher
 from broker.log.partition_log import PartitionLog
+from broker.log.segment import fsync_dir
 from broker.metadata import METADATA_TOPIC, MetadataStore, Topic
 from broker.metrics import BrokerMetrics
 from broker.producer_ids import ProducerIdAllocator
@@ -124,6 +126,7 @@ class Broker:
             loop.create_task(self._every("log.cleaner.backoff.ms", self._cleaner_pass), name="cleaner"),
             loop.create_task(self._periodic_flush(), name="flush-ms"),
             loop.create_task(self._coordinator_ticks(), name="group-coordinator"),
+            loop.create_task(self._watch_loop_lag(), name="loop-lag"),
         ]
 
     async def stop(self) -> None:
@@ -145,6 +148,14 @@ class Broker:
                 await job()
             except Exception:
                 log.exception("background job failed", job=setting)
+
+    async def _watch_loop_lag(self) -> None:
+        """A 10 ms timer, and how late it fires: whatever held the loop meanwhile."""
+        observe = self.metrics.loop_lag.observe
+        while True:
+            due = time.perf_counter() + 0.01
+            await asyncio.sleep(0.01)
+            observe(max(0.0, time.perf_counter() - due))
 
     async def _coordinator_ticks(self) -> None:
         """Session expiry, join deadlines and offset retention, at a fine grain so a new
@@ -245,8 +256,7 @@ class Broker:
             for group in result.groups:
                 if not self._live(plog):
                     break  # its topic was deleted meanwhile: the directory is going too
-                installed += cleaner.install(plog, group, result.staging)
-                await asyncio.sleep(0)
+                installed += await self._install(plog, group, result.staging)
             if not self._live(plog):
                 cleaner.discard(result)
                 continue
@@ -254,6 +264,20 @@ class Broker:
             cleaned += 1
             log.info("compacted", topic=plog.topic, partition=plog.partition, **stats.__dict__)
         return cleaned
+
+    async def _install(self, plog: PartitionLog, group: cleaner.StagedGroup, staging: Path) -> bool:
+        """One compacted group swapped in: renames and the in-memory swap on the loop, the
+        directory fsyncs (tens of milliseconds on a busy disk) in a worker thread."""
+        loop = asyncio.get_running_loop()
+        swap = cleaner.begin_install(plog, group, staging)
+        if swap is None:
+            return False
+        await loop.run_in_executor(self.admin_workers, fsync_dir, plog.directory)
+        if not self._live(plog):
+            return False  # deleted meanwhile: its directory goes, the swap with it
+        installed = cleaner.commit_install(plog, group, staging, swap)
+        await loop.run_in_executor(self.admin_workers, fsync_dir, plog.directory)
+        return installed
 
     def files_reserved(self) -> int:
         """Descriptors the log may keep open at once (sockets must leave them room)."""
@@ -385,6 +409,9 @@ class Broker:
             self.store.register_topic(topic, logs)
         except OSError as e:
             raise KafkaError(ErrorCode.kafka_storage_error, f"cannot create topic {name!r}: {e}") from e
+        # Thousands of new long-lived objects: out of the cyclic collector's way, or each full
+        # collection walks them all while holding the event loop.
+        gc.freeze()
         return topic
 
     def add_partitions(self, name: str, count: int) -> None:
@@ -408,6 +435,7 @@ class Broker:
             self._grow(name, old, logs)
         except OSError as e:
             raise KafkaError(ErrorCode.kafka_storage_error, f"cannot add partitions to {name!r}: {e}") from e
+        gc.freeze()  # as for a big new topic
 
     def _grow(self, name: str, old: int, logs: list[PartitionLog]) -> None:
         topic = self.store.topics.get(name)

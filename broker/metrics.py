@@ -155,6 +155,12 @@ class BrokerMetrics:
         )
         self.fsync_rounds = Counter("streamshop_fsync_rounds", "Group-commit fsync rounds", registry=r)
         self.fsync_files = Counter("streamshop_fsync_files", "Segment files fsynced by group commit", registry=r)
+        self.loop_lag = Histogram(
+            "streamshop_event_loop_lag_seconds",
+            "How late the event loop ran a 10 ms timer: how long something held it",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+            registry=r,
+        )
         self.fsync_seconds = Histogram(
             "streamshop_fsync_round_seconds",
             "Duration of one group-commit fsync round",

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from broker.log.gcpause import collector_paused
 from broker.log.segment import LogSegment, fsync_dir, segment_name
 from broker.protocol.batch import (
     HEADER_SIZE,
@@ -156,7 +157,16 @@ def plan(log: PartitionLog) -> CleanPlan | None:
 
 def build(plan: CleanPlan) -> CleanResult:
     """Write the compacted segments into the staging directory (safe in a worker thread: it
-    reads closed segments' files, which nothing else writes, and touches no shared state)."""
+    reads closed segments' files, which nothing else writes, and touches no shared state).
+
+    The records it decodes are hundreds of thousands of short-lived, acyclic objects: the
+    cyclic collector is held off meanwhile (refcounting frees them), because a full
+    collection over them would stop the event loop for ~100 ms."""
+    with collector_paused():
+        return _build(plan)
+
+
+def _build(plan: CleanPlan) -> CleanResult:
     latest: dict[bytes, int] = {}
     undecodable = 0
     for path in plan.paths:
@@ -238,26 +248,45 @@ def _stage(plan: CleanPlan, staging: Path, members: list[LogSegment], data: byte
     return StagedGroup(members=members, base_offset=base, next_offset=next_offset, size=len(data))
 
 
-def install(log: PartitionLog, group: StagedGroup, staging: Path) -> bool:
-    """Swap one staged group in (loop thread).  Returns False, leaving the partition as it
-    was, when its segments changed meanwhile (retention deleted one of them)."""
+def _members_in_place(log: PartitionLog, group: StagedGroup) -> int | None:
+    """Where the group's segments still are in the log, or None if retention changed them."""
     members = group.members
     try:
         i = log.segments.index(members[0])
     except ValueError:
-        return False
+        return None
     if log.segments[i : i + len(members)] != members or i + len(members) >= len(log.segments):
+        return None
+    return i
+
+
+def begin_install(log: PartitionLog, group: StagedGroup, staging: Path) -> Path | None:
+    """First step of swapping a staged group in (loop thread): its log file renamed to a
+    `.swap` beside the segments.  The caller makes that rename durable (`fsync_dir`, off the
+    loop if it likes) before `commit_install`.  None, changing nothing, when the group's
+    segments changed meanwhile."""
+    if _members_in_place(log, group) is None:
+        return None
+    swap = log.directory / f"{segment_name(group.base_offset)}.log.swap"
+    os.replace(staging / f"{segment_name(group.base_offset)}.log", swap)
+    return swap
+
+
+def commit_install(log: PartitionLog, group: StagedGroup, staging: Path, swap: Path) -> bool:
+    """Second step (loop thread): the old segments go, the new one takes their place, in the
+    files and in the log; a crash from here on finishes the swap at the next start.  If the
+    segments changed while the rename was made durable, the swap is dropped instead and
+    False returned.  The caller makes the final names durable afterwards."""
+    i = _members_in_place(log, group)
+    if i is None:
+        swap.unlink(missing_ok=True)
         return False
     name = segment_name(group.base_offset)
-    swap = log.directory / f"{name}.log.swap"
-    os.replace(staging / f"{name}.log", swap)
-    fsync_dir(log.directory)  # from here on, a crash finishes the swap on start
-    for segment in members:
+    for segment in group.members:
         segment.delete()
     for suffix in (".index", ".timeindex"):
         os.replace(staging / f"{name}{suffix}", log.directory / f"{name}{suffix}")
     os.replace(swap, log.directory / f"{name}.log")
-    fsync_dir(log.directory)
     replacement = LogSegment(
         log.directory,
         group.base_offset,
@@ -266,8 +295,20 @@ def install(log: PartitionLog, group: StagedGroup, staging: Path) -> bool:
     )
     replacement.load(recover=False)
     replacement.next_offset = max(replacement.next_offset, group.next_offset)
-    log.segments[i : i + len(members)] = [replacement]
+    log.segments[i : i + len(group.members)] = [replacement]
     return True
+
+
+def install(log: PartitionLog, group: StagedGroup, staging: Path) -> bool:
+    """Swap one staged group in, all at once (the synchronous `clean`).  Returns False,
+    leaving the partition as it was, when its segments changed meanwhile."""
+    swap = begin_install(log, group, staging)
+    if swap is None:
+        return False
+    fsync_dir(log.directory)
+    installed = commit_install(log, group, staging, swap)
+    fsync_dir(log.directory)
+    return installed
 
 
 def finish(log: PartitionLog, result: CleanResult, installed: int) -> CleanStats:

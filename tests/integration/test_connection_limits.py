@@ -5,17 +5,19 @@ whatever it asks for."""
 
 from __future__ import annotations
 
+import resource
 import socket
 import struct
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.types import TopicName
 from kio.static.primitive import i32, i64
 
-from tests.support.harness import ThreadBroker
+from tests.support.harness import BrokerProcess, ThreadBroker
 from tests.support.kafka_wire import ConnectionClosed, batch, connect, encode_request, ms
 
 
@@ -78,6 +80,36 @@ def test_a_size_prefix_claiming_100_mb_allocates_nothing_until_the_bytes_arrive(
         assert other.api_versions().error_code == ErrorCode.none
     for sock in socks:
         sock.close()
+
+
+def _peak_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def test_idle_clients_leaving_together_cost_no_base_buffers(
+    broker_process_factory: Callable[..., BrokerProcess],
+) -> None:
+    """Reading the end of the stream of an idle connection starts from a small buffer, not
+    the 64 KiB base one: thousands of idle clients leaving at once do not make the broker's
+    peak memory jump by a base buffer each (it was 640 MiB for 10,000)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    count = min(3_000, hard // 2 - 100)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    proc = broker_process_factory(nofile=hard)
+    assert proc.proc is not None
+    socks = [socket.create_connection(("127.0.0.1", proc.port)) for _ in range(count)]
+    time.sleep(1.5)  # idle: nothing read, nothing allocated
+    before = _peak_rss_kib(proc.proc.pid)
+    for sock in socks:
+        sock.close()
+    time.sleep(1.0)
+    growth = _peak_rss_kib(proc.proc.pid) - before
+    assert growth < count * 16, f"peak memory grew {growth} KiB for {count} connections closing"
+    with connect(proc.bootstrap) as c:
+        assert c.api_versions().error_code == ErrorCode.none
 
 
 def test_a_large_request_grows_the_buffer_with_the_bytes_and_gives_the_memory_back(broker: ThreadBroker) -> None:
