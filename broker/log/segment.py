@@ -71,6 +71,7 @@ class LogSegment:
         self.durable_seq = 0  # write_seq covered by the last completed fsync
         self.closed = False
         self.index_mismatches = 0  # offset-index entries found wrong when used
+        self._checked_entries: set[int] = set()  # positions of entries found right
 
     # --- loading and recovery --------------------------------------------------------
 
@@ -195,12 +196,14 @@ class LogSegment:
     def find_position(self, offset: int) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= `offset`."""
         entry, pos = self.offset_index.lookup(offset)
-        if pos and not self._entry_holds(entry, pos):
+        if pos and pos not in self._checked_entries and not self._entry_holds(entry, pos):
             # A wrong index entry would make the scan below skip records or read garbage as
             # headers: drop the index from here on (rebuilt by the next start) and scan.
             self.index_mismatches += 1
             self.offset_index.truncate_at(entry)
             pos = self.offset_index.lookup(offset)[1]
+        elif pos:
+            self._checked_entries.add(pos)  # checked once: a consumer reads on from it
         while pos < self.size:
             # Read a few headers per syscall: batches between sparse index entries are small.
             with FILES.use(self) as fd:

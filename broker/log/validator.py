@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 
 import cramjam
+from aiokafka.record.default_records import DefaultRecordBatch
 
 from broker.protocol.batch import HEADER_SIZE, BatchHeader
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -104,17 +105,31 @@ def _snappy_into(body: memoryview, out: bytearray) -> int:
 
 def walk_records(records: memoryview, count: int, *, need_keys: bool) -> None:
     """The records must frame `records` exactly and number `count`; with `need_keys`, each
-    must have a key.  Raises KafkaError."""
-    pos, end, seen = 0, len(records), 0
+    must have a key.  Raises KafkaError.
+
+    This runs for every batch produced, once per record: the one- and two-byte record
+    lengths (records under 8 KiB) are decoded inline, on a bytes copy (indexing bytes is
+    several times cheaper than indexing a memoryview; the copy is a memcpy)."""
+    data = bytes(records)
+    pos, end, seen = 0, len(data), 0
     while pos < end:
-        length, pos = _varint(records, pos, end)
+        b = data[pos]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            pos += 1
+        elif pos + 1 < end and data[pos + 1] < 0x80:
+            raw = (b & 0x7F) | (data[pos + 1] << 7)
+            length = (raw >> 1) ^ -(raw & 1)
+            pos += 2
+        else:
+            length, pos = _varint(data, pos, end)
         if length <= 0 or length > end - pos:
             raise KafkaError(ErrorCode.corrupt_message, f"record {seen} has length {length}: the batch is corrupt")
         if need_keys:
             field = pos + 1  # attributes
-            _, field = _varint(records, field, pos + length)  # timestamp delta
-            _, field = _varint(records, field, pos + length)  # offset delta
-            key_length, _ = _varint(records, field, pos + length)
+            _, field = _varint(data, field, pos + length)  # timestamp delta
+            _, field = _varint(data, field, pos + length)  # offset delta
+            key_length, _ = _varint(data, field, pos + length)
             if key_length < 0:
                 raise KafkaError(ErrorCode.invalid_record, "a compacted topic cannot accept a record without a key")
         pos += length
@@ -123,7 +138,7 @@ def walk_records(records: memoryview, count: int, *, need_keys: bool) -> None:
         raise KafkaError(ErrorCode.corrupt_message, f"the batch holds {seen} records, its header says {count}")
 
 
-def _varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     """A zigzag varint of at most 5 bytes (record lengths and deltas) or 10 (timestamps)."""
     raw = shift = 0
     while True:
@@ -153,4 +168,22 @@ def check(header: BatchHeader, batch: memoryview, *, limit: int, need_keys: bool
             ErrorCode.message_too_large,
             f"the batch decompresses to more than message.max.decompressed.bytes={limit}",
         ) from None
-    walk_records(records, header.records_count, need_keys=need_keys)
+    if header.compression == 0:
+        _walk_native(batch, need_keys=need_keys)
+    else:
+        walk_records(records, header.records_count, need_keys=need_keys)
+
+
+def _walk_native(batch: memoryview, *, need_keys: bool) -> None:
+    """`walk_records` for an uncompressed batch, by aiokafka's compiled batch reader: every
+    record's length and fields must add up, and the records must number as the header says
+    and fill the batch exactly.  The Python walk costs about 0.3 us a record, which was most
+    of the broker's CPU on the produce path; this is several times cheaper."""
+    try:
+        for record in DefaultRecordBatch(batch):
+            if need_keys and record.key is None:
+                raise KafkaError(ErrorCode.invalid_record, "a compacted topic cannot accept a record without a key")
+    except KafkaError:
+        raise
+    except Exception as e:  # whatever the reader finds wrong, the batch is corrupt
+        raise KafkaError(ErrorCode.corrupt_message, f"the batch's records are corrupt: {e}") from None
