@@ -71,9 +71,6 @@ async def serve(config: BrokerConfig) -> None:
     # Everything loaded so far lives as long as the process: keep the cyclic collector from
     # walking it again on every full collection (a pause of the event loop and the workers).
     gc.freeze()
-    # Workers (opening batches, compaction) hold the interpreter lock in long stretches; a
-    # shorter switch interval hands it back to the event loop sooner at each of its syscalls.
-    sys.setswitchinterval(0.001)
     # The one line scripts wait for.
     print(f"streamshop broker ready on {host}:{port}{admin} data {config.data_dir}", flush=True)
     log.info("broker ready", listen=f"{host}:{port}", admin_port=running.admin_port, data_dir=str(config.data_dir))

@@ -21,6 +21,7 @@ from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig, ConfigError, validate_topic_configs, validate_topic_name
 from broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from broker.log import cleaner
+from broker.log.cleaner_worker import CleanerProcess
 from broker.log.files import FILES, capacity_for
 from broker.log.flusher import Flusher
 from broker.log.partition_log import PartitionLog
@@ -96,6 +97,7 @@ class Broker:
         # CPU work one request may need off the event loop (opening large batches).
         self.workers = ThreadPoolExecutor(max_workers=1, thread_name_prefix="broker-worker")
         self.admin_workers = ThreadPoolExecutor(max_workers=1, thread_name_prefix="broker-admin")
+        self._cleaner = CleanerProcess()  # compaction builds there, not in a thread
         self.pending_topics: collections.Counter[str] = collections.Counter()
         self.response_cache: dict[object, bytes] = {}  # encoded parts of responses (handlers' keys)
         self._pending_partitions = 0
@@ -136,6 +138,7 @@ class Broker:
         await self.flusher.stop()
         self.workers.shutdown(wait=True)
         self.admin_workers.shutdown(wait=True)
+        await self._cleaner.stop()
         self.store.close(clean=True)
         (self.data_dir / CLEAN_SHUTDOWN).write_text("")
         log.info("log closed cleanly")
@@ -238,7 +241,6 @@ class Broker:
         if not self.config.get("log.cleaner.enable"):
             return 0
         cleaned = 0
-        loop = asyncio.get_running_loop()
         for i, plog in enumerate(self.store.all_logs()):
             if i % _BACKGROUND_SLICE == _BACKGROUND_SLICE - 1:
                 await asyncio.sleep(0)
@@ -248,7 +250,8 @@ class Broker:
             if chosen is None:
                 continue
             try:
-                result = await loop.run_in_executor(self.admin_workers, cleaner.build, chosen)
+                built = await self._cleaner.build(cleaner.spec(chosen))
+                result = cleaner.attach(chosen, built)
             except OSError as e:  # a segment deleted meanwhile (retention, topic deletion), or the disk
                 log.warning("compaction skipped", topic=plog.topic, partition=plog.partition, error=str(e))
                 continue

@@ -76,6 +76,40 @@ class CleanPlan:
     index_interval_bytes: int
 
 
+@dataclass(frozen=True)
+class BuildSpec:
+    """What the build needs of a plan, and nothing of the live log: it pickles, so the
+    build can run in another process (where it does not compete for the interpreter lock
+    with the event loop)."""
+
+    directory: Path
+    paths: list[Path]
+    base_offsets: list[int]
+    next_offsets: list[int]
+    max_timestamps: list[int]
+    now: int
+    delete_retention_ms: int
+    segment_bytes: int
+    index_interval_bytes: int
+
+
+@dataclass(frozen=True)
+class BuiltGroup:
+    members: list[int]  # indexes into the plan's segments
+    base_offset: int
+    next_offset: int
+    size: int
+
+
+@dataclass
+class Built:
+    staging: Path
+    groups: list[BuiltGroup] = field(default_factory=list)
+    bytes_before: int = 0
+    records_removed: int = 0
+    undecodable: int = 0
+
+
 @dataclass
 class StagedGroup:
     members: list[LogSegment]
@@ -87,6 +121,7 @@ class StagedGroup:
 @dataclass
 class CleanResult:
     staging: Path
+    upto: int = 0  # the offset up to which the pass cleaned (its last segment's end)
     groups: list[StagedGroup] = field(default_factory=list)
     bytes_before: int = 0
     records_removed: int = 0
@@ -155,18 +190,53 @@ def plan(log: PartitionLog) -> CleanPlan | None:
     )
 
 
-def build(plan: CleanPlan) -> CleanResult:
-    """Write the compacted segments into the staging directory (safe in a worker thread: it
-    reads closed segments' files, which nothing else writes, and touches no shared state).
+def spec(plan: CleanPlan) -> BuildSpec:
+    return BuildSpec(
+        directory=plan.directory,
+        paths=plan.paths,
+        base_offsets=[s.base_offset for s in plan.closed],
+        next_offsets=[s.next_offset for s in plan.closed],
+        max_timestamps=plan.max_timestamps,
+        now=plan.now,
+        delete_retention_ms=plan.delete_retention_ms,
+        segment_bytes=plan.segment_bytes,
+        index_interval_bytes=plan.index_interval_bytes,
+    )
 
-    The records it decodes are hundreds of thousands of short-lived, acyclic objects: the
-    cyclic collector is held off meanwhile (refcounting frees them), because a full
-    collection over them would stop the event loop for ~100 ms."""
+
+def build(plan: CleanPlan) -> CleanResult:
+    """`build_files` and `attach`, in this thread (the synchronous `clean`)."""
+    return attach(plan, build_files(spec(plan)))
+
+
+def attach(plan: CleanPlan, built: Built) -> CleanResult:
+    """The result of `build_files` with the plan's segments in place of their indexes."""
+    result = CleanResult(
+        staging=built.staging,
+        upto=plan.closed[-1].next_offset,
+        bytes_before=built.bytes_before,
+        records_removed=built.records_removed,
+        undecodable=built.undecodable,
+    )
+    result.groups = [
+        StagedGroup([plan.closed[i] for i in g.members], g.base_offset, g.next_offset, g.size) for g in built.groups
+    ]
+    return result
+
+
+def build_files(plan: BuildSpec) -> Built:
+    """Write the compacted segments into the staging directory.  It reads closed segments'
+    files, which nothing else writes, and touches no live state: safe in a worker thread or
+    another process (the broker uses a process: hundreds of thousands of records decoded in
+    a thread would hold the interpreter lock against the event loop).
+
+    The records it decodes are short-lived and acyclic: the cyclic collector is held off
+    meanwhile (refcounting frees them)."""
     with collector_paused():
         return _build(plan)
 
 
-def _build(plan: CleanPlan) -> CleanResult:
+def _build(plan: BuildSpec) -> Built:
     latest: dict[bytes, int] = {}
     undecodable = 0
     for path in plan.paths:
@@ -181,10 +251,10 @@ def _build(plan: CleanPlan) -> CleanResult:
     staging = plan.directory / STAGING
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    result = CleanResult(staging=staging, undecodable=undecodable)
+    result = Built(staging=staging, undecodable=undecodable)
     tombstone_horizon = plan.now - plan.delete_retention_ms
-    pending: list[tuple[list[LogSegment], bytearray]] = []
-    for segment, path, max_ts in zip(plan.closed, plan.paths, plan.max_timestamps, strict=True):
+    pending: list[tuple[list[int], bytearray]] = []
+    for segment, (path, max_ts) in enumerate(zip(plan.paths, plan.max_timestamps, strict=True)):
         out = bytearray()
         drop_tombstones = max_ts < tombstone_horizon
         size = 0
@@ -229,8 +299,8 @@ def _build(plan: CleanPlan) -> CleanResult:
     return result
 
 
-def _stage(plan: CleanPlan, staging: Path, members: list[LogSegment], data: bytearray) -> StagedGroup:
-    base = members[0].base_offset
+def _stage(plan: BuildSpec, staging: Path, members: list[int], data: bytearray) -> BuiltGroup:
+    base = plan.base_offsets[members[0]]
     with open(staging / f"{segment_name(base)}.log", "wb") as f:
         f.write(data)
         f.flush()
@@ -242,10 +312,10 @@ def _stage(plan: CleanPlan, staging: Path, members: list[LogSegment], data: byte
         for path in (segment.offset_index.path, segment.time_index.path):
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
-        next_offset = max(segment.next_offset, members[-1].next_offset)
+        next_offset = max(segment.next_offset, plan.next_offsets[members[-1]])
     finally:
         segment.close()
-    return StagedGroup(members=members, base_offset=base, next_offset=next_offset, size=len(data))
+    return BuiltGroup(members=members, base_offset=base, next_offset=next_offset, size=len(data))
 
 
 def _members_in_place(log: PartitionLog, group: StagedGroup) -> int | None:
@@ -315,7 +385,9 @@ def finish(log: PartitionLog, result: CleanResult, installed: int) -> CleanStats
     """Record how far the partition is clean and drop the staging directory (loop thread)."""
     shutil.rmtree(result.staging, ignore_errors=True)
     if installed == len(result.groups):
-        (log.directory / CHECKPOINT).write_text(str(log.active.base_offset))
+        # Up to where this pass looked, not the log's end: segments rolled while it was
+        # building are still dirty.
+        (log.directory / CHECKPOINT).write_text(str(result.upto))
     if result.undecodable:
         log_.warning(
             "compaction kept batches it could not decode",
