@@ -39,6 +39,10 @@ class ServiceError(Exception):
         """The JSON body of the response for this error."""
         return {"error": self.code, "message": self.message, "details": self.details}
 
+    def headers(self) -> dict[str, str]:
+        """Response headers this error carries (e.g. Retry-After on a 429)."""
+        return {}
+
 
 class BadRequest(ServiceError):
     status = 400

@@ -100,8 +100,15 @@ def request_context_middleware(metrics: HttpMetrics, quiet_paths: Iterable[str] 
             finally:
                 seconds = time.perf_counter() - start
                 metrics.observe(request.method, _route(request), status, seconds)
-                quiet = request.path in quiet_set and status < 400
-                (access_log.debug if quiet else access_log.info)(
+                # Failures stand out in the log: the client's (4xx) as warnings, ours (5xx) as
+                # errors, so `?level=warning` shows them; probes and polled paths stay quiet.
+                if status >= 500:
+                    write = access_log.error
+                elif status >= 400:
+                    write = access_log.warning
+                else:
+                    write = access_log.debug if request.path in quiet_set else access_log.info
+                write(
                     "http request",
                     method=request.method,
                     path=request.path,
@@ -130,7 +137,7 @@ def error_middleware(client_max_size: int) -> Middleware:
         except ServiceError as e:
             if e.status >= 500:
                 log.warning("service error", code=e.code, error=e.message)  # raised on purpose: no traceback
-            return web.json_response(e.body(), status=e.status)
+            return web.json_response(e.body(), status=e.status, headers=e.headers())
         except web.HTTPException as e:
             if e.status < 400:
                 raise  # redirects and "raise HTTPNoContent" style successes are not errors

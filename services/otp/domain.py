@@ -124,6 +124,10 @@ class RateLimited(ServiceError):
             f"at most {limit} OTP requests per {window_seconds:g} seconds; retry in {retry_after_seconds} s",
             details={"limit": limit, "window_seconds": window_seconds, "retry_after_seconds": retry_after_seconds},
         )
+        self.retry_after_seconds = retry_after_seconds
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, self.retry_after_seconds))}
 
 
 # -- codes -------------------------------------------------------------------------------------

@@ -239,8 +239,10 @@ async def test_rate_limit_per_user_is_429(service: Service) -> None:
     body = {"user_id": "busy", "channels": ["email"], "email": "c@example.com"}
     for _ in range(3):
         assert (await service.call("POST", "/otp", body))[0] == 202
-    status, err = await service.call("POST", "/otp", body)
+    async with service.session.post(service.url + "/otp", json=body) as r:
+        status, err, retry_after = r.status, await r.json(), r.headers.get("Retry-After")
     assert status == 429
     assert err["error"] == "rate_limited"
     assert err["details"]["retry_after_seconds"] >= 1
+    assert retry_after == str(err["details"]["retry_after_seconds"])  # RFC 9110: delay-seconds
     assert (await service.call("POST", "/otp", {**body, "user_id": "calm"}))[0] == 202
