@@ -18,7 +18,7 @@ field name is an error instead of silently ignored.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -75,10 +75,13 @@ class Str(Field):
         pattern: str | None = None,
         pattern_message: str | None = None,
         strip: bool = False,
+        allowed: Collection[str] | None = None,
+        allowed_message: str = "is not an allowed value",
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
         self.min_len, self.max_len, self.strip = min_len, max_len, strip
+        self.allowed, self.allowed_message = allowed, allowed_message
         self.pattern = re.compile(pattern) if pattern else None
         self.pattern_message = pattern_message or (f"must match {pattern}" if pattern else "")
 
@@ -93,6 +96,8 @@ class Str(Field):
             raise _Invalid(f"must be at most {self.max_len} characters")
         if self.pattern is not None and not self.pattern.fullmatch(value):
             raise _Invalid(self.pattern_message)
+        if self.allowed is not None and value not in self.allowed:
+            raise _Invalid(self.allowed_message)
         return value
 
 

@@ -10,6 +10,7 @@ from typing import Any, ClassVar, NewType
 
 from services.common.errors import Conflict, ServiceError
 from services.common.validation import DecimalStr, Enum, Int, List, Object, Str
+from services.orders.currencies import ISO_4217
 
 __all__ = [
     "CREATE_ORDER",
@@ -133,7 +134,12 @@ def money_out(amount: Decimal) -> str:
 CREATE_ORDER = Object(
     {
         "customer_id": Str(min_len=1, max_len=128, strip=True),
-        "currency": Str(pattern=r"[A-Z]{3}", pattern_message="must be an upper-case ISO 4217 code such as EUR"),
+        "currency": Str(
+            pattern=r"[A-Z]{3}",
+            pattern_message="must be an upper-case ISO 4217 code such as EUR",
+            allowed=ISO_4217,
+            allowed_message="is not an ISO 4217 currency code",
+        ),
         "items": List(
             Object(
                 {

@@ -146,6 +146,11 @@ async def test_invalid_input_is_422_with_field_paths(service: Service) -> None:
         "items[1].unit_price": "must have at most 4 decimal places",
         "coupon": "is not an allowed field",
     }
+    for code in ("ZZQ", "XAU", "XTS"):  # not a currency; gold; the testing code
+        status, err, _ = await service.call("POST", "/orders", {**ORDER, "currency": code})
+        assert (status, err["details"]["fields"]) == (422, {"currency": "is not an ISO 4217 currency code"}), code
+    for code in ("JPY", "XOF", "CHF"):
+        assert (await service.call("POST", "/orders", {**ORDER, "currency": code}))[0] == 201, code
     status, err, _ = await service.call("POST", "/orders", {**ORDER, "items": []})
     assert status == 422
     assert err["details"]["fields"] == {"items": "must not be empty"}
