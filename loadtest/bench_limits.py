@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import socket
 import struct
 import sys
 import tempfile
@@ -45,8 +44,7 @@ from confluent_kafka.admin import (
 )
 
 from broker.protocol.records import Record, build_batch
-from loadtest.brokers import child_process, rss_mib, wait_idle
-from streamshop.broker_process import broker_command, parse_ready_line
+from loadtest.brokers import connect, recv_exactly, rss_mib, streamshop_broker, wait_idle
 
 ZSTD = 4
 GZIP = 1
@@ -61,18 +59,9 @@ def _raise_nofile() -> None:
 def broker(workdir: Path) -> Iterator[tuple[Any, str, str]]:
     """(process, bootstrap, admin URL) of a broker with a raised descriptor limit."""
     _raise_nofile()  # inherited by the child
-    cmd = broker_command(workdir / "data", "127.0.0.1:0", "127.0.0.1:0", {"log.cleaner.backoff.ms": "500"})
-    log_path = workdir / "broker.log"
-    with child_process(cmd, log_path) as proc:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            for line in log_path.read_text(errors="replace").splitlines():
-                ready = parse_ready_line(line)
-                if ready is not None and ready.admin_url:
-                    yield proc, ready.bootstrap, ready.admin_url
-                    return
-            time.sleep(0.05)
-        raise TimeoutError("the broker did not start")
+    with streamshop_broker(workdir, admin=True, settings={"log.cleaner.backoff.ms": "500"}) as started:
+        assert started.admin_url is not None
+        yield started.proc, started.bootstrap, started.admin_url
 
 
 def gauge(admin_url: str, name: str) -> float:
@@ -83,18 +72,13 @@ def gauge(admin_url: str, name: str) -> float:
     raise KeyError(name)
 
 
-def _connect(bootstrap: str) -> socket.socket:
-    host, port = bootstrap.rsplit(":", 1)
-    return socket.create_connection((host, int(port)), timeout=10)
-
-
 # --- memory ----------------------------------------------------------------------------------
 
 
 def idle_connections(proc: Any, bootstrap: str, count: int) -> dict[str, float]:
     wait_idle(proc.pid)
     before = rss_mib(proc.pid)
-    sockets = [_connect(bootstrap) for _ in range(count)]
+    sockets = [connect(bootstrap) for _ in range(count)]
     time.sleep(2)
     wait_idle(proc.pid)
     after = rss_mib(proc.pid)
@@ -113,7 +97,7 @@ def size_claims(proc: Any, bootstrap: str) -> dict[str, float]:
     before = rss_mib(proc.pid)
     sockets = []
     for _ in range(10):
-        s = _connect(bootstrap)
+        s = connect(bootstrap)
         s.sendall(struct.pack(">i", 100_000_000))  # a 100 MB request is coming... and never does
         sockets.append(s)
     time.sleep(2)
@@ -141,7 +125,7 @@ def abandoned_polls(bootstrap: str, admin_url: str, count: int) -> dict[str, flo
     others = gauge(admin_url, "streamshop_connections_open")  # the admin client's, which stay
     sockets = []
     for i in range(count):
-        s = _connect(bootstrap)
+        s = connect(bootstrap)
         s.sendall(_fetch_v4("polls", i))
         sockets.append(s)
     deadline = time.monotonic() + 30
@@ -176,12 +160,12 @@ class Probe:
     def _run(self) -> None:
         request = struct.pack(">hhih", 18, 0, 1, 5) + b"probe"
         frame = struct.pack(">i", len(request)) + request
-        with _connect(self.bootstrap) as s:
+        with connect(self.bootstrap) as s:
             while not self._stop.is_set():
                 started = time.perf_counter()
                 s.sendall(frame)
-                size = struct.unpack(">i", _recv(s, 4))[0]
-                _recv(s, size)
+                size = struct.unpack(">i", recv_exactly(s, 4))[0]
+                recv_exactly(s, size)
                 self.worst = max(self.worst, time.perf_counter() - started)
                 self.count += 1
                 time.sleep(0.005)
@@ -197,16 +181,6 @@ class Probe:
         self._thread.join(10)
 
 
-def _recv(s: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = s.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
-
-
 def _produce_raw(bootstrap: str, topic: str, batch: bytes) -> int:
     """Produce v9 of one batch to partition 0 with acks=1; returns the error code."""
     name = topic.encode()
@@ -215,11 +189,11 @@ def _produce_raw(bootstrap: str, topic: str, batch: bytes) -> int:
     body += _uvarint(2) + _uvarint(len(name) + 1) + name + _uvarint(2) + struct.pack(">i", 0)
     body += _uvarint(len(batch) + 1) + batch + b"\x00" + b"\x00" + b"\x00"
     payload = header + body
-    with _connect(bootstrap) as s:
+    with connect(bootstrap) as s:
         s.settimeout(120)
         s.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", _recv(s, 4))[0]
-        response = _recv(s, size)
+        size = struct.unpack(">i", recv_exactly(s, 4))[0]
+        response = recv_exactly(s, size)
     # correlation id, header tags, topics(1), name, partitions(1), index, error code
     pos = 4 + 1 + 1
     length = response[pos] - 1

@@ -24,7 +24,7 @@ from types import FrameType
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from streamshop.broker_process import broker_command, parse_ready_line
+from streamshop.broker_process import ReadyLine, broker_command, parse_ready_line
 
 STARTUP_TIMEOUT = 60.0
 BROKERS = ("streamshop", "tansu")
@@ -41,6 +41,8 @@ class BrokerProcess:
     name: str
     bootstrap: str
     proc: subprocess.Popen[bytes]
+    admin_url: str | None = None
+    log_path: Path | None = None
 
     @property
     def pid(self) -> int:
@@ -92,13 +94,13 @@ def _fail_if_exited(proc: subprocess.Popen[bytes], log_path: Path) -> None:
         raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}:\n{tail}")
 
 
-def _wait_for_ready_line(proc: subprocess.Popen[bytes], log_path: Path) -> int:
+def _wait_for_ready_line(proc: subprocess.Popen[bytes], log_path: Path) -> ReadyLine:
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while time.monotonic() < deadline:
         for line in log_path.read_text(errors="replace").splitlines():
             ready = parse_ready_line(line)
             if ready is not None:
-                return ready.port
+                return ready
         _fail_if_exited(proc, log_path)
         time.sleep(0.05)
     raise TimeoutError(f"no ready line from {proc.args!r} in {STARTUP_TIMEOUT:.0f} s")
@@ -132,16 +134,19 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def streamshop_broker(workdir: Path, source: Path | None = None) -> Iterator[BrokerProcess]:
+def streamshop_broker(
+    workdir: Path, source: Path | None = None, *, admin: bool = False, settings: dict[str, str] | None = None
+) -> Iterator[BrokerProcess]:
     """This checkout's broker, or with `source` the broker of another tree of the project
-    (an earlier commit, for `bench_broker --baseline`), run by the same interpreter."""
+    (an earlier commit, for `bench_broker --baseline`), run by the same interpreter; with
+    `admin`, its admin HTTP API on a free port too."""
     name = "streamshop" if source is None else "baseline"
-    cmd = broker_command(workdir / f"{name}-data", "127.0.0.1:0")
+    cmd = broker_command(workdir / f"{name}-data", "127.0.0.1:0", "127.0.0.1:0" if admin else "off", settings)
     log_path = workdir / f"{name}.log"
     env = None if source is None else {**os.environ, "PYTHONPATH": str(source)}
     with child_process(cmd, log_path, env, cwd=source) as proc:
-        port = _wait_for_ready_line(proc, log_path)
-        yield BrokerProcess(name, f"127.0.0.1:{port}", proc)
+        ready = _wait_for_ready_line(proc, log_path)
+        yield BrokerProcess(name, f"127.0.0.1:{ready.port}", proc, ready.admin_url, log_path)
 
 
 def default_tansu_binary() -> Path:
@@ -169,6 +174,24 @@ def tansu_broker(workdir: Path, binary: Path) -> Iterator[BrokerProcess]:
     with child_process(cmd, log_path, env) as proc:
         _wait_for_metadata(proc, log_path, "127.0.0.1", port)
         yield BrokerProcess("tansu", f"127.0.0.1:{port}", proc)
+
+
+# --- raw sockets -------------------------------------------------------------------------------
+
+
+def connect(bootstrap: str, timeout: float = 10) -> socket.socket:
+    host, port = bootstrap.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=timeout)
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        data += chunk
+    return data
 
 
 # --- /proc: memory and idleness ------------------------------------------------------------

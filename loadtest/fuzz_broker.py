@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import random
-import socket
 import struct
 import subprocess
 import sys
@@ -33,8 +31,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from loadtest.brokers import connect, recv_exactly, rss_mib, streamshop_broker
 from loadtest.fuzz_seeds import Frame, record_seeds, relabel
-from streamshop.broker_process import broker_command, parse_ready_line
 
 CONTROL_TOPIC = "fuzz-control"
 CONTROL_PARTITIONS = 3
@@ -280,34 +278,15 @@ class Control:
 
 def advertised_versions(bootstrap: str, timeout: float = 10) -> dict[int, tuple[int, int]]:
     """ApiVersions v0 by hand (every broker answers it): {api key: (min, max)}."""
-    host, port = bootstrap.rsplit(":", 1)
     request = struct.pack(">hhih", 18, 0, 7, 4) + b"fuzz"
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+    with connect(bootstrap, timeout) as sock:
         sock.sendall(struct.pack(">i", len(request)) + request)
-        size = struct.unpack(">i", _recv_exactly(sock, 4))[0]
-        body = _recv_exactly(sock, size)
+        size = struct.unpack(">i", recv_exactly(sock, 4))[0]
+        body = recv_exactly(sock, size)
     _, error, count = struct.unpack_from(">ihi", body)
     if error:
         raise RuntimeError(f"ApiVersions error {error}")
     return {key: (low, high) for key, low, high in struct.iter_unpack(">hhh", body[10 : 10 + 6 * count])}
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        data += chunk
-    return data
-
-
-def _rss_mib(pid: int) -> float:
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def run(
@@ -319,69 +298,61 @@ def run(
     bootstrap: str | None = None,
     settings: dict[str, str] | None = None,
 ) -> Report:
+    """Fuzz the broker at `bootstrap`, or a `streamshop broker` started here (then its exit,
+    memory and logged tracebacks are reported too)."""
     report = Report()
-    with tempfile.TemporaryDirectory(prefix="fuzz-broker-") as tmp:
-        proc = None
-        if bootstrap is None:
-            proc = _start_broker(Path(tmp), settings or {})
-            assert proc.stdout is not None
-            ready = None
-            while ready is None:
-                line = proc.stdout.readline()
-                if not line:
-                    raise RuntimeError(f"the broker did not start: see {tmp}/broker.log")
-                ready = parse_ready_line(line)
-            bootstrap = ready.bootstrap
-        try:
-            advertised = advertised_versions(bootstrap)
-            seeds = relabel(record_seeds(bootstrap), advertised)
-            report.seeds, report.apis = len(seeds), len(advertised)
-            control = Control(bootstrap)
-            control.start()
-            host, port = bootstrap.rsplit(":", 1)
-            started = time.monotonic()
-            budget = [frames]
-            target = _Target(host, int(port), seeds, advertised, report, started + seconds, budget)
-            asyncio.run(_fuzz(target, connections, seed))
-            report.seconds = time.monotonic() - started
-            control.stop()
-            if proc is not None and proc.poll() is not None:
-                report.broker_exits = 1
-            else:
-                try:
-                    advertised_versions(bootstrap)
-                    report.answers_after = True
-                except Exception as e:
-                    report.control_problems.append(f"the broker does not answer: {e}")
-                report.acknowledged = sum(len(a) for a in control.acked.values())
-                report.control_problems += control.verify()
-                if report.acknowledged == 0:
-                    report.control_problems.append("the control client got nothing acknowledged")
-            if proc is not None:
-                report.broker_rss_mib = _rss_mib(proc.pid)
-        finally:
-            if proc is not None:
-                proc.kill()
-                proc.wait(10)
-                if proc.stdout is not None:
-                    proc.stdout.close()
-                report.tracebacks = (Path(tmp) / "broker.log").read_text(errors="replace").count("Traceback")
+    plan = _Plan(frames, seconds, connections, seed)
+    if bootstrap is not None:
+        _fuzz_and_check(bootstrap, None, report, plan)
+        return report
+    with (
+        tempfile.TemporaryDirectory(prefix="fuzz-broker-") as tmp,
+        streamshop_broker(Path(tmp), settings=settings) as broker,
+    ):
+        _fuzz_and_check(broker.bootstrap, broker.proc, report, plan)
+        if broker.proc.poll() is None:
+            report.broker_rss_mib = rss_mib(broker.pid)
+        assert broker.log_path is not None
+        report.tracebacks = broker.log_path.read_text(errors="replace").count("Traceback")
     return report
+
+
+@dataclass(frozen=True)
+class _Plan:
+    frames: int
+    seconds: float
+    connections: int
+    seed: int
+
+
+def _fuzz_and_check(bootstrap: str, proc: subprocess.Popen[bytes] | None, report: Report, plan: _Plan) -> None:
+    advertised = advertised_versions(bootstrap)
+    seeds = relabel(record_seeds(bootstrap), advertised)
+    report.seeds, report.apis = len(seeds), len(advertised)
+    control = Control(bootstrap)
+    control.start()
+    host, port = bootstrap.rsplit(":", 1)
+    started = time.monotonic()
+    target = _Target(host, int(port), seeds, advertised, report, started + plan.seconds, [plan.frames])
+    asyncio.run(_fuzz(target, plan.connections, plan.seed))
+    report.seconds = time.monotonic() - started
+    control.stop()
+    if proc is not None and proc.poll() is not None:
+        report.broker_exits = 1
+        return
+    try:
+        advertised_versions(bootstrap)
+        report.answers_after = True
+    except Exception as e:  # reported: the run fails
+        report.control_problems.append(f"the broker does not answer: {e}")
+    report.acknowledged = sum(len(a) for a in control.acked.values())
+    report.control_problems += control.verify()
+    if report.acknowledged == 0:
+        report.control_problems.append("the control client got nothing acknowledged")
 
 
 async def _fuzz(target: _Target, connections: int, seed: int) -> None:
     await asyncio.gather(*(_connection(target, random.Random(seed * 1000 + i)) for i in range(connections)))
-
-
-def _start_broker(tmp: Path, settings: dict[str, str]) -> subprocess.Popen[str]:
-    with open(tmp / "broker.log", "w") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(
-            broker_command(tmp / "data", "127.0.0.1:0", "127.0.0.1:0", settings),
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
 
 
 def main(argv: list[str] | None = None) -> int:
