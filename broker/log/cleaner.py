@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.log.gcpause import collector_paused
 from broker.log.segment import LogSegment, fsync_dir, segment_name
 from broker.protocol.batch import (
     HEADER_SIZE,
@@ -120,12 +119,15 @@ class StagedGroup:
 
 @dataclass
 class CleanResult:
-    staging: Path
-    upto: int = 0  # the offset up to which the pass cleaned (its last segment's end)
-    groups: list[StagedGroup] = field(default_factory=list)
-    bytes_before: int = 0
-    records_removed: int = 0
-    undecodable: int = 0
+    """What `build_files` made, with the plan's segments in place of their indexes."""
+
+    built: Built
+    groups: list[StagedGroup]
+    upto: int  # the offset up to which the pass cleaned (its last segment's end)
+
+    @property
+    def staging(self) -> Path:
+        return self.built.staging
 
 
 def _batches(path: Path) -> Iterator[bytes]:
@@ -210,33 +212,17 @@ def build(plan: CleanPlan) -> CleanResult:
 
 
 def attach(plan: CleanPlan, built: Built) -> CleanResult:
-    """The result of `build_files` with the plan's segments in place of their indexes."""
-    result = CleanResult(
-        staging=built.staging,
-        upto=plan.closed[-1].next_offset,
-        bytes_before=built.bytes_before,
-        records_removed=built.records_removed,
-        undecodable=built.undecodable,
-    )
-    result.groups = [
+    groups = [
         StagedGroup([plan.closed[i] for i in g.members], g.base_offset, g.next_offset, g.size) for g in built.groups
     ]
-    return result
+    return CleanResult(built, groups, upto=plan.closed[-1].next_offset)
 
 
 def build_files(plan: BuildSpec) -> Built:
     """Write the compacted segments into the staging directory.  It reads closed segments'
     files, which nothing else writes, and touches no live state: safe in a worker thread or
-    another process (the broker uses a process: hundreds of thousands of records decoded in
-    a thread would hold the interpreter lock against the event loop).
-
-    The records it decodes are short-lived and acyclic: the cyclic collector is held off
-    meanwhile (refcounting frees them)."""
-    with collector_paused():
-        return _build(plan)
-
-
-def _build(plan: BuildSpec) -> Built:
+    another process (the broker uses a process, `cleaner_worker`: hundreds of thousands of
+    records decoded in a thread would hold the interpreter lock against the event loop)."""
     latest: dict[bytes, int] = {}
     undecodable = 0
     for path in plan.paths:
@@ -388,20 +374,21 @@ def finish(log: PartitionLog, result: CleanResult, installed: int) -> CleanStats
         # Up to where this pass looked, not the log's end: segments rolled while it was
         # building are still dirty.
         (log.directory / CHECKPOINT).write_text(str(result.upto))
-    if result.undecodable:
+    built = result.built
+    if built.undecodable:
         log_.warning(
             "compaction kept batches it could not decode",
             topic=log.topic,
             partition=log.partition,
-            batches=result.undecodable,
+            batches=built.undecodable,
         )
     return CleanStats(
         segments_before=sum(len(g.members) for g in result.groups),
         segments_after=len(result.groups),
-        bytes_before=result.bytes_before,
+        bytes_before=built.bytes_before,
         bytes_after=sum(g.size for g in result.groups),
-        records_removed=result.records_removed,
-        undecodable_batches=result.undecodable,
+        records_removed=built.records_removed,
+        undecodable_batches=built.undecodable,
     )
 
 
