@@ -15,8 +15,8 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
-_OFFSET_ENTRY = struct.Struct(">II")
-_TIME_ENTRY = struct.Struct(">qI")
+OFFSET_ENTRY = struct.Struct(">II")
+TIME_ENTRY = struct.Struct(">qI")
 
 
 class IndexCorrupt(Exception):
@@ -34,10 +34,10 @@ class OffsetIndex:
     def load(self, log_size: int) -> None:
         """Load and sanity-check; raises IndexCorrupt so the caller rebuilds."""
         data = self.path.read_bytes()
-        if len(data) % _OFFSET_ENTRY.size:
+        if len(data) % OFFSET_ENTRY.size:
             raise IndexCorrupt(f"{self.path.name}: size {len(data)} is not a multiple of 8")
         last_off = last_pos = -1
-        for rel, pos in _OFFSET_ENTRY.iter_unpack(data):
+        for rel, pos in OFFSET_ENTRY.iter_unpack(data):
             if rel <= last_off or pos <= last_pos or pos >= log_size:
                 raise IndexCorrupt(f"{self.path.name}: entries out of order or past the log")
             self.rel_offsets.append(rel)
@@ -56,7 +56,7 @@ class OffsetIndex:
             return
         self.rel_offsets.append(rel)
         self.positions.append(position)
-        self._pending += _OFFSET_ENTRY.pack(rel, position)
+        self._pending += OFFSET_ENTRY.pack(rel, position)
 
     def truncate_at(self, offset: int) -> None:
         """Forget the entry for `offset` and every later one (found wrong when used), in memory
@@ -66,7 +66,7 @@ class OffsetIndex:
         del self.rel_offsets[i:]
         del self.positions[i:]
         with open(self.path, "r+b") as f:
-            f.truncate(i * _OFFSET_ENTRY.size)
+            f.truncate(i * OFFSET_ENTRY.size)
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the last entry at or before `offset`, or the segment start."""
@@ -92,10 +92,10 @@ class TimeIndex:
 
     def load(self, next_offset: int) -> None:
         data = self.path.read_bytes()
-        if len(data) % _TIME_ENTRY.size:
+        if len(data) % TIME_ENTRY.size:
             raise IndexCorrupt(f"{self.path.name}: size {len(data)} is not a multiple of 12")
         last_ts = last_off = -1
-        for ts, rel in _TIME_ENTRY.iter_unpack(data):
+        for ts, rel in TIME_ENTRY.iter_unpack(data):
             if ts <= last_ts or rel < last_off or self.base_offset + rel >= next_offset:
                 raise IndexCorrupt(f"{self.path.name}: entries out of order or past the log")
             self.timestamps.append(ts)
@@ -118,7 +118,7 @@ class TimeIndex:
             return
         self.timestamps.append(timestamp)
         self.rel_offsets.append(offset - self.base_offset)
-        self._pending += _TIME_ENTRY.pack(timestamp, offset - self.base_offset)
+        self._pending += TIME_ENTRY.pack(timestamp, offset - self.base_offset)
 
     def lookup(self, timestamp: int) -> int:
         """An offset from which to scan for the first batch with max timestamp >= `timestamp`."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from broker.log.index import OFFSET_ENTRY, TIME_ENTRY
 from broker.protocol.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -27,8 +28,6 @@ from broker.protocol.batch import (
     validate_batch,
 )
 from broker.protocol.records import decode_records
-
-_CHUNK = 8 << 20
 
 
 @dataclass
@@ -87,29 +86,28 @@ def verify_segment(path: Path, *, deep: bool) -> SegmentReport:
     return report
 
 
-def _check_offset_index(path: Path, base: int, starts: dict[int, int], report: SegmentReport) -> None:
+def _entries(path: Path, entry: struct.Struct, report: SegmentReport) -> Iterator[tuple[int, int]]:
+    """The whole entries of an index file (a missing file or a torn entry is a problem)."""
     if not path.exists():
         report.problems.append(f"{path.name}: missing (rebuilt at the next start)")
         return
     data = path.read_bytes()
-    if len(data) % 8:
+    if len(data) % entry.size:
         report.problems.append(f"{path.name}: {len(data)} bytes, not a whole number of entries")
-    for rel, pos in struct.iter_unpack(">II", data[: len(data) - len(data) % 8]):
+    for values in entry.iter_unpack(data[: len(data) - len(data) % entry.size]):
         report.index_entries += 1
+        yield values
+
+
+def _check_offset_index(path: Path, base: int, starts: dict[int, int], report: SegmentReport) -> None:
+    for rel, pos in _entries(path, OFFSET_ENTRY, report):
         if starts.get(base + rel) != pos:
             report.problems.append(f"{path.name}: offset {base + rel} -> position {pos} is not where that batch is")
 
 
 def _check_time_index(path: Path, base: int, last_offset: int, report: SegmentReport) -> None:
-    if not path.exists():
-        report.problems.append(f"{path.name}: missing (rebuilt at the next start)")
-        return
-    data = path.read_bytes()
-    if len(data) % 12:
-        report.problems.append(f"{path.name}: {len(data)} bytes, not a whole number of entries")
     last_ts = None
-    for ts, rel in struct.iter_unpack(">qI", data[: len(data) - len(data) % 12]):
-        report.index_entries += 1
+    for ts, rel in _entries(path, TIME_ENTRY, report):
         if last_ts is not None and ts <= last_ts:
             report.problems.append(f"{path.name}: timestamp {ts} after {last_ts}")
         if base + rel > last_offset:
