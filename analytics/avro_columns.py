@@ -1,6 +1,6 @@
 """Avro binary -> Arrow columns, fast: one decoder generated per (writer, reader) schema pair.
 
-Why not fastavro per record: measured on this machine, `fastavro.schemaless_reader` decodes a real
+Why not fastavro per record: measured on 2 cores, `fastavro.schemaless_reader` decodes a real
 `OrderCreated` (nested envelope, an array of line items, decimals, timestamps) at ~35k records/s
 per core, ~60k/s with logical types stripped, and its container-file block reader is no faster;
 then building Arrow from the dicts costs as much again.  (Its ~200k/s holds for tiny flat records.)

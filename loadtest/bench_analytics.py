@@ -14,7 +14,7 @@ Starts a streamshop broker (child process) and a schema registry (in a thread), 
    probe order a second in a currency of its own: freshness = time from producing a probe to
    its `orders.count` row arriving on `analytics.metrics` (the dashboard's view), p50/p95.
 
-Everything shares this machine's cores: the broker, the load generator, Spark's JVM and its
+Everything shares the host's cores: the broker, the load generator, Spark's JVM and its
 Python workers.
 
     python -m loadtest.bench_analytics [--backlog 1000000] [--rate 1000] [--seconds 60]
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
             registry.close()
 
     print()
-    print(f"analytics orders job, local[2] on this machine ({os.cpu_count()} cores shared with broker and load)")
+    print(f"analytics orders job, local[2] on {os.cpu_count()} cores shared with broker and load")
     print(
         f"backlog: {opts.backlog:,} events, one --once run in a session started in {session_s:.1f} s "
         "and warmed up by a run over 60,000 events"

@@ -1,4 +1,4 @@
-"""Benchmark of the services on the whole local stack (`streamshop up`), on this machine.
+"""Benchmark of the services on the whole local stack (`streamshop up`), driven from the same host.
 
     python -m loadtest.bench_services [--rate 1000] [--seconds 20] [--concurrency 64]
                                       [--otp-rate 50] [--otp-seconds 10] [--json PATH]

@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import io
 import json
+import os
 import tempfile
 import threading
 import time
@@ -250,7 +251,8 @@ def main(argv: list[str] | None = None) -> None:
             registry.close()
 
     print()
-    print(f"OrderCreated, {opts.partitions} partitions, local[2] on this machine; session start {session_s:.1f} s")
+    cores = os.cpu_count()
+    print(f"OrderCreated, {opts.partitions} partitions, local[2] on {cores} cores; session start {session_s:.1f} s")
     print(f"{'measurement':<46} {'events':>10} {'seconds':>8} {'events/s':>10}")
     for name, count, seconds in rows:
         print(f"{name:<46} {count:>10,} {seconds:>8.2f} {count / seconds:>10,.0f}")

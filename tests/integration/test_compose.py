@@ -491,7 +491,7 @@ def test_host_ports_are_unique_local_and_the_ports_the_processes_listen_on() -> 
         for ip, host, container in published(name):
             assert host not in seen, f"host port {host}: {seen.get(host)} and {name}"
             seen[host] = name
-            assert ip == "127.0.0.1", f"{name}: port {host} is open beyond this machine"
+            assert ip == "127.0.0.1", f"{name}: port {host} is open beyond the host"
             assert host == container, f"{name}: {host}:{container}, the URLs of the README would not hold"
             listening = {http_port(name)}
             if command_of(name)[:2] == ["streamshop", "catcher"]:
