@@ -21,7 +21,6 @@ import structlog
 from aiohttp import web
 
 from schemas import bounded_json
-from schemas.bounded_json import SCHEMA_DEPTH
 from schemas.registry import errors
 from schemas.registry.compatibility import Level
 from schemas.registry.config import ConfigError, RegistryConfig, parse_host_port
@@ -129,7 +128,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
     if not raw.strip():
         raise RegistryError(400, 400, "No content to map due to end-of-input")
     try:
-        data = bounded_json.loads(raw, max_depth=SCHEMA_DEPTH)
+        data = bounded_json.loads(raw, max_depth=bounded_json.SCHEMA_DEPTH)
     except (ValueError, UnicodeDecodeError) as e:
         raise RegistryError(400, 400, f"Unexpected character in JSON body: {e}") from e
     if not isinstance(data, dict):

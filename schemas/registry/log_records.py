@@ -22,7 +22,6 @@ import json
 from typing import Any
 
 from schemas import bounded_json
-from schemas.bounded_json import SCHEMA_DEPTH
 
 # A record to produce: key and value (None: a tombstone).
 Record = tuple[bytes, bytes | None]
@@ -36,8 +35,8 @@ def decode(key: bytes | None, value: bytes | None) -> tuple[Any, Any]:
     """The JSON of a record's key and value (None for a missing key or a tombstone); a
     `ValueError` when either is not JSON."""
     return (
-        bounded_json.loads(key, max_depth=SCHEMA_DEPTH) if key else None,
-        bounded_json.loads(value, max_depth=SCHEMA_DEPTH) if value is not None else None,
+        bounded_json.loads(key, max_depth=bounded_json.SCHEMA_DEPTH) if key else None,
+        bounded_json.loads(value, max_depth=bounded_json.SCHEMA_DEPTH) if value is not None else None,
     )
 
 

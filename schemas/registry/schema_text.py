@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas import bounded_json
-from schemas.bounded_json import SCHEMA_DEPTH
 from schemas.registry import errors
 from schemas.registry.compatibility import InvalidSchemaError, Level, check, validate
 from schemas.registry.errors import RegistryError
@@ -48,7 +47,7 @@ def parse_avro(text: str) -> ParsedSchema:
 @functools.lru_cache(maxsize=4096)
 def _parse_avro(text: str) -> ParsedSchema:
     try:
-        obj = bounded_json.loads(text, max_depth=SCHEMA_DEPTH)
+        obj = bounded_json.loads(text, max_depth=bounded_json.SCHEMA_DEPTH)
     except ValueError as e:
         raise errors.invalid_schema(f"not JSON: {e}") from e
     if not isinstance(obj, dict | list | str):
