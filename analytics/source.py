@@ -115,7 +115,7 @@ from analytics import offsets as off
 from analytics.avro_columns import EventColumns, SchemaResolutionError
 from analytics.kafka import KafkaClients, read_range
 from analytics.offsets import OffsetRange, Offsets, Partition
-from analytics.registry import Missing, fetch_schema, latest_schema
+from schemas.blocking_registry import Missing, fetch_schema, latest_schema
 from schemas.serde import HEADER_SIZE, AvroSchema, UnknownMagicByteError
 
 __all__ = ["SOURCE_NAME", "Settings", "StreamshopKafkaSource"]

@@ -38,6 +38,7 @@ __all__ = [
     "from_json",
     "iter_fields",
     "load_catalog",
+    "to_json",
 ]
 
 SCHEMA_DIR = Path(__file__).resolve().parent
@@ -285,6 +286,23 @@ def from_json(schema: AvroSchema, value: Any) -> Any:
     base64.  Record fields left out stay out (the writer fills their defaults).
     """
     return _from_json(value, schema.parsed, schema.named, schema.name.rsplit(".", 1)[-1])
+
+
+def to_json(value: Any) -> str:
+    """One line of plain JSON for a decoded Avro value: the inverse of `from_json`."""
+    return json.dumps(value, default=_jsonable, ensure_ascii=False, separators=(",", ":"))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat()
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _from_json(value: Any, node: Any, named: Mapping[str, Any], path: str) -> Any:

@@ -1,9 +1,12 @@
 """`streamshop produce` and `streamshop consume`: the console producer and consumer.
 
-produce: one record per stdin line, optionally `key<sep>value`; a summary on stderr; exit
+produce: one record per stdin line, optionally `key<sep>value`, sent as it is, checked as JSON,
+or JSON encoded as Confluent-framed Avro with a subject's schema; a summary on stderr; exit
 status 1 if a line was rejected or a delivery failed.
-consume: values on stdout (optionally `partition:offset` and key, tab-separated); without
---group the partitions are assigned, nothing is committed.
+consume: values on stdout (optionally `partition:offset`, headers, key and schema id before it,
+tab-separated), Avro decoded to JSON through the registry; without --group the partitions are
+assigned, nothing is committed.  A record that cannot be shown in the format asked for is
+reported on stderr and makes the exit status 1.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import IO, Any
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from streamshop.clients import CLIENT_ID, CommandError, StopSignal, client_config, error_text, parse_pairs, warn
+from streamshop.formats import FormatError, RecordEncoder, Renderer, headers_text
 
 MAX_ERRORS_SHOWN = 5
 _FATAL_CONSUME_ERRORS = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED}
@@ -51,6 +55,10 @@ def produce(args: argparse.Namespace) -> int:
         (k, v.encode()) for k, v in parse_pairs(args.header, "--header").items()
     ]
     separator = args.key_separator.encode() if args.key_separator else None
+    try:
+        encoder = RecordEncoder(args.value_format, args.registry, args.topic, args.subject, args.schema_id)
+    except FormatError as e:
+        raise CommandError(str(e)) from None
     producer = Producer(
         client_config(
             args.bootstrap,
@@ -63,10 +71,16 @@ def produce(args: argparse.Namespace) -> int:
     started = time.monotonic()
     partition = {} if args.partition is None else {"partition": args.partition}
     try:
-        for number, key, value in _records(sys.stdin.buffer, separator):
-            if value is None:
+        for number, key, text in _records(sys.stdin.buffer, separator):
+            if text is None:
                 skipped += 1
                 warn("produce", f"line {number}: no key separator {args.key_separator!r}; line skipped")
+                continue
+            try:
+                value = encoder.encode(text)
+            except FormatError as e:
+                skipped += 1
+                warn("produce", f"line {number}: {e}; line skipped")
                 continue
             while True:
                 try:
@@ -115,16 +129,35 @@ def _assign(consumer: Consumer, args: argparse.Namespace) -> None:
     consumer.assign([TopicPartition(args.topic, p, start) for p in partitions])
 
 
-def _line(message: Any, args: argparse.Namespace) -> bytes:
-    parts: list[bytes] = []
-    if args.print_offset:
-        parts.append(f"{message.partition()}:{message.offset()}".encode())
-    if args.print_key:
-        key = message.key()
-        parts.append(b"null" if key is None else key)
-    value = message.value()
-    parts.append(b"null" if value is None else value)
-    return b"\t".join(parts) + b"\n"
+class _Printer:
+    """One output line per record: [partition:offset] [headers] [key] [schema id] value."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.keys = Renderer(args.key_format, args.registry, lambda text: warn("consume", text))
+        self.values = Renderer(args.value_format, args.registry, lambda text: warn("consume", text))
+        self.failed = 0
+
+    def line(self, message: Any) -> bytes | None:
+        args = self.args
+        parts: list[bytes] = []
+        if args.print_offset:
+            parts.append(f"{message.partition()}:{message.offset()}".encode())
+        if args.print_headers:
+            parts.append(headers_text(message.headers()))
+        try:
+            if args.print_key:
+                parts.append(self.keys.render(message.key()))
+            value = self.values.render(message.value())
+        except FormatError as e:
+            self.failed += 1
+            warn("consume", f"{message.topic()} {message.partition()}:{message.offset()}: {e}; record skipped")
+            return None
+        if args.print_schema_id:
+            schema_id = self.values.schema_id
+            parts.append(b"-" if schema_id is None else str(schema_id).encode())
+        parts.append(value)
+        return b"\t".join(parts) + b"\n"
 
 
 def consume(args: argparse.Namespace) -> int:
@@ -139,6 +172,7 @@ def consume(args: argparse.Namespace) -> int:
     }
     consumer = Consumer(client_config(args.bootstrap, args.client_config, settings))
     out = sys.stdout.buffer
+    printer = _Printer(args)
     count = 0
     status = 0
     try:
@@ -161,12 +195,18 @@ def consume(args: argparse.Namespace) -> int:
                             status = 1
                             stop.event.set()
                         continue
-                    out.write(_line(message, args))
+                    line = printer.line(message)
+                    if line is not None:
+                        out.write(line)
                     count += 1
                 if messages:
                     out.flush()
                     idle_since = time.monotonic()
     finally:
         consumer.close()
-    warn("consume", f"processed a total of {count} messages")
+    summary = f"processed a total of {count} messages"
+    if printer.failed:
+        summary += f"; {printer.failed} could not be shown as {args.value_format}"
+        status = 1
+    warn("consume", summary)
     return status

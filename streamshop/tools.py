@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import TypeAlias
 
 BOOTSTRAP_ENV = "STREAMSHOP_BOOTSTRAP_SERVERS"
+REGISTRY_ENV = "STREAMSHOP_REGISTRY_URL"
+READ_FORMATS = ("auto", "avro", "json", "string", "bytes")  # streamshop.formats.Renderer
+WRITE_FORMATS = ("string", "avro", "json")  # streamshop.formats.RecordEncoder
 
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -192,7 +195,25 @@ def _produce_parser(sub: SubParsers) -> None:
     p.add_argument("--acks", choices=["all", "1", "0"], default="all", help="default all")
     p.add_argument("--header", action="append", default=[], metavar="KEY=VALUE", help="header on every record")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds a record may take to be delivered (default 30)")
+    p.add_argument(
+        "--value-format",
+        choices=WRITE_FORMATS,
+        default="string",
+        help="string: send the line as it is (default); json: check it is JSON; avro: encode the JSON line "
+        "with the subject's schema, Confluent-framed (decimals as strings or numbers, timestamps ISO 8601 "
+        "or epoch ms)",
+    )
+    p.add_argument("--subject", help="registry subject of --value-format avro (default TOPIC-value)")
+    p.add_argument("--schema-id", type=int, help="encode with this schema id instead of the subject's latest")
+    _registry_option(p)
     p.set_defaults(func=_lazy("streamshop.console", "produce", "produce"))
+
+
+def _registry_option(p: argparse.ArgumentParser) -> None:
+    default = os.environ.get(REGISTRY_ENV, "http://127.0.0.1:8081")
+    p.add_argument(
+        "--registry", metavar="URL", default=default, help=f"schema registry (env {REGISTRY_ENV}; default {default})"
+    )
 
 
 def _consume_parser(sub: SubParsers) -> None:
@@ -211,6 +232,18 @@ def _consume_parser(sub: SubParsers) -> None:
     p.add_argument("--timeout", type=float, help="stop after this many seconds without a record")
     p.add_argument("--print-key", action="store_true", help="print KEY<TAB>VALUE")
     p.add_argument("--print-offset", action="store_true", help="print PARTITION:OFFSET<TAB> first")
+    p.add_argument("--print-headers", action="store_true", help="print headers as K:V,K2:V2 (or NO_HEADERS)")
+    p.add_argument("--print-schema-id", action="store_true", help="print the value's schema id (- if not Avro)")
+    for part, default_text in (("value", "auto"), ("key", "auto")):
+        p.add_argument(
+            f"--{part}-format",
+            choices=READ_FORMATS,
+            default="auto",
+            help=f"how to print the {part}: avro decodes Confluent-framed Avro to JSON through the registry, "
+            f"json checks and compacts JSON, string decodes UTF-8, bytes prints what is stored; auto "
+            f"(default {default_text}) is avro for Confluent-framed {part}s, else bytes",
+        )
+    _registry_option(p)
     p.add_argument("--group", help="join this consumer group (subscribe; offsets are committed)")
     p.add_argument("--request-timeout", type=float, default=15.0, help=argparse.SUPPRESS)
     p.set_defaults(func=_lazy("streamshop.console", "consume", "consume"))

@@ -11,6 +11,7 @@ One stack serves the module; the tests run in file order and the broker restart 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -30,6 +31,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from schemas.client import RegistryClient
 from schemas.serde import AvroDeserializer
+from tests.integration.test_cli import cli
 from tests.support.stack import Stack, running_stack
 
 
@@ -141,6 +143,42 @@ async def test_orders_events_are_keyed_avro_that_confluent_kafkas_deserializer_r
     assert paid["to_status"] == "paid"
     assert seen[first][0]["total"] == Decimal("25.0000")
     assert seen[first][0]["currency"] == "EUR"
+
+
+async def test_the_console_consumer_prints_the_stacks_order_events_as_json_and_produce_encodes_json(
+    stack: Stack,
+) -> None:
+    async with aiohttp.ClientSession() as session:
+        created = await post(session, f"{url(stack, 'orders')}/orders", order_body(99), 201)
+    common = ["--bootstrap", bootstrap(stack), "--registry", url(stack, "registry"), "--topic", "orders"]
+    consumed = await asyncio.to_thread(
+        cli, "consume", *common, "--from-beginning", "--print-key", "--print-schema-id", "--timeout", "5"
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    rows = [line.split("\t") for line in consumed.stdout.splitlines()]
+    mine = [json.loads(value) for key, _, value in rows if key == created["order_id"]]
+    assert len(mine) == 1, consumed.stdout[-2000:]
+    assert mine[0]["total"] == "25.0000"
+    assert mine[0]["currency"] == "EUR"
+    assert mine[0]["items"] == [{"sku": "sku-99", "quantity": 2, "unit_price": "12.5000"}]
+    assert all(schema_id.isdigit() for _, schema_id, _ in rows)  # every value is registered Avro
+
+    # The same JSON goes back as Avro with the subject's latest schema; the stack's consumers
+    # would read it like any order event.
+    mine[0]["customer_id"] = "console"
+    mine[0]["order_id"] = str(uuid.uuid4())
+    mine[0]["envelope"]["event_id"] = str(uuid.uuid4())  # a new event, not a redelivery
+    line = json.dumps(mine[0]) + "\n"
+    guessed = await asyncio.to_thread(cli, "produce", *common, "--value-format", "avro", stdin=line)
+    assert guessed.returncode == 1  # orders holds two record types: one subject per type
+    subject = "orders-io.streamshop.events.orders.OrderCreated"
+    assert f"the topic's subjects are {subject}, " in guessed.stderr
+    produced = await asyncio.to_thread(
+        cli, "produce", *common, "--value-format", "avro", "--subject", subject, stdin=line
+    )
+    assert produced.returncode == 0, produced.stderr
+    events = await read_topic(stack, "orders", lambda rs: any(v.get("customer_id") == "console" for _, v in rs))
+    assert [name for name, v in events if v.get("customer_id") == "console"] == ["OrderCreated"]
 
 
 async def test_one_otp_request_yields_one_sms_and_one_email_even_when_a_sender_is_killed_mid_stream(

@@ -1,8 +1,8 @@
-"""Writer schemas by id, synchronously, for Spark's Python workers (stdlib HTTP, cached).
+"""Writer schemas by id and a subject's latest schema, synchronously (stdlib HTTP, cached).
 
-`schemas.client.RegistryClient` is asyncio; Spark workers are plain blocking code, and they need
-only two calls of the Confluent REST API: `GET /schemas/ids/{id}` and (on the driver, for the
-`valueSubject` option) `GET /subjects/{subject}/versions/latest`.
+`schemas.client.RegistryClient` is asyncio; Spark's Python workers and the console tools are
+plain blocking code, and they need only two calls of the Confluent REST API:
+`GET /schemas/ids/{id}` and `GET /subjects/{subject}/versions/latest`.
 
 An id names the same schema forever, so found schemas are cached per process for its lifetime
 (Spark reuses its Python workers across batches).  An unknown id (404) is not cached across
@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from schemas.serde import AvroSchema, InvalidSchemaError
 
-__all__ = ["Missing", "RegistryUnavailableError", "fetch_schema", "latest_schema"]
+__all__ = ["Missing", "RegistryUnavailableError", "fetch_schema", "latest_registered", "latest_schema", "subjects"]
 
 _ACCEPT = "application/vnd.schemaregistry.v1+json, application/json"
 _TIMEOUT_S = 10.0
@@ -43,13 +43,15 @@ class Missing:
     reason: str
 
 
-def fetch_schema(url: str, schema_id: int) -> AvroSchema | Missing:
-    """The writer schema with that id, or `Missing(reason)` when the registry has no usable one."""
+def fetch_schema(url: str, schema_id: int, *, wait: bool = True) -> AvroSchema | Missing:
+    """The writer schema with that id, or `Missing(reason)` when the registry has no usable one.
+
+    `wait=False` asks once instead of retrying an unreachable registry for about 15 s."""
     key = (url, schema_id)
     cached = _CACHE.get(key)
     if cached is not None:
         return cached
-    body = _get(f"{url.rstrip('/')}/schemas/ids/{schema_id}")
+    body = _get(f"{url.rstrip('/')}/schemas/ids/{schema_id}", wait)
     if body is None:
         return Missing(f"schema id {schema_id} not found in the schema registry")
     schema_type = body.get("schemaType", "AVRO")
@@ -67,25 +69,36 @@ def fetch_schema(url: str, schema_id: int) -> AvroSchema | Missing:
 
 def latest_schema(url: str, subject: str) -> str:
     """The text of the latest schema registered under `subject`."""
-    body = _get(f"{url.rstrip('/')}/subjects/{quote(subject, safe='')}/versions/latest")
-    if body is None or not isinstance(body.get("schema"), str):
-        raise ValueError(f"valueSubject: subject {subject!r} has no schema in the registry at {url}")
-    return str(body["schema"])
+    return latest_registered(url, subject)[1]
+
+
+def latest_registered(url: str, subject: str, *, wait: bool = True) -> tuple[int, str]:
+    """(id, text) of the latest schema registered under `subject`; ValueError when there is none."""
+    body = _get(f"{url.rstrip('/')}/subjects/{quote(subject, safe='')}/versions/latest", wait)
+    if body is None or not isinstance(body.get("schema"), str) or not isinstance(body.get("id"), int):
+        raise ValueError(f"subject {subject!r} has no schema in the registry at {url}")
+    return int(body["id"]), str(body["schema"])
 
 
 _BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between attempts while the registry does not answer
 
 
-def _get(url: str) -> dict[str, Any] | None:
-    for wait in _BACKOFF_S:
+def subjects(url: str) -> list[str]:
+    """Every subject of the registry (asked once)."""
+    body = _get_once(f"{url.rstrip('/')}/subjects", list)
+    return [s for s in body or () if isinstance(s, str)]
+
+
+def _get(url: str, patient: bool = True) -> dict[str, Any] | None:
+    for wait in _BACKOFF_S if patient else ():
         try:
-            return _get_once(url)
+            return _get_once(url)  # type: ignore[no-any-return]
         except RegistryUnavailableError:
             time.sleep(wait)
-    return _get_once(url)
+    return _get_once(url)  # type: ignore[no-any-return]
 
 
-def _get_once(url: str) -> dict[str, Any] | None:
+def _get_once(url: str, kind: type = dict) -> Any:
     request = urllib.request.Request(url, headers={"Accept": _ACCEPT})
     try:
         with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
@@ -96,6 +109,6 @@ def _get_once(url: str) -> dict[str, Any] | None:
         raise RegistryUnavailableError(f"GET {url}: HTTP {e.code}") from e
     except (urllib.error.URLError, TimeoutError, OSError, ValueError) as e:
         raise RegistryUnavailableError(f"GET {url}: {e}") from e
-    if not isinstance(body, dict):
-        raise RegistryUnavailableError(f"GET {url}: expected a JSON object")
+    if not isinstance(body, kind):
+        raise RegistryUnavailableError(f"GET {url}: expected a JSON {'object' if kind is dict else 'array'}")
     return body
