@@ -136,6 +136,8 @@ async def stream_tail(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), keepalive)
             if not woken.is_set():
+                # Also how a quiet tail learns its client left: aiohttp does not cancel the
+                # handler, but writing to a closed connection raises.
                 await response.write(b": keepalive\n\n")
     except ConnectionResetError:
         pass  # the client went away: nothing to clean up

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -454,3 +457,50 @@ async def test_the_services_shipper_sends_whole_batches_to_the_instances_partiti
     assert {r.partition for r in records} == {partition}
     assert {r.key for r in records} == {b"orders-7"}
     assert [json.loads(r.value or b"")["event"] for r in records] == [f"line {i}" for i in range(500)]
+
+
+@pytest.mark.parametrize("leaves", ["close", "reset"])
+async def test_a_tail_whose_client_left_ends_within_one_keepalive_interval(
+    tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry, leaves: str
+) -> None:
+    """A quiet tail (no matching records) notices its client left: its slot is free again within
+    one keepalive interval, whether the client closed cleanly or its connection was reset.  Served
+    as `services.common.runner` serves it (aiohttp does not cancel a handler whose client left)."""
+    keepalive = 0.5
+    config = LogsConfig(
+        bootstrap_servers=broker.bootstrap,
+        registry_url=running_registry.url,
+        database_path=tmp_path / "logs.db",
+        log_shipping=False,
+        max_tail_clients=1,
+        tail_keepalive_s=keepalive,
+    )
+    runner = web.AppRunner(create_app(config), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        async with aiohttp.ClientSession(f"http://{host}:{port}") as session:
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(f"GET /logs/tail?q=nothing-matches HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            await writer.drain()
+            async with asyncio.timeout(10):
+                assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+                while await reader.readline() != b"\r\n":
+                    pass
+            async with session.get("/logs/tail") as refused:
+                assert refused.status == 503  # the one slot is taken
+            if leaves == "reset":
+                sock = writer.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.close()
+            left = time.monotonic()
+            while True:
+                async with session.get("/logs/tail?backlog=0") as response:
+                    if response.status == 200:
+                        break
+                assert time.monotonic() - left < keepalive + 0.5, "the tail outlived its client"
+                await asyncio.sleep(0.05)
+    finally:
+        await runner.cleanup()
