@@ -46,6 +46,9 @@ def policy_of(config: OtpConfig) -> OtpPolicy:
         rate_limit_window=timedelta(seconds=config.rate_limit_window),
         seal_key=config.seal_key_bytes(),
         seal_key_id=config.seal_key_id,
+        destination_limit_max=config.rate_limit_destination_max,
+        client_limit_max=config.rate_limit_client_max,
+        client_exempt=config.client_exempt_networks(),
     )
 
 

@@ -114,20 +114,34 @@ class AlreadyVerified(Conflict):
 
 
 class RateLimited(ServiceError):
-    """429: the user asked for too many codes within the window."""
+    """429: too many codes asked for within the window, by this user, for this phone number or
+    e-mail address, or from this client address (`details.scope`: user, destination, client)."""
 
     status: ClassVar[int] = 429
     code: ClassVar[str] = "rate_limited"
 
-    def __init__(self, limit: int, window_seconds: float, retry_after_seconds: int) -> None:
+    def __init__(self, scope: str, limit: int, window_seconds: float, retry_after_seconds: int) -> None:
+        per = _SCOPE_WORDS.get(scope, scope)
         super().__init__(
-            f"at most {limit} OTP requests per {window_seconds:g} seconds; retry in {retry_after_seconds} s",
-            details={"limit": limit, "window_seconds": window_seconds, "retry_after_seconds": retry_after_seconds},
+            f"at most {limit} OTP requests {per} per {window_seconds:g} seconds; retry in {retry_after_seconds} s",
+            details={
+                "scope": scope,
+                "limit": limit,
+                "window_seconds": window_seconds,
+                "retry_after_seconds": retry_after_seconds,
+            },
         )
         self.retry_after_seconds = retry_after_seconds
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(max(1, self.retry_after_seconds))}
+
+
+_SCOPE_WORDS = {
+    "user": "per user",
+    "destination": "to one phone number or e-mail address",
+    "client": "from one client address",
+}
 
 
 # -- codes -------------------------------------------------------------------------------------

@@ -15,9 +15,11 @@ STORE_KEY = web.AppKey("otp_store", OtpStore)
 
 async def request_otp(request: web.Request) -> web.Response:
     """`POST /otp` ``{"user_id", "channels", "phone", "email"}``: 202 with the request id and
-    expiry; the code goes to the senders through the OtpRequested event, never in the response."""
+    expiry; the code goes to the senders through the OtpRequested event, never in the response.
+    The client address of the per-client limit is the peer's: behind a proxy, every request
+    comes from the proxy, so limit there or exempt it."""
     new = NewOtpRequest.from_body(await read_json(request))
-    created = await request.app[STORE_KEY].request(new)
+    created = await request.app[STORE_KEY].request(new, client=request.remote)
     return web.json_response(created.to_json(), status=202)
 
 

@@ -1,6 +1,13 @@
 """SQLite persistence of OTP requests: only the code's keyed hash, its expiry and an attempts
 counter are stored.  A request row and its OtpRequested event are written in one transaction
-(services.common.outbox); the per-user rate limit is checked in that same transaction."""
+(services.common.outbox); the rate limits are checked in that same transaction.
+
+Three limits share one window: per user id, per destination (a phone number or an e-mail
+address, whoever asks: without it anyone could SMS-bomb a number by varying the user id) and
+per client address (without it, by varying both).  Each request leaves one row per destination
+and one for its client in `otp_rate_events`; rows older than the window are deleted as requests
+come in, so the table holds at most one window of traffic.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from ipaddress import IPv4Network, IPv6Network, ip_address
 from typing import Any
 
 from services.common.db import Database
@@ -45,6 +53,15 @@ MIGRATIONS: Sequence[str] = (
     );
     CREATE INDEX otp_requests_by_user ON otp_requests (user_id, created_at);
     """,
+    """
+    CREATE TABLE otp_rate_events (
+        scope TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX otp_rate_events_by_subject ON otp_rate_events (scope, subject, created_at);
+    CREATE INDEX otp_rate_events_by_time ON otp_rate_events (created_at);
+    """,
 )
 
 
@@ -58,6 +75,9 @@ class OtpPolicy:
     rate_limit_max: int
     rate_limit_window: timedelta
     seal_key: bytes | None = None
+    destination_limit_max: int = 5
+    client_limit_max: int = 50  # 0: no per-client limit
+    client_exempt: tuple[IPv4Network | IPv6Network, ...] = ()
     seal_key_id: str = "k1"
 
 
@@ -126,9 +146,24 @@ class OtpStore:
             "trace_id": ctx.trace.trace_id if ctx is not None else None,
         }
 
-    async def request(self, new: NewOtpRequest) -> RequestedOtp:
+    def _limited_subjects(self, new: NewOtpRequest, client: str | None) -> list[tuple[str, str, int]]:
+        """(scope, subject, limit) of the rate-limit rows this request adds."""
+        policy = self.policy
+        limit = policy.destination_limit_max
+        subjects = [("destination", f"{c.value}:{a.strip().lower()}", limit) for c, a in new.destinations]
+        if client is not None and policy.client_limit_max > 0:
+            try:
+                address = ip_address(client)
+            except ValueError:
+                address = None
+            if address is None or not any(address in net for net in policy.client_exempt):
+                subjects.append(("client", client, policy.client_limit_max))
+        return subjects
+
+    async def request(self, new: NewOtpRequest, client: str | None = None) -> RequestedOtp:
         """Create a request with a fresh code and write its OtpRequested event; `RateLimited`
-        (429) when the user already made `rate_limit_max` requests within the window."""
+        (429) when the user, one of its destinations or the `client` address already reached
+        its limit within the window."""
         policy = self.policy
         request_id = RequestId(str(uuid.uuid4()))
         now = self._clock()
@@ -145,12 +180,20 @@ class OtpStore:
                 "SELECT created_at FROM otp_requests WHERE user_id = ? AND created_at > ? ORDER BY created_at",
                 (new.user_id, window_start),
             )
-            if len(recent) >= policy.rate_limit_max:
-                oldest = recent[len(recent) - policy.rate_limit_max]["created_at"]
-                retry_ms = oldest - window_start
-                raise RateLimited(
-                    policy.rate_limit_max, policy.rate_limit_window.total_seconds(), max(1, math.ceil(retry_ms / 1000))
+            self._check_limit("user", [r["created_at"] for r in recent], policy.rate_limit_max, window_start)
+            limited = self._limited_subjects(new, client)
+            await tx.execute("DELETE FROM otp_rate_events WHERE created_at <= ?", (window_start,))
+            for scope, subject, limit in limited:
+                rows = await tx.fetchall(
+                    "SELECT created_at FROM otp_rate_events WHERE scope = ? AND subject = ? AND created_at > ?"
+                    " ORDER BY created_at",
+                    (scope, subject, window_start),
                 )
+                self._check_limit(scope, [r["created_at"] for r in rows], limit, window_start)
+            await tx.executemany(
+                "INSERT INTO otp_rate_events (scope, subject, created_at) VALUES (?, ?, ?)",
+                [(scope, subject, _ms(now)) for scope, subject, _ in limited],
+            )
             await tx.execute(
                 "INSERT INTO otp_requests (id, user_id, channels, code_hash, created_at, expires_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
@@ -168,6 +211,14 @@ class OtpStore:
             }
             await self.outbox.add(tx, self.topic, new.user_id, "OtpRequested", record, kafka_headers())
         return RequestedOtp(request_id, new.user_id, expires_at, policy.max_attempts, sealed is not None)
+
+    def _check_limit(self, scope: str, recent: list[int], limit: int, window_start: int) -> None:
+        """`RateLimited` when `recent` (creation times in ms, ascending) already holds `limit`."""
+        if len(recent) < limit:
+            return
+        retry_ms = recent[len(recent) - limit] - window_start  # when the oldest that counts leaves
+        window = self.policy.rate_limit_window.total_seconds()
+        raise RateLimited(scope, limit, window, max(1, math.ceil(retry_ms / 1000)))
 
     async def verify(self, request_id: str, code: str) -> None:
         """Accept `code` for `request_id` once.  In this order: `UnknownRequest` (404),

@@ -230,10 +230,12 @@ def _plain_service(name: str) -> Callable[[StackContext, Mapping[str, int]], Lau
 
 def _otp_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
     keys = ctx.secrets
-    return _with(
-        service_env("otp", ctx, ports),
-        {"OTP_HASH_KEY": keys.otp_hash_key, "OTP_SEAL_KEY": keys.seal_key, "OTP_SEAL_KEY_ID": keys.seal_key_id},
-    )
+    base = service_env("otp", ctx, ports)
+    # The demo, Locust and the benchmarks run beside the stack and send every simulated user's
+    # requests from loopback: exempt it from the per-client limit unless the user says otherwise.
+    defaults = {**base.defaults, "OTP_RATE_LIMIT_CLIENT_EXEMPT": "127.0.0.0/8,::1/128"}
+    keys_env = {"OTP_HASH_KEY": keys.otp_hash_key, "OTP_SEAL_KEY": keys.seal_key, "OTP_SEAL_KEY_ID": keys.seal_key_id}
+    return Launch(base.command, {**base.env, **keys_env}, defaults)
 
 
 def _sender(prefix: str, name: str, keys: Secrets) -> dict[str, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
+import ipaddress
 import os
 import re
 import subprocess
@@ -229,8 +230,18 @@ def url_target(url: str) -> tuple[str, int]:
 # -- the file ---------------------------------------------------------------------------------
 
 
-def test_the_compose_file_has_services_volumes_and_extension_fields_only() -> None:
-    assert set(COMPOSE) - {"name", "services", "volumes"} <= {k for k in COMPOSE if k.startswith("x-")}
+def test_the_compose_file_has_services_volumes_one_network_and_extension_fields_only() -> None:
+    assert set(COMPOSE) - {"name", "services", "volumes", "networks"} <= {k for k in COMPOSE if k.startswith("x-")}
+    assert set(COMPOSE["networks"]) == {"default"}
+
+
+def test_locust_has_the_one_address_otp_exempts_from_its_per_client_limit() -> None:
+    subnet = ipaddress.ip_network(COMPOSE["networks"]["default"]["ipam"]["config"][0]["subnet"])
+    address = ipaddress.ip_address(SERVICES["locust"]["networks"]["default"]["ipv4_address"])
+    assert address in subnet
+    exempt = SERVICES["otp"]["environment"]["OTP_RATE_LIMIT_CLIENT_EXEMPT"]
+    assert [ipaddress.ip_network(n) for n in exempt.split(",")] == [ipaddress.ip_network(f"{address}/32")]
+    assert "--scale" not in COMPOSE_FILE.read_text()  # sender replicas would share one outbox
     assert "version" not in COMPOSE, "the version field is obsolete in the Compose specification"
 
 

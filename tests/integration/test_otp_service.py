@@ -16,14 +16,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from schemas.client import RegistryClient
 from schemas.registry.app import RunningRegistry
 from schemas.serde import AvroDeserializer
+from services.common.config import ConfigError
 from services.otp.app import create_app
 from services.otp.config import OtpConfig
 from services.otp.domain import code_hash, open_sealed_code
+from services.otp.handlers import STORE_KEY
 from tests.support.harness import ThreadBroker
 from tests.support.kit_processes import CATALOG, consume_all
 from tests.support.services import ServedApp, serve_app
@@ -246,3 +249,82 @@ async def test_rate_limit_per_user_is_429(service: Service) -> None:
     assert err["details"]["retry_after_seconds"] >= 1
     assert retry_after == str(err["details"]["retry_after_seconds"])  # RFC 9110: delay-seconds
     assert (await service.call("POST", "/otp", {**body, "user_id": "calm"}))[0] == 202
+
+
+async def test_rate_limit_per_destination_stops_bombing_one_number_under_many_user_ids(service: Service) -> None:
+    """Twenty users asking codes for one phone number: the first five (the default per-destination
+    limit) are sent, the rest refused whoever asks; e-mail addresses count case-insensitively;
+    other numbers are not affected."""
+    statuses = []
+    for i in range(20):
+        body = {"user_id": f"bomber-{i}", "channels": ["sms"], "phone": "+15550199"}
+        status, answer = await service.call("POST", "/otp", body)
+        statuses.append(status)
+        if status == 429:
+            assert answer["details"]["scope"] == "destination"
+            assert "to one phone number or e-mail address" in answer["message"]
+    assert statuses == [202] * 5 + [429] * 15
+    other = {"user_id": "bomber-x", "channels": ["sms"], "phone": "+15550198"}
+    assert (await service.call("POST", "/otp", other))[0] == 202
+    # A request naming a limited number is refused as a whole, and records nothing for its e-mail.
+    both = {"user_id": "mixed", "channels": ["sms", "email"], "phone": "+15550199", "email": "Victim@Example.com"}
+    assert (await service.call("POST", "/otp", both))[0] == 429
+    emails = [
+        (await service.call("POST", "/otp", {"user_id": f"e{i}", "channels": ["email"], "email": address}))[0]
+        for i, address in enumerate(["victim@example.com", "VICTIM@example.com", "victim@EXAMPLE.com"] * 2)
+    ]
+    assert emails == [202] * 5 + [429]
+
+
+async def test_rate_limit_per_client_address_with_exempt_networks(config: OtpConfig) -> None:
+    """Distinct loopback source addresses are distinct clients: 127.0.0.2 gets four requests (with
+    fresh users and numbers each time), then 429; 127.0.0.3 is unaffected; 127.0.0.4, in an exempt
+    network, is not limited per client at all."""
+    limited = dataclasses.replace(config, rate_limit_client_max=4, rate_limit_client_exempt=("127.0.0.4/32",))
+    async with serve(limited) as service:
+
+        async def from_address(source: str, n: int) -> list[int]:
+            connector = aiohttp.TCPConnector(local_addr=(source, 0))
+            async with aiohttp.ClientSession(connector=connector) as session:
+                statuses = []
+                for i in range(n):
+                    body = {
+                        "user_id": f"{source}-{i}",
+                        "channels": ["sms"],
+                        "phone": f"+1555{secrets.randbelow(10**7):07d}",
+                    }
+                    async with session.post(service.url + "/otp", json=body) as r:
+                        statuses.append(r.status)
+                        if r.status == 429:
+                            assert (await r.json())["details"]["scope"] == "client"
+                            assert int(r.headers["Retry-After"]) >= 1
+                return statuses
+
+        assert await from_address("127.0.0.2", 6) == [202] * 4 + [429] * 2
+        assert await from_address("127.0.0.3", 1) == [202]
+        assert await from_address("127.0.0.4", 6) == [202] * 6
+
+
+async def test_rate_limit_rows_older_than_the_window_are_deleted(config: OtpConfig) -> None:
+    short = dataclasses.replace(config, rate_limit_window=0.5, rate_limit_destination_max=2)
+    async with serve(short) as service:
+        body = {"user_id": "u", "channels": ["sms", "email"], "phone": "+15550142", "email": "w@example.com"}
+        statuses = [(await service.call("POST", "/otp", {**body, "user_id": f"u{i}"}))[0] for i in range(3)]
+        assert statuses == [202, 202, 429]
+        await asyncio.sleep(0.6)
+        assert (await service.call("POST", "/otp", {**body, "user_id": "later"}))[0] == 202  # the window moved on
+        store = service.app[STORE_KEY]
+        rows = await store.db.fetchall("SELECT scope, subject FROM otp_rate_events ORDER BY scope, subject")
+    # Only the last request's rows remain: its two destinations and its client.
+    assert [(r["scope"], r["subject"]) for r in rows] == [
+        ("client", "127.0.0.1"),
+        ("destination", "email:w@example.com"),
+        ("destination", "sms:+15550142"),
+    ]
+
+
+def test_bad_rate_limit_settings_are_named() -> None:
+    with pytest.raises(ConfigError) as info:
+        OtpConfig(rate_limit_client_max=-1, rate_limit_client_exempt=("10.0.0.0/8", "not-a-net")).check()
+    assert "OTP_RATE_LIMIT_CLIENT_MAX" in str(info.value)
+    assert "'not-a-net' is not an IP network" in str(info.value)
