@@ -57,6 +57,16 @@ class Field:
     def clean(self, value: Any, path: str, errors: _Errors) -> Any:
         return value
 
+    def json_schema(self) -> dict[str, Any]:
+        """The JSON Schema (2020-12, as OpenAPI 3.1 uses it) of what this validator accepts."""
+        schema = self._schema()
+        if self.nullable:
+            return {"anyOf": [schema, {"type": "null"}]}
+        return schema
+
+    def _schema(self) -> dict[str, Any]:
+        return {}
+
     def validate(self, value: Any) -> Any:
         """Validate a whole document; ValidationError lists every problem by field path."""
         errors: _Errors = {}
@@ -100,6 +110,20 @@ class Str(Field):
             raise _Invalid(self.allowed_message)
         return value
 
+    def _schema(self) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "string"}
+        if self.min_len is not None:
+            schema["minLength"] = self.min_len
+            if self.strip:
+                schema["pattern"] = r"\S"  # counted after stripping: blanks are not a value
+        if self.max_len is not None:
+            schema["maxLength"] = self.max_len
+        if self.pattern is not None:
+            schema["pattern"] = f"^(?:{self.pattern.pattern})$"  # fullmatch, in JSON Schema's search terms
+        if self.allowed is not None:
+            schema["enum"] = sorted(self.allowed)
+        return schema
+
 
 class Enum(Field):
     def __init__(self, *choices: str, **kw: Any) -> None:
@@ -110,6 +134,18 @@ class Enum(Field):
         if value not in self.choices:
             raise _Invalid(f"must be one of {', '.join(self.choices)}")
         return value
+
+    def _schema(self) -> dict[str, Any]:
+        return {"type": "string", "enum": list(self.choices)}
+
+
+def _bounds_schema(kind: str, minimum: Any, maximum: Any) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": kind}
+    if minimum is not None:
+        schema["minimum"] = minimum
+    if maximum is not None:
+        schema["maximum"] = maximum
+    return schema
 
 
 def _bounds(value: Any, minimum: Any, maximum: Any) -> None:
@@ -131,6 +167,9 @@ class Int(Field):
         _bounds(value, self.minimum, self.maximum)
         return value
 
+    def _schema(self) -> dict[str, Any]:
+        return _bounds_schema("integer", self.minimum, self.maximum)
+
 
 class Number(Field):
     def __init__(self, *, minimum: float | None = None, maximum: float | None = None, **kw: Any) -> None:
@@ -143,12 +182,18 @@ class Number(Field):
         _bounds(value, self.minimum, self.maximum)
         return float(value)
 
+    def _schema(self) -> dict[str, Any]:
+        return _bounds_schema("number", self.minimum, self.maximum)
+
 
 class Bool(Field):
     def clean(self, value: Any, path: str, errors: _Errors) -> Any:
         if not isinstance(value, bool):
             raise _Invalid("must be true or false")
         return value
+
+    def _schema(self) -> dict[str, Any]:
+        return {"type": "boolean"}
 
 
 class DecimalStr(Field):
@@ -176,6 +221,15 @@ class DecimalStr(Field):
         _bounds(number, self.minimum, self.maximum)
         return number
 
+    def _schema(self) -> dict[str, Any]:
+        limits = [f"at least {self.minimum}"] if self.minimum is not None else []
+        limits += [f"at most {self.maximum}"] if self.maximum is not None else []
+        limits += [f"at most {self.places} decimal places"] if self.places is not None else []
+        schema = {"type": "string", "pattern": f"^(?:{self._SYNTAX.pattern})$", "examples": ["12.50"]}
+        if limits:
+            schema["description"] = "A decimal string, " + ", ".join(limits) + "."
+        return schema
+
 
 class List(Field):
     def __init__(
@@ -201,12 +255,28 @@ class List(Field):
             raise _Invalid("must not contain duplicates")
         return [self.item.check(v, f"{path}[{i}]", errors) for i, v in enumerate(value)]
 
+    def _schema(self) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "array", "items": self.item.json_schema()}
+        if self.min_items is not None:
+            schema["minItems"] = self.min_items
+        if self.max_items is not None:
+            schema["maxItems"] = self.max_items
+        if self.unique:
+            schema["uniqueItems"] = True
+        return schema
+
 
 class Object(Field):
-    def __init__(self, fields: Mapping[str, Field], *, extra: bool = False, **kw: Any) -> None:
+    """`rules`: JSON Schema keywords for what the caller checks across fields after this
+    validator (e.g. ``allOf`` of if/then), so that the description says it too."""
+
+    def __init__(
+        self, fields: Mapping[str, Field], *, extra: bool = False, rules: Mapping[str, Any] | None = None, **kw: Any
+    ) -> None:
         super().__init__(**kw)
         self.fields = dict(fields)
         self.extra = extra
+        self.rules = dict(rules or {})
 
     def clean(self, value: Any, path: str, errors: _Errors) -> Any:
         if not isinstance(value, dict):
@@ -227,6 +297,22 @@ class Object(Field):
         else:
             out.update({k: v for k, v in value.items() if k not in self.fields})
         return out
+
+    def _schema(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {name: spec.json_schema() for name, spec in self.fields.items()},
+            "required": [name for name, spec in self.fields.items() if spec.required],
+            "additionalProperties": self.extra,
+            **self.rules,
+        }
+
+    def parameters(self, where: str = "query") -> list[dict[str, Any]]:
+        """The fields as OpenAPI parameters (a query string validated with this Object)."""
+        return [
+            {"name": name, "in": where, "required": spec.required, "schema": spec.json_schema()}
+            for name, spec in self.fields.items()
+        ]
 
 
 def validate(schema: Field, value: Any) -> Any:

@@ -31,8 +31,10 @@ from services.common.errors import ValidationError
 from services.common.kafka import EventProducer
 from services.common.log_shipper import LogShipper, SendRawAdapter, avro_log_encoder
 from services.common.logging import get_logger
+from services.common.openapi import serve_openapi
 from services.logs.config import LogsConfig
 from services.logs.indexer import Indexer, LogRecordDeserializer
+from services.logs.openapi import LOGS_OPENAPI
 from services.logs.store import LEVELS, STREAMS, LogQuery, LogStore
 from services.logs.tail import LogFeed, TailStreams, parse_backlog, stream_tail
 
@@ -172,6 +174,7 @@ def create_app(config: LogsConfig, *, shipper: LogShipper | None = None) -> web.
     app.router.add_get("/logs", search_logs)
     app.router.add_get("/logs/stats", log_stats)
     app.router.add_get("/logs/tail", tail_logs)
+    serve_openapi(app, LOGS_OPENAPI)
     feed = LogFeed()
     app[FEED_KEY] = feed
     app[TAILS_KEY] = TailStreams(config.max_tail_clients)

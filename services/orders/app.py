@@ -16,9 +16,11 @@ from schemas.catalog import default_catalog
 from services.common.app import create_base_app, default_checks
 from services.common.log_shipper import LogShipper
 from services.common.logging import get_logger
+from services.common.openapi import serve_openapi
 from services.common.outbox_service import RELAY_KEY, ensure_topic, open_outbox_service
 from services.orders import handlers
 from services.orders.config import OrdersConfig
+from services.orders.openapi import ORDERS_OPENAPI
 from services.orders.store import OrderStore
 
 __all__ = ["RELAY_KEY", "create_app", "ensure_topic"]
@@ -52,4 +54,5 @@ def create_app(config: OrdersConfig, *, shipper: LogShipper | None = None) -> we
     app.router.add_get("/orders", handlers.list_orders)
     app.router.add_get("/orders/{order_id}", handlers.get_order)
     app.router.add_post("/orders/{order_id}/status", handlers.change_status)
+    serve_openapi(app, ORDERS_OPENAPI)
     return app

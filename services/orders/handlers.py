@@ -15,6 +15,7 @@ from services.orders.store import OrderStore
 __all__ = [
     "IDEMPOTENCY_KEY_HEADER",
     "LIST_LIMIT_KEY",
+    "REPLAYED_HEADER",
     "STORE_KEY",
     "change_status",
     "create_order",

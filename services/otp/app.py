@@ -20,9 +20,11 @@ from schemas.catalog import default_catalog
 from services.common.app import create_base_app, default_checks
 from services.common.log_shipper import LogShipper
 from services.common.logging import get_logger
+from services.common.openapi import serve_openapi
 from services.common.outbox_service import RELAY_KEY, ensure_topic, open_outbox_service
 from services.otp import handlers
 from services.otp.config import OtpConfig
+from services.otp.openapi import OTP_OPENAPI
 from services.otp.store import OtpPolicy, OtpStore
 
 __all__ = ["RELAY_KEY", "create_app", "ensure_topic", "policy_of"]
@@ -76,4 +78,5 @@ def create_app(config: OtpConfig, *, shipper: LogShipper | None = None) -> web.A
     app.cleanup_ctx.append(lifecycle)
     app.router.add_post("/otp", handlers.request_otp)
     app.router.add_post("/otp/verify", handlers.verify_otp)
+    serve_openapi(app, OTP_OPENAPI)
     return app

@@ -228,7 +228,17 @@ REQUEST_OTP = Object(
             pattern=EMAIL,
             pattern_message="must be an e-mail address such as a@example.com",
         ),
-    }
+    },
+    # NewOtpRequest.from_body: each channel asked for needs its destination.
+    rules={
+        "allOf": [
+            {
+                "if": {"properties": {"channels": {"contains": {"const": channel}}}, "required": ["channels"]},
+                "then": {"properties": {field: {"type": "string"}}, "required": [field]},
+            }
+            for channel, field in (("sms", "phone"), ("email", "email"))
+        ]
+    },
 )
 
 VERIFY_OTP = Object(

@@ -1,0 +1,55 @@
+"""Each service publishes an OpenAPI 3.1 description at /openapi.json, and a property-based API
+fuzzer (schemathesis) holds the running service to it: no 5xx, every status, content type,
+header and body as described, every body that breaks the description refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from schemas.registry.app import RunningRegistry
+from services.common.openapi import OPENAPI_KEY
+from services.logs.app import create_app as logs_app
+from services.logs.config import LogsConfig
+from services.orders.app import create_app as orders_app
+from services.orders.config import OrdersConfig
+from services.otp.app import create_app as otp_app
+from services.otp.config import OtpConfig
+from tests.support.api_fuzz import fuzz
+from tests.support.harness import ThreadBroker
+from tests.support.services import serve_app
+
+
+def _common(tmp_path: Path, broker: ThreadBroker, registry: RunningRegistry, name: str) -> dict[str, object]:
+    return {
+        "bootstrap_servers": broker.bootstrap,
+        "registry_url": registry.url,
+        "database_path": tmp_path / f"{name}.db",
+        "log_shipping": False,
+    }
+
+
+async def test_orders_answers_as_its_description_says(
+    tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry
+) -> None:
+    app = orders_app(OrdersConfig(**_common(tmp_path, broker, running_registry, "orders")))  # type: ignore[arg-type]
+    async with serve_app(app) as (url, _):
+        await fuzz(url, app[OPENAPI_KEY], tmp_path)
+
+
+async def test_otp_answers_as_its_description_says(
+    tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry
+) -> None:
+    config = OtpConfig(**_common(tmp_path, broker, running_registry, "otp"), hash_key="k")  # type: ignore[arg-type]
+    app = otp_app(config)
+    async with serve_app(app) as (url, _):
+        await fuzz(url, app[OPENAPI_KEY], tmp_path)
+
+
+async def test_logs_answers_as_its_description_says(
+    tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry
+) -> None:
+    """The live tail streams until its client leaves, which a request-response fuzzer cannot
+    wait for: it is left out here and tested in test_logs_service.py."""
+    app = logs_app(LogsConfig(**_common(tmp_path, broker, running_registry, "logs")))  # type: ignore[arg-type]
+    async with serve_app(app) as (url, _):
+        await fuzz(url, app[OPENAPI_KEY], tmp_path, exclude_path="/logs/tail")
