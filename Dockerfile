@@ -3,8 +3,9 @@
 # services, the catcher, the PySpark analytics job and Locust (`python -m locust`).
 #
 # bookworm, not the plain python:3.11-slim tag: that one moved to Debian trixie, which no
-# longer ships OpenJDK 17, the Java runtime PySpark 4 is built and tested for.
-FROM python:3.11-slim-bookworm
+# longer ships OpenJDK 17, the Java runtime PySpark 4 is built and tested for.  Pinned by digest
+# (the multi-platform index of the 3.11.14 release), so a rebuild starts from the same bytes.
+FROM python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -20,14 +21,12 @@ RUN mkdir -p /usr/share/man/man1 \
 
 WORKDIR /app
 
-# The dependencies first, from pyproject.toml alone, so that a code change does not reinstall them.
-COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
-        > /tmp/requirements.txt \
- && pip install -r /tmp/requirements.txt \
- && rm /tmp/requirements.txt
+# The dependencies first, from the hashed lock alone, so that a code change does not reinstall
+# them and every package is the exact file the suite was run with (`make lock` writes it).
+COPY requirements-image.lock ./
+RUN pip install --require-hashes -r requirements-image.lock
 
-COPY README.md ./
+COPY pyproject.toml README.md ./
 COPY broker broker
 COPY schemas schemas
 COPY services services

@@ -5,22 +5,30 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup lock browser demo test lint bench load clean
 
-# requirements.lock pins every package the lower bounds in pyproject.toml resolved to when it was
-# last refreshed (`make lock`), so a fresh clone installs what the suite last passed with.
+# requirements.lock pins every package (with the dev tools) to the version the lower bounds in
+# pyproject.toml resolved to when it was last refreshed (`make lock`), each with the sha256 of
+# its files, so a fresh clone installs exactly what the suite last passed with, or nothing.
+# requirements-image.lock is the same for the runtime packages alone: the Dockerfile installs it.
 $(STAMP): pyproject.toml requirements.lock
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c requirements.lock -e '.[dev]'
+	$(PY) -m pip install --quiet --require-hashes -r requirements.lock
+	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 setup: $(STAMP)
 
+# Re-resolves the lower bounds to the newest releases with uv (from PyPI, in a scratch venv).
+# The image lock is constrained by the full one, so both pin the same versions.
+LOCK_HEADER = \# Resolved by `make lock` from the lower bounds in pyproject.toml, with hashes; do not edit.
 lock:
 	python3 -m venv .lock-venv
-	.lock-venv/bin/python -m pip install --quiet --upgrade pip
-	.lock-venv/bin/python -m pip install --quiet -e '.[dev]'
-	{ echo '# Resolved by `make lock` from the lower bounds in pyproject.toml; installed as constraints.'; \
-	  .lock-venv/bin/python -m pip freeze --exclude-editable; } > requirements.lock
+	.lock-venv/bin/python -m pip install --quiet uv
+	{ echo '$(LOCK_HEADER)'; .lock-venv/bin/uv pip compile --quiet --no-header --no-annotate --generate-hashes \
+	  --python-version 3.11 --extra dev pyproject.toml; } > requirements.lock.new
+	{ echo '$(LOCK_HEADER)'; .lock-venv/bin/uv pip compile --quiet --no-header --no-annotate --generate-hashes \
+	  --python-version 3.11 --constraint requirements.lock.new pyproject.toml; } > requirements-image.lock
+	mv requirements.lock.new requirements.lock
 	rm -rf .lock-venv
 
 # The dashboard's browser test drives Debian's Chromium through Playwright (Playwright's own

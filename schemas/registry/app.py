@@ -25,6 +25,7 @@ from schemas.registry import errors
 from schemas.registry.compatibility import Level
 from schemas.registry.config import ConfigError, RegistryConfig, parse_host_port
 from schemas.registry.errors import RegistryError
+from schemas.registry.openapi import registry_openapi
 from schemas.registry.schema_text import ParsedSchema, checked, parse_avro
 from schemas.registry.state import Mode, RegistryState, SchemaVersion
 from schemas.registry.store import LATEST, SchemaStore, StoreUnavailable
@@ -167,7 +168,10 @@ def _schema_from(body: dict[str, Any]) -> ParsedSchema:
     schema_type = body.get("schemaType")
     if schema_type is not None and str(schema_type).upper() not in SCHEMA_TYPES:
         raise RegistryError(422, errors.INVALID_SCHEMA, f"Invalid schema type {schema_type}")
-    if body.get("references"):
+    references = body.get("references")
+    if references is not None and not isinstance(references, list):
+        raise errors.invalid_schema("references must be a list")
+    if references:
         raise errors.invalid_schema("schema references are not supported by this registry")
     text = body.get("schema")
     if not isinstance(text, str) or not text.strip():
@@ -409,11 +413,16 @@ async def test_compatibility(request: web.Request) -> web.Response:
 
 
 def _level(body: dict[str, Any]) -> Level:
-    raw = body.get("compatibility", body.get("compatibilityLevel"))
-    try:
-        return Level(raw.upper() if isinstance(raw, str) else "")
-    except ValueError:
-        raise errors.invalid_compatibility_level(raw) from None
+    """The level of a PUT /config body: `compatibility` or `compatibilityLevel` (each given
+    one must be a level, case-insensitive; `compatibility` wins when both are)."""
+    given = [body[name] for name in ("compatibility", "compatibilityLevel") if name in body] or [None]
+    levels = []
+    for raw in given:
+        try:
+            levels.append(Level(raw.upper() if isinstance(raw, str) else ""))
+        except ValueError:
+            raise errors.invalid_compatibility_level(raw) from None
+    return levels[0]
 
 
 def _subject(request: web.Request) -> str | None:
@@ -543,6 +552,12 @@ def create_app(config: RegistryConfig) -> web.Application:
     r.add_get("/mode/{subject}", get_mode)
     r.add_put("/mode/{subject}", put_mode)
     r.add_delete("/mode/{subject}", delete_mode)
+    description = registry_openapi(RESPONSE_TYPES)
+
+    async def openapi(request: web.Request) -> web.Response:
+        return _reply(request, description)
+
+    r.add_get("/openapi.json", openapi)
     return app
 
 

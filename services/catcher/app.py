@@ -31,12 +31,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from services.catcher.config import CatcherConfig
+from services.catcher.openapi import catcher_openapi
 from services.catcher.smtp import start_smtp_server, stop_smtp_server
 from services.catcher.store import IdempotencyConflict, Mailbox, SmsBox
 from services.common.app import METRICS_REGISTRY_KEY, create_base_app, read_json
 from services.common.errors import BadRequest, NotFound, ServiceError, ValidationError
 from services.common.log_shipper import LogShipper
 from services.common.logging import get_logger
+from services.common.openapi import serve_openapi
 from services.common.outbox_service import shipping_logs
 from services.common.runner import READY_FIELDS_KEY
 from services.common.validation import Object, Str
@@ -235,6 +237,7 @@ def create_app(config: CatcherConfig, *, shipper: LogShipper | None = None) -> w
                 await stop_smtp_server(server, sessions)
 
     app.cleanup_ctx.append(lifecycle)
+    serve_openapi(app, catcher_openapi(SMS_BODY, MAX_LIMIT, token=bool(config.sms_token)))
     app.router.add_get("/messages", list_messages)
     app.router.add_get("/messages/{id}", get_message)
     app.router.add_delete("/messages", delete_messages)

@@ -32,8 +32,10 @@ from services.common.consumer import ConsumerRunner, consuming, runner_for_servi
 from services.common.errors import NotFound
 from services.common.log_shipper import LogShipper
 from services.common.logging import get_logger
+from services.common.openapi import serve_openapi
 from services.common.outbox_service import RELAY_KEY, open_publishing_service
 from services.notify.config import EmailSenderConfig, SenderConfig, SmsSenderConfig
+from services.notify.openapi import sender_openapi
 from services.notify.providers import FileSinkSmsProvider, Provider, SmtpEmailProvider, WebhookSmsProvider
 from services.notify.sender import Sender, SenderPolicy
 
@@ -215,4 +217,5 @@ def create_app(config: SenderConfig, *, shipper: LogShipper | None = None) -> we
 
     app.cleanup_ctx.append(lifecycle)
     app.router.add_get("/deliveries/{request_id}", get_delivery)
+    serve_openapi(app, sender_openapi(config.service_name, config.channel.value))
     return app

@@ -617,7 +617,9 @@ def _dockerfile_lines() -> Iterator[str]:
 def test_the_image_is_python_3_11_slim_with_java_17_and_the_project_installed() -> None:
     lines = list(_dockerfile_lines())
     (base,) = [line.split()[1] for line in lines if line.startswith("FROM ")]
-    assert base.startswith("python:3.11-slim")
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm@sha256:[0-9a-f]{64}", base), "pin the base image by digest"
+    (deps,) = [line for line in lines if "requirements-image.lock" in line and line.startswith("RUN ")]
+    assert "--require-hashes" in deps.split()
     assert any("apt-get install" in line and "openjdk-17-jre-headless" in line.split() for line in lines)
     (install,) = [line for line in lines if re.search(r"pip install .*\.$", line.strip())]
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -627,9 +629,29 @@ def test_the_image_is_python_3_11_slim_with_java_17_and_the_project_installed() 
     (user,) = [line.split()[1] for line in lines if line.startswith("USER ")]
     assert user not in ("root", "0")
     assert "streamshop" in pyproject["project"]["scripts"], "services run the `streamshop` console script"
-    copied = {line.split()[1] for line in lines if line.startswith("COPY ")}
+    copied = {source for line in lines if line.startswith("COPY ") for source in line.split()[1:-1]}
     packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
-    assert packages | {"pyproject.toml", "README.md", "loadtest"} <= copied
+    assert packages | {"requirements-image.lock", "pyproject.toml", "README.md", "loadtest"} <= copied
+
+
+def test_the_image_lock_pins_with_hashes_what_the_full_lock_pins() -> None:
+    """Both locks come from one `make lock`: every runtime package at the version the suite ran
+    with, each with the sha256 of its files."""
+
+    def pins(name: str) -> dict[str, str]:
+        text = (REPO / name).read_text()
+        found = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", text, re.MULTILINE))
+        blocks = re.split(r"\n(?=[A-Za-z0-9_.-]+==)", text)
+        assert all("--hash=sha256:" in block for block in blocks[1:]), f"{name}: a package without hashes"
+        return {k.lower().replace("_", "-"): v for k, v in found.items()}
+
+    image, full = pins("requirements-image.lock"), pins("requirements.lock")
+    assert image
+    assert {name: full.get(name) for name in image} == image
+    runtime = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    for requirement in runtime:
+        name = re.split(r"[<>=\[;! ]", requirement, maxsplit=1)[0].lower()
+        assert name in image, f"{name} missing from the image lock"
 
 
 def test_the_build_context_keeps_the_sources_and_leaves_out_environments_and_data() -> None:
@@ -640,7 +662,7 @@ def test_the_build_context_keeps_the_sources_and_leaves_out_environments_and_dat
     def ignored(path: str) -> bool:
         return any(fnmatch(path, p) or fnmatch(path, p.removeprefix("**/")) for p in patterns)
 
-    copied = {line.split()[1] for line in _dockerfile_lines() if line.startswith("COPY ")}
+    copied = {source for line in _dockerfile_lines() if line.startswith("COPY ") for source in line.split()[1:-1]}
     for path in copied:
         assert (REPO / path).exists(), path
         assert not ignored(path), path

@@ -239,6 +239,16 @@ async def test_a_missing_schema_or_unsupported_references_get_42201(api: Api) ->
         assert (reply.status, reply.error_code) == (422, 42201), payload
     refs = body(ORDER, references=[{"name": "x.Y", "subject": "y", "version": 1}])
     assert (await api.post("/subjects/a/versions", refs)).error_code == 42201
+    for not_a_list in ({}, "x", 1):  # not an empty list: refused, not read as "no references"
+        reply = await api.post("/subjects/a/versions", body(ORDER, references=not_a_list))
+        assert (reply.status, reply.error_code) == (422, 42201), not_a_list
+    assert (await api.post("/subjects/a/versions", body(ORDER, references=None))).status == 200
+
+
+async def test_a_config_body_with_one_good_and_one_bad_level_is_refused(api: Api) -> None:
+    reply = await api.put("/config", {"compatibility": "FULL", "compatibilityLevel": "AAA"})
+    assert (reply.status, reply.error_code) == (422, 42203)
+    assert (await api.get("/config")).json == {"compatibilityLevel": "BACKWARD"}
 
 
 @pytest.mark.parametrize(

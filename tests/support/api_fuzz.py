@@ -49,9 +49,11 @@ async def fuzz(
     max_examples: int = 100,
     seed: int = 20261125,
     exclude_path: str | None = None,
+    allow: tuple[str, ...] = (),
 ) -> str:
     """Run schemathesis on `base_url`; AssertionError with its report unless it tested every
-    operation of `doc` (but those of `exclude_path`) and every check passed.  Returns the report."""
+    operation of `doc` (but those of `exclude_path`) and every check passed, with no warning but
+    those `allow`-ed.  Returns the report."""
     extra = ("--exclude-path", exclude_path) if exclude_path else ()
     command = [
         str(Path(sys.executable).with_name("schemathesis")),
@@ -73,7 +75,7 @@ async def fuzz(
         "--workers",
         "1",
         "--warnings",
-        ",".join(WARNINGS),
+        ",".join(w for w in WARNINGS if w not in allow),
         *extra,
     ]
     proc = await asyncio.create_subprocess_exec(
@@ -94,7 +96,12 @@ async def fuzz(
         operations(doc) - 1 - (operations({"paths": {exclude_path: doc["paths"][exclude_path]}}) if exclude_path else 0)
     )
     assert int(tested.group(1)) == expected, report[-12000:]
-    links = re.search(r"API Links:\s+(\d+) covered / (\d+) selected", report)
-    if links is not None:
-        assert links.group(1) == links.group(2), report[-12000:]
+    declared = sum(
+        len(r.get("links", {}))
+        for item in doc["paths"].values()
+        for op in item.values()
+        for r in op["responses"].values()
+    )
+    covered = re.search(r"API Links:\s+(\d+) covered", report)
+    assert int(covered.group(1) if covered else 0) >= declared, report[-12000:]
     return report
