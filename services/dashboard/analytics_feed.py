@@ -3,7 +3,7 @@
 A group-less consumer reads every partition from the beginning (the topic is compacted: its
 beginning is the current value of every key, plus some older ones not yet cleaned), decodes the
 Confluent-framed Avro with the writer schema fetched from the registry by id, and keeps the
-latest value per key: the highest (generation, batch_id), as the README's Analytics section
+latest value per key: the highest (generation, batch_id), as docs/analytics.md
 defines it.  Only the newest `window_minutes` of windows are kept, so memory stays bounded
 however long the job has been running.
 
