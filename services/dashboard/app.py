@@ -94,6 +94,7 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
         interval=config.refresh_interval,
         timeout=config.poll_timeout,
         history_points=config.history_points,
+        rate_window=config.rate_window,
     )
     auth = (
         aiohttp.BasicAuth(config.registry_username, config.registry_password or "")

@@ -35,6 +35,9 @@ class DashboardConfig(ServiceConfig):
     refresh_interval: float = setting(2.0, help="seconds between two snapshots of the cluster")
     poll_timeout: float = setting(10.0, help="seconds a snapshot may take before it counts as failed")
     history_points: int = setting(150, help="snapshots kept for the rate and lag charts")
+    rate_window: float = setting(
+        20.0, help="seconds of offsets a rate is measured over (producers and commits come in bursts)"
+    )
     metrics_topic: str = setting("analytics.metrics", help="compacted topic of the analytics job's metrics")
     metrics_window_minutes: int = setting(60, help="minutes of metric windows kept, back from the newest")
     log_shipping: bool = setting(False, help="ship own logs to the logs.* topics")

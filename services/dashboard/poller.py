@@ -10,6 +10,7 @@ cluster may have been replaced at the same address).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 from typing import Any, Protocol
@@ -46,9 +47,22 @@ class ObservationSource(Protocol):
 
 
 class SnapshotPoller:
-    def __init__(self, source: ObservationSource, *, interval: float, timeout: float, history_points: int) -> None:
+    def __init__(
+        self,
+        source: ObservationSource,
+        *,
+        interval: float,
+        timeout: float,
+        history_points: int,
+        rate_window: float = 20.0,
+    ) -> None:
         self.source = source
         self.interval = interval
+        self.rate_window = rate_window
+        # Recent observations, oldest first; rates compare the newest with the oldest one that is
+        # at least `rate_window` old.  Between two consecutive polls, bursty producers (an outbox
+        # relay, a log shipper, a micro-batch's commit) read as 0 and then as a spike.
+        self.recent: collections.deque[Observation] = collections.deque()
         self.timeout = timeout
         self.history = History(history_points)
         self.rebalances = RebalanceCounter()
@@ -101,9 +115,10 @@ class SnapshotPoller:
         return True
 
     def apply(self, observation: Observation) -> None:
-        """Take a successful observation: rates against the previous one, rebalances, history."""
-        in_rates = messages_in_rates(self.previous, observation)
-        out_rates = messages_out_rates(self.previous, observation)
+        """Take a successful observation: rates over the rate window, rebalances, history."""
+        baseline = self._baseline(observation)
+        in_rates = messages_in_rates(baseline, observation)
+        out_rates = messages_out_rates(baseline, observation)
         for group in observation.groups.values():
             self.rebalances.observe(group)
         self.rebalances.forget_missing(observation.groups)
@@ -113,6 +128,18 @@ class SnapshotPoller:
         self.previous = observation
         self.updated_at = observation.wall
         self.error = None
+
+    def _baseline(self, observation: Observation) -> Observation | None:
+        """The observation rates are measured from: the newest one at least `rate_window` older
+        than `observation`, or the oldest kept while the window is still filling."""
+        recent = self.recent
+        if recent and observation.mono < recent[-1].mono:  # a clock that went back: start over
+            recent.clear()
+        recent.append(observation)
+        horizon = observation.mono - self.rate_window
+        while len(recent) > 2 and recent[1].mono <= horizon:
+            recent.popleft()
+        return recent[0] if recent[0] is not observation else None
 
     def partitions(self, topic: str) -> list[int] | None:
         """The topic's partitions as last observed; None if it did not exist (or no poll succeeded yet)."""

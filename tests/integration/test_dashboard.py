@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import itertools
 import json
 import logging
 import os
@@ -211,6 +212,45 @@ async def test_a_topic_shows_its_partitions_end_offsets_sizes_and_a_positive_in_
         assert topic_row(snap, topic)["size_bytes"] > row["size_bytes"]
         assert any(point["messages_in"].get(topic, 0) > 0 for point in snap["history"])
         assert len(snap["history"]) <= 50
+
+
+async def test_the_in_rate_of_a_topic_under_steady_bursty_traffic_stays_within_30_percent_between_refreshes(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """40 records every 2 s (an outbox relay's rhythm) with a refresh every second: between two
+    polls that is 0 or 40/s by turns; measured over the rate window it is a steady ~20/s."""
+    topic = "dash.steady"
+    create_topic(cluster.bootstrap, topic, 3)
+    settings = {"refresh_interval": 1.0, "rate_window": 10.0}
+    async with (
+        dashboard(cluster.bootstrap, cluster.registry_url, tmp_path, **settings) as dash,
+        producer(cluster.bootstrap) as p,
+    ):
+
+        async def traffic() -> None:
+            while True:
+                await produce_keyed(p, topic, 40, prefix=f"{time.monotonic()}-")
+                await asyncio.sleep(2.0)
+
+        sending = asyncio.create_task(traffic())
+        try:
+            await asyncio.sleep(12.0)  # the rate window fills
+            rates: list[float] = []
+            seen: str | None = None
+            while len(rates) < 8:
+                snap = await dash.snapshot()
+                if snap["updated_at"] != seen:
+                    seen = snap["updated_at"]
+                    rates.append(topic_row(snap, topic)["in_rate"])
+                await asyncio.sleep(0.1)
+        finally:
+            sending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sending
+    mean = sum(rates) / len(rates)
+    assert 14 <= mean <= 26, rates  # 20/s sent (a little less: each burst takes time to send)
+    for before, after in itertools.pairwise(rates):
+        assert abs(after - before) <= 0.3 * before, rates
 
 
 # -- consumer groups: the fan-out --------------------------------------------------------------
