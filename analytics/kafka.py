@@ -137,9 +137,10 @@ class KafkaClients:
                 out[(tp.topic, tp.partition)] = tp.offset
         return out
 
-    def commit(self, positions: Mapping[Partition, int]) -> None:
-        """Commit `positions` (next offsets to read) to the group, synchronously."""
-        tps = [TopicPartition(t, p, o) for (t, p), o in sorted(positions.items())]
+    def commit(self, positions: Mapping[Partition, int], note: str | None = None) -> None:
+        """Commit `positions` (next offsets to read) to the group, synchronously, with `note`
+        as each partition's metadata (analytics.commit_note)."""
+        tps = [TopicPartition(t, p, o, metadata=note) for (t, p), o in sorted(positions.items())]
         if not tps:
             return
         answered = self.consumer.commit(offsets=tps, asynchronous=False)

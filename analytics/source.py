@@ -82,6 +82,7 @@ Batch reads never commit.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import repeat
@@ -111,6 +112,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from analytics import commit_note
 from analytics import offsets as off
 from analytics.avro_columns import EventColumns, SchemaResolutionError
 from analytics.kafka import KafkaClients, read_range
@@ -127,6 +129,10 @@ _TRAILER = ("headers", "error", "value")
 _ARROW_CHUNK = 16_384  # records per Arrow batch handed to Spark
 
 log = logging.getLogger(__name__)
+
+# Unchanged positions are committed again this often (each commit notes when): the group's last
+# commit then says the job is alive even while no data comes.  Within one trigger interval more.
+COMMIT_EVERY_S = 15.0
 
 StartSpec = Literal["earliest", "latest", "group"] | dict[Partition, int]
 
@@ -560,6 +566,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: Offsets | None = None
         self._initial: Offsets | None = None
         self._committed: dict[Partition, int] | None = None
+        self._committed_at = 0.0
 
     def initialOffset(self) -> dict[str, Any]:
         spec = self.settings.starting or "group"
@@ -612,14 +619,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commit(off.flatten(end))
 
     def _commit(self, positions: dict[Partition, int]) -> None:
-        if positions == self._committed or not positions:
+        """Commit `positions`; unchanged positions again once COMMIT_EVERY_S has passed, so the
+        group's last commit (with its note, analytics.commit_note) tells that the job is alive
+        while no data comes."""
+        now = time.monotonic()
+        if not positions or (positions == self._committed and now - self._committed_at < COMMIT_EVERY_S):
             return
+        note = commit_note.note_text(self.settings.group_id, int(time.time() * 1000), COMMIT_EVERY_S)
         try:
-            self.planner.clients.commit(positions)
+            self.planner.clients.commit(positions, note)
         except Exception:
             log.warning("commit to group %s failed; the next commit catches up", self.settings.group_id, exc_info=True)
         else:
-            self._committed = positions
+            self._committed, self._committed_at = positions, now
 
     def stop(self) -> None:
         self.planner.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 from datetime import datetime
@@ -26,6 +27,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from analytics import commit_note
 from streamshop.clients import CommandError, client_config, error_text, table, warn
 
 # Kafka's names of the group states (DescribeGroups, kafka-consumer-groups.sh).
@@ -131,15 +133,18 @@ def _log_end_offsets(admin: AdminClient, partitions: Iterable[Partition], timeou
     return out
 
 
-def _committed(admin: AdminClient, group_id: str, timeout: float) -> dict[Partition, int]:
+def _committed(admin: AdminClient, group_id: str, timeout: float) -> tuple[dict[Partition, int], list[str | None]]:
+    """The group's committed offsets, and the metadata committed with them."""
     futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id)], request_timeout=timeout)
     result = _wait(futures[group_id], timeout)
     out: dict[Partition, int] = {}
+    metadata: list[str | None] = []
     for tp in result.topic_partitions or ():
         offset = _offset(tp.offset)
         if tp.error is None and offset is not None:
             out[(tp.topic, tp.partition)] = offset
-    return out
+            metadata.append(tp.metadata)
+    return out, metadata
 
 
 def _describe_one(admin: AdminClient, description: Any, timeout: float) -> dict[str, Any]:
@@ -162,7 +167,8 @@ def _describe_one(admin: AdminClient, description: Any, timeout: float) -> dict[
             }
         )
     members.sort(key=lambda m: m["member_id"])
-    committed = _committed(admin, group_id, timeout)
+    committed, metadata = _committed(admin, group_id, timeout)
+    committer = commit_note.newest(metadata)
     keys = sorted(set(committed) | set(owner))
     ends = _log_end_offsets(admin, keys, timeout)
     partitions = []
@@ -188,6 +194,8 @@ def _describe_one(admin: AdminClient, description: Any, timeout: float) -> dict[
         "lag": sum(p["lag"] for p in partitions if p["lag"] is not None),
         "members": members,
         "partitions": partitions,
+        # A job that commits without joining (the analytics job), from its commits' metadata.
+        "committer": committer.to_json(int(time.time() * 1000)) if committer is not None else None,
     }
 
 
@@ -218,6 +226,13 @@ def _print_group(group: dict[str, Any]) -> None:
         print(table(headers, rows))
     if not group["members"]:
         print(f"Consumer group '{group['group']}' has no active members.")
+        committer = group["committer"]
+        if committer is not None:
+            state = "alive" if committer["alive"] else "not committing (stopped?)"
+            print(
+                f"It is committed to by job {committer['job']} (client {committer['client']}): last commit "
+                f"{committer['age_s']:g} s ago, at least every {committer['every_s']:g} s while running: {state}."
+            )
         return
     print()
     member_rows = [

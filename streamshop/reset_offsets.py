@@ -144,7 +144,7 @@ def reset_offsets(args: argparse.Namespace) -> int:
     plans: dict[str, list[tuple[Partition, int | None, int]]] = {}
     for group_id in _groups(admin, args):
         _ensure_inactive(admin, group_id, args.timeout)
-        current = _committed(admin, group_id, args.timeout)
+        current, _ = _committed(admin, group_id, args.timeout)
         keys = _keys(admin, args, current)
         targets = _targets(admin, args, keys, current)
         plans[group_id] = [(k, current.get(k), targets[k]) for k in keys]

@@ -30,6 +30,7 @@ from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Int64, Schema, String
 from aiokafka.structs import TopicPartition
 
+from analytics import commit_note
 from services.common.logging import get_logger
 from services.dashboard.model import BrokerInfo, GroupInfo, MemberInfo, Observation, PartitionInfo, TopicInfo
 
@@ -300,6 +301,7 @@ class ClusterReader:
                     for m in d["members"]
                 ),
                 committed={(tp.topic, tp.partition): meta.offset for tp, meta in committed.items() if meta.offset >= 0},
+                committer=commit_note.newest(meta.metadata for meta in committed.values() if meta.offset >= 0),
                 error=error,
             )
         return out

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from analytics.commit_note import CommitNote
+
 __all__ = [
     "REBALANCING_STATES",
     "BrokerInfo",
@@ -97,6 +99,8 @@ class GroupInfo:
     protocol: str
     members: tuple[MemberInfo, ...]
     committed: Mapping[TopicPartitionKey, int] = field(default_factory=dict)
+    # A job that commits without joining (the analytics job) notes itself in its commits.
+    committer: CommitNote | None = None
     error: str | None = None  # the group could not be read fully this time
 
     def assigned(self) -> dict[TopicPartitionKey, MemberInfo]:
@@ -367,6 +371,7 @@ def groups_json(
                 "lag": _sum_known(p.lag for p in lags),
                 "out_rate": _round(out_rates.get(group_id)),
                 "rebalances": rebalances.get(group_id, 0),
+                "committer": _committer(group, observation),
                 "error": group.error,
                 "partitions": [
                     {
@@ -383,6 +388,11 @@ def groups_json(
             }
         )
     return out
+
+
+def _committer(group: GroupInfo, observation: Observation) -> dict[str, object] | None:
+    note = group.committer
+    return None if note is None else note.to_json(round(observation.wall * 1000))
 
 
 def _round(value: float | None) -> float | None:

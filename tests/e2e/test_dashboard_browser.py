@@ -6,6 +6,7 @@ section; the screenshot is kept in ``test-artifacts/`` (or ``$STREAMSHOP_TEST_AR
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -103,6 +104,25 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
         page.wait_for_selector(f'[data-testid="{chart}"] path[data-series]', timeout=LIVE_WITHIN_MS)
     page.wait_for_selector('[data-testid="funnel"] [data-stage]', timeout=LIVE_WITHIN_MS)
 
+    # The Spark job's group has no members (it commits without joining): it shows as the job,
+    # alive, with its client and last commit, not as a dead "Empty" group.
+    analytics_row = 'data-group="analytics"'
+    committer_line = f'[data-testid="groups-table"] tr[{analytics_row}] [data-testid="committer"]'
+    page.wait_for_selector(committer_line, timeout=30_000)
+    assert cell(page, "groups-table", analytics_row, "state") == "Committing"
+    committer = page.locator(committer_line).inner_text()
+    assert re.fullmatch(r"job analytics · \S+:\d+ · last commit [\d.]+ s ago, every 15 s · alive", committer), committer
+
+    # Revenue: one logarithmic axis for every currency; every time axis starts at its first point.
+    assert page.locator('[data-testid="chart-revenue"] g[data-scale="log"]').count() == 1
+    status, snap = http("GET", url.rstrip("/") + "/api/snapshot")
+    assert status == 200
+    revenue = snap["analytics"]["series"]["orders.revenue"]
+    first = min(t for points in revenue.values() for t, _ in points)
+    ticks = page.locator('[data-testid="chart-revenue"] text[data-tick]')
+    if len({t for points in revenue.values() for t, _ in points}) > 1:
+        assert float(ticks.first.get_attribute("data-tick") or "nan") == first
+
     # The catcher's inbox holds the OTP mails; the log tail streams lines.
     page.wait_for_selector('[data-testid="inbox"] li[data-mail]', timeout=30_000)
     status, mails = http("GET", stack.child("catcher")["urls"]["http"].rstrip("/") + "/messages")
@@ -111,6 +131,12 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
     shown = page.locator('[data-testid="inbox"] li[data-mail]').count()
     assert shown == min(mails["total"], 20)
     page.wait_for_selector('[data-testid="log-tail"] li[data-log-line]', timeout=30_000)
+    # Access log lines say what was asked and answered, not just "http request".
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('[data-testid="log-tail"] [data-testid="log-text"]')]
+                 .some((e) => /^(GET|POST|DELETE|PUT) \\/\\S* → \\d{3} in [\\d.,]+ ms$/.test(e.innerText))""",
+        timeout=30_000,
+    )
 
     # Live: more traffic moves the page without a reload.
     before_updated = page.locator("body").get_attribute("data-updated")

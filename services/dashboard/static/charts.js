@@ -92,13 +92,32 @@ function legend(svg, names) {
   svg.append(group);
 }
 
+function linearAxis(top) {
+  return { fraction: (v) => Math.min(v, top) / top, ticks: [0, 0.25, 0.5, 0.75, 1].map((f) => top * f) };
+}
+
+// Powers of ten from below the smallest positive value to above the largest; zero and negative
+// values sit on the bottom line.
+function logAxis(values) {
+  const positive = values.filter((v) => v > 0);
+  const low = Math.floor(Math.log10(positive.length ? Math.min(...positive) : 1));
+  const high = Math.max(low + 1, Math.ceil(Math.log10(positive.length ? Math.max(...positive) : 10)));
+  const fraction = (v) => (v > 0 ? Math.min(1, Math.max(0, (Math.log10(v) - low) / (high - low))) : 0);
+  const ticks = [];
+  for (let e = low; e <= high; e += 1) ticks.push(10 ** e);
+  return { fraction, ticks };
+}
+
 /**
  * Line chart over time.
  * series: [{name, points: [[timeMs, value], ...]}];
- * options: {format(value), yMax, withSeconds, empty (text without data), minSpanMs (shortest time axis)}
+ * options: {format(value), yMax, withSeconds, empty (text without data), minSpanMs (time axis of a
+ * lone point), logScale (a logarithmic value axis: series of very different sizes, such as revenue
+ * in JPY and in EUR, each keep their shape)}
  */
 export function lineChart(svg, series, options = {}) {
   const { format = formatNumber, yMax = null, withSeconds = true, empty = "no data yet", minSpanMs = 60_000 } = options;
+  const logScale = options.logScale ?? false;
   clear(svg);
   const drawn = series.filter((s) => s.points.length > 0);
   if (drawn.length === 0) {
@@ -106,28 +125,31 @@ export function lineChart(svg, series, options = {}) {
     return;
   }
   const all = drawn.flatMap((s) => s.points);
-  // At least `minSpanMs` of time, ending at the newest point: a series just starting shows up
-  // at the right edge, with distinct tick labels, rather than stretched over the whole width.
+  // The time axis runs from the first point to the newest; a lone point gets `minSpanMs`.
   const t1 = Math.max(...all.map((p) => p[0]));
-  const t0 = Math.min(t1 - minSpanMs, ...all.map((p) => p[0]));
-  const top = yMax ?? niceMax(Math.max(...all.map((p) => p[1])));
+  const first = Math.min(...all.map((p) => p[0]));
+  const t0 = first < t1 ? first : t1 - minSpanMs;
   const plotW = WIDTH - MARGIN.left - MARGIN.right;
   const plotH = HEIGHT - MARGIN.top - MARGIN.bottom;
   const x = (t) => MARGIN.left + ((t - t0) / (t1 - t0)) * plotW;
-  const y = (v) => MARGIN.top + plotH - (Math.min(v, top) / top) * plotH;
+  const scale = logScale ? logAxis(all.map((p) => p[1])) : linearAxis(yMax ?? niceMax(Math.max(...all.map((p) => p[1]))));
+  const y = (v) => MARGIN.top + plotH - scale.fraction(v) * plotH;
 
-  const axes = svgEl("g");
-  for (const fraction of [0, 0.25, 0.5, 0.75, 1]) {
-    const value = top * fraction;
+  const axes = svgEl("g", { "data-scale": logScale ? "log" : "linear" });
+  scale.ticks.forEach((value, i) => {
     const rule = { x1: MARGIN.left, x2: WIDTH - MARGIN.right, y1: y(value), y2: y(value) };
-    axes.append(svgEl("line", { ...rule, class: fraction === 0 ? "axis" : "grid" }));
+    axes.append(svgEl("line", { ...rule, class: i === 0 ? "axis" : "grid" }));
     axes.append(svgEl("text", { x: MARGIN.left - 6, y: y(value) + 4, "text-anchor": "end" }, format(value)));
-  }
+  });
   const ticks = 4;
+  let previous = null;
   for (let i = 0; i <= ticks; i += 1) {
     const t = t0 + ((t1 - t0) * i) / ticks;
+    const label = formatTime(t, withSeconds);
+    if (label === previous) continue; // a short axis: one label per distinct time
+    previous = label;
     const anchor = i === 0 ? "start" : i === ticks ? "end" : "middle";
-    axes.append(svgEl("text", { x: x(t), y: HEIGHT - 6, "text-anchor": anchor }, formatTime(t, withSeconds)));
+    axes.append(svgEl("text", { x: x(t), y: HEIGHT - 6, "text-anchor": anchor, "data-tick": t }, label));
   }
   svg.append(axes);
 

@@ -88,7 +88,26 @@ function renderTopics(cluster) {
 
 // -- groups ---------------------------------------------------------------------------------
 
+// A group without members may be a job that commits without joining (the Spark job): its
+// commits say which process, when, and how often it commits while running.
+function committerLine(c) {
+  return el(
+    "div",
+    { class: "assignment committer", "data-testid": "committer" },
+    el("span", { class: "who" }, `job ${c.job} · ${c.client}`),
+    ` · last commit ${formatNumber(c.age_s)} s ago, every ${formatNumber(c.every_s)} s · `,
+    el("span", { class: c.alive ? "alive" : "lag-positive" }, c.alive ? "alive" : "not committing"),
+  );
+}
+
+function stateText(group) {
+  const c = group.committer;
+  if (group.members.length > 0 || !c) return [group.state, group.state];
+  return c.alive ? ["Committing", "Stable"] : [`${group.state} (job stopped)`, group.state];
+}
+
 function assignmentLines(group) {
+  if (group.members.length === 0 && group.committer) return [committerLine(group.committer)];
   if (group.members.length === 0) return [el("span", { class: "unknown" }, "no members")];
   return group.members.map((m) => {
     const parts = m.assignment.map((a) => `${a.topic}[${a.partitions.join(",")}]`).join(" ");
@@ -148,7 +167,7 @@ function renderGroups(groups) {
         "tr",
         { "data-group": g.group_id },
         el("td", { "data-col": "group" }, g.group_id),
-        el("td", { "data-col": "state", class: `state state-${g.state}` }, g.state),
+        el("td", { "data-col": "state", class: `state state-${stateText(g)[1]}` }, stateText(g)[0]),
         numCell("members", g.members.length, String(g.members.length)),
         el("td", { "data-col": "topics" }, g.topics.join(", ")),
         el("td", { "data-col": "assignments" }, ...assignmentLines(g)),
@@ -208,9 +227,10 @@ function renderAnalytics(analytics) {
   bad.title = analytics.last_undecodable ?? "";
 
   const waiting = "waiting for the analytics job…";
-  const opts = { withSeconds: false, empty: waiting, minSpanMs: 10 * 60_000 };
+  const opts = { withSeconds: false, empty: waiting, minSpanMs: 5 * 60_000 };
   lineChart($("[data-testid=chart-orders]"), metricSeries(analytics, "orders.count"), opts);
-  lineChart($("[data-testid=chart-revenue]"), metricSeries(analytics, "orders.revenue"), opts);
+  // One axis for every currency, logarithmic: 1,000 JPY and 7 EUR both keep their shape.
+  lineChart($("[data-testid=chart-revenue]"), metricSeries(analytics, "orders.revenue"), { ...opts, logScale: true });
   barChart(
     $("[data-testid=funnel]"),
     analytics.funnel.map((f) => ({ name: f.status, value: f.count })),
@@ -295,6 +315,16 @@ async function refreshInbox() {
 
 // -- live log tail ---------------------------------------------------------------------------
 
+// An access log line says what was asked and answered: "POST /orders → 201 in 4.2 ms".
+function logText(record) {
+  const f = record.fields ?? {};
+  if (f.method && f.path) {
+    const took = typeof f.duration_ms === "number" ? ` in ${formatNumber(f.duration_ms)} ms` : "";
+    return `${f.method} ${f.path} → ${f.status ?? "?"}${took}`;
+  }
+  return record.event ?? "";
+}
+
 function logLine(record) {
   const level = String(record.level ?? "info").toLowerCase();
   return el(
@@ -306,7 +336,7 @@ function logLine(record) {
     " ",
     el("span", { class: "service" }, record.service ?? "?"),
     " ",
-    record.event ?? "",
+    el("span", { class: "message", "data-testid": "log-text" }, logText(record)),
   );
 }
 
