@@ -31,6 +31,11 @@ Migrations are versioned per *component* (`"outbox"`, `"consumer"`, `"orders"`..
 tables and a service's tables evolve independently: `await db.migrate("orders", [step1, step2])`
 applies the steps not yet recorded in `schema_migrations`, each atomically with its record.
 Steps are append-only: never edit or reorder an applied step, add a new one.
+
+The database work is logged under this module's logger, whose name ends in ``.db``, so the log
+shipper sends it to ``logs.db``: each open and close, each migration applied, and every
+transaction or group-committed batch of writes that held the write lock longer than `slow_ms`
+(a warning: everything else of the process waits on that lock).
 """
 
 from __future__ import annotations
@@ -49,12 +54,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+from services.common.logging import get_logger
+
 __all__ = ["Database", "ExecResult", "Migration", "Transaction"]
 
 T = TypeVar("T")
 Params = Sequence[Any] | dict[str, Any]
 Migration = str | Callable[[sqlite3.Connection], None]
 """A migration step: an SQL script (several statements allowed) or a function of the connection."""
+
+log = get_logger(__name__)
 
 _COMPONENT = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _in_transaction: contextvars.ContextVar[Database | None] = contextvars.ContextVar("in_transaction", default=None)
@@ -70,8 +79,11 @@ class Database:
     """One SQLite database file, used from asyncio.  `await db.open()` / `await db.close()`, or
     `async with Database(path) as db:`."""
 
-    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 5000, synchronous: str = "NORMAL") -> None:
+    def __init__(
+        self, path: str | Path, *, busy_timeout_ms: int = 5000, synchronous: str = "NORMAL", slow_ms: float = 250.0
+    ) -> None:
         self.path = Path(path)
+        self.slow_ms = slow_ms
         self._busy_timeout_ms = busy_timeout_ms
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
@@ -95,6 +107,8 @@ class Database:
             return self
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sqlite-{self.path.name}")
         self._conn = await self._submit(self._connect)
+        size = self.path.stat().st_size if self.path.exists() else 0
+        log.info("database opened", path=str(self.path), size_bytes=size, synchronous=self._synchronous)
         return self
 
     def _connect(self) -> sqlite3.Connection:
@@ -122,6 +136,7 @@ class Database:
             if conn is not None:
                 await asyncio.get_running_loop().run_in_executor(executor, conn.close)
         executor.shutdown(wait=True)
+        log.info("database closed", path=str(self.path))
 
     @property
     def is_open(self) -> bool:
@@ -184,6 +199,7 @@ class Database:
                 # statements (lost at the next rollback) and fail the next group commit.
                 await asyncio.shield(self._submit(_rollback_if_open(conn)))
                 raise
+            began = time.perf_counter()
             tx = Transaction(self, conn)
             token = _in_transaction.set(self)
             try:
@@ -201,6 +217,7 @@ class Database:
             except BaseException:
                 await asyncio.shield(self._submit(_rollback_if_open(conn)))
                 raise
+            self._note_slow("slow transaction", began)
         for callback in tx.commit_callbacks:
             callback()
 
@@ -219,6 +236,7 @@ class Database:
         while self._writes:
             async with self._lock:
                 batch, self._writes = self._writes, []
+                began = time.perf_counter()
                 try:
                     # Inside the try: on a closed database the batch's callers get the RuntimeError
                     # (as `run` raises it) instead of waiting forever on futures of a dead task.
@@ -226,10 +244,13 @@ class Database:
                     outcomes = await asyncio.shield(self._submit(work))
                 except Exception as e:  # not open, or BEGIN or COMMIT failed: nothing of the batch was written
                     outcomes = [(False, e)] * len(batch)
+                    log.warning("write batch failed", path=str(self.path), writes=len(batch), error=repr(e))
                 except asyncio.CancelledError:
                     for _, future in batch:
                         future.cancel()
                     raise
+                else:
+                    self._note_slow("slow write batch", began, writes=len(batch))
             for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
                 if future.done():
                     continue
@@ -246,7 +267,15 @@ class Database:
         """
         if not _COMPONENT.fullmatch(component):
             raise ValueError(f"invalid migration component name {component!r}")
-        return await self.run(lambda c: _migrate(c, component, steps))
+        applied = await self.run(lambda c: _migrate(c, component, steps))
+        if applied:
+            log.info("database migrated", path=str(self.path), component=component, steps=applied, version=len(steps))
+        return applied
+
+    def _note_slow(self, what: str, began: float, **fields: Any) -> None:
+        held_ms = (time.perf_counter() - began) * 1000
+        if held_ms > self.slow_ms:
+            log.warning(what, path=str(self.path), held_ms=round(held_ms, 1), slow_ms=self.slow_ms, **fields)
 
     async def applied_version(self, component: str) -> int:
         row = await self.fetchone(

@@ -13,7 +13,11 @@ sending (a contextvar marks it), because shipping those would produce more lines
 
 Topic: ``logs.ingress`` for the access log, ``logs.db`` for loggers named ``*.db``, else
 ``logs.app``; a line may choose with a ``log_stream`` key (``app``/``ingress``/``db``).
-The Kafka key is the instance id, so one instance's lines stay in order in one partition.
+The Kafka key of ``logs.app`` and ``logs.db`` lines is the instance id, so one instance's story
+stays in order in one partition.  Access log lines (``logs.ingress``) are one per request and
+independent of each other (the indexer deduplicates by event id and search orders by timestamp),
+so they go without a key: each batch to a partition of its own choosing, and the busiest
+stream's load spreads over every partition instead of one per instance.
 """
 
 from __future__ import annotations
@@ -304,7 +308,8 @@ class LogShipper:
             await self._send(self._producer, batch)
 
     async def _send(self, producer: LogProducer, batch: list[tuple[str, dict[str, Any]]]) -> None:
-        key = self.instance.encode()
+        instance_key = self.instance.encode()
+        ingress = f"{self.topic_prefix}ingress"
         by_topic: dict[str, list[bytes]] = {}
         for topic, record in batch:
             try:
@@ -316,6 +321,7 @@ class LogShipper:
         sends: list[Awaitable[Any]] = []
         counts: list[int] = []
         for topic, values in by_topic.items():
+            key = None if topic == ingress else instance_key
             if send_many is not None:  # whole record batches: no per-line future
                 sends.append(send_many(topic, key, values))
                 counts.append(len(values))
@@ -331,7 +337,7 @@ class LogShipper:
             log.warning("log records not shipped", count=failed, error=repr(errors[0]))
 
     @staticmethod
-    async def _deliver(producer: LogProducer, topic: str, key: bytes, value: bytes) -> None:
+    async def _deliver(producer: LogProducer, topic: str, key: bytes | None, value: bytes) -> None:
         result = await producer.send(topic, key, value, [])
         if isinstance(result, asyncio.Future):
             await result  # acknowledged (or failed) only when the future resolves

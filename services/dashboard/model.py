@@ -8,7 +8,7 @@ Pure functions and small classes, no I/O: `services.dashboard.kafka_reader` make
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -164,27 +164,45 @@ def rate(previous: int | None, current: int | None, seconds: float) -> float | N
     return max(0, current - previous) / seconds
 
 
-def messages_in_rates(previous: Observation | None, current: Observation) -> dict[str, float | None]:
-    """Records appended per second, per topic: the growth of the summed log end offsets."""
+def _earlier(previous: Observation | Sequence[Observation] | None) -> list[Observation]:
+    if previous is None:
+        return []
+    return [previous] if isinstance(previous, Observation) else list(previous)
+
+
+def messages_in_rates(
+    previous: Observation | Sequence[Observation] | None, current: Observation
+) -> dict[str, float | None]:
+    """Records appended per second, per topic: the growth of the summed log end offsets since
+    the oldest of the `previous` observations (oldest first) that saw the topic."""
+    earlier = _earlier(previous)
     out: dict[str, float | None] = {}
     for name, topic in current.topics.items():
-        before = previous.topics.get(name) if previous is not None else None
-        seconds = current.mono - previous.mono if previous is not None else 0.0
-        out[name] = rate(before.end_total if before else None, topic.end_total, seconds)
+        base = next((o for o in earlier if name in o.topics), None)
+        if base is None:
+            out[name] = None
+            continue
+        out[name] = rate(base.topics[name].end_total, topic.end_total, current.mono - base.mono)
     return out
 
 
-def messages_out_rates(previous: Observation | None, current: Observation) -> dict[str, float | None]:
-    """Records consumed per second, per group: the growth of its committed offsets, over the
-    partitions it had committed in both observations (a first commit is no burst of traffic)."""
+def messages_out_rates(
+    previous: Observation | Sequence[Observation] | None, current: Observation
+) -> dict[str, float | None]:
+    """Records consumed per second, per group: the growth of its committed offsets since the
+    oldest of the `previous` observations in which it had committed, over the partitions it had
+    committed in both (a first commit is no burst of traffic)."""
+    earlier = _earlier(previous)
     out: dict[str, float | None] = {}
     for group_id, group in current.groups.items():
-        before = previous.groups.get(group_id) if previous is not None else None
-        if previous is None or before is None:
-            out[group_id] = None
+        seen = [o for o in earlier if group_id in o.groups]
+        base = next((o for o in seen if o.groups[group_id].committed.keys() & group.committed.keys()), None)
+        if base is None:
+            out[group_id] = 0.0 if seen else None  # seen before, but nothing committed then
             continue
+        before = base.groups[group_id]
         common = group.committed.keys() & before.committed.keys()
-        seconds = current.mono - previous.mono
+        seconds = current.mono - base.mono
         moved = sum(max(0, group.committed[tp] - before.committed[tp]) for tp in common)
         out[group_id] = moved / seconds if seconds > 0 else None
     return out

@@ -129,9 +129,10 @@ class SnapshotPoller:
         self.updated_at = observation.wall
         self.error = None
 
-    def _baseline(self, observation: Observation) -> Observation | None:
-        """The observation rates are measured from: the newest one at least `rate_window` older
-        than `observation`, or the oldest kept while the window is still filling."""
+    def _baseline(self, observation: Observation) -> list[Observation]:
+        """The observations rates are measured from, oldest first: from the newest one at least
+        `rate_window` older than `observation` (or the oldest kept while the window fills) on.
+        Each topic and group is measured from the oldest of them that saw it."""
         recent = self.recent
         if recent and observation.mono < recent[-1].mono:  # a clock that went back: start over
             recent.clear()
@@ -139,7 +140,7 @@ class SnapshotPoller:
         horizon = observation.mono - self.rate_window
         while len(recent) > 2 and recent[1].mono <= horizon:
             recent.popleft()
-        return recent[0] if recent[0] is not observation else None
+        return list(recent)[:-1]
 
     def partitions(self, topic: str) -> list[int] | None:
         """The topic's partitions as last observed; None if it did not exist (or no poll succeeded yet)."""

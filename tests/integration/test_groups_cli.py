@@ -16,6 +16,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message
 
+from analytics.commit_note import note_text
+from analytics.kafka import KafkaClients
 from tests.support.harness import REPO, ThreadBroker
 from tests.support.kafka_clients import confluent_produce, create_topic
 
@@ -165,6 +167,7 @@ def test_list_and_describe_json_show_committed_offsets_log_end_offsets_lag_and_t
                         "member_id": member_id,
                     },
                 ],
+                "committer": None,  # a consumer that joins notes nothing in its commits
             }
         ]
 
@@ -342,3 +345,31 @@ def test_delete_removes_an_inactive_group_and_its_offsets_and_refuses_a_live_one
     assert "ghost: GROUP_ID_NOT_FOUND" in deleted.stderr
     assert committed(broker, "archive") == {}
     assert groups_json(broker, "list") == []
+
+
+def test_describe_shows_a_member_less_job_by_the_note_in_its_commits_alive_or_not(broker: ThreadBroker) -> None:
+    """The analytics job commits without joining; `KafkaClients.commit` (its own commit path)
+    puts a note in each offset's metadata, and describe shows the job from it."""
+    create_topic(broker.bootstrap, "jobs.in", 2)
+    clients = KafkaClients({"bootstrap.servers": broker.bootstrap}, "job-fresh")
+    stale = KafkaClients({"bootstrap.servers": broker.bootstrap}, "job-stale")
+    try:
+        now_ms = int(time.time() * 1000)
+        clients.commit({("jobs.in", 0): 0, ("jobs.in", 1): 0}, note_text("job-fresh", now_ms, 15.0))
+        stale.commit({("jobs.in", 0): 0}, note_text("job-stale", now_ms - 120_000, 15.0))
+    finally:
+        clients.close()
+        stale.close()
+    fresh_text = groups(broker, "describe", "job-fresh")
+    assert fresh_text.returncode == 0, fresh_text.stderr
+    assert "has no active members." in fresh_text.stdout
+    assert re.search(
+        r"committed to by job job-fresh \(client \S+:\d+\): last commit [\d.]+ s ago, at least every 15 s "
+        r"while running: alive\.",
+        fresh_text.stdout,
+    ), fresh_text.stdout
+    assert "not committing (stopped?)" in groups(broker, "describe", "job-stale").stdout
+    (described,) = groups_json(broker, "describe", "job-stale")
+    assert described["committer"]["job"] == "job-stale"
+    assert described["committer"]["alive"] is False
+    assert described["committer"]["age_s"] >= 120

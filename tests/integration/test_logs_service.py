@@ -8,7 +8,9 @@ indexer; retention keeps the newest `max_records`."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import logging
 import socket
 import struct
 import time
@@ -19,6 +21,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import structlog
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -28,8 +31,10 @@ from schemas.catalog import default_catalog
 from schemas.client import RegistryClient
 from schemas.registry.app import RunningRegistry
 from schemas.serde import AvroSerializer
+from services.common.db import Database
 from services.common.kafka import EventProducer
 from services.common.log_shipper import ACCESS_LOGGER, LogShipper, SendRawAdapter, avro_log_encoder
+from services.common.logging import configure_logging
 from services.logs.app import INDEXER_KEY, RUNNER_KEY, create_app
 from services.logs.config import LOG_TOPICS, LogsConfig
 from streamshop.cli import build_parser
@@ -457,6 +462,66 @@ async def test_the_services_shipper_sends_whole_batches_to_the_instances_partiti
     assert {r.partition for r in records} == {partition}
     assert {r.key for r in records} == {b"orders-7"}
     assert [json.loads(r.value or b"")["event"] for r in records] == [f"line {i}" for i in range(500)]
+
+
+async def test_access_log_lines_spread_over_every_partition_of_logs_ingress_batch_by_batch(
+    broker: ThreadBroker, running_registry: RunningRegistry
+) -> None:
+    """One instance's access log (one line per request, each independent) is not held to the
+    instance's partition: unkeyed, each batch goes to a partition of the producer's choosing."""
+    create_topic(broker.bootstrap, "logs.ingress", 3)
+    async with RegistryClient(running_registry.url) as registry:
+        producer = EventProducer(broker.bootstrap, AvroSerializer(registry))
+        async with producer:
+            shipper = LogShipper(service="orders", instance="orders-7", level="debug", batch_size=1)
+            await shipper.start(SendRawAdapter(producer))
+            for i in range(60):
+                shipper(None, "info", {"level": "info", "event": "http request", "logger": ACCESS_LOGGER, "n": i})
+                await shipper.flush()
+            await shipper.stop()
+    assert (shipper.shipped, shipper.failed, shipper.dropped) == (60, 0, 0)
+    records = await consume_all(broker.bootstrap, "logs.ingress", 60, partitions=3)
+    assert {r.partition for r in records} == {0, 1, 2}  # each missed with chance (2/3)^60
+    assert {r.key for r in records} == {None}
+    assert sorted(json.loads(r.value or b"")["fields"]["n"] for r in records) == list(range(60))
+
+
+async def test_the_database_work_of_a_service_goes_to_logs_db(
+    tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry
+) -> None:
+    """Opening, migrating, a transaction that held the write lock too long and closing a
+    service's database are logged under services.common.db, which the shipper sends to logs.db."""
+    create_topic(broker.bootstrap, "logs.db", 3)
+    async with RegistryClient(running_registry.url) as registry:
+        producer = EventProducer(broker.bootstrap, AvroSerializer(registry))
+        async with producer:
+            shipper = LogShipper(service="orders", instance="orders-7", level="info", batch_size=64)
+            configure_logging(stream=io.StringIO(), fmt="json", shipper=shipper)
+            try:
+                await shipper.start(SendRawAdapter(producer))
+                async with Database(tmp_path / "work.db", slow_ms=1.0) as db:
+                    await db.migrate("work", ["CREATE TABLE t (x INTEGER)"])
+                    async with db.transaction() as tx:
+                        await tx.execute("INSERT INTO t VALUES (1)")
+                        await asyncio.sleep(0.01)  # holds the write lock 10 ms, beyond slow_ms
+                await shipper.stop()
+            finally:
+                root = logging.getLogger()
+                for h in [h for h in root.handlers if getattr(h, "_streamshop_handler", False)]:
+                    root.removeHandler(h)
+                structlog.reset_defaults()
+    records = await consume_all(broker.bootstrap, "logs.db", 4, partitions=3)
+    lines = [json.loads(r.value or b"") for r in records]
+    assert [line["event"] for line in lines] == [
+        "database opened",
+        "database migrated",
+        "slow transaction",
+        "database closed",
+    ]
+    assert {line["logger"] for line in lines} == {"services.common.db"}
+    assert lines[1]["fields"]["component"] == "work"
+    assert lines[2]["level"] == "warning"
+    assert lines[2]["fields"]["held_ms"] >= 10
 
 
 @pytest.mark.parametrize("leaves", ["close", "reset"])

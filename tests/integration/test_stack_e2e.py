@@ -327,6 +327,24 @@ async def test_logs_of_every_service_are_searchable_in_the_logs_service(stack: S
             lambda: _items(session, f"{logs}/logs?service=orders&stream=ingress&q=orders"),
         )
         assert access[0]["stream"] == "ingress"
+        # Each service's database work arrives on logs.db: at least its opening and migrations.
+        for service in services:
+            db_lines = await eventually(
+                f"database logs of {service}",
+                lambda service=service: _items(session, f"{logs}/logs?service={service}&stream=db&limit=50"),
+            )
+            assert {"database opened", "database migrated"} <= {line["event"] for line in db_lines}, db_lines
+        # Access lines are spread over the partitions of logs.ingress, not one per instance.
+        spread = await eventually(
+            "access lines on more than one partition",
+            lambda: _partitions(session, f"{logs}/logs?stream=ingress&limit=500"),
+        )
+        assert len(spread) > 1
+
+
+async def _partitions(session: aiohttp.ClientSession, target: str) -> set[int] | None:
+    found = {item["partition"] for item in await _items(session, target)}
+    return found if len(found) > 1 else None
 
 
 async def _items(session: aiohttp.ClientSession, target: str) -> list[Any]:

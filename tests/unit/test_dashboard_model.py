@@ -177,3 +177,12 @@ def test_member_assignments_decode_from_the_consumer_protocol_and_anything_else_
     assert decode_assignment("consumer", b"") == ()  # not assigned yet (mid-rebalance)
     assert decode_assignment("connect", raw) == ()  # another protocol's format
     assert decode_assignment("consumer", b"\x00\x00\x00\x00\x00\x05xx") == ()  # truncated garbage
+
+
+def test_over_a_window_each_topic_and_group_is_measured_from_the_oldest_observation_that_saw_it() -> None:
+    first = observation(0.0, [topic("old", [10])], [])
+    second = observation(5.0, [topic("old", [20]), topic("young", [0])], [group("g", committed={("old", 0): 10})])
+    now = observation(10.0, [topic("old", [60]), topic("young", [40])], [group("g", committed={("old", 0): 60})])
+    assert messages_in_rates([first, second], now) == {"old": 5.0, "young": 8.0}
+    assert messages_out_rates([first, second], now) == {"g": 10.0}
+    assert messages_out_rates([], now) == {"g": None}
