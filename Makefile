@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lock browser demo test lint bench load clean
+.PHONY: setup lock browser kafka demo test lint bench load clean
 
 # requirements.lock pins every package (with the dev tools) to the version the lower bounds in
 # pyproject.toml resolved to when it was last refreshed (`make lock`), each with the sha256 of
@@ -39,11 +39,20 @@ browser:
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }
 
+# Apache Kafka's jars (the pinned release of apache-kafka/pom.xml, from Maven Central) for
+# `streamshop kafka-cluster` and the tests that run a real Kafka cluster; Maven and Java 17
+# through apt-get when missing.
+kafka: setup
+	@command -v mvn >/dev/null && command -v java >/dev/null || { \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends maven openjdk-17-jre-headless; }
+	$(VENV)/bin/streamshop kafka-cluster fetch
+
 # The whole local stack, supervised, with one round of demo traffic; Ctrl-C stops it.
 demo: setup
 	$(VENV)/bin/streamshop up --demo
 
-test: setup browser lint
+test: setup browser kafka lint
 	$(PY) -m pytest -q
 
 lint: setup

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeAlias
 
+from streamshop.kafka_cluster_cli import register as kafka_cluster_parser
+
 BOOTSTRAP_ENV = "STREAMSHOP_BOOTSTRAP_SERVERS"
 REGISTRY_ENV = "STREAMSHOP_REGISTRY_URL"
 READ_FORMATS = ("auto", "avro", "json", "string", "bytes")  # streamshop.formats.Renderer
@@ -555,5 +557,6 @@ def register_tools(sub: SubParsers) -> None:
         _catcher_parser,
         _dashboard_parser,
         _analytics_parser,
+        kafka_cluster_parser,
     ):
         register(sub)

@@ -37,6 +37,7 @@ from schemas.serde import AvroDeserializer, AvroSerializer
 from services.common.consumer import ConsumerRunner, IdempotentHandler, Message
 from services.common.db import Database, Transaction
 from services.common.kafka import EventProducer
+from services.common.logging import configure_logging
 from services.common.outbox import Outbox, OutboxRelay, PendingRow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -208,6 +209,7 @@ async def read_line(proc: asyncio.subprocess.Process, within: float = 30) -> str
 
 def main(argv: Sequence[str]) -> None:
     mode, spec = argv[0], json.loads(argv[1])
+    configure_logging(fmt="console", stream=sys.stderr)  # stdout is the protocol with the test
     asyncio.run(_relay(spec) if mode == "relay" else _consumer(spec))
 
 

@@ -1,0 +1,422 @@
+"""A real Apache Kafka cluster on loopback, from Maven Central's jars: `streamshop kafka-cluster`.
+
+Apache Kafka's release tarball is not a package of any registry; its jars are.  `resolve` copies
+the broker (`org.apache.kafka:kafka_2.13`), the command-line tools (`kafka-tools`) and their
+dependencies, as `apache-kafka/pom.xml` pins them, into a cache directory with Maven, once.
+`start` then runs N KRaft nodes, each broker and controller at once, the first three (or all,
+when fewer) voters of a static controller quorum, each its own JVM with a small heap:
+
+    node n: Kafka on 127.0.0.1:<port n>, its controller on 127.0.0.1:<controller port n>,
+            data and logs under DIR/node-n, state of the whole cluster in DIR/cluster.json
+
+The cluster is set up as the compose file's `kafka` profile: replication factor 3 (or N when
+fewer nodes), `min.insync.replicas` 2, unclean leader election off; and, so that a learner sees
+failover within seconds, the controller fences a broker after 3 s without a heartbeat (Kafka's
+default is 9 s).  Stopping sends SIGTERM (Kafka shuts down cleanly) and SIGKILL after 60 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from streamshop.clients import CommandError
+
+__all__ = [
+    "KAFKA_VERSION",
+    "Cluster",
+    "Node",
+    "kafka_java",
+    "resolve",
+    "start",
+    "status",
+    "stop",
+]
+
+PROJECT = Path(__file__).resolve().parents[1]
+POM = PROJECT / "apache-kafka" / "pom.xml"
+KAFKA_VERSION = "4.1.0"  # as apache-kafka/pom.xml and docker-compose.yml's kafka profile
+DEFAULT_CACHE = PROJECT / ".cache" / "apache-kafka"
+CACHE_ENV = "STREAMSHOP_KAFKA_CACHE"
+MAX_VOTERS = 3
+STOP_GRACE_S = 60.0
+
+_LOG4J2 = """status = error
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.filePattern = ${sys:kafka.logs.dir}/server.log.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 20MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 2
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE) / KAFKA_VERSION
+
+
+def resolve(cache: Path | None = None, *, quiet: bool = True) -> Path:
+    """The directory of Kafka's jars, copied there by Maven the first time."""
+    lib = (cache or cache_dir()) / "lib"
+    if (lib / ".complete").exists():
+        return lib
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise CommandError("Maven (mvn) is needed to fetch Apache Kafka's jars: apt-get install maven")
+    partial = lib.with_name("lib.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    command = [mvn, "-B", "-f", str(POM), "dependency:copy-dependencies", f"-DoutputDirectory={partial}"]
+    if quiet:
+        command.insert(1, "-q")
+    done = subprocess.run(command, capture_output=quiet, text=True, check=False)
+    if done.returncode != 0:
+        tail = (done.stdout or "")[-2000:] + (done.stderr or "")[-2000:]
+        raise CommandError(f"mvn could not resolve Apache Kafka {KAFKA_VERSION}'s jars:\n{tail}")
+    if not any(partial.glob("kafka_2.13-*.jar")):
+        raise CommandError(f"mvn copied no kafka_2.13 jar into {partial}")
+    shutil.rmtree(lib, ignore_errors=True)
+    partial.rename(lib)
+    (lib / ".complete").write_text(KAFKA_VERSION + "\n")
+    (lib.parent / "log4j2.properties").write_text(_LOG4J2)
+    return lib
+
+
+def kafka_java(lib: Path, main: str, *args: str, heap_mb: int = 256) -> list[str]:
+    """The command that runs one of Kafka's main classes, as its bin/*.sh scripts do."""
+    java = shutil.which("java")
+    if java is None:
+        raise CommandError("Java 17 is needed to run Apache Kafka (apt-get install openjdk-17-jre-headless)")
+    return [java, f"-Xmx{heap_mb}m", f"-Xms{heap_mb}m", "-cp", f"{lib}/*", main, *args]
+
+
+@dataclass
+class Node:
+    node_id: int
+    port: int
+    controller_port: int
+    voter: bool
+    pid: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass
+class Cluster:
+    """What `start` wrote to DIR/cluster.json."""
+
+    directory: Path
+    cluster_id: str
+    nodes: list[Node]
+    heap_mb: int
+    settings: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def replication_factor(self) -> int:
+        return min(3, len(self.nodes))
+
+    def node(self, node_id: int) -> Node:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    def node_dir(self, node: Node) -> Path:
+        return self.directory / f"node-{node.node_id}"
+
+    def save(self) -> None:
+        body = {
+            "cluster_id": self.cluster_id,
+            "heap_mb": self.heap_mb,
+            "settings": self.settings,
+            "nodes": [asdict(n) for n in self.nodes],
+        }
+        tmp = self.directory / "cluster.json.tmp"
+        tmp.write_text(json.dumps(body, indent=2) + "\n")
+        tmp.replace(self.directory / "cluster.json")
+
+    @classmethod
+    def load(cls, directory: Path) -> Cluster:
+        path = directory / "cluster.json"
+        try:
+            body = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise CommandError(f"no cluster in {directory} ({e}); start one with streamshop kafka-cluster start") from e
+        nodes = [Node(**n) for n in body["nodes"]]
+        return cls(directory, body["cluster_id"], nodes, int(body["heap_mb"]), dict(body.get("settings", {})))
+
+    # -- one node -------------------------------------------------------------------------------
+
+    def properties(self, node: Node) -> str:
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes if n.voter)
+        rf = self.replication_factor
+        roles = "broker,controller" if node.voter else "broker"
+        listeners = f"PLAINTEXT://127.0.0.1:{node.port}"
+        if node.voter:
+            listeners += f",CONTROLLER://127.0.0.1:{node.controller_port}"
+        settings = {
+            "process.roles": roles,
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": listeners,
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.node_dir(node) / "data"),
+            "num.partitions": "3",
+            "default.replication.factor": str(rf),
+            "min.insync.replicas": str(min(2, rf)),
+            "offsets.topic.replication.factor": str(rf),
+            "transaction.state.log.replication.factor": str(rf),
+            "transaction.state.log.min.isr": str(min(2, rf)),
+            "unclean.leader.election.enable": "false",
+            "group.initial.rebalance.delay.ms": "0",
+            # Failover within seconds for a learner watching (Kafka's defaults: 9 s and 2 s).
+            "broker.session.timeout.ms": "3000",
+            "broker.heartbeat.interval.ms": "500",
+            **self.settings,
+        }
+        return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+    def format(self, lib: Path, node: Node) -> None:
+        home = self.node_dir(node)
+        if (home / "data" / "meta.properties").exists():
+            return
+        home.mkdir(parents=True, exist_ok=True)
+        config = home / "server.properties"
+        config.write_text(self.properties(node))
+        command = kafka_java(lib, "kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(config))
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise CommandError(f"formatting node {node.node_id} failed: {(done.stdout + done.stderr)[-1500:]}")
+
+    def launch(self, lib: Path, node: Node) -> None:
+        """Start node's JVM (its storage formatted); returns at once."""
+        if alive(node.pid):
+            return
+        self.format(lib, node)
+        home = self.node_dir(node)
+        (home / "server.properties").write_text(self.properties(node))
+        command = kafka_java(lib, "kafka.Kafka", str(home / "server.properties"), heap_mb=self.heap_mb)
+        command[1:1] = [
+            f"-Dlog4j2.configurationFile={lib.parent / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={home}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+        ]
+        with open(home / "stdout.log", "ab") as out:
+            proc = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        _CHILDREN[proc.pid] = proc
+        node.pid = proc.pid
+        self.save()
+
+    def kill(self, node: Node, sig: int = signal.SIGKILL) -> None:
+        """Signal a node's JVM (SIGKILL: a crash, nothing flushed)."""
+        if node.pid is not None and alive(node.pid):
+            os.kill(node.pid, sig)
+            if sig == signal.SIGKILL:
+                wait_gone(node.pid, 10)
+
+    def stop_node(self, node: Node, grace: float = STOP_GRACE_S) -> None:
+        pid = node.pid
+        if pid is None or not alive(pid):
+            node.pid = None
+            return
+        os.kill(pid, signal.SIGTERM)
+        if not wait_gone(pid, grace):
+            os.kill(pid, signal.SIGKILL)
+            wait_gone(pid, 10)
+        node.pid = None
+        self.save()
+
+
+# The JVMs this process started, kept until they are reaped (a Popen dropped while its
+# process runs would warn, and its exit status would be lost).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        if child.poll() is None:
+            return True
+        del _CHILDREN[pid]
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def start(
+    directory: Path,
+    *,
+    nodes: int = 3,
+    base_port: int | None = None,
+    heap_mb: int = 384,
+    settings: Mapping[str, str] | None = None,
+    timeout: float = 120.0,
+) -> Cluster:
+    """Start the cluster in `directory` (created and formatted the first time; a stopped one is
+    started again as it was) and wait until every broker is registered."""
+    lib = resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    if (directory / "cluster.json").exists():
+        cluster = Cluster.load(directory)
+    else:
+        if not 1 <= nodes <= 9:
+            raise CommandError("--nodes must be 1 to 9")
+        if base_port is None:
+            ports = free_ports(2 * nodes)
+            pairs = [(ports[2 * i], ports[2 * i + 1]) for i in range(nodes)]
+        else:
+            pairs = [(base_port + 2 * i, base_port + 2 * i + 1) for i in range(nodes)]
+        members = [Node(i + 1, port, cport, voter=i < MAX_VOTERS) for i, (port, cport) in enumerate(pairs)]
+        cluster_id = _random_uuid(lib)
+        cluster = Cluster(directory, cluster_id, members, heap_mb, dict(settings or {}))
+        cluster.save()
+    for node in cluster.nodes:
+        cluster.launch(lib, node)
+    wait_ready(cluster, timeout)
+    return cluster
+
+
+def _random_uuid(lib: Path) -> str:
+    done = subprocess.run(
+        kafka_java(lib, "kafka.tools.StorageTool", "random-uuid"), capture_output=True, text=True, check=False
+    )
+    lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    if done.returncode != 0 or not lines:
+        raise CommandError(f"kafka-storage random-uuid failed: {done.stderr[-1000:]}")
+    return lines[-1]
+
+
+def wait_ready(cluster: Cluster, timeout: float, brokers: int | None = None) -> None:
+    """Until `brokers` (default: every node) are registered and a controller is elected."""
+    from confluent_kafka.admin import AdminClient
+
+    wanted = len(cluster.nodes) if brokers is None else brokers
+    deadline = time.monotonic() + timeout
+    # log_level 0: refused connections are expected while the JVMs start; the error says the rest.
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+    last = "no answer"
+    while time.monotonic() < deadline:
+        dead = [n.node_id for n in cluster.nodes if n.pid is not None and not alive(n.pid)]
+        if dead and brokers is None:
+            logs = ", ".join(str(cluster.node_dir(cluster.node(d)) / "server.log") for d in dead)
+            raise CommandError(f"node(s) {dead} exited while starting; see {logs}")
+        try:
+            described = admin.describe_cluster(request_timeout=5).result(6)
+            registered = len(described.nodes)
+            if registered >= wanted and described.controller is not None:
+                return
+            last = f"{registered} of {wanted} brokers registered"
+        except Exception as e:  # not up yet
+            last = str(e)
+        time.sleep(0.5)
+    raise CommandError(f"the cluster was not ready within {timeout:g} s: {last}")
+
+
+def stop(directory: Path, grace: float = STOP_GRACE_S) -> Cluster:
+    """Stop every node: SIGTERM to all at once (each shuts down cleanly while the quorum still
+    answers), SIGKILL to any still running after `grace` seconds."""
+    cluster = Cluster.load(directory)
+    running = [n for n in cluster.nodes if alive(n.pid)]
+    for node in running:
+        assert node.pid is not None
+        os.kill(node.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for node in running:
+        assert node.pid is not None
+        if not wait_gone(node.pid, max(0.0, deadline - time.monotonic())):
+            os.kill(node.pid, signal.SIGKILL)
+            wait_gone(node.pid, 10)
+    for node in cluster.nodes:
+        node.pid = None
+    cluster.save()
+    return cluster
+
+
+def status(directory: Path) -> dict[str, object]:
+    """Each node (process, port), the registered brokers, the active controller, and the
+    partitions that are under-replicated or offline."""
+    from confluent_kafka.admin import AdminClient
+
+    cluster = Cluster.load(directory)
+    nodes = [
+        {"node_id": n.node_id, "voter": n.voter, "bootstrap": n.bootstrap, "pid": n.pid, "running": alive(n.pid)}
+        for n in cluster.nodes
+    ]
+    out: dict[str, object] = {"directory": str(directory), "version": KAFKA_VERSION, "nodes": nodes}
+    if not any(n["running"] for n in nodes):
+        return out
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+    try:
+        described = admin.describe_cluster(request_timeout=5).result(6)
+        metadata = admin.list_topics(timeout=5)
+    except Exception as e:
+        out["error"] = f"the cluster does not answer: {e}"
+        return out
+    under = offline = 0
+    for topic in metadata.topics.values():
+        for partition in topic.partitions.values():
+            offline += partition.leader < 0
+            under += len(partition.isrs) < len(partition.replicas)
+    out.update(
+        {
+            "brokers": sorted(n.id for n in described.nodes),
+            "controller": described.controller.id if described.controller is not None else None,
+            "topics": len(metadata.topics),
+            "under_replicated_partitions": under,
+            "offline_partitions": offline,
+        }
+    )
+    return out

@@ -1,0 +1,91 @@
+"""`streamshop kafka-cluster fetch|start|stop|status`: the parsers and commands over
+streamshop.kafka_cluster (imported when a command runs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TypeAlias
+
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+DEFAULT_DIR = Path("data/kafka-cluster")
+
+
+def register(sub: SubParsers) -> None:
+    p = sub.add_parser(
+        "kafka-cluster",
+        help="run Apache Kafka itself (KRaft, from Maven Central's jars) on loopback",
+        description="A real Apache Kafka cluster of N nodes, each broker and controller (three of them "
+        "voters), replication factor 3 and min.insync.replicas 2, for trying the stack and the "
+        "replication scenarios on Kafka itself without Docker. Needs Java 17 and Maven.",
+    )
+    actions = p.add_subparsers(dest="kafka_action", required=True)
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        a = actions.add_parser(name, help=help_text)
+        if name != "fetch":
+            a.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")
+        a.set_defaults(func=_run)
+        return a
+
+    action("fetch", "resolve Apache Kafka's jars with mvn into the project's cache and say where")
+    start = action("start", "start the cluster (made and formatted the first time) and wait until it is ready")
+    start.add_argument("--nodes", type=int, default=3, help="nodes, 1 to 9 (default 3; the first three vote)")
+    start.add_argument("--base-port", type=int, help="node n listens on BASE+2(n-1), its controller on the next port")
+    start.add_argument("--heap-mb", type=int, default=384, help="heap of each JVM (default 384)")
+    start.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="broker setting, every node")
+    action("stop", "stop every node (SIGTERM, then SIGKILL after a minute)")
+    st = action("status", "nodes, brokers, the active controller, under-replicated and offline partitions")
+    st.add_argument("--json", action="store_true")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from streamshop import kafka_cluster as kc
+    from streamshop.clients import CommandError, warn
+
+    try:
+        if args.kafka_action == "fetch":
+            print(kc.resolve(quiet=False))
+            return 0
+        if args.kafka_action == "start":
+            settings = {}
+            for item in args.set:
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise CommandError(f"--set {item!r}: expected KEY=VALUE")
+                settings[key.strip()] = value.strip()
+            cluster = kc.start(
+                args.dir, nodes=args.nodes, base_port=args.base_port, heap_mb=args.heap_mb, settings=settings
+            )
+            print(f"Apache Kafka {kc.KAFKA_VERSION}: {len(cluster.nodes)} nodes ready, bootstrap {cluster.bootstrap}")
+            return 0
+        if args.kafka_action == "stop":
+            cluster = kc.stop(args.dir)
+            print(f"stopped {len(cluster.nodes)} nodes in {args.dir}")
+            return 0
+        report = kc.status(args.dir)
+        if args.json:
+            print(json.dumps(report, indent=2))
+        else:
+            _print_status(report)
+        return 0 if "error" not in report else 1
+    except CommandError as e:
+        warn("kafka-cluster", str(e))
+        return 1
+
+
+def _print_status(report: dict[str, object]) -> None:
+    print(f"Apache Kafka {report['version']} in {report['directory']}")
+    for node in report["nodes"]:  # type: ignore[attr-defined]
+        state = f"running (pid {node['pid']})" if node["running"] else "stopped"
+        role = "broker+controller" if node["voter"] else "broker"
+        print(f"  node {node['node_id']}  {node['bootstrap']:<21} {role:<18} {state}")
+    if "error" in report:
+        print(f"  {report['error']}")
+    elif "brokers" in report:
+        print(
+            f"  brokers {report['brokers']}, active controller {report['controller']}, {report['topics']} topics, "
+            f"{report['under_replicated_partitions']} under-replicated and {report['offline_partitions']} "
+            "offline partitions"
+        )
