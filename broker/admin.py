@@ -15,7 +15,8 @@ A group summary is {group, state, protocol_type, protocol, member_count, lag (to
 known lags)}; the detail adds members: [{member_id, client_id, host, group_instance_id,
 assignment: {topic: [partition, ...]} (null if it does not decode)}] and partitions:
 [{topic, partition, committed_offset, log_end_offset, lag, member_id (its owner)}] for
-every partition with a committed offset or an owner — the same record as
+every partition with a committed offset or an owner, and committer (the note a job that
+commits without joining leaves in its offsets' metadata, analytics/commit_note.py) — the same record as
 `streamshop groups describe --json`.  The log end offset is the high watermark, as
 ListOffsets reports it; lag is log end offset minus committed offset, null while either
 is unknown.  Assignments are reported only while the group is Stable, as DescribeGroups
@@ -25,12 +26,16 @@ does.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Iterable
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from analytics import commit_note
 from broker.coordinator.consumer_protocol import assignment_partitions
+from broker.coordinator.coordinator import CommittedOffset
 from broker.coordinator.group import Group, GroupState
 from broker.core import Broker
 from broker.log.partition_log import PartitionLog
@@ -145,7 +150,14 @@ def group_detail(broker: Broker, group_id: str) -> dict[str, Any] | None:
         "lag": sum(p["lag"] for p in partitions if p["lag"] is not None),
         "members": members,
         "partitions": partitions,
+        # A job that commits without joining (the analytics job), from its commits' metadata.
+        "committer": _committer(committed.values()),
     }
+
+
+def _committer(entries: Iterable[CommittedOffset]) -> dict[str, object] | None:
+    note = commit_note.newest(e.metadata for e in entries)
+    return None if note is None else note.to_json(int(time.time() * 1000))
 
 
 def group_summary(broker: Broker) -> list[dict[str, Any]]:
@@ -153,7 +165,7 @@ def group_summary(broker: Broker) -> list[dict[str, Any]]:
     for group_id in broker.coordinator.known_groups():
         detail = group_detail(broker, group_id)
         if detail is not None:
-            out.append({k: v for k, v in detail.items() if k not in ("members", "partitions")})
+            out.append({k: v for k, v in detail.items() if k not in ("members", "partitions", "committer")})
     return out
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "Cluster",
     "Node",
     "kafka_java",
+    "quorum",
     "resolve",
     "start",
     "status",
@@ -385,6 +386,30 @@ def stop(directory: Path, grace: float = STOP_GRACE_S) -> Cluster:
     return cluster
 
 
+def quorum(cluster: Cluster, timeout: float = 30.0) -> dict[str, str]:
+    """The metadata quorum as Kafka's own kafka-metadata-quorum tool describes it (DescribeQuorum):
+    LeaderId (the active controller), LeaderEpoch, HighWatermark, CurrentVoters..."""
+    running = [n.bootstrap for n in cluster.nodes if alive(n.pid)] or [cluster.bootstrap]
+    command = kafka_java(
+        resolve(),
+        "org.apache.kafka.tools.MetadataQuorumCommand",
+        "--bootstrap-server",
+        ",".join(running),
+        "describe",
+        "--status",
+        heap_mb=128,
+    )
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    fields = {}
+    for line in done.stdout.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() and " " not in key.strip():
+            fields[key.strip()] = value.strip()
+    if done.returncode != 0 or "LeaderId" not in fields:
+        raise CommandError(f"kafka-metadata-quorum failed: {(done.stdout + done.stderr)[-1000:]}")
+    return fields
+
+
 def status(directory: Path) -> dict[str, object]:
     """Each node (process, port), the registered brokers, the active controller, and the
     partitions that are under-replicated or offline."""
@@ -410,10 +435,16 @@ def status(directory: Path) -> dict[str, object]:
         for partition in topic.partitions.values():
             offline += partition.leader < 0
             under += len(partition.isrs) < len(partition.replicas)
+    try:
+        controller: int | None = int(quorum(cluster)["LeaderId"])
+    except (CommandError, ValueError, subprocess.TimeoutExpired):
+        controller = None  # no quorum: fewer than two voters answer
     out.update(
         {
             "brokers": sorted(n.id for n in described.nodes),
-            "controller": described.controller.id if described.controller is not None else None,
+            # DescribeCluster names a random broker as controller under KRaft; the quorum's
+            # leader is the active controller.
+            "controller": controller,
             "topics": len(metadata.topics),
             "under_replicated_partitions": under,
             "offline_partitions": offline,

@@ -13,13 +13,14 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from streamshop import kafka_cluster
-from streamshop.kafka_cluster import Cluster
+from streamshop.kafka_cluster import Cluster, wait_ready
 
 
 @pytest.fixture(scope="module")
@@ -245,3 +246,36 @@ def test_the_command_starts_reports_and_stops_a_one_node_cluster_and_starts_it_a
         assert message.value() == b"survives a restart"
     finally:
         assert cli("stop").returncode == 0
+
+
+def test_killing_the_active_controller_hands_the_quorum_to_another_voter_while_traffic_goes_on(
+    cluster: Cluster,
+) -> None:
+    topic = "controller-kill"
+    create(cluster, topic)
+    with KeyedTraffic(cluster, topic) as traffic:
+        wait_for("records acknowledged", lambda: len(traffic.acked) > 300)
+        before = kafka_cluster.quorum(cluster)
+        leader = int(before["LeaderId"])
+        victim = cluster.node(leader)
+        killed_at = time.monotonic()
+        cluster.kill(victim, signal.SIGKILL)
+
+        def new_leader() -> dict[str, str] | None:
+            q = kafka_cluster.quorum(cluster)
+            return q if int(q["LeaderId"]) not in (-1, leader) else None
+
+        after = cast(dict[str, str], wait_for("another voter leading the quorum", new_leader))
+        to_new_controller = time.monotonic() - killed_at
+        assert int(after["LeaderEpoch"]) > int(before["LeaderEpoch"])
+        acked = len(traffic.acked)
+        wait_for("traffic going on under the new controller", lambda: len(traffic.acked) > acked + 300)
+        cluster.launch(kafka_cluster.resolve(), victim)
+        wait_ready(cluster, 120)
+    acknowledged = set(traffic.acked)
+    lost = acknowledged - set(read_all(cluster, topic, 3, len(acknowledged), timeout=90))
+    print(
+        f"\ncontroller kill: node {leader} SIGKILLed, node {after['LeaderId']} leads the quorum after "
+        f"{to_new_controller:.1f} s; {len(acknowledged)} acknowledged, {len(lost)} lost"
+    )
+    assert lost == set()
