@@ -274,7 +274,12 @@ def alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    # Exited but not reaped (its parent, a `kafka-cluster` command, is gone and PID 1 may not
+    # reap): as good as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def wait_gone(pid: int, timeout: float) -> bool:

@@ -39,6 +39,19 @@ def register(sub: SubParsers) -> None:
     st = action("status", "nodes, brokers, the active controller, under-replicated and offline partitions")
     st.add_argument("--json", action="store_true")
 
+    sc = sub.add_parser(
+        "scenario",
+        help="break a running kafka-cluster as the replication documents describe, and say what happens",
+        description="Runs one scenario against the cluster of `streamshop kafka-cluster` in --dir while "
+        "acks=all keyed traffic runs: leader-kill, controller-kill, unclean-election (three nodes or more), "
+        "two-down (five nodes: kafka-cluster start --nodes 5). Prints leader, ISR, quorum and producer "
+        "outcomes as they happen, puts the nodes back, and counts acknowledged records missing at the end.",
+    )
+    sc.add_argument("name", choices=["leader-kill", "controller-kill", "unclean-election", "two-down"])
+    sc.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")
+    sc.add_argument("--topic", help="topic to use (default scenario.NAME, created; must not exist)")
+    sc.set_defaults(func=_run_scenario)
+
 
 def _run(args: argparse.Namespace) -> int:
     from streamshop import kafka_cluster as kc
@@ -73,6 +86,23 @@ def _run(args: argparse.Namespace) -> int:
     except CommandError as e:
         warn("kafka-cluster", str(e))
         return 1
+
+
+def _run_scenario(args: argparse.Namespace) -> int:
+    from streamshop import kafka_cluster as kc
+    from streamshop.clients import CommandError, warn
+    from streamshop.scenarios import SCENARIOS
+
+    try:
+        cluster = kc.Cluster.load(args.dir)
+        kc.wait_ready(cluster, 30)
+        extra = {"topic": args.topic} if args.topic else {}
+        result = SCENARIOS[args.name](cluster, print, **extra)
+    except CommandError as e:
+        warn("scenario", str(e))
+        return 1
+    print(json.dumps(result, indent=2, default=repr))
+    return 0
 
 
 def _print_status(report: dict[str, object]) -> None:

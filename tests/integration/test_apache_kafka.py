@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import cast
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from streamshop import kafka_cluster
-from streamshop.kafka_cluster import Cluster, wait_ready
+from streamshop import kafka_cluster, scenarios
+from streamshop.kafka_cluster import Cluster
 
 
 @pytest.fixture(scope="module")
@@ -115,92 +112,72 @@ def test_three_kraft_nodes_elect_a_controller_and_replicate_every_partition_thre
     assert sorted(read_all(cluster, "replicated", 3, 300)) == sorted(f"v{i}".encode() for i in range(300))
 
 
-class KeyedTraffic:
-    """acks=all, idempotent, keyed records sent until stopped; remembers which were acknowledged."""
-
-    def __init__(self, cluster: Cluster, topic: str) -> None:
-        self.producer = Producer(
-            {
-                "bootstrap.servers": cluster.bootstrap,
-                "acks": "all",
-                "enable.idempotence": True,
-                "linger.ms": 5,
-                "message.timeout.ms": 60_000,
-            }
-        )
-        self.topic = topic
-        self.acked: set[bytes] = set()
-        self.errors: list[str] = []
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _delivered(self, error: KafkaError | None, message: object) -> None:
-        if error is None:
-            self.acked.add(message.value())  # type: ignore[attr-defined]
-        else:
-            self.errors.append(error.name())
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            value = f"r{self.sent}".encode()
-            try:
-                self.producer.produce(self.topic, value, f"key-{self.sent % 31}".encode(), on_delivery=self._delivered)
-                self.sent += 1
-            except BufferError:
-                pass
-            self.producer.poll(0.002)
-
-    def __enter__(self) -> KeyedTraffic:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self.producer.flush(90)
-
-
 def test_killing_a_partition_leader_elects_a_new_one_from_the_isr_and_loses_no_acknowledged_record(
     cluster: Cluster,
 ) -> None:
-    topic = "leader-kill"
-    create(cluster, topic)
-    with KeyedTraffic(cluster, topic) as traffic:
-        wait_for("records acknowledged", lambda: len(traffic.acked) > 500)
-        leader, _, isr_before = partition_state(cluster, topic, 0)
-        assert len(isr_before) == 3
-        victim = cluster.node(leader)
-        killed_at = time.monotonic()
-        cluster.kill(victim, signal.SIGKILL)
-        new_leader = wait_for(
-            "a new leader of partition 0",
-            lambda: (state := partition_state(cluster, topic, 0))[0] not in (-1, leader) and state[0],
-        )
-        to_new_leader = time.monotonic() - killed_at
-        assert new_leader in isr_before  # elected from the ISR: nothing acknowledged is behind it
-        wait_for(
-            "the ISR without the killed node",
-            lambda: partition_state(cluster, topic, 0)[2] == sorted(set(isr_before) - {leader}),
-        )
-        acked_while_down = len(traffic.acked)
-        wait_for("traffic going on with two replicas", lambda: len(traffic.acked) > acked_while_down + 500)
+    result = scenarios.leader_kill(cluster, say=print)
+    assert result["new_leader"] in result["isr_before"]  # from the ISR: nothing acknowledged is behind it
+    assert result["isr_during"] == sorted(set(result["isr_before"]) - {result["killed"]})
+    assert result["acknowledged"] > 1000
+    assert result["lost"] == 0
+    assert set(result["producer_errors"]) <= {"_MSG_TIMED_OUT"}, result
+    assert result["to_new_leader_s"] < 20  # broker.session.timeout.ms is 3 s
 
-        restarted_at = time.monotonic()
-        cluster.launch(kafka_cluster.resolve(), victim)
-        wait_for("the ISR back to three", lambda: partition_state(cluster, topic, 0)[2] == [1, 2, 3], timeout=120)
-        to_rejoin = time.monotonic() - restarted_at
-    assert traffic.errors == [] or set(traffic.errors) <= {"_MSG_TIMED_OUT"}, traffic.errors[:5]
-    acknowledged = set(traffic.acked)
-    stored = set(read_all(cluster, topic, 3, len(acknowledged), timeout=90))
-    lost = acknowledged - stored
-    print(
-        f"\nleader kill: node {leader} SIGKILLed, node {new_leader} leads after {to_new_leader:.1f} s, "
-        f"node {leader} back in the ISR {to_rejoin:.1f} s after its restart; {len(acknowledged)} acknowledged, "
-        f"{len(lost)} lost"
+
+def test_killing_the_active_controller_hands_the_quorum_to_another_voter_while_traffic_goes_on(
+    cluster: Cluster,
+) -> None:
+    """Run by hand, as a learner would: `streamshop scenario controller-kill --dir DIR`."""
+    done = subprocess.run(
+        [sys.executable, "-m", "streamshop.cli", "scenario", "controller-kill", "--dir", str(cluster.directory)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
-    assert lost == set()
-    assert to_new_leader < 20  # broker.session.timeout.ms is 3 s
+    assert done.returncode == 0, done.stderr[-3000:]
+    print(done.stdout)
+    narrative, _, tail = done.stdout.partition("\n{")
+    result = json.loads("{" + tail)
+    assert re.search(r"quorum: leader \d, epoch \d+; SIGKILL node \d", narrative)
+    assert re.search(r"node \d leads the quorum after [\d.]+ s", narrative)
+    assert result["new_controller"] not in (-1, result["killed"])
+    assert result["epoch_after"] > result["epoch_before"]
+    assert result["acknowledged"] > 600
+    assert result["lost"] == 0
+    # The command restarted the node in its own process: the cluster file has its new pid.
+    reloaded = Cluster.load(cluster.directory)
+    for node in cluster.nodes:
+        node.pid = reloaded.node(node.node_id).pid
+    assert all(kafka_cluster.alive(n.pid) for n in cluster.nodes)
+
+
+def test_unclean_leader_election_off_keeps_a_partition_offline_and_on_revives_it_losing_what_only_the_dead_had(
+    cluster: Cluster,
+) -> None:
+    """The trade-off the documents describe (partition on nodes 1 and 2, min.insync.replicas 1)."""
+    result = scenarios.unclean_election(cluster, say=print)
+    assert result["offline_leader"] == -1  # off: an out-of-sync replica must not lead
+    assert result["acknowledged_by_one"] == 150
+    assert result["both_kept"] is True
+    assert result["lost"] == 150
+    assert result["lost_is_exactly_the_one_replica_records"] is True
+    assert result["lost_after_rejoin"] == 150  # node 1 truncated to the new leader's log
+
+
+def test_with_two_of_three_replicas_down_acks_all_is_refused_with_not_enough_replicas_until_one_returns(
+    tmp_path: Path,
+) -> None:
+    """Five nodes, the first three the quorum; the replicas on node 3 and broker-only nodes 4 and 5."""
+    five = kafka_cluster.start(tmp_path / "five", nodes=5, heap_mb=288, timeout=240)
+    try:
+        result = scenarios.two_down(five, say=print)
+    finally:
+        kafka_cluster.stop(five.directory, grace=30)
+    assert result["before"] == "ok"
+    assert result["during"] == ["NOT_ENOUGH_REPLICAS"] * 5
+    assert result["after"] == "ok"
+    assert result["stored"] == [b"after", b"before"]  # nothing refused was stored
 
 
 def test_the_command_starts_reports_and_stops_a_one_node_cluster_and_starts_it_again_as_it_was(tmp_path: Path) -> None:
@@ -246,36 +223,3 @@ def test_the_command_starts_reports_and_stops_a_one_node_cluster_and_starts_it_a
         assert message.value() == b"survives a restart"
     finally:
         assert cli("stop").returncode == 0
-
-
-def test_killing_the_active_controller_hands_the_quorum_to_another_voter_while_traffic_goes_on(
-    cluster: Cluster,
-) -> None:
-    topic = "controller-kill"
-    create(cluster, topic)
-    with KeyedTraffic(cluster, topic) as traffic:
-        wait_for("records acknowledged", lambda: len(traffic.acked) > 300)
-        before = kafka_cluster.quorum(cluster)
-        leader = int(before["LeaderId"])
-        victim = cluster.node(leader)
-        killed_at = time.monotonic()
-        cluster.kill(victim, signal.SIGKILL)
-
-        def new_leader() -> dict[str, str] | None:
-            q = kafka_cluster.quorum(cluster)
-            return q if int(q["LeaderId"]) not in (-1, leader) else None
-
-        after = cast(dict[str, str], wait_for("another voter leading the quorum", new_leader))
-        to_new_controller = time.monotonic() - killed_at
-        assert int(after["LeaderEpoch"]) > int(before["LeaderEpoch"])
-        acked = len(traffic.acked)
-        wait_for("traffic going on under the new controller", lambda: len(traffic.acked) > acked + 300)
-        cluster.launch(kafka_cluster.resolve(), victim)
-        wait_ready(cluster, 120)
-    acknowledged = set(traffic.acked)
-    lost = acknowledged - set(read_all(cluster, topic, 3, len(acknowledged), timeout=90))
-    print(
-        f"\ncontroller kill: node {leader} SIGKILLed, node {after['LeaderId']} leads the quorum after "
-        f"{to_new_controller:.1f} s; {len(acknowledged)} acknowledged, {len(lost)} lost"
-    )
-    assert lost == set()
