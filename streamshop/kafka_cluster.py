@@ -181,7 +181,7 @@ class Cluster:
             "listeners": listeners,
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.node_dir(node) / "data"),
             "num.partitions": "3",
@@ -191,7 +191,7 @@ class Cluster:
             "transaction.state.log.replication.factor": str(rf),
             "transaction.state.log.min.isr": str(min(2, rf)),
             "unclean.leader.election.enable": "false",
-            "group.initial.rebalance.delay.ms": "0",
+            "group.initial.rebalance.delay.ms": "100",
             # Failover within seconds for a learner watching (Kafka's defaults: 9 s and 2 s).
             "broker.session.timeout.ms": "3000",
             "broker.heartbeat.interval.ms": "500",

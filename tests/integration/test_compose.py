@@ -572,6 +572,38 @@ def test_the_kafka_profile_is_three_kraft_brokers_with_replication_3_and_min_isr
     assert {url_target(a)[0] for a in KAFKA_BOOTSTRAP.split(",")} == set(nodes)
 
 
+def test_the_kafka_profile_runs_the_release_and_settings_of_streamshop_kafka_cluster() -> None:
+    """The tests' Apache Kafka (`streamshop kafka-cluster`) and the compose profile are one
+    release with one set of cluster settings."""
+    from streamshop.kafka_cluster import KAFKA_VERSION, POM, Cluster, Node
+
+    pom_version = re.search(r"<kafka.version>([^<]+)</kafka.version>", POM.read_text())
+    assert pom_version is not None
+    assert pom_version.group(1) == KAFKA_VERSION
+    nodes = [Node(i, 9092 + 2 * i, 9093 + 2 * i, voter=True) for i in (1, 2, 3)]
+    properties = dict(
+        line.split("=", 1) for line in Cluster(REPO, "id", nodes, 256).properties(nodes[0]).splitlines() if line
+    )
+    node_specific = {"NODE_ID", "LISTENERS", "ADVERTISED_LISTENERS", "CONTROLLER_QUORUM_VOTERS", "LOG_DIRS"}
+    for name in kafka_nodes():
+        assert SERVICES[name]["image"] == f"apache/kafka:{KAFKA_VERSION}"
+        env = environment(name)
+        shared = {
+            key.removeprefix("KAFKA_").lower().replace("_", "."): value
+            for key, value in env.items()
+            if key.startswith("KAFKA_") and key.removeprefix("KAFKA_") not in node_specific
+        }
+        shared = {key: value for key, value in shared.items() if key in properties}
+        assert set(shared) >= {
+            "default.replication.factor",
+            "min.insync.replicas",
+            "unclean.leader.election.enable",
+            "broker.session.timeout.ms",
+            "num.partitions",
+        }
+        assert shared == {key: properties[key] for key in shared}, name
+
+
 def _created_topics() -> dict[str, tuple[int, dict[str, str]]]:
     (setup,) = [n for n in SERVICES if str(SERVICES[n]["image"]).startswith("apache/kafka:") and n not in kafka_nodes()]
     script = "\n".join(command_of(setup))
