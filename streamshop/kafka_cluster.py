@@ -388,7 +388,15 @@ def stop(directory: Path, grace: float = STOP_GRACE_S) -> Cluster:
     for node in cluster.nodes:
         node.pid = None
     cluster.save()
+    reap()
     return cluster
+
+
+def reap() -> None:
+    """Collect the exit status of every JVM this process started that has ended (one may have
+    been killed by another process, a `streamshop scenario` say)."""
+    for pid in list(_CHILDREN):
+        alive(pid)
 
 
 def quorum(cluster: Cluster, timeout: float = 30.0) -> dict[str, str]:

@@ -95,11 +95,16 @@ def test_three_kraft_nodes_elect_a_controller_and_replicate_every_partition_thre
     assert sorted(n.id for n in described.nodes) == [1, 2, 3]
     assert described.controller is not None
     create(cluster, "replicated")
-    for p in range(3):
-        leader, replicas, isr = partition_state(cluster, "replicated", p)
-        assert sorted(replicas) == [1, 2, 3]
-        assert isr == [1, 2, 3]
-        assert leader in replicas
+    # Every broker's metadata, not only the one asked first, has the three replicas in the ISR.
+    wait_for(
+        "three replicas in sync on every partition",
+        lambda: all(
+            (state := partition_state(cluster, "replicated", p))[2] == [1, 2, 3]
+            and sorted(state[1]) == [1, 2, 3]
+            and state[0] in state[1]
+            for p in range(3)
+        ),
+    )
     resource = ConfigResource(ConfigResource.Type.TOPIC, "replicated")
     configs = admin(cluster).describe_configs([resource])[resource].result(15)
     assert configs["min.insync.replicas"].value == "2"
