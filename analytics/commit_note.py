@@ -32,6 +32,7 @@ class CommitNote:
     client: str  # host:pid of the committing process
     committed_at_ms: int
     every_s: float  # it commits at least this often while running
+    progress_at_ms: int | None = None  # when its committed positions last moved (its last batch)
 
     def age_s(self, now_ms: int) -> float:
         return max(0.0, (now_ms - self.committed_at_ms) / 1000)
@@ -39,20 +40,28 @@ class CommitNote:
     def alive(self, now_ms: int) -> bool:
         return self.age_s(now_ms) <= MISSED_INTERVALS * self.every_s
 
+    def batch_age_s(self, now_ms: int) -> float | None:
+        return None if self.progress_at_ms is None else max(0.0, (now_ms - self.progress_at_ms) / 1000)
+
     def to_json(self, now_ms: int) -> dict[str, object]:
+        batch_age = self.batch_age_s(now_ms)
         return {
             "job": self.job,
             "client": self.client,
             "last_commit_ms": self.committed_at_ms,
             "age_s": round(self.age_s(now_ms), 1),
+            "last_batch_ms": self.progress_at_ms,
+            "batch_age_s": None if batch_age is None else round(batch_age, 1),
             "every_s": self.every_s,
             "alive": self.alive(now_ms),
         }
 
 
-def note_text(job: str, committed_at_ms: int, every_s: float) -> str:
+def note_text(job: str, committed_at_ms: int, every_s: float, progress_at_ms: int | None = None) -> str:
     client = f"{socket.gethostname()}:{os.getpid()}"
     body = {"kind": _KIND, "job": job, "client": client, "at": committed_at_ms, "every_s": every_s}
+    if progress_at_ms is not None:
+        body["progress_at"] = progress_at_ms
     return json.dumps(body, separators=(",", ":"))
 
 
@@ -69,7 +78,10 @@ def parse(text: str | None) -> CommitNote | None:
         at, every = body["at"], body["every_s"]
         if isinstance(at, bool) or not isinstance(at, int) or not isinstance(every, (int, float)) or every <= 0:
             return None
-        return CommitNote(str(body["job"])[:200], str(body["client"])[:200], at, float(every))
+        progress = body.get("progress_at")
+        if isinstance(progress, bool) or not isinstance(progress, int):
+            progress = None
+        return CommitNote(str(body["job"])[:200], str(body["client"])[:200], at, float(every), progress)
     except (ValueError, KeyError, TypeError, RecursionError):
         return None
 

@@ -567,6 +567,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: Offsets | None = None
         self._committed: dict[Partition, int] | None = None
         self._committed_at = 0.0
+        self._progress_ms: int | None = None
 
     def initialOffset(self) -> dict[str, Any]:
         spec = self.settings.starting or "group"
@@ -625,7 +626,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         now = time.monotonic()
         if not positions or (positions == self._committed and now - self._committed_at < COMMIT_EVERY_S):
             return
-        note = commit_note.note_text(self.settings.group_id, int(time.time() * 1000), COMMIT_EVERY_S)
+        now_ms = int(time.time() * 1000)
+        if positions != self._committed:
+            self._progress_ms = now_ms  # a batch moved the positions
+        note = commit_note.note_text(self.settings.group_id, now_ms, COMMIT_EVERY_S, self._progress_ms)
         try:
             self.planner.clients.commit(positions, note)
         except Exception:

@@ -229,9 +229,11 @@ def _print_group(group: dict[str, Any]) -> None:
         committer = group["committer"]
         if committer is not None:
             state = "alive" if committer["alive"] else "not committing (stopped?)"
+            batch = "" if committer["batch_age_s"] is None else f", last batch {committer['batch_age_s']:g} s ago"
             print(
                 f"It is committed to by job {committer['job']} (client {committer['client']}): last commit "
-                f"{committer['age_s']:g} s ago, at least every {committer['every_s']:g} s while running: {state}."
+                f"{committer['age_s']:g} s ago{batch}, at least every {committer['every_s']:g} s while running: "
+                f"{state}."
             )
         return
     print()

@@ -111,7 +111,8 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
     page.wait_for_selector(committer_line, timeout=30_000)
     assert cell(page, "groups-table", analytics_row, "state") == "Committing"
     committer = page.locator(committer_line).inner_text()
-    assert re.fullmatch(r"job analytics · \S+:\d+ · last commit [\d.]+ s ago, every 15 s · alive", committer), committer
+    line = r"job analytics · \S+:\d+ · last commit [\d.]+ s ago, every 15 s · last batch [\d.]+ s ago · alive"
+    assert re.fullmatch(line, committer), committer
 
     # Revenue: one logarithmic axis for every currency; every time axis starts at its first point.
     assert page.locator('[data-testid="chart-revenue"] g[data-scale="log"]').count() == 1

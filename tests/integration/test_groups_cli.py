@@ -355,7 +355,8 @@ def test_describe_shows_a_member_less_job_by_the_note_in_its_commits_alive_or_no
     stale = KafkaClients({"bootstrap.servers": broker.bootstrap}, "job-stale")
     try:
         now_ms = int(time.time() * 1000)
-        clients.commit({("jobs.in", 0): 0, ("jobs.in", 1): 0}, note_text("job-fresh", now_ms, 15.0))
+        fresh_note = note_text("job-fresh", now_ms, 15.0, progress_at_ms=now_ms - 30_000)
+        clients.commit({("jobs.in", 0): 0, ("jobs.in", 1): 0}, fresh_note)
         stale.commit({("jobs.in", 0): 0}, note_text("job-stale", now_ms - 120_000, 15.0))
     finally:
         clients.close()
@@ -364,8 +365,8 @@ def test_describe_shows_a_member_less_job_by_the_note_in_its_commits_alive_or_no
     assert fresh_text.returncode == 0, fresh_text.stderr
     assert "has no active members." in fresh_text.stdout
     assert re.search(
-        r"committed to by job job-fresh \(client \S+:\d+\): last commit [\d.]+ s ago, at least every 15 s "
-        r"while running: alive\.",
+        r"committed to by job job-fresh \(client \S+:\d+\): last commit [\d.]+ s ago, last batch 3\d(\.\d)? s "
+        r"ago, at least every 15 s while running: alive\.",
         fresh_text.stdout,
     ), fresh_text.stdout
     assert "not committing (stopped?)" in groups(broker, "describe", "job-stale").stdout

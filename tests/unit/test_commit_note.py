@@ -19,6 +19,18 @@ def test_a_note_round_trips_and_says_alive_within_three_intervals() -> None:
     assert note.to_json(1_010_000)["age_s"] == 10.0
 
 
+def test_the_last_batch_is_when_the_positions_last_moved_and_optional() -> None:
+    note = parse(note_text("analytics", 100_000, 15.0, progress_at_ms=40_000))
+    assert note is not None
+    assert note.to_json(100_000)["batch_age_s"] == 60.0
+    plain = parse(note_text("analytics", 100_000, 15.0))
+    assert plain is not None
+    assert plain.to_json(100_000)["batch_age_s"] is None
+    odd = parse(note_text("analytics", 100_000, 15.0).replace("}", ',"progress_at":"soon"}'))
+    assert odd is not None
+    assert odd.progress_at_ms is None
+
+
 def test_librdkafkas_terminating_nul_is_ignored() -> None:
     assert parse(note_text("analytics", 5, 15.0) + "\x00") is not None
 

@@ -95,7 +95,9 @@ function committerLine(c) {
     "div",
     { class: "assignment committer", "data-testid": "committer" },
     el("span", { class: "who" }, `job ${c.job} · ${c.client}`),
-    ` · last commit ${formatNumber(c.age_s)} s ago, every ${formatNumber(c.every_s)} s · `,
+    ` · last commit ${formatNumber(c.age_s)} s ago, every ${formatNumber(c.every_s)} s`,
+    c.batch_age_s === null ? "" : ` · last batch ${formatNumber(c.batch_age_s)} s ago`,
+    " · ",
     el("span", { class: c.alive ? "alive" : "lag-positive" }, c.alive ? "alive" : "not committing"),
   );
 }
