@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from streamshop.clients import CommandError
+from streamshop.stack.state import pid_alive
 
 __all__ = [
     "KAFKA_VERSION",
@@ -268,12 +269,8 @@ def alive(pid: int | None) -> bool:
             return True
         del _CHILDREN[pid]
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not pid_alive(pid):
         return False
-    except PermissionError:
-        return True
     # Exited but not reaped (its parent, a `kafka-cluster` command, is gone and PID 1 may not
     # reap): as good as gone.
     try:

@@ -71,6 +71,7 @@ _REGISTER_BODY = {
     },
 }
 _SUBJECT_QUERY = {"name": "subject", "in": "query", "required": False, "schema": {"type": "string"}}
+_PREFIX_QUERY = {"name": "subjectPrefix", "in": "query", "required": False, "schema": {"type": "string"}}
 
 
 def _flag(name: str, description: str) -> dict[str, Any]:
@@ -135,7 +136,7 @@ def registry_openapi(media: tuple[str, ...]) -> dict[str, Any]:
                 parameters=(
                     deleted,
                     _flag("deletedOnly", "only soft-deleted subjects"),
-                    {"name": "subjectPrefix", "in": "query", "required": False, "schema": {"type": "string"}},
+                    _PREFIX_QUERY,
                 ),
             )
         },
@@ -215,7 +216,7 @@ def registry_openapi(media: tuple[str, ...]) -> dict[str, Any]:
                 parameters=(
                     deleted,
                     _flag("latestOnly", "only each subject's latest version"),
-                    {"name": "subjectPrefix", "in": "query", "required": False, "schema": {"type": "string"}},
+                    _PREFIX_QUERY,
                 ),
             )
         },
@@ -244,11 +245,7 @@ def registry_openapi(media: tuple[str, ...]) -> dict[str, Any]:
                         "properties": {"subject": {"type": "string"}, "version": {"type": "integer"}},
                     },
                 },
-                parameters=(
-                    _ID,
-                    deleted,
-                    {"name": "subject", "in": "query", "required": False, "schema": {"type": "string"}},
-                ),
+                parameters=(_ID, deleted, _SUBJECT_QUERY),
                 errors=(404,),
             )
         },
@@ -257,11 +254,7 @@ def registry_openapi(media: tuple[str, ...]) -> dict[str, Any]:
                 "schema_subjects",
                 "the subjects that use a schema id",
                 strings,
-                parameters=(
-                    _ID,
-                    deleted,
-                    {"name": "subject", "in": "query", "required": False, "schema": {"type": "string"}},
-                ),
+                parameters=(_ID, deleted, _SUBJECT_QUERY),
                 errors=(404,),
             )
         },

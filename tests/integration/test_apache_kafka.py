@@ -1,6 +1,6 @@
-"""Apache Kafka itself (4.1, from Maven Central's jars), three KRaft nodes on loopback started by
+"""Apache Kafka itself (4.1, from Maven Central's jars), KRaft nodes on loopback started by
 `streamshop kafka-cluster`: the settings the compose file's kafka profile promises, and the
-first replication scenario, a partition leader killed under acks=all traffic."""
+replication scenarios of `streamshop scenario` (streamshop/scenarios.py) under acks=all traffic."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import ConfigResource, NewTopic
 
 from streamshop import kafka_cluster, scenarios
 from streamshop.kafka_cluster import Cluster
@@ -30,83 +30,26 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         kafka_cluster.stop(directory, grace=30)
 
 
-_ADMINS: dict[str, AdminClient] = {}
-
-
-def admin(cluster: Cluster) -> AdminClient:
-    """One admin client per cluster, kept: a client dropped while its futures are pending
-    destroys its handle and fails them."""
-    if cluster.bootstrap not in _ADMINS:
-        _ADMINS[cluster.bootstrap] = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    return _ADMINS[cluster.bootstrap]
-
-
-def partition_state(cluster: Cluster, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
-    """(leader, replicas, isr) as the cluster's metadata says now."""
-    metadata = admin(cluster).list_topics(topic, timeout=10)
-    p = metadata.topics[topic].partitions[partition]
-    return p.leader, list(p.replicas), sorted(p.isrs)
-
-
-def wait_for(what: str, check: object, timeout: float = 60) -> object:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()  # type: ignore[operator]
-        except Exception as e:  # the cluster is between states
-            last = e
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
-
-
-def create(cluster: Cluster, topic: str, partitions: int = 3) -> None:
-    admin(cluster).create_topics([NewTopic(topic, partitions)])[topic].result(30)
-    wait_for(
-        f"{topic} with a leader per partition",
-        lambda: all(partition_state(cluster, topic, p)[0] >= 0 for p in range(partitions)),
-    )
-
-
-def read_all(cluster: Cluster, topic: str, partitions: int, expected: int, timeout: float = 60) -> list[bytes]:
-    consumer = Consumer(
-        {"bootstrap.servers": cluster.bootstrap, "group.id": f"read-{topic}", "enable.auto.commit": False}
-    )
-    values: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        deadline = time.monotonic() + timeout
-        while len(values) < expected and time.monotonic() < deadline:
-            for message in consumer.consume(500, 0.5):
-                value = message.value()
-                if message.error() is None and value is not None:
-                    values.append(value)
-    finally:
-        consumer.close()
-    return values
-
-
 def test_three_kraft_nodes_elect_a_controller_and_replicate_every_partition_three_times_with_min_isr_2(
     cluster: Cluster,
 ) -> None:
-    described = admin(cluster).describe_cluster(request_timeout=10).result(15)
+    run = scenarios.Scenario(cluster, say=print)
+    described = run.admin.describe_cluster(request_timeout=10).result(15)
     assert sorted(n.id for n in described.nodes) == [1, 2, 3]
     assert described.controller is not None
-    create(cluster, "replicated")
+    run.create("replicated", NewTopic("replicated", 3))
     # Every broker's metadata, not only the one asked first, has the three replicas in the ISR.
-    wait_for(
+    run.wait_for(
         "three replicas in sync on every partition",
         lambda: all(
-            (state := partition_state(cluster, "replicated", p))[2] == [1, 2, 3]
+            (state := run.partition("replicated", p))[2] == [1, 2, 3]
             and sorted(state[1]) == [1, 2, 3]
             and state[0] in state[1]
             for p in range(3)
         ),
     )
     resource = ConfigResource(ConfigResource.Type.TOPIC, "replicated")
-    configs = admin(cluster).describe_configs([resource])[resource].result(15)
+    configs = run.admin.describe_configs([resource])[resource].result(15)
     assert configs["min.insync.replicas"].value == "2"
     assert configs["unclean.leader.election.enable"].value == "false"
 
@@ -114,7 +57,7 @@ def test_three_kraft_nodes_elect_a_controller_and_replicate_every_partition_thre
     for i in range(300):
         producer.produce("replicated", f"v{i}".encode(), f"k{i % 17}".encode())
     assert producer.flush(30) == 0
-    assert sorted(read_all(cluster, "replicated", 3, 300)) == sorted(f"v{i}".encode() for i in range(300))
+    assert sorted(run.read_all("replicated", 3, 300)) == sorted(f"v{i}".encode() for i in range(300))
 
 
 def test_killing_a_partition_leader_elects_a_new_one_from_the_isr_and_loses_no_acknowledged_record(

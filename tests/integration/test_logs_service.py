@@ -16,10 +16,10 @@ import struct
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import structlog
 from aiohttp import web
@@ -41,6 +41,7 @@ from streamshop.cli import build_parser
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import aiokafka_consume, create_topic
 from tests.support.kit_processes import consume_all
+from tests.support.services import serve_app
 from tests.support.sse import read_sse
 
 Client = TestClient[web.Request, web.Application]
@@ -441,6 +442,21 @@ async def test_the_tail_rejects_bad_parameters_limits_open_streams_and_keeps_idl
         await client.close()  # shutdown ends the open tail instead of waiting for it
 
 
+@asynccontextmanager
+async def services_shipper(
+    broker: ThreadBroker, registry_url: str, **settings: Any
+) -> AsyncIterator[tuple[LogShipper, EventProducer]]:
+    """A shipper on the services' own producer (`SendRawAdapter` over `EventProducer`), as
+    instance orders-7; stopped (its buffer flushed) when the block ends."""
+    async with RegistryClient(registry_url) as registry:
+        producer = EventProducer(broker.bootstrap, AvroSerializer(registry))
+        async with producer:
+            shipper = LogShipper(service="orders", instance="orders-7", **settings)
+            await shipper.start(SendRawAdapter(producer))
+            yield shipper, producer
+            await shipper.stop()
+
+
 async def test_the_services_shipper_sends_whole_batches_to_the_instances_partition_in_order(
     broker: ThreadBroker, running_registry: RunningRegistry
 ) -> None:
@@ -448,15 +464,10 @@ async def test_the_services_shipper_sends_whole_batches_to_the_instances_partiti
     a burst of lines lands on one partition of logs.app — the one the instance key maps to — in
     the order logged, each once."""
     create_topic(broker.bootstrap, "logs.app", 3)
-    async with RegistryClient(running_registry.url) as registry:
-        producer = EventProducer(broker.bootstrap, AvroSerializer(registry))
-        async with producer:
-            shipper = LogShipper(service="orders", instance="orders-7", level="debug", batch_size=64)
-            await shipper.start(SendRawAdapter(producer))
-            for i in range(500):
-                shipper(None, "info", {"level": "info", "event": f"line {i}"})
-            await shipper.stop()
-            partition = producer._started()._partitioner(b"orders-7", [0, 1, 2], [0, 1, 2])
+    async with services_shipper(broker, running_registry.url, level="debug", batch_size=64) as (shipper, producer):
+        for i in range(500):
+            shipper(None, "info", {"level": "info", "event": f"line {i}"})
+        partition = producer._started()._partitioner(b"orders-7", [0, 1, 2], [0, 1, 2])
     assert (shipper.shipped, shipper.failed, shipper.dropped) == (500, 0, 0)
     records = await consume_all(broker.bootstrap, "logs.app", 500, partitions=3)
     assert {r.partition for r in records} == {partition}
@@ -470,15 +481,10 @@ async def test_access_log_lines_spread_over_every_partition_of_logs_ingress_batc
     """One instance's access log (one line per request, each independent) is not held to the
     instance's partition: unkeyed, each batch goes to a partition of the producer's choosing."""
     create_topic(broker.bootstrap, "logs.ingress", 3)
-    async with RegistryClient(running_registry.url) as registry:
-        producer = EventProducer(broker.bootstrap, AvroSerializer(registry))
-        async with producer:
-            shipper = LogShipper(service="orders", instance="orders-7", level="debug", batch_size=1)
-            await shipper.start(SendRawAdapter(producer))
-            for i in range(60):
-                shipper(None, "info", {"level": "info", "event": "http request", "logger": ACCESS_LOGGER, "n": i})
-                await shipper.flush()
-            await shipper.stop()
+    async with services_shipper(broker, running_registry.url, level="debug", batch_size=1) as (shipper, _):
+        for i in range(60):
+            shipper(None, "info", {"level": "info", "event": "http request", "logger": ACCESS_LOGGER, "n": i})
+            await shipper.flush()
     assert (shipper.shipped, shipper.failed, shipper.dropped) == (60, 0, 0)
     records = await consume_all(broker.bootstrap, "logs.ingress", 60, partitions=3)
     assert {r.partition for r in records} == {0, 1, 2}  # each missed with chance (2/3)^60
@@ -492,24 +498,19 @@ async def test_the_database_work_of_a_service_goes_to_logs_db(
     """Opening, migrating, a transaction that held the write lock too long and closing a
     service's database are logged under services.common.db, which the shipper sends to logs.db."""
     create_topic(broker.bootstrap, "logs.db", 3)
-    async with RegistryClient(running_registry.url) as registry:
-        producer = EventProducer(broker.bootstrap, AvroSerializer(registry))
-        async with producer:
-            shipper = LogShipper(service="orders", instance="orders-7", level="info", batch_size=64)
+    try:
+        async with services_shipper(broker, running_registry.url, level="info", batch_size=64) as (shipper, _):
             configure_logging(stream=io.StringIO(), fmt="json", shipper=shipper)
-            try:
-                await shipper.start(SendRawAdapter(producer))
-                async with Database(tmp_path / "work.db", slow_ms=1.0) as db:
-                    await db.migrate("work", ["CREATE TABLE t (x INTEGER)"])
-                    async with db.transaction() as tx:
-                        await tx.execute("INSERT INTO t VALUES (1)")
-                        await asyncio.sleep(0.01)  # holds the write lock 10 ms, beyond slow_ms
-                await shipper.stop()
-            finally:
-                root = logging.getLogger()
-                for h in [h for h in root.handlers if getattr(h, "_streamshop_handler", False)]:
-                    root.removeHandler(h)
-                structlog.reset_defaults()
+            async with Database(tmp_path / "work.db", slow_ms=1.0) as db:
+                await db.migrate("work", ["CREATE TABLE t (x INTEGER)"])
+                async with db.transaction() as tx:
+                    await tx.execute("INSERT INTO t VALUES (1)")
+                    await asyncio.sleep(0.01)  # holds the write lock 10 ms, beyond slow_ms
+    finally:
+        root = logging.getLogger()
+        for h in [h for h in root.handlers if getattr(h, "_streamshop_handler", False)]:
+            root.removeHandler(h)
+        structlog.reset_defaults()
     records = await consume_all(broker.bootstrap, "logs.db", 4, partitions=3)
     lines = [json.loads(r.value or b"") for r in records]
     assert [line["event"] for line in lines] == [
@@ -540,32 +541,25 @@ async def test_a_tail_whose_client_left_ends_within_one_keepalive_interval(
         max_tail_clients=1,
         tail_keepalive_s=keepalive,
     )
-    runner = web.AppRunner(create_app(config), access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        async with aiohttp.ClientSession(f"http://{host}:{port}") as session:
-            reader, writer = await asyncio.open_connection(host, port)
-            writer.write(f"GET /logs/tail?q=nothing-matches HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
-            await writer.drain()
-            async with asyncio.timeout(10):
-                assert (await reader.readline()).startswith(b"HTTP/1.1 200")
-                while await reader.readline() != b"\r\n":
-                    pass
-            async with session.get("/logs/tail") as refused:
-                assert refused.status == 503  # the one slot is taken
-            if leaves == "reset":
-                sock = writer.get_extra_info("socket")
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            writer.close()
-            left = time.monotonic()
-            while True:
-                async with session.get("/logs/tail?backlog=0") as response:
-                    if response.status == 200:
-                        break
-                assert time.monotonic() - left < keepalive + 0.5, "the tail outlived its client"
-                await asyncio.sleep(0.05)
-    finally:
-        await runner.cleanup()
+    async with serve_app(create_app(config)) as (url, session):  # an AppRunner, as the services run
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(f"GET /logs/tail?q=nothing-matches HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        await writer.drain()
+        async with asyncio.timeout(10):
+            assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+            while await reader.readline() != b"\r\n":
+                pass
+        async with session.get(f"{url}/logs/tail") as refused:
+            assert refused.status == 503  # the one slot is taken
+        if leaves == "reset":
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.close()
+        left = time.monotonic()
+        while True:
+            async with session.get(f"{url}/logs/tail?backlog=0") as response:
+                if response.status == 200:
+                    break
+            assert time.monotonic() - left < keepalive + 0.5, "the tail outlived its client"
+            await asyncio.sleep(0.05)
