@@ -9,10 +9,10 @@ one attempt: a console user wants an answer now, not after backoff) and fail per
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Callable
 
+from schemas import bounded_json
 from schemas.blocking_registry import Missing, RegistryUnavailableError, fetch_schema, latest_registered, subjects
 from schemas.catalog import CatalogError, from_json, to_json
 from schemas.serde import HEADER_SIZE, MAGIC_BYTE, AvroSchema, InvalidSchemaError, SerdeError, decode, encode, frame
@@ -50,8 +50,8 @@ class Renderer:
             return data.decode("utf-8", "replace").encode()
         if fmt == "json":
             try:
-                return to_json(json.loads(data)).encode()
-            except (ValueError, UnicodeDecodeError) as e:
+                return to_json(bounded_json.loads(data)).encode()
+            except (ValueError, UnicodeDecodeError) as e:  # JSONLimitError too: deep, huge numbers
                 raise FormatError(f"not JSON: {e}") from None
         return self._avro(data)
 
@@ -116,7 +116,7 @@ class RecordEncoder:
         if self.fmt == "string":
             return line
         try:
-            value = json.loads(line)
+            value = bounded_json.loads(line)
         except (ValueError, UnicodeDecodeError) as e:
             raise FormatError(f"not JSON: {e}") from None
         if self.schema is None:

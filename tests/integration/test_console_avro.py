@@ -190,20 +190,23 @@ def test_consume_auto_decodes_avro_prints_other_values_as_stored_and_explicit_fo
     assert topics(broker, "create", TOPIC, "--partitions", "1").returncode == 0
     register(registry, SUBJECT, "OrderCreated")
     assert produce(broker, registry, [json.dumps(order(1))], "--value-format", "avro").returncode == 0
-    assert produce(broker, registry, ['{"plain": "json"}', "just text"]).returncode == 0
+    deep = "[" * 50_000 + "]" * 50_000  # valid JSON that plain json.loads recurses out on
+    assert produce(broker, registry, ['{"plain": "json"}', "just text", deep]).returncode == 0
 
-    auto = consume(broker, registry.url, 3, "--print-schema-id")
+    auto = consume(broker, registry.url, 4, "--print-schema-id")
     assert auto.returncode == 0, auto.stderr
     rows = [line.split("\t") for line in auto.stdout.splitlines()]
     assert json.loads(rows[0][1])["customer_id"] == "cust-1"
-    assert rows[1:] == [["-", '{"plain": "json"}'], ["-", "just text"]]
+    assert rows[1:] == [["-", '{"plain": "json"}'], ["-", "just text"], ["-", deep]]
 
-    as_json = consume(broker, registry.url, 3, "--value-format", "json")
+    as_json = consume(broker, registry.url, 4, "--value-format", "json")
     assert as_json.returncode == 1
     assert as_json.stdout.splitlines() == ['{"plain":"json"}']
     assert "orders 0:0: not JSON" in as_json.stderr
     assert "orders 0:2: not JSON" in as_json.stderr
-    assert "2 could not be shown as json" in as_json.stderr
+    assert "orders 0:3: not JSON: nested deeper than" in as_json.stderr
+    assert "Traceback" not in as_json.stderr
+    assert "3 could not be shown as json" in as_json.stderr
 
     as_avro = consume(broker, registry.url, 3, "--value-format", "avro")
     assert as_avro.returncode == 1
