@@ -250,7 +250,7 @@ class Broker:
             if chosen is None:
                 continue
             try:
-                built = await self._cleaner.build(cleaner.spec(chosen))
+                built = await self._cleaner.build(chosen.spec)
                 result = cleaner.attach(chosen, built)
             except OSError as e:  # a segment deleted meanwhile (retention, topic deletion), or the disk
                 log.warning("compaction skipped", topic=plog.topic, partition=plog.partition, error=str(e))

@@ -61,20 +61,6 @@ class CleanStats:
     undecodable_batches: int = 0
 
 
-@dataclass
-class CleanPlan:
-    """What one pass will clean, captured on the loop."""
-
-    directory: Path
-    closed: list[LogSegment]
-    paths: list[Path]
-    max_timestamps: list[int]
-    now: int
-    delete_retention_ms: int
-    segment_bytes: int
-    index_interval_bytes: int
-
-
 @dataclass(frozen=True)
 class BuildSpec:
     """What the build needs of a plan, and nothing of the live log: it pickles, so the
@@ -90,6 +76,15 @@ class BuildSpec:
     delete_retention_ms: int
     segment_bytes: int
     index_interval_bytes: int
+
+
+@dataclass
+class CleanPlan:
+    """What one pass will clean, captured on the loop: the live segments, and the spec their
+    compacted copies are built from."""
+
+    closed: list[LogSegment]
+    spec: BuildSpec
 
 
 @dataclass(frozen=True)
@@ -180,35 +175,23 @@ def plan(log: PartitionLog) -> CleanPlan | None:
         closed.append(segment)
     if not closed:
         return None
-    return CleanPlan(
+    spec = BuildSpec(
         directory=log.directory,
-        closed=closed,
         paths=[s.log_path for s in closed],
+        base_offsets=[s.base_offset for s in closed],
+        next_offsets=[s.next_offset for s in closed],
         max_timestamps=[s.max_timestamp for s in closed],
         now=now,
         delete_retention_ms=log.config.delete_retention_ms,
         segment_bytes=log.config.segment_bytes,
         index_interval_bytes=log.config.index_interval_bytes,
     )
-
-
-def spec(plan: CleanPlan) -> BuildSpec:
-    return BuildSpec(
-        directory=plan.directory,
-        paths=plan.paths,
-        base_offsets=[s.base_offset for s in plan.closed],
-        next_offsets=[s.next_offset for s in plan.closed],
-        max_timestamps=plan.max_timestamps,
-        now=plan.now,
-        delete_retention_ms=plan.delete_retention_ms,
-        segment_bytes=plan.segment_bytes,
-        index_interval_bytes=plan.index_interval_bytes,
-    )
+    return CleanPlan(closed, spec)
 
 
 def build(plan: CleanPlan) -> CleanResult:
     """`build_files` and `attach`, in this thread (the synchronous `clean`)."""
-    return attach(plan, build_files(spec(plan)))
+    return attach(plan, build_files(plan.spec))
 
 
 def attach(plan: CleanPlan, built: Built) -> CleanResult:
