@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 from typing import TypeAlias
 
@@ -49,7 +50,7 @@ def register(sub: SubParsers) -> None:
     )
     sc.add_argument("name", choices=["leader-kill", "controller-kill", "unclean-election", "two-down"])
     sc.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")
-    sc.add_argument("--topic", help="topic to use (default scenario.NAME, created; must not exist)")
+    sc.add_argument("--topic", help="topic to create for it (default scenario.NAME.DATE-TIME; must not exist)")
     sc.set_defaults(func=_run_scenario)
 
 
@@ -89,6 +90,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_scenario(args: argparse.Namespace) -> int:
+    from confluent_kafka import KafkaException
+
     from streamshop import kafka_cluster as kc
     from streamshop.clients import CommandError, warn
     from streamshop.scenarios import SCENARIOS
@@ -96,9 +99,10 @@ def _run_scenario(args: argparse.Namespace) -> int:
     try:
         cluster = kc.Cluster.load(args.dir)
         kc.wait_ready(cluster, 30)
-        extra = {"topic": args.topic} if args.topic else {}
-        result = SCENARIOS[args.name](cluster, print, **extra)
-    except CommandError as e:
+        # A new topic each run, so that a scenario can be run again on the same cluster.
+        topic = args.topic or f"scenario.{args.name}.{time.strftime('%Y%m%d-%H%M%S')}"
+        result = SCENARIOS[args.name](cluster, print, topic=topic)
+    except (CommandError, KafkaException) as e:
         warn("scenario", str(e))
         return 1
     print(json.dumps(result, indent=2, default=repr))

@@ -66,7 +66,10 @@ class Scenario:
         raise CommandError(f"{what} not reached within {timeout:g} s (last: {last!r})")
 
     def create(self, topic: str, spec: NewTopic) -> None:
-        self.admin.create_topics([spec])[topic].result(30)
+        try:
+            self.admin.create_topics([spec])[topic].result(30)
+        except KafkaException as e:
+            raise CommandError(f"cannot create {topic}: {e.args[0].str()} (a scenario needs a new topic)") from None
         self.wait_for(f"{topic} with leaders", lambda: self.partition(topic, 0)[0] >= 0)
 
     def read_all(self, topic: str, partitions: int, expected: int, timeout: float = 90) -> list[bytes]:
@@ -142,7 +145,12 @@ def _lost(run: Scenario, topic: str, traffic: KeyedTraffic) -> dict[str, Any]:
     stored = set(run.read_all(topic, 3, len(acknowledged)))
     lost = acknowledged - stored
     run.say(f"read back: {len(acknowledged)} records acknowledged, {len(lost)} of them missing")
-    return {"acknowledged": len(acknowledged), "lost": len(lost), "producer_errors": sorted(set(traffic.errors))}
+    return {
+        "topic": topic,
+        "acknowledged": len(acknowledged),
+        "lost": len(lost),
+        "producer_errors": sorted(set(traffic.errors)),
+    }
 
 
 def leader_kill(cluster: Cluster, say: Say = print, topic: str = "scenario.leader-kill") -> dict[str, Any]:

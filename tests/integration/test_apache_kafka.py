@@ -99,6 +99,20 @@ def test_killing_the_active_controller_hands_the_quorum_to_another_voter_while_t
         node.pid = reloaded.node(node.node_id).pid
     assert all(kafka_cluster.alive(n.pid) for n in cluster.nodes)
 
+    # A topic that exists already is refused with a clear error, before anything is broken.
+    command = [sys.executable, "-m", "streamshop.cli", "scenario", "leader-kill", "--dir", str(cluster.directory)]
+    again = subprocess.run(
+        [*command, "--topic", result["topic"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert again.returncode == 1
+    assert f"cannot create {result['topic']}: " in again.stderr
+    assert "a scenario needs a new topic" in again.stderr
+    assert "Traceback" not in again.stderr
+
 
 def test_unclean_leader_election_off_keeps_a_partition_offline_and_on_revives_it_losing_what_only_the_dead_had(
     cluster: Cluster,
