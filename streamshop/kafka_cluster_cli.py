@@ -53,6 +53,33 @@ def register(sub: SubParsers) -> None:
     sc.add_argument("--topic", help="topic to create for it (default scenario.NAME.DATE-TIME; must not exist)")
     sc.set_defaults(func=_run_scenario)
 
+    from streamshop.kafka_tools import TOOLS  # a table: cheap to import at parse time
+
+    tool = sub.add_parser(
+        "kafka-tool",
+        help="run one of Apache Kafka's own command-line tools (kafka-topics, kafka-consumer-groups, ...)",
+        description="Runs Kafka's tool NAME, as bin/NAME.sh would, from the jars of `kafka-cluster fetch` "
+        "(resolved on first use): against the bundled broker or any Kafka cluster. Example: streamshop "
+        "kafka-tool kafka-topics --bootstrap-server 127.0.0.1:9092 --describe",
+    )
+    tool.add_argument("tool_name", metavar="NAME", choices=sorted(TOOLS), help=", ".join(sorted(TOOLS)))
+    tool.add_argument("tool_args", nargs=argparse.REMAINDER, metavar="ARGS", help="the tool's own arguments")
+    tool.set_defaults(func=_run_tool)
+
+
+def _run_tool(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from streamshop.clients import CommandError, warn
+    from streamshop.kafka_tools import command
+
+    try:
+        line = command(args.tool_name, *args.tool_args)
+    except CommandError as e:
+        warn("kafka-tool", str(e))
+        return 2
+    return subprocess.call(line)
+
 
 def _run(args: argparse.Namespace) -> int:
     from streamshop import kafka_cluster as kc

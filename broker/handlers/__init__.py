@@ -13,6 +13,7 @@ from broker.handlers import (
     log_dirs,
     metadata,
     produce,
+    records,
     topics,
 )
 from broker.handlers.base import Api
@@ -25,8 +26,10 @@ _IMPLEMENTED = [
     Api(cluster.INIT_PRODUCER_ID, "InitProducerId", 0, 5, cluster.init_producer_id),
     Api(topics.CREATE_TOPICS, "CreateTopics", 2, 7, topics.create_topics),
     Api(topics.DELETE_TOPICS, "DeleteTopics", 1, 6, topics.delete_topics),
+    Api(records.API_KEY, "DeleteRecords", records.MIN_VERSION, records.MAX_VERSION, records.handle),
     Api(configs.DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4, configs.describe_configs),
     Api(topics.CREATE_PARTITIONS, "CreatePartitions", 0, 3, topics.create_partitions),
+    Api(configs.ALTER_CONFIGS, "AlterConfigs", 0, 2, configs.alter_configs),
     Api(configs.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1, configs.incremental_alter_configs),
     Api(cluster.DESCRIBE_CLUSTER, "DescribeCluster", 0, 1, cluster.describe_cluster),
     Api(log_dirs.API_KEY, "DescribeLogDirs", log_dirs.MIN_VERSION, log_dirs.MAX_VERSION, log_dirs.handle),

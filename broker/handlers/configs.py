@@ -1,7 +1,8 @@
-"""DescribeConfigs and IncrementalAlterConfigs for topics (and describe for the broker)."""
+"""DescribeConfigs, IncrementalAlterConfigs and AlterConfigs for topics (and describe for the broker)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +11,7 @@ from broker.core import Broker
 from broker.protocol.codec import RequestHeader, build, nested, response_type
 from broker.protocol.errors import ErrorCode, KafkaError
 
-DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
+DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 TOPIC, BROKER = 2, 4
 # ConfigSource values of DescribeConfigs v1+.
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
@@ -159,8 +160,29 @@ def _apply(current: dict[str, str], ops: Any) -> dict[str, str]:
     return out
 
 
+def _replace(ops: Any) -> dict[str, str]:
+    """AlterConfigs (the legacy API): the request's set is the topic's whole new set."""
+    out: dict[str, str] = {}
+    for op in ops:
+        if op.name in out:
+            raise KafkaError(ErrorCode.invalid_request, f"config {op.name!r} appears more than once")
+        if op.name not in TOPIC_CONFIGS:
+            raise KafkaError(ErrorCode.invalid_config, f"unknown topic config {op.name!r}")
+        if op.value is None:
+            raise KafkaError(ErrorCode.invalid_config, f"{op.name}: a value is required")
+        out[op.name] = op.value
+    return out
+
+
 def incremental_alter_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(INCREMENTAL_ALTER_CONFIGS, header.api_version)
+    return _alter(broker, response_type(INCREMENTAL_ALTER_CONFIGS, header.api_version), request, _apply)
+
+
+def alter_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    return _alter(broker, response_type(ALTER_CONFIGS, header.api_version), request, lambda _, ops: _replace(ops))
+
+
+def _alter(broker: Broker, cls: Any, request: Any, change: Callable[[dict[str, str], Any], dict[str, str]]) -> Any:
     result_cls = nested(cls, "AlterConfigsResourceResponse")
     results = []
     changed = False
@@ -177,7 +199,7 @@ def incremental_alter_configs(broker: Broker, header: RequestHeader, request: An
                 raise KafkaError(
                     ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist"
                 )
-            new = _apply(topic.configs, resource.configs)
+            new = change(topic.configs, resource.configs)
             try:
                 validate_topic_configs(new)
             except ConfigError as e:

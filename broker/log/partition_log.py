@@ -437,10 +437,36 @@ class PartitionLog:
                     break
                 total -= segment.size
                 doomed += 1
+        return self._drop_head(doomed)
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: records below `offset` (-1: the high watermark) are gone for
+        readers at once; segments wholly below it are deleted. Returns the new log start."""
+        if offset == -1:
+            offset = self.high_watermark
+        if offset < 0 or offset > self.high_watermark:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"cannot delete before offset {offset}: the partition holds "
+                f"[{self.log_start_offset}, {self.high_watermark})",
+            )
+        if offset <= self.log_start_offset:
+            return self.log_start_offset
+        doomed = 0
+        for segment in self.segments:
+            if segment.next_offset > offset or (segment is self.active and segment.size == 0):
+                break
+            doomed += 1
+        self._drop_head(doomed)
+        self.advance_log_start(offset)
+        return self.log_start_offset
+
+    def _drop_head(self, doomed: int) -> int:
+        """Delete the first `doomed` segments; the log starts at the next one."""
         if doomed == 0:
             return 0
         if doomed >= len(self.segments):
-            self.roll()  # the active segment has expired too: roll so it can go
+            self.roll()  # the active segment goes too: roll so it can
         victims = self.segments[:doomed]
         self.segments = self.segments[doomed:]
         self.advance_log_start(self.segments[0].base_offset)

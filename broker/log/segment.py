@@ -148,13 +148,14 @@ class LogSegment:
         if self.first_batch_timestamp < 0:
             self.first_batch_timestamp = header.max_timestamp
         if self._bytes_since_index >= self.index_interval_bytes or position == 0:
-            self.offset_index.append(header.base_offset, position)
+            # As Kafka: an entry names the batch's last offset (kafka-dump-log checks this).
+            self.offset_index.append(header.last_offset, position)
             self._bytes_since_index = 0
         self._bytes_since_index += header.size
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
             if self._bytes_since_time_index >= self.index_interval_bytes or position == 0:
-                self.time_index.maybe_append(header.max_timestamp, header.base_offset)
+                self.time_index.maybe_append(header.max_timestamp, header.last_offset)
                 self._bytes_since_time_index = 0
         self._bytes_since_time_index += header.size
         self.next_offset = header.last_offset + 1
@@ -225,11 +226,12 @@ class LogSegment:
         return None
 
     def _entry_holds(self, offset: int, position: int) -> bool:
-        """An index entry is right when a batch starting at `offset` is at `position`."""
+        """An index entry is right when the batch at `position` ends at `offset` (or, as
+        entries written before the broker followed Kafka's layout, starts there)."""
         header = self._read_header(position)
         return (
             header is not None
-            and header.base_offset == offset
+            and offset in (header.last_offset, header.base_offset)
             and header.magic == 2
             and header.size >= HEADER_SIZE
             and position + header.size <= self.size

@@ -2,8 +2,9 @@
 `kafka-dump-log --verify-index-only` and `--deep-iteration` do.
 
 Every batch of every segment: its length, magic, CRC and offsets (growing, within the
-segment's range); every offset-index entry must point at the start of the batch with its
-offset, every time-index entry must be in order and inside the segment.  `deep` also opens
+segment's range); every offset-index entry must point at the batch that ends at its offset
+(Kafka's layout; entries written by earlier versions name the batch's first offset, also
+accepted), every time-index entry must be in order and inside the segment.  `deep` also opens
 every batch (decompression and record framing).  Read-only: safe beside a running broker,
 though the active segments may then be caught mid-write.
 """
@@ -60,11 +61,12 @@ def _batches(path: Path, problems: list[str]) -> Iterator[tuple[int, bytes]]:
 def verify_segment(path: Path, *, deep: bool) -> SegmentReport:
     report = SegmentReport(path)
     base = int(path.name.split(".")[0])
-    starts: dict[int, int] = {}  # batch base offset -> position
+    starts: dict[int, int] = {}  # batch last offset (and base offset, as older entries) -> position
     last_offset = base - 1
     problems: list[str] = []
     for position, raw in _batches(path, problems):
-        starts[parse_header(raw).base_offset] = position  # the index is judged apart from the CRC
+        bounds = parse_header(raw)  # the index is judged apart from the CRC
+        starts[bounds.base_offset] = starts[bounds.last_offset] = position
         try:
             header = validate_batch(raw)
         except InvalidBatch as e:
@@ -102,7 +104,9 @@ def _entries(path: Path, entry: struct.Struct, report: SegmentReport) -> Iterato
 def _check_offset_index(path: Path, base: int, starts: dict[int, int], report: SegmentReport) -> None:
     for rel, pos in _entries(path, OFFSET_ENTRY, report):
         if starts.get(base + rel) != pos:
-            report.problems.append(f"{path.name}: offset {base + rel} -> position {pos} is not where that batch is")
+            report.problems.append(
+                f"{path.name}: offset {base + rel} -> position {pos}: no batch ends (or starts) there"
+            )
 
 
 def _check_time_index(path: Path, base: int, last_offset: int, report: SegmentReport) -> None:

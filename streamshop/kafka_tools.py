@@ -1,0 +1,38 @@
+"""Apache Kafka's command-line tools by the names of their bin/*.sh scripts, run from the
+jars `streamshop kafka-cluster fetch` resolves: the same tools against the bundled broker
+and a Kafka cluster, for users without a Kafka installation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_T = "org.apache.kafka.tools"
+# Each script's main class in Kafka 4.1 (the last line of bin/NAME.sh).
+TOOLS: dict[str, str] = {
+    "kafka-topics": f"{_T}.TopicCommand",
+    "kafka-configs": "kafka.admin.ConfigCommand",
+    "kafka-console-producer": f"{_T}.ConsoleProducer",
+    "kafka-console-consumer": f"{_T}.consumer.ConsoleConsumer",
+    "kafka-consumer-groups": f"{_T}.consumer.group.ConsumerGroupCommand",
+    "kafka-get-offsets": f"{_T}.GetOffsetShell",
+    "kafka-broker-api-versions": f"{_T}.BrokerApiVersionsCommand",
+    "kafka-producer-perf-test": f"{_T}.ProducerPerformance",
+    "kafka-consumer-perf-test": f"{_T}.ConsumerPerformance",
+    "kafka-delete-records": f"{_T}.DeleteRecordsCommand",
+    "kafka-dump-log": "kafka.tools.DumpLogSegments",
+    "kafka-metadata-quorum": f"{_T}.MetadataQuorumCommand",
+    "kafka-leader-election": f"{_T}.LeaderElectionCommand",
+    "kafka-reassign-partitions": f"{_T}.reassign.ReassignPartitionsCommand",
+    "kafka-log-dirs": f"{_T}.LogDirsCommand",
+    "kafka-cluster": f"{_T}.ClusterTool",
+}
+
+
+def command(name: str, *args: str, lib: Path | None = None, heap_mb: int = 192) -> list[str]:
+    """The java command line of tool `name` (a key of TOOLS) with `args`."""
+    from streamshop import kafka_cluster
+
+    main = TOOLS[name]
+    line = kafka_cluster.kafka_java(lib or kafka_cluster.resolve(), main, *args, heap_mb=heap_mb)
+    line[1:1] = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]  # a short-lived JVM starts faster
+    return line
