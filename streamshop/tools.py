@@ -311,6 +311,12 @@ def _up_parser(sub: SubParsers) -> None:
         help="leave this child (and the children that need it) out, e.g. --without logs (repeatable)",
     )
     p.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT[,...]",
+        help="use this Kafka cluster (Apache Kafka, or any broker speaking its protocol) instead of starting "
+        "the bundled broker; the services create their topics with 3 replicas, or one per broker when fewer",
+    )
+    p.add_argument(
         "--start-timeout", type=float, default=60.0, metavar="S", help="seconds a child may take to be ready (60)"
     )
     p.add_argument(

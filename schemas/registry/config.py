@@ -33,6 +33,9 @@ class RegistryConfig:
     bootstrap: str = DEFAULT_BOOTSTRAP
     listen: tuple[str, int] = ("127.0.0.1", 8081)
     topic: str = DEFAULT_TOPIC
+    # As Confluent's kafkastore.topic.replication.factor: the topic gets this many replicas, or
+    # as many as there are live brokers when fewer (one on the bundled broker).
+    topic_replication_factor: int = 3
     default_compatibility: Level = Level.BACKWARD
     # How long start-up may wait for the broker (topic creation and replay of the topic).
     startup_timeout: float = 60.0
@@ -47,6 +50,8 @@ class RegistryConfig:
             raise ConfigError("bootstrap servers must not be empty")
         if not self.topic:
             raise ConfigError("topic must not be empty")
+        if self.topic_replication_factor < 1:
+            raise ConfigError("topic replication factor must be at least 1")
         if self.startup_timeout <= 0 or self.write_timeout <= 0 or self.write_attempts < 1:
             raise ConfigError("timeouts and attempts must be positive")
 
@@ -58,7 +63,8 @@ class RegistryConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> RegistryConfig:
         """Settings from `STREAMSHOP_REGISTRY_*` variables (BOOTSTRAP, LISTEN, TOPIC,
-        DEFAULT_COMPATIBILITY, STARTUP_TIMEOUT, WRITE_TIMEOUT); `overrides` win."""
+        TOPIC_REPLICATION_FACTOR, DEFAULT_COMPATIBILITY, STARTUP_TIMEOUT, WRITE_TIMEOUT);
+        `overrides` win."""
         env = os.environ if env is None else env
 
         def get(name: str) -> str | None:
@@ -72,6 +78,11 @@ class RegistryConfig:
             values["listen"] = parse_host_port(listen)
         if (topic := get("TOPIC")) is not None:
             values["topic"] = topic
+        if (rf := get("TOPIC_REPLICATION_FACTOR")) is not None:
+            try:
+                values["topic_replication_factor"] = int(rf)
+            except ValueError as e:
+                raise ConfigError(f"{ENV_PREFIX}TOPIC_REPLICATION_FACTOR: {rf!r} is not a number") from e
         if (level := get("DEFAULT_COMPATIBILITY")) is not None:
             try:
                 values["default_compatibility"] = Level(level.upper())

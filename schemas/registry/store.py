@@ -200,8 +200,10 @@ class SchemaStore:
 
     async def _create_topic(self, admin: AIOKafkaAdminClient) -> None:
         await admin.start()
+        brokers = len((await admin.describe_cluster())["brokers"])
+        replicas = max(1, min(self.config.topic_replication_factor, brokers))
         response = await admin.create_topics(
-            [NewTopic(self.config.topic, 1, 1, topic_configs={"cleanup.policy": "compact"})]
+            [NewTopic(self.config.topic, 1, replicas, topic_configs={"cleanup.policy": "compact"})]
         )
         for _topic, code, message in response.topic_errors:
             if code not in (0, TOPIC_ALREADY_EXISTS):
@@ -209,7 +211,7 @@ class SchemaStore:
             if code == TOPIC_ALREADY_EXISTS:
                 await self._check_topic_config(admin)
             else:
-                log.info("created schemas topic", topic=self.config.topic)
+                log.info("created schemas topic", topic=self.config.topic, replicas=replicas)
 
     async def _check_topic_config(self, admin: AIOKafkaAdminClient) -> None:
         responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, self.config.topic)])

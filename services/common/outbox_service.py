@@ -55,7 +55,7 @@ class OutboxServiceConfig(ServiceConfig):
 
     topic: str = setting("events", help="topic of the service's events")
     topic_partitions: int = setting(6, help="partitions of the topic when the service creates it")
-    topic_replication_factor: int = setting(1, help="replication factor when the service creates the topic")
+    topic_replication_factor: int = setting(3, help="replicas of the topics it creates, or every broker when fewer")
     relay_poll_interval: float = setting(1.0, help="seconds between outbox polls when not woken")
 
 
@@ -83,22 +83,26 @@ async def ensure_topic(config: OutboxServiceConfig) -> None:
     await ensure_topics(config, {config.topic: config.topic_partitions}, config.topic_replication_factor)
 
 
-async def ensure_topics(config: ServiceConfig, topics: Mapping[str, int], replication_factor: int = 1) -> None:
-    """Create each topic of `topics` (name -> partitions) that does not exist yet."""
+async def ensure_topics(config: ServiceConfig, topics: Mapping[str, int], replication_factor: int = 3) -> None:
+    """Create each topic of `topics` (name -> partitions) that does not exist yet, with
+    `replication_factor` replicas or one per broker when the cluster has fewer (as the schema
+    registry does): three on a Kafka cluster, one on the bundled broker, no setting to change."""
     admin = AIOKafkaAdminClient(
         **config.kafka_client_kwargs(), client_id=f"{config.service_name}-admin-{config.instance_id}"
     )
     await admin.start()
     try:
         existing = set(await admin.list_topics())
+        brokers = len((await admin.describe_cluster())["brokers"]) if set(topics) - existing else 1
+        replicas = max(1, min(replication_factor, brokers))
         for name, partitions in topics.items():
             if name in existing:
                 continue
             try:
-                await admin.create_topics([NewTopic(name, partitions, replication_factor)])
+                await admin.create_topics([NewTopic(name, partitions, replicas)])
             except TopicAlreadyExistsError:  # another instance won the race
                 continue
-            log.info("topic created", topic=name, partitions=partitions)
+            log.info("topic created", topic=name, partitions=partitions, replicas=replicas)
     finally:
         await admin.close()
 
@@ -164,7 +168,7 @@ async def open_publishing_service(
     make_store: Callable[[Database, Outbox], S],
     *,
     topics: Mapping[str, int],
-    replication_factor: int = 1,
+    replication_factor: int = 3,
     relay_poll_interval: float = 1.0,
     shipper: LogShipper | None = None,
 ) -> AsyncIterator[OutboxService[S]]:

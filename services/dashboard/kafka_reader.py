@@ -27,7 +27,18 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import IncompatibleBrokerVersion, KafkaError
 from aiokafka.protocol.admin import DescribeGroupsRequest_v0, DescribeGroupsRequest_v1, DescribeGroupsRequest_v2
 from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Int64, Schema, String
+from aiokafka.protocol.types import (
+    Array,
+    Boolean,
+    CompactArray,
+    CompactString,
+    Int16,
+    Int32,
+    Int64,
+    Schema,
+    String,
+    TaggedFields,
+)
 from aiokafka.structs import TopicPartition
 
 from analytics import commit_note
@@ -106,6 +117,66 @@ class DescribeLogDirsRequest(Request[DescribeLogDirsRequest_v0 | DescribeLogDirs
         return request_struct_class(None)
 
 
+_DESCRIBE_QUORUM = 55
+_REPLICA_STATE = (("replica_id", Int32), ("log_end_offset", Int64), ("tags", TaggedFields))
+
+
+class DescribeQuorumResponse_v0(Response):  # type: ignore[misc]
+    API_KEY = _DESCRIBE_QUORUM
+    API_VERSION = 0
+    SCHEMA = Schema(
+        ("error_code", Int16),
+        (
+            "topics",
+            CompactArray(
+                ("topic_name", CompactString("utf-8")),
+                (
+                    "partitions",
+                    CompactArray(
+                        ("partition_index", Int32),
+                        ("error_code", Int16),
+                        ("leader_id", Int32),
+                        ("leader_epoch", Int32),
+                        ("high_watermark", Int64),
+                        ("current_voters", CompactArray(*_REPLICA_STATE)),
+                        ("observers", CompactArray(*_REPLICA_STATE)),
+                        ("tags", TaggedFields),
+                    ),
+                ),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class DescribeQuorumRequest_v0(RequestStruct):  # type: ignore[misc]
+    FLEXIBLE_VERSION = True
+    API_KEY = _DESCRIBE_QUORUM
+    API_VERSION = 0
+    RESPONSE_TYPE = DescribeQuorumResponse_v0
+    SCHEMA = Schema(
+        (
+            "topics",
+            CompactArray(
+                ("topic_name", CompactString("utf-8")),
+                ("partitions", CompactArray(("partition_index", Int32), ("tags", TaggedFields))),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class DescribeQuorumRequest(Request[DescribeQuorumRequest_v0]):  # type: ignore[misc]
+    """DescribeMetadataQuorum of KRaft's metadata log (`__cluster_metadata`, partition 0)."""
+
+    API_KEY = _DESCRIBE_QUORUM
+
+    def build(self, request_struct_class: Any) -> Any:
+        return request_struct_class([("__cluster_metadata", [(0, {})], {})], {})
+
+
 # DescribeGroups up to v2, whose answer aiokafka parses right (see the module docstring).
 _DescribeGroupsVersions = DescribeGroupsRequest_v0 | DescribeGroupsRequest_v1 | DescribeGroupsRequest_v2
 
@@ -169,6 +240,24 @@ class _Admin(AIOKafkaAdminClient):  # type: ignore[misc]
                         sizes[key] = max(sizes.get(key, 0), p["partition_size"])
         return sizes if answered else None
 
+    async def quorum_leader(self, node_ids: Iterable[int]) -> int | None:
+        """The KRaft quorum's leader, asked of the first broker that answers (brokers forward
+        DescribeMetadataQuorum to the controllers); None where no broker implements it."""
+        for node_id in node_ids:
+            try:
+                response = await self._send_request(DescribeQuorumRequest(), node_id)
+            except (IncompatibleBrokerVersion, NotImplementedError):
+                return None  # a cluster without KRaft's API (the bundled broker): none to ask
+            except KafkaError as e:
+                log.debug("describe quorum failed", node_id=node_id, error=str(e))
+                continue
+            answer = response.to_object()
+            partitions = [p for t in answer["topics"] for p in t["partitions"]]
+            if answer["error_code"] == 0 and partitions and partitions[0]["error_code"] == 0:
+                leader = int(partitions[0]["leader_id"])
+                return leader if leader >= 0 else None
+        return None
+
     async def describe_groups_by_node(self, groups_by_node: dict[int, list[str]]) -> list[dict[str, Any]]:
         replies = await _gather(
             *(self._send_request(_DescribeGroupsRequest(groups), node) for node, groups in groups_by_node.items())
@@ -226,18 +315,26 @@ class ClusterReader:
         )
         controller = metadata.get("controller_id")
         leaders: dict[str, dict[int, int]] = {}
+        replication: dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
         internal: dict[str, bool] = {}
         for t in metadata["topics"]:
             if t["error_code"] == 0:
                 leaders[t["topic"]] = {p["partition"]: p["leader"] for p in t["partitions"]}
                 internal[t["topic"]] = bool(t.get("is_internal")) or t["topic"].startswith("__")
+                for p in t["partitions"]:
+                    replication[(t["topic"], p["partition"])] = (
+                        tuple(p["replicas"]),
+                        tuple(p["isr"]),
+                        tuple(p.get("offline_replicas") or ()),
+                    )
         tps = [TopicPartition(topic, p) for topic, parts in leaders.items() for p in parts]
         node_ids = [b.node_id for b in brokers]
-        starts, ends, sizes, groups = await _gather(
+        starts, ends, sizes, groups, quorum_leader = await _gather(
             consumer.beginning_offsets(tps) if tps else _empty(),
             consumer.end_offsets(tps) if tps else _empty(),
             admin.log_dir_sizes(node_ids),
             self._groups(admin, node_ids),
+            admin.quorum_leader(node_ids),
         )
         topics = {
             name: TopicInfo(
@@ -250,6 +347,7 @@ class ClusterReader:
                         starts.get(TopicPartition(name, p)),
                         ends.get(TopicPartition(name, p)),
                         sizes.get((name, p)) if sizes is not None else None,
+                        *replication[(name, p)],
                     )
                     for p, leader in sorted(parts.items())
                 ),
@@ -264,6 +362,7 @@ class ClusterReader:
             topics=topics,
             groups=groups,
             sizes_known=sizes is not None,
+            quorum_leader=quorum_leader,
         )
 
     async def _groups(self, admin: _Admin, node_ids: list[int]) -> dict[str, GroupInfo]:

@@ -50,13 +50,26 @@ class BrokerInfo:
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
-    """One partition: its leader, log start and end offsets, and bytes on disk (None: unknown)."""
+    """One partition: its leader, log start and end offsets, bytes on disk (None: unknown), and
+    its replicas: all of them, those in sync (ISR), those on brokers that are down."""
 
     partition: int
     leader: int
     start: int | None
     end: int | None
     size: int | None = None
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    offline_replicas: tuple[int, ...] = ()
+
+    @property
+    def offline(self) -> bool:
+        """No leader: nothing can be written to or read from it."""
+        return self.leader < 0
+
+    @property
+    def under_replicated(self) -> bool:
+        return len(self.isr) < len(self.replicas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +142,9 @@ class Observation:
     topics: Mapping[str, TopicInfo]
     groups: Mapping[str, GroupInfo]
     sizes_known: bool = False
+    # The KRaft quorum's leader (DescribeMetadataQuorum), when the cluster answers it; Metadata's
+    # controller id names a random broker under KRaft.
+    quorum_leader: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,17 +356,28 @@ def cluster_json(observation: Observation, in_rates: Mapping[str, float | None])
                         "start_offset": p.start,
                         "end_offset": p.end,
                         "size_bytes": p.size if observation.sizes_known else None,
+                        "replicas": list(p.replicas),
+                        "isr": list(p.isr),
+                        "offline_replicas": list(p.offline_replicas),
+                        "under_replicated": p.under_replicated,
+                        "offline": p.offline,
                     }
                     for p in topic.partitions
                 ],
+                "replication_factor": max((len(p.replicas) for p in topic.partitions), default=0),
+                "under_replicated": sum(p.under_replicated for p in topic.partitions),
+                "offline": sum(p.offline for p in topic.partitions),
             }
         )
     visible = [t for t in topics if not t["internal"]]
+    quorum = observation.quorum_leader
     return {
         "brokers": [
             {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in observation.brokers
         ],
         "controller_id": observation.controller_id,
+        "active_controller": quorum if quorum is not None else observation.controller_id,
+        "controller_source": "DescribeMetadataQuorum" if quorum is not None else "Metadata",
         "sizes_known": observation.sizes_known,
         "topics": topics,
         "totals": {
@@ -359,6 +386,8 @@ def cluster_json(observation: Observation, in_rates: Mapping[str, float | None])
             "messages": _sum_known(t["messages"] for t in visible),
             "size_bytes": _sum_known(t["size_bytes"] for t in visible) if observation.sizes_known else None,
             "in_rate": _round(sum(t["in_rate"] or 0.0 for t in visible)),
+            "under_replicated": sum(t["under_replicated"] for t in topics),
+            "offline": sum(t["offline"] for t in topics),
         },
     }
 

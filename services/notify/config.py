@@ -34,7 +34,7 @@ class SenderConfig(ServiceConfig):
     topic: str = setting("otp.requests", help="topic of the OtpRequested events (its DLQ is <topic>.dlq)")
     deliveries_topic: str = setting("otp.deliveries", help="topic of the OtpDelivered / OtpFailed events")
     topic_partitions: int = setting(6, help="partitions of the topics when the sender creates them")
-    topic_replication_factor: int = setting(1, help="replication factor when the sender creates the topics")
+    topic_replication_factor: int = setting(3, help="replicas of the topics it creates, or every broker when fewer")
     seal_key: str | None = secret(help="base64 of the 32-byte AES-256-GCM key: the otp service's OTP_SEAL_KEY")
     seal_key_id: str = setting("k1", help="id of seal_key (the otp service's OTP_SEAL_KEY_ID)")
     retired_seal_keys: str | None = secret(

@@ -44,9 +44,11 @@ __all__ = [
     "Secrets",
     "StackContext",
     "env_prefix",
+    "external_broker",
     "levels",
     "select",
     "url_table",
+    "with_broker",
 ]
 
 
@@ -143,6 +145,24 @@ class ChildDef:
     launch: Callable[[StackContext, Mapping[str, int]], Launch]
     parse_ready: Callable[[str], Announced | None]
     readyz: bool = False
+    external: Mapping[str, str] | None = None  # endpoints of something already running: not started
+
+
+def external_broker(bootstrap: str) -> ChildDef:
+    """The broker role played by a Kafka cluster the stack does not run (``up --bootstrap``)."""
+    servers = ",".join(part.strip() for part in bootstrap.split(",") if part.strip())
+    if not servers or any(_port_of(part) is None for part in servers.split(",")):
+        raise CommandError(f"--bootstrap {bootstrap!r}: expected HOST:PORT[,HOST:PORT...]")
+    return ChildDef("broker", (), {}, _no_launch, lambda _: None, external={"bootstrap": servers})
+
+
+def _no_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
+    raise LaunchError("the broker is external: nothing to launch")
+
+
+def with_broker(children: Sequence[ChildDef], broker: ChildDef) -> list[ChildDef]:
+    """`children` with `broker` in place of the bundled broker."""
+    return [broker if c.name == "broker" else c for c in children]
 
 
 def env_prefix(name: str) -> str:

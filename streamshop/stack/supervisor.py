@@ -39,9 +39,11 @@ from streamshop.stack.plan import (
     Row,
     Secrets,
     StackContext,
+    external_broker,
     levels,
     select,
     url_table,
+    with_broker,
 )
 
 if TYPE_CHECKING:
@@ -161,7 +163,27 @@ class Child:
     # -- the task ---------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.task = asyncio.create_task(self._run(), name=f"child-{self.name}")
+        run = self._external() if self.spec.external is not None else self._run()
+        self.task = asyncio.create_task(run, name=f"child-{self.name}")
+
+    async def _external(self) -> None:
+        """A part the stack uses but does not run (a Kafka cluster): ready once it answers."""
+        assert self.spec.external is not None
+        bootstrap = self.spec.external["bootstrap"]
+        self.set_state("starting")
+        try:
+            brokers = await asyncio.to_thread(_cluster_brokers, bootstrap, self.sup.options.start_timeout)
+        except Exception as e:  # whatever the client raised is the reason, said once
+            self.first_ready.set_exception(StartError(f"the Kafka cluster at {bootstrap} did not answer: {e}"))
+            self.state = "failed"
+            self.sup.save()
+            return
+        self.announced = Announced(dict(self.spec.external), {})
+        self.note(f"is the Kafka cluster at {bootstrap} ({brokers} brokers), not started by the stack")
+        self.set_state("external")
+        self.first_ready.set_result(None)
+        await self.stop_event.wait()
+        self.set_state("stopped")
 
     async def _run(self) -> None:
         try:
@@ -466,6 +488,23 @@ class Supervisor:
         self.console.say("stack stopped" + (" after a failed start" if failed else ""))
 
 
+def _cluster_brokers(bootstrap: str, timeout: float) -> int:
+    """How many brokers a Kafka cluster lists, retried until `timeout` (it may be starting)."""
+    from confluent_kafka.admin import AdminClient
+
+    from streamshop.clients import client_config
+
+    admin = AdminClient(client_config(bootstrap))
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return len(admin.list_topics(timeout=min(5.0, max(0.1, deadline - time.monotonic()))).brokers)
+        except Exception:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
+
+
 def java_found() -> bool:
     """Whether Spark will find a JVM: JAVA_HOME's, else ``java`` on PATH (how spark-submit looks)."""
     home = os.environ.get("JAVA_HOME")
@@ -486,6 +525,10 @@ def up(args: argparse.Namespace) -> int:
     if no_java:
         without.append("analytics")
     children = select(CHILDREN, without)
+    if args.bootstrap:
+        if "broker" in without:
+            raise CommandError("--bootstrap names the broker; it cannot also be left --without")
+        children = with_broker(children, external_broker(args.bootstrap))
     data_dir.mkdir(parents=True, exist_ok=True)
     secrets = Secrets.load_or_create(data_dir / "secrets.json")
     color = use_color(sys.stdout, args.no_color)

@@ -87,6 +87,19 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
     assert cell(page, "topics-table", 'data-topic="orders"', "size") not in ("", "-", "?")
     page.wait_for_selector('[data-testid="chart-messages-in"] path[data-series]', timeout=30_000)
 
+    # Replication, honestly for one broker: it is the controller and holds each partition's only replica.
+    assert page.locator("#repl-controller").inner_text() == "broker 1"
+    assert page.locator("#repl-urp").inner_text() == "0"
+    assert page.locator("#repl-offline").inner_text() == "0"
+    page.locator('[data-testid="replication-details"] summary').click()
+    orders_0 = 'data-topic="orders"][data-partition="0"'
+    assert [cell(page, "replication-table", orders_0, col) for col in ("leader", "replicas", "isr", "state")] == [
+        "1",
+        "1",
+        "1",
+        "in sync",
+    ]
+
     # Consumer groups: the fan-out, both sender groups on otp.requests.
     for group in ("sms-sender", "email-sender"):
         row = f'data-group="{group}"'

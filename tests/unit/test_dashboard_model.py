@@ -164,7 +164,15 @@ def test_cluster_totals_skip_internal_topics_and_sizes_are_unknown_when_the_brok
         10,
         1000,
     )
-    assert known["totals"] == {"topics": 1, "partitions": 2, "messages": 10, "size_bytes": 1000, "in_rate": 2.0}
+    assert known["totals"] == {
+        "topics": 1,
+        "partitions": 2,
+        "messages": 10,
+        "size_bytes": 1000,
+        "in_rate": 2.0,
+        "under_replicated": 0,
+        "offline": 0,
+    }
     unknown = cluster_json(observation(0, topics, sizes_known=False), {})
     assert unknown["topics"][0]["size_bytes"] is None
     assert unknown["totals"]["size_bytes"] is None
@@ -186,3 +194,37 @@ def test_over_a_window_each_topic_and_group_is_measured_from_the_oldest_observat
     assert messages_in_rates([first, second], now) == {"old": 5.0, "young": 8.0}
     assert messages_out_rates([first, second], now) == {"g": 10.0}
     assert messages_out_rates([], now) == {"g": None}
+
+
+def test_replication_counts_under_replicated_and_offline_partitions_and_names_the_quorum_leader() -> None:
+    parts = (
+        PartitionInfo(0, 1, 0, 5, replicas=(1, 2, 3), isr=(1, 2, 3)),
+        PartitionInfo(1, 2, 0, 5, replicas=(2, 3, 1), isr=(2, 3), offline_replicas=(1,)),
+        PartitionInfo(2, -1, None, None, replicas=(3, 1, 2), isr=(3,), offline_replicas=(1, 2)),
+    )
+    seen = Observation(
+        wall=1.0,
+        mono=1.0,
+        brokers=(),
+        controller_id=2,  # what Metadata says: under KRaft a random broker
+        topics={"orders": TopicInfo("orders", False, parts)},
+        groups={},
+        quorum_leader=3,
+    )
+    shown = cluster_json(seen, {})
+    assert (shown["active_controller"], shown["controller_source"]) == (3, "DescribeMetadataQuorum")
+    orders = shown["topics"][0]
+    assert (orders["replication_factor"], orders["under_replicated"], orders["offline"]) == (3, 2, 1)
+    assert [(p["under_replicated"], p["offline"]) for p in orders["partition_details"]] == [
+        (False, False),
+        (True, False),
+        (True, True),
+    ]
+    assert orders["partition_details"][1]["offline_replicas"] == [1]
+    assert (shown["totals"]["under_replicated"], shown["totals"]["offline"]) == (2, 1)
+
+    single = cluster_json(
+        observation(1.0, [TopicInfo("t", False, (PartitionInfo(0, 1, 0, 1, replicas=(1,), isr=(1,)),))]), {}
+    )
+    assert (single["active_controller"], single["controller_source"]) == (1, "Metadata")
+    assert (single["totals"]["under_replicated"], single["topics"][0]["replication_factor"]) == (0, 1)

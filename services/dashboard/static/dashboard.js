@@ -64,7 +64,8 @@ function partitionsTitle(topic) {
   return topic.partition_details
     .map((p) => {
       const size = p.size_bytes === null ? "" : `, ${formatBytes(p.size_bytes)}`;
-      return `p${p.partition}: offsets ${p.start_offset ?? "?"}–${p.end_offset ?? "?"}${size} (leader ${p.leader})`;
+      const isr = `replicas ${p.replicas.join(",")}, ISR ${p.isr.join(",")}`;
+      return `p${p.partition}: offsets ${p.start_offset ?? "?"}–${p.end_offset ?? "?"}${size} (leader ${p.leader}, ${isr})`;
     })
     .join("\n");
 }
@@ -84,6 +85,43 @@ function renderTopics(cluster) {
     ),
   );
   $("[data-testid=topics-table] tbody").replaceChildren(...rows);
+}
+
+function replicaState(p) {
+  if (p.offline) return ["offline", "lag-positive"];
+  if (p.under_replicated) return ["under-replicated", "lag-positive"];
+  return ["in sync", null];
+}
+
+function renderReplication(cluster) {
+  const totals = cluster.totals;
+  const controller = cluster.active_controller;
+  $("#repl-controller").textContent = controller === null ? "unknown" : `broker ${controller}`;
+  $("#repl-controller").title = `from ${cluster.controller_source}`;
+  $("#repl-urp").textContent = formatNumber(totals.under_replicated);
+  $("#repl-urp").className = totals.under_replicated ? "lag-positive" : "";
+  $("#repl-offline").textContent = formatNumber(totals.offline);
+  $("#repl-offline").className = totals.offline ? "lag-positive" : "";
+  const rows = [];
+  for (const t of cluster.topics) {
+    if (t.internal) continue;
+    for (const p of t.partition_details) {
+      const [state, cls] = replicaState(p);
+      rows.push(
+        el(
+          "tr",
+          { "data-topic": t.name, "data-partition": String(p.partition) },
+          el("td", { "data-col": "name" }, t.name),
+          numCell("partition", p.partition),
+          el("td", { class: "num", "data-col": "leader" }, p.leader < 0 ? "none" : String(p.leader)),
+          el("td", { "data-col": "replicas" }, p.replicas.join(", ")),
+          el("td", { "data-col": "isr" }, p.isr.join(", ")),
+          el("td", { "data-col": "state", class: cls }, state),
+        ),
+      );
+    }
+  }
+  $("[data-testid=replication-table] tbody").replaceChildren(...rows);
 }
 
 // -- groups ---------------------------------------------------------------------------------
@@ -271,6 +309,7 @@ let refreshMs = DEFAULT_REFRESH_MS;
 function render(snap) {
   renderHeader(snap);
   renderTopics(snap.cluster);
+  renderReplication(snap.cluster);
   renderGroups(snap.groups);
   renderHistory(snap.history);
   renderAnalytics(snap.analytics);
