@@ -32,6 +32,7 @@ from services.common.kafka import EventProducer
 from services.common.log_shipper import LogShipper, SendRawAdapter, avro_log_encoder
 from services.common.logging import get_logger
 from services.common.openapi import serve_openapi
+from services.common.outbox_service import ensure_topics
 from services.logs.config import LogsConfig
 from services.logs.indexer import Indexer, LogRecordDeserializer
 from services.logs.openapi import LOGS_OPENAPI
@@ -207,6 +208,12 @@ def create_app(config: LogsConfig, *, shipper: LogShipper | None = None) -> web.
             if shipper is not None:
                 await shipper.start(SendRawAdapter(producer), avro_log_encoder(serializer))
                 stack.push_async_callback(shipper.stop)
+            # Created before the group subscribes: a consumer subscribed to a topic that does not
+            # exist yet is given nothing, and notices the topic only at its next metadata refresh
+            # (minutes later) on a cluster that does not auto-create topics for consumers.
+            await ensure_topics(
+                config, dict.fromkeys(config.topics, config.topic_partitions), config.topic_replication_factor
+            )
             runner = runner_for_service(
                 config,
                 config.group_id,

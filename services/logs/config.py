@@ -21,6 +21,8 @@ class LogsConfig(ServiceConfig):
     database_path: Path = setting(Path("data/logs.db"), help="SQLite database file")  # noqa: RUF009 - Path is immutable
     group_id: str = setting("log-indexer", help="consumer group of the indexer")
     topics: tuple[str, ...] = setting(LOG_TOPICS, help="topics indexed, comma list")
+    topic_partitions: int = setting(3, help="partitions of each log topic when the service creates it")
+    topic_replication_factor: int = setting(3, help="replicas of the topics it creates, or every broker when fewer")
     max_records: int = setting(1_000_000, help="retention: the oldest records beyond this many are deleted")
     dedupe_window_s: int = setting(7 * 24 * 3600, help="how long processed event ids are remembered")
     commit_every: int = setting(200, help="commit offsets every N records (or every commit_interval_ms)")

@@ -29,6 +29,7 @@ class Stack:
     data: Path
     output: Path
     pids: set[int] = field(default_factory=set)  # every child pid seen, for the final checks
+    kafka: Any = None  # the Apache Kafka cluster (streamshop.kafka_cluster.Cluster) it runs on, if any
 
     def document(self) -> dict[str, Any]:
         document: dict[str, Any] = json.loads((self.data / "stack.json").read_text())
@@ -71,17 +72,22 @@ def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
 
 @contextmanager
 def running_stack(
-    data: Path, env: Mapping[str, str] | None = None, within: float = 60, without: Sequence[str] = ("analytics",)
+    data: Path,
+    env: Mapping[str, str] | None = None,
+    within: float = 60,
+    without: Sequence[str] = ("analytics",),
+    bootstrap: str | None = None,
 ) -> Iterator[Stack]:
     """`streamshop up --ephemeral-ports --data-dir data --without ...`, running; its output goes to
     a file beside `data`.  Spark is left out unless asked for: its JVM would cost every stack
-    test twenty seconds of both cores."""
+    test twenty seconds of both cores.  `bootstrap`: on that Kafka cluster (`up --bootstrap`)."""
     output = data.parent / f"{data.name}-up.out"
     with output.open("wb") as out:
         proc = subprocess.Popen(
             [
                 *(sys.executable, "-m", "streamshop.cli", "up", "--ephemeral-ports", "--data-dir", str(data)),
                 *(arg for child in without for arg in ("--without", child)),
+                *(("--bootstrap", bootstrap) if bootstrap else ()),
             ],
             cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
