@@ -62,6 +62,7 @@ lint: setup
 
 bench: setup
 	$(PY) -m loadtest.bench_broker
+	$(PY) -m loadtest.bench_perf_test
 	$(PY) -m loadtest.bench_limits
 	$(PY) -m loadtest.bench_groups
 	$(PY) -m loadtest.bench_services

@@ -50,6 +50,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from loadtest.brokers import (
     BROKERS,
+    PEERS,
     BrokerProcess,
     Metrics,
     baseline_tree,
@@ -456,22 +457,23 @@ def evaluate(target: Target, results: dict[str, Metrics]) -> tuple[float | None,
 
 
 def format_report(results: dict[str, Metrics], opts: Options) -> str:
+    peers = [name for name in PEERS if name in results]
     lines = [
-        f"streamshop vs Tansu: {opts.records:,} records x {RECORD_BYTES} B, keys i % {KEY_SPACE}, "
-        f"{PARTITIONS} partitions, confluent-kafka linger.ms={LINGER_MS}",
+        f"streamshop vs {' and '.join(peers) or 'no peer'}: {opts.records:,} records x {RECORD_BYTES} B, "
+        f"keys i % {KEY_SPACE}, {PARTITIONS} partitions, confluent-kafka linger.ms={LINGER_MS}",
         f"throughput: median of {opts.repeat} run(s); MB/s of values; broker CPU s = CPU time of the broker "
         "process during that run",
-        f"{'':44}{'streamshop':>14}{'tansu':>14}{'ratio s/t':>11}"
+        f"{'':44}{'streamshop':>14}"
+        + "".join(f"{peer:>14}{'ratio s/' + peer[0]:>11}" for peer in peers)
         + (f"{'baseline':>14}{'ratio s/b':>11}" if "baseline" in results else ""),
     ]
     for row in rows(opts.records):
-        ours, theirs = results.get("streamshop", {}).get(row.key), results.get("tansu", {}).get(row.key)
-        before = results.get("baseline", {}).get(row.key)
-        if ours is None and theirs is None and before is None:
+        ours, before = results.get("streamshop", {}).get(row.key), results.get("baseline", {}).get(row.key)
+        theirs = {peer: results[peer].get(row.key) for peer in peers}
+        if ours is None and before is None and all(v is None for v in theirs.values()):
             continue
-        line = (
-            f"{row.label:44}{cell(ours, row.fmt):>14}{cell(theirs, row.fmt):>14}"
-            f"{cell(ratio(results, row.key), '.2f'):>11}"
+        line = f"{row.label:44}{cell(ours, row.fmt):>14}" + "".join(
+            f"{cell(theirs[peer], row.fmt):>14}{cell(ratio(results, row.key, peer), '.2f'):>11}" for peer in peers
         )
         if "baseline" in results:
             line += f"{cell(before, row.fmt):>14}{cell(ours / before if ours and before else None, '.2f'):>11}"
@@ -496,6 +498,7 @@ def to_json(results: dict[str, Metrics], opts: Options) -> dict[str, Any]:
         },
         "results": results,
         "ratios": {row.key: ratio(results, row.key) for row in rows(opts.records)},
+        "ratios_to_apache_kafka": {row.key: ratio(results, row.key, "apache-kafka") for row in rows(opts.records)},
         "targets": [
             {**asdict(t), "measured": value, "result": verdict}
             for t in TARGETS

@@ -1,9 +1,12 @@
-"""The brokers under test, shared by the benchmarks: streamshop and Tansu started as child
-processes (stopped on exit, even on errors), readings of their CPU time and memory from /proc,
-topic creation, and the streamshop/Tansu ratio of a metric.
+"""The brokers under test, shared by the benchmarks: streamshop, Tansu and a single Apache
+Kafka node started as child processes (stopped on exit, even on errors), readings of their CPU
+time and memory from /proc, topic creation, and the ratio of streamshop's metric to a peer's.
 
-Streamshop runs on a fresh temporary data directory on the real disk; Tansu with memory storage,
-as in ../shared/NOTES-peers.md.
+Streamshop and Apache Kafka run on fresh temporary data directories on the real disk; Tansu with
+memory storage, as its own documentation runs it for a benchmark.  Apache Kafka is the release
+of `streamshop kafka-cluster` (Maven Central's jars) as one KRaft node with Kafka's default 1 GiB
+heap and its default flush policy: it leaves fsync to the OS (replicas are its durability),
+where streamshop fsyncs before acknowledging acks=all.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from streamshop.broker_process import ReadyLine, broker_command, parse_ready_line
 
 STARTUP_TIMEOUT = 60.0
-BROKERS = ("streamshop", "tansu")
+BROKERS = ("streamshop", "tansu", "apache-kafka")
+PEERS = ("tansu", "apache-kafka")
 _PR_SET_PDEATHSIG = 1
 
 Metrics = dict[str, float]
@@ -40,13 +44,17 @@ Metrics = dict[str, float]
 class BrokerProcess:
     name: str
     bootstrap: str
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | None  # None: a process started by other means (its pid given)
     admin_url: str | None = None
     log_path: Path | None = None
+    started_pid: int | None = None
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        if self.proc is not None:
+            return self.proc.pid
+        assert self.started_pid is not None
+        return self.started_pid
 
 
 def _die_with_parent() -> None:
@@ -176,6 +184,18 @@ def tansu_broker(workdir: Path, binary: Path) -> Iterator[BrokerProcess]:
         yield BrokerProcess("tansu", f"127.0.0.1:{port}", proc)
 
 
+@contextlib.contextmanager
+def apache_kafka_broker(workdir: Path) -> Iterator[BrokerProcess]:
+    from streamshop import kafka_cluster
+
+    cluster = kafka_cluster.start(workdir / "kafka", nodes=1, heap_mb=1024, timeout=STARTUP_TIMEOUT * 2)
+    try:
+        node = cluster.nodes[0]
+        yield BrokerProcess("apache-kafka", node.bootstrap, None, started_pid=node.pid)
+    finally:
+        kafka_cluster.stop(workdir / "kafka", grace=30)
+
+
 # --- raw sockets -------------------------------------------------------------------------------
 
 
@@ -230,6 +250,8 @@ def start_broker(
     if name == "baseline":
         assert baseline is not None
         return streamshop_broker(workdir, baseline)
+    if name == "apache-kafka":
+        return apache_kafka_broker(workdir)
     return streamshop_broker(workdir) if name == "streamshop" else tansu_broker(workdir, tansu_binary)
 
 
@@ -281,9 +303,9 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
 # --- side by side ------------------------------------------------------------------------------
 
 
-def ratio(results: dict[str, Metrics], key: str) -> float | None:
-    """streamshop's value of `key` over Tansu's (None when either is missing or Tansu's is 0)."""
-    ours, theirs = results.get("streamshop", {}).get(key), results.get("tansu", {}).get(key)
+def ratio(results: dict[str, Metrics], key: str, peer: str = "tansu") -> float | None:
+    """streamshop's value of `key` over `peer`'s (None when either is missing or the peer's is 0)."""
+    ours, theirs = results.get("streamshop", {}).get(key), results.get(peer, {}).get(key)
     if ours is None or not theirs:
         return None
     return ours / theirs

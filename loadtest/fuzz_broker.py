@@ -309,6 +309,7 @@ def run(
         tempfile.TemporaryDirectory(prefix="fuzz-broker-") as tmp,
         streamshop_broker(Path(tmp), settings=settings) as broker,
     ):
+        assert broker.proc is not None  # streamshop_broker starts it as our child
         _fuzz_and_check(broker.bootstrap, broker.proc, report, plan)
         if broker.proc.poll() is None:
             report.broker_rss_mib = rss_mib(broker.pid)
