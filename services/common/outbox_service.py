@@ -14,6 +14,8 @@ senders consume one topic and publish to another, and need the dead-letter topic
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,7 +24,8 @@ from typing import Generic, Protocol, TypeVar
 import aiohttp
 from aiohttp import web
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.protocol.metadata import MetadataRequest
 
 from schemas.catalog import Catalog
 from schemas.client import RegistryClient
@@ -103,8 +106,42 @@ async def ensure_topics(config: ServiceConfig, topics: Mapping[str, int], replic
             except TopicAlreadyExistsError:  # another instance won the race
                 continue
             log.info("topic created", topic=name, partitions=partitions, replicas=replicas)
+        if set(topics) - existing:
+            await _wait_visible(admin, sorted(topics))
     finally:
         await admin.close()
+
+
+_VISIBLE_WITHIN_S = 30.0
+
+
+async def _wait_visible(admin: AIOKafkaAdminClient, names: list[str]) -> None:
+    """Until every broker's metadata has `names` with a leader for each partition.  A cluster
+    acknowledges a creation once its controller has it; brokers learn of it a moment later, and a
+    consumer group joined in between is assigned nothing of the topic until its next metadata
+    refresh, minutes later."""
+    deadline = time.monotonic() + _VISIBLE_WITHIN_S
+    nodes = [b.nodeId for b in admin._client.cluster.brokers()]
+    while nodes and time.monotonic() < deadline:
+        lagging = []
+        for node in nodes:
+            try:
+                answer = (await admin._send_request(MetadataRequest(names, False), node)).to_object()
+            except KafkaError:
+                lagging.append(node)
+                continue
+            ready = {
+                t["topic"]
+                for t in answer["topics"]
+                if t["error_code"] == 0 and t["partitions"] and all(p["leader"] >= 0 for p in t["partitions"])
+            }
+            if not set(names) <= ready:
+                lagging.append(node)
+        nodes = lagging
+        if nodes:
+            await asyncio.sleep(0.1)
+    if nodes:
+        log.warning("topics not yet visible on every broker", topics=names, brokers=nodes)
 
 
 def registry_auth(config: ServiceConfig) -> aiohttp.BasicAuth | None:
