@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from streamshop import kafka_tools
 from streamshop.clients import CommandError
 from streamshop.stack.state import pid_alive
 
@@ -400,14 +401,8 @@ def quorum(cluster: Cluster, timeout: float = 30.0) -> dict[str, str]:
     """The metadata quorum as Kafka's own kafka-metadata-quorum tool describes it (DescribeQuorum):
     LeaderId (the active controller), LeaderEpoch, HighWatermark, CurrentVoters..."""
     running = [n.bootstrap for n in cluster.nodes if alive(n.pid)] or [cluster.bootstrap]
-    command = kafka_java(
-        resolve(),
-        "org.apache.kafka.tools.MetadataQuorumCommand",
-        "--bootstrap-server",
-        ",".join(running),
-        "describe",
-        "--status",
-        heap_mb=128,
+    command = kafka_tools.command(
+        "kafka-metadata-quorum", "--bootstrap-server", ",".join(running), "describe", "--status", heap_mb=128
     )
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     fields = {}
