@@ -18,8 +18,16 @@ import sys
 import time
 from pathlib import Path
 
-from loadtest.brokers import BROKERS, PEERS, BrokerProcess, cell, create_topic, default_tansu_binary, exit_on_sigterm
-from loadtest.brokers import started_brokers as start_all
+from loadtest.brokers import (
+    BROKERS,
+    PEERS,
+    BrokerProcess,
+    cell,
+    create_topic,
+    default_tansu_binary,
+    exit_on_sigterm,
+    started_brokers,
+)
 from streamshop.kafka_tools import command
 
 PARTITIONS = 6
@@ -122,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, exit_on_sigterm)
     names = args.only or list(BROKERS)
-    with start_all(names, args.tansu_binary or default_tansu_binary()) as brokers:
+    with started_brokers(names, args.tansu_binary or default_tansu_binary()) as brokers:
         results = run(brokers, args.records, max(1, args.repeat))
     print()
     print(report(results, args.records, max(1, args.repeat)))

@@ -30,6 +30,7 @@ import aiohttp
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer as ConfluentAvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -442,11 +443,8 @@ async def _kill_a_broker(stack: Stack) -> tuple[int, Callable[[], Any]]:
 
         return pid, restarted
     cluster = stack.kafka
-    admin = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "e2e-unused"})
-    try:
-        leader = admin.list_topics("orders", timeout=10).topics["orders"].partitions[0].leader
-    finally:
-        admin.close()
+    metadata = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics("orders", timeout=10)
+    leader = metadata.topics["orders"].partitions[0].leader
     node = cluster.node(leader)
     assert node.pid is not None
     pid = node.pid
