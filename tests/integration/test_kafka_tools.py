@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka.partitioner import murmur2
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from broker.handlers import APIS
@@ -275,3 +275,26 @@ def test_kafka_dump_log_reads_the_brokers_own_segments_and_finds_its_indexes_rig
     assert "out of order" not in checked.lower()
     dumped = kt.run("kafka-dump-log", "--files", str(indexes[0]))
     assert len(re.findall(r"^offset: \d+ position: \d+$", dumped, re.M)) > 5
+
+
+def test_bad_deletions_and_config_sets_are_refused_with_kafkas_codes_and_change_nothing(broker: ThreadBroker) -> None:
+    """librdkafka's admin, the other way in: DeleteRecords below -1 or past the end; AlterConfigs
+    with an unknown name or a value that does not parse."""
+    b = broker.bootstrap
+    create_topic(b, "tools.bad", 1, {"retention.ms": "60000"})
+    confluent_produce(b, "tools.bad", [{"value": b"kept"}] * 5)
+    admin = AdminClient({"bootstrap.servers": b})
+    for offset, code in ((-5, "OFFSET_OUT_OF_RANGE"), (6, "OFFSET_OUT_OF_RANGE")):
+        tp = TopicPartition("tools.bad", 0, offset)
+        with pytest.raises(KafkaException, match=code):
+            admin.delete_records([tp], request_timeout=10)[tp].result(15)
+    assert broker.call(lambda: broker.broker.store.partition_log("tools.bad", 0).log_start_offset) == 0
+    assert [r.value for r in confluent_consume(b, [TopicPartition("tools.bad", 0, 0)], 5)] == [b"kept"] * 5
+
+    for bad in ({"no.such.config": "1"}, {"retention.ms": "soon"}):
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "tools.bad", set_config=bad)
+        with pytest.warns(DeprecationWarning, match="incremental_alter_configs"):
+            futures = admin.alter_configs([resource])
+        with pytest.raises(KafkaException, match="INVALID_CONFIG"):
+            futures[resource].result(15)
+    assert broker.call(lambda: broker.broker.store.get("tools.bad").configs) == {"retention.ms": "60000"}
