@@ -15,6 +15,7 @@ from broker.admin import create_admin_app
 from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.core import Broker
+from broker.lock import lock_data_dir
 from broker.server import KafkaServer
 
 log = structlog.get_logger(__name__)
@@ -42,10 +43,11 @@ async def start_broker(config: BrokerConfig, clock: Clock | None = None) -> Runn
     broker = Broker(config, clock)
     await broker.start()
     server = KafkaServer(broker)
-    host, port = config.listen
-    await server.start(host, port)
-    if config.advertise is None:
-        broker.advertised = (host, server.port)
+    await server.start()
+    listeners = broker.security.listeners
+    bound = {listener.name: (listener.host, server.ports[listener.name]) for listener in listeners}
+    broker.endpoints = broker.security.advertised(bound)
+    broker.advertised = broker.endpoints[broker.first_listener]
     admin_runner = None
     admin_port = None
     if config.admin_listen is not None:
@@ -58,6 +60,7 @@ async def start_broker(config: BrokerConfig, clock: Clock | None = None) -> Runn
 
 
 async def serve(config: BrokerConfig) -> None:
+    lock_data_dir(config.data_dir)  # held until the process exits
     running = await start_broker(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -67,12 +70,16 @@ async def serve(config: BrokerConfig) -> None:
     # not kill the process.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     host, port = running.broker.advertised
+    endpoints = running.broker.endpoints
+    others = (
+        " listeners " + ",".join(f"{name}={h}:{p}" for name, (h, p) in endpoints.items()) if len(endpoints) > 1 else ""
+    )
     admin = f" admin http://{config.admin_listen[0]}:{running.admin_port}" if config.admin_listen else ""
     # Everything loaded so far lives as long as the process: keep the cyclic collector from
     # walking it again on every full collection (a pause of the event loop and the workers).
     gc.freeze()
     # The one line scripts wait for.
-    print(f"streamshop broker ready on {host}:{port}{admin} data {config.data_dir}", flush=True)
+    print(f"streamshop broker ready on {host}:{port}{admin} data {config.data_dir}{others}", flush=True)
     log.info("broker ready", listen=f"{host}:{port}", admin_port=running.admin_port, data_dir=str(config.data_dir))
     await stop.wait()
     log.info("shutting down")

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker.security.listeners import DEFAULT_PROTOCOL_MAP, ListenerError, parse_endpoints, parse_protocol_map
+
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
 
@@ -83,6 +85,30 @@ def _bool(raw: str) -> bool:
     if raw.lower() not in ("true", "false"):
         raise ConfigError(f"{raw!r} is not true or false")
     return raw.lower() == "true"
+
+
+def _listeners(raw: str) -> str:
+    try:
+        parse_endpoints(raw)
+    except ListenerError as e:
+        raise ConfigError(str(e)) from None
+    return raw
+
+
+def _protocol_map(raw: str) -> str:
+    try:
+        parse_protocol_map(raw)
+    except ListenerError as e:
+        raise ConfigError(str(e)) from None
+    return raw
+
+
+def _mechanisms(raw: str) -> list[str]:
+    names = [m.strip().upper() for m in raw.split(",") if m.strip()]
+    unknown = [m for m in names if m not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")]
+    if unknown:
+        raise ConfigError(f"unsupported SASL mechanism {unknown[0]!r} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
+    return names
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +260,31 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         BrokerSettingDef("max.partitions", "200000", _int(1, INT_MAX)),
         BrokerSettingDef("max.partitions.per.request", "10000", _int(1, INT_MAX)),
         BrokerSettingDef("message.max.decompressed.bytes", "67108864", _int(1024, INT_MAX)),
+        # Listeners and security, by Kafka's names (broker/security).
+        BrokerSettingDef("listeners", "", _listeners),
+        BrokerSettingDef("advertised.listeners", "", _listeners),
+        BrokerSettingDef("listener.security.protocol.map", DEFAULT_PROTOCOL_MAP, _protocol_map),
+        BrokerSettingDef("sasl.enabled.mechanisms", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", _mechanisms),
+        BrokerSettingDef("sasl.server.max.receive.size", "524288", _int(64, INT_MAX)),
+        BrokerSettingDef("connections.max.reauth.ms", "0", _int(0)),
+        BrokerSettingDef("connection.failed.authentication.delay.ms", "100", _int(0, INT_MAX)),
+        # A TLS handshake and a SASL exchange must finish this soon after accept (streamshop's
+        # own; Kafka leaves a stalled handshake to connections.max.idle.ms).
+        BrokerSettingDef("authentication.timeout.ms", "10000", _int(1, INT_MAX)),
+        BrokerSettingDef("ssl.keystore.type", "PEM", _choice("PEM")),
+        BrokerSettingDef("ssl.keystore.location", "", str),
+        BrokerSettingDef("ssl.key.password", "", str),
+        BrokerSettingDef("ssl.truststore.type", "PEM", _choice("PEM")),
+        BrokerSettingDef("ssl.truststore.location", "", str),
+        BrokerSettingDef("ssl.client.auth", "none", _choice("none", "requested", "required")),
+        BrokerSettingDef("ssl.principal.mapping.rules", "DEFAULT", str),
+        BrokerSettingDef(
+            "authorizer.class.name",
+            "",
+            _choice("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "StandardAuthorizer"),
+        ),
+        BrokerSettingDef("super.users", "", str),
+        BrokerSettingDef("allow.everyone.if.no.acl.found", "false", _bool),
         # Segment files open at once (least recently used closed first); at most half the
         # soft descriptor limit, so sockets keep the rest.
         BrokerSettingDef("log.open.files.max", "1000", _int(16, INT_MAX)),

@@ -24,8 +24,10 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from broker.handlers.base import NO_RESPONSE
+from broker.security.session import Session
 
 if TYPE_CHECKING:
+    from broker.security.listeners import Listener
     from broker.server import KafkaServer, Pending
 
 _SIZE = struct.Struct(">i")
@@ -39,8 +41,11 @@ _EMPTY = bytearray()
 
 
 class Connection(asyncio.BufferedProtocol):
-    def __init__(self, server: KafkaServer) -> None:
+    def __init__(self, server: KafkaServer, listener: Listener) -> None:
         self.server = server
+        self.listener = listener
+        self.session = Session.open(listener.name, listener.protocol, "")
+        self.opened = time.monotonic()
         self.buf = _EMPTY
         self.start = 0  # first unread byte
         self.end = 0  # end of received data
@@ -66,6 +71,7 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self.peer = transport.get_extra_info("peername")
         self.host = str(self.peer[0]) if isinstance(self.peer, tuple) and self.peer else ""
+        self.session.host = self.host
         if not self.server.admit(self):
             self.closing = True
             self.transport.abort()
@@ -132,7 +138,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def _gated(self) -> bool:
         return (
-            self.barrier is not None
+            self.session.close_after_response
+            or self.barrier is not None
             or len(self.queue) >= MAX_IN_FLIGHT
             or self.pending_bytes >= MAX_PENDING_BYTES
             or not self.writable
@@ -165,6 +172,14 @@ class Connection(asyncio.BufferedProtocol):
                 continue
             if pending is None:  # the request closes the connection
                 self._close_after_responses()
+                break
+            if self.session.close_after_response:
+                # A failed SASL exchange: answer, read nothing more, and close after
+                # connection.failed.authentication.delay.ms, as Kafka does (clients read the
+                # answer before the close, and password guessing slows down).
+                self._enqueue(pending)
+                delay = self.server.failed_auth_delay_s
+                asyncio.get_running_loop().call_later(delay, self._close_after_responses)
                 break
             if pending.serial:
                 self.barrier = pending.future

@@ -29,7 +29,9 @@ from broker.log.segment import fsync_dir
 from broker.metadata import METADATA_TOPIC, MetadataStore, Topic
 from broker.metrics import BrokerMetrics
 from broker.producer_ids import ProducerIdAllocator
+from broker.protocol.codec import RequestHeader
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.authorizer import Security
 
 log = structlog.get_logger(__name__)
 
@@ -74,6 +76,7 @@ class Broker:
         self.metrics.long_polls.set_function(self.long_polls)
         self.store = MetadataStore(config, self.clock, recover=self.recovered)
         self.metrics.store = self.store
+        self.security = Security(config, self.store, self.metrics)
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.coordinator = GroupCoordinator(
             self.store,
@@ -91,7 +94,10 @@ class Broker:
         )
         self.metrics.coordinator = self.coordinator
         self.flusher = Flusher(on_round=self.metrics.fsync_round)
+        # The first listener's advertised address, and every other listener's by name.
         self.advertised: tuple[str, int] = config.advertise or config.listen
+        self.first_listener = self.security.listeners[0].name
+        self.endpoints: dict[str, tuple[str, int]] = {}
         self._watches: dict[int, set[_AppendWatch]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         # CPU work one request may need off the event loop (opening large batches).
@@ -117,6 +123,14 @@ class Broker:
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         path.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
         return cluster_id
+
+    def endpoint(self, header: RequestHeader) -> tuple[str, int]:
+        """The address to tell a client: that of the listener it connected to."""
+        session = header.session
+        name = session.listener if session is not None else self.first_listener
+        if name == self.first_listener:
+            return self.advertised
+        return self.endpoints.get(name, self.advertised)
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -470,18 +484,21 @@ class Broker:
         if not future.cancelled() and future.exception() is not None:
             log.error("removing a deleted topic's files failed", topic=name, error=str(future.exception()))
 
+    def auto_create_allowed(self, name: str) -> bool:
+        """Would a request for this unknown topic create it (before limits)?"""
+        return bool(
+            self.config.get("auto.create.topics.enable")
+            and validate_topic_name(name) is None
+            and name not in INTERNAL_TOPICS
+            and name not in self.pending_topics
+            and not self._colliding_topic(name)
+        )
+
     def auto_create(self, name: str) -> Topic | None:
         """Kafka's auto.create.topics.enable: a produce or metadata request for an unknown
         topic creates it with the broker defaults.  None when disabled, invalid or over
         the limits."""
-        if not self.config.get("auto.create.topics.enable"):
-            return None
-        if (
-            validate_topic_name(name) is not None
-            or name in INTERNAL_TOPICS
-            or name in self.pending_topics
-            or self._colliding_topic(name)
-        ):
+        if not self.auto_create_allowed(name):
             return None
         partitions = self.config.get("num.partitions")
         try:

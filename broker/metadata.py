@@ -25,6 +25,7 @@ from broker.replay import SkippedRecords, need
 log = structlog.get_logger(__name__)
 
 METADATA_TOPIC = "__cluster_metadata"
+OTHER_KINDS = frozenset({"scram", "acl"})  # records of the security store
 _METADATA_CONFIG = {
     "cleanup.policy": "compact",
     "segment.bytes": str(1024 * 1024),
@@ -62,6 +63,7 @@ class MetadataStore:
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
         self.skipped = SkippedRecords()
+        self.other_records: dict[bytes, tuple[int, bytes | None]] = {}  # key: (offset, value)
         self.meta_log = PartitionLog(
             partition_dir(self.data_dir, METADATA_TOPIC, 0),
             METADATA_TOPIC,
@@ -80,6 +82,11 @@ class MetadataStore:
         state: dict[str, Topic | None] = {}
         for record in self.meta_log.records(lambda offset, why: self.skipped.skip(METADATA_TOPIC, offset, why)):
             try:
+                kind = _record_kind(record)
+                if kind in OTHER_KINDS:
+                    # users and ACLs: the last record per key wins, decoded by their owner
+                    self.other_records[bytes(record.key or b"")] = (record.offset, record.value)
+                    continue
                 name, topic = _decode_topic_record(record)
             except Exception as e:
                 self.skipped.skip(METADATA_TOPIC, record.offset, f"{type(e).__name__}: {e}")
@@ -127,6 +134,15 @@ class MetadataStore:
         )
         now = self.clock.now_ms()
         self.meta_log.append_internal(build_batch([Record(0, now, key, value)]))
+
+    def write_records(self, entries: list[tuple[list[object], object | None]]) -> None:
+        """Append (key, value) records of another owner in one batch (value None: delete)."""
+        now = self.clock.now_ms()
+        records = [
+            Record(i, now, msgpack.packb(key), None if value is None else msgpack.packb(value))
+            for i, (key, value) in enumerate(entries)
+        ]
+        self.meta_log.append_internal(build_batch(records))
 
     # --- queries ---------------------------------------------------------------------
 
@@ -225,6 +241,12 @@ class MetadataStore:
     def close(self, *, clean: bool) -> None:
         for plog in self.all_logs():
             plog.close(clean=clean)
+
+
+def _record_kind(record: Record) -> str:
+    key = msgpack.unpackb(record.key or b"")
+    need(isinstance(key, list) and len(key) >= 2 and isinstance(key[0], str), "key is not [kind, ...]")
+    return str(key[0])
 
 
 def _decode_topic_record(record: Record) -> tuple[str, Topic | None]:

@@ -167,6 +167,30 @@ class BrokerMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
             registry=r,
         )
+        self.authentications = Counter(
+            "streamshop_authentications",
+            "SASL authentications by mechanism and result (ok, failed, malformed)",
+            ["mechanism", "result"],
+            registry=r,
+        )
+        self.tls_failures = Counter(
+            "streamshop_tls_handshake_failures",
+            "TLS handshakes that failed or did not finish within authentication.timeout.ms",
+            ["reason"],
+            registry=r,
+        )
+        self.authentication_closed = Counter(
+            "streamshop_connections_closed_authentication",
+            "Connections closed for breaking the SASL sequence, timing out or expiring",
+            ["reason"],
+            registry=r,
+        )
+        self.authorization_denied = Counter(
+            "streamshop_authorization_denied",
+            "Actions the authorizer denied",
+            ["operation", "resource_type"],
+            registry=r,
+        )
         r.register(_LogCollector(lambda: self.store))
         r.register(_GroupCollector(lambda: self.coordinator, lambda: self.store))
 

@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import resource
+import ssl
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +35,8 @@ from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE, Api, Serial
 from broker.netlimits import ConnectionCounts, RequestMemory, ThrottledLog
 from broker.protocol.codec import MalformedRequest, decode_request, encode_response, frame_raw_response, peek_header
 from broker.protocol.fetch_codec import RawResponse
+from broker.security.listeners import Listener
+from broker.security.tls import TlsLayer
 
 log = structlog.get_logger(__name__)
 
@@ -68,6 +72,7 @@ class KafkaServer:
         self.max_request: int = config.get("socket.request.max.bytes")
         self.max_elements: int = config.get("request.max.elements")
         self.idle_ms: int = config.get("connections.max.idle.ms")
+        self.failed_auth_delay_s: float = config.get("connection.failed.authentication.delay.ms") / 1000
         metrics = broker.metrics
         self.memory = RequestMemory(
             max(config.get("queued.max.request.bytes"), self.max_request)
@@ -82,33 +87,63 @@ class KafkaServer:
             config.get("max.connections.per.ip.overrides"),
         )
         self.connections: set[Connection] = set()
-        self._server: asyncio.Server | None = None
+        self._servers: dict[str, asyncio.Server] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._warn = ThrottledLog(log)
         self._traced: set[tuple[str, str, str]] = set()
 
     @property
     def port(self) -> int:
-        assert self._server is not None
-        sock = self._server.sockets[0]
-        return int(sock.getsockname()[1])
+        """The first listener's port."""
+        return next(iter(self.ports.values()))
 
-    async def start(self, host: str, port: int) -> None:
+    @property
+    def ports(self) -> dict[str, int]:
+        return {name: int(server.sockets[0].getsockname()[1]) for name, server in self._servers.items()}
+
+    async def start(self) -> None:
+        """Bind every listener (`listeners`, or `--listen` as one PLAINTEXT listener)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: Connection(self), host, port, backlog=1024)
+        for listener in self.broker.security.listeners:
+            self._servers[listener.name] = await loop.create_server(
+                self._factory(listener), listener.host, listener.port, backlog=1024
+            )
         self._sweeper = loop.create_task(self._sweep(), name="idle-connections")
+
+    def _factory(self, listener: Listener) -> Callable[[], asyncio.BaseProtocol]:
+        security = self.broker.security
+        metrics = self.broker.metrics
+        if not listener.tls:
+            return lambda: Connection(self, listener)
+        ctx = security.tls
+        assert ctx is not None
+
+        def tls_connection() -> asyncio.BaseProtocol:
+            conn = Connection(self, listener)
+
+            def failed(reason: str) -> None:
+                metrics.tls_failures.labels(reason).inc()
+                self._warn.warning("TLS handshake failed", peer=str(conn.peer), reason=reason)
+
+            def established(tls: ssl.SSLObject) -> None:
+                if not listener.sasl:
+                    conn.session.principal = security.ssl_principal(tls)
+
+            return TlsLayer(ctx, conn, security.auth_timeout_s, failed, established)
+
+        return tls_connection
 
     async def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers.values():
+            server.close()
         senders = [c.sender for c in self.connections if c.sender is not None]
         for conn in list(self.connections):
             conn.close()
         await asyncio.gather(*senders, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers.values():
+            await server.wait_closed()
 
     # --- connections -----------------------------------------------------------------
 
@@ -134,7 +169,11 @@ class KafkaServer:
         while True:
             await asyncio.sleep(1.0 if self.idle_ms < 0 else min(1.0, max(self.idle_ms / 4000, 0.01)))
             now = time.monotonic()
+            deadline = self.broker.security.auth_timeout_s
             for conn in list(self.connections):
+                if not conn.session.authenticated and now - conn.opened > deadline:
+                    self.close_unauthenticated(conn, "authentication did not finish within authentication.timeout.ms")
+                    continue
                 if conn.queue or conn.sender is not None or conn.barrier is not None:
                     continue
                 quiet = now - conn.last_active
@@ -150,6 +189,11 @@ class KafkaServer:
     def reject(self, conn: Connection, reason: str) -> None:
         self.broker.metrics.closed_malformed.inc()
         self._warn.warning("closing connection: malformed request", peer=str(conn.peer), reason=reason)
+
+    def close_unauthenticated(self, conn: Connection, reason: str) -> None:
+        self.broker.metrics.authentication_closed.labels(reason.split(" (", maxsplit=1)[0]).inc()
+        self._warn.warning("closing connection: authentication", peer=str(conn.peer), reason=reason)
+        conn.close()
 
     def log_failure(self, conn: Connection, api: str, error: BaseException | None) -> None:
         """One line per failure (rate-limited), a traceback the first time it happens at a place."""
@@ -190,8 +234,13 @@ class KafkaServer:
                 return Pending(correlation_id, api, started, True, unsupported_version_response(APIS))
             self.reject(conn, f"{api.name} v{api_version} is not supported (v{api.min_version}-v{api.max_version})")
             return None
+        refused = conn.session.admits(api_key)
+        if refused is not None:
+            self.broker.metrics.authentication_closed.labels(refused.split(" (")[0]).inc()
+            self._warn.warning("closing connection: authentication", peer=str(conn.peer), reason=refused, api=api.name)
+            return None
         try:
-            header, request = decode_request(frame, conn.host, self.max_elements)
+            header, request = decode_request(frame, conn.host, self.max_elements, conn.session)
         except MalformedRequest as e:
             self.reject(conn, str(e))
             return None

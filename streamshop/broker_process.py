@@ -9,7 +9,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_READY = re.compile(r"streamshop broker ready on (\S+):(\d+)(?: admin (http://\S+))?")
+_READY = re.compile(
+    r"streamshop broker ready on (\S+):(\d+)(?: admin (http://\S+))?(?: data \S+)?(?: listeners (\S+))?"
+)
 
 
 @dataclass(frozen=True)
@@ -17,6 +19,7 @@ class ReadyLine:
     host: str
     port: int
     admin_url: str | None
+    listeners: dict[str, str] = field(default_factory=dict)  # name: host:port, when several
 
     @property
     def bootstrap(self) -> str:
@@ -47,8 +50,8 @@ def parse_registry_ready_line(line: str) -> str | None:
 
 
 def parse_ready_line(line: str) -> ReadyLine | None:
-    """The broker prints `streamshop broker ready on HOST:PORT [admin URL] data DIR`
-    once it serves; a wildcard listen address is reported as loopback."""
+    """The broker prints `streamshop broker ready on HOST:PORT [admin URL] data DIR
+    [listeners NAME=HOST:PORT,…]` once it serves; a wildcard listen address is reported as loopback."""
     match = _READY.search(line)
     if match is None:
         return None
@@ -56,7 +59,9 @@ def parse_ready_line(line: str) -> ReadyLine | None:
     admin = match.group(3)
     if admin:
         admin = admin.replace("//0.0.0.0:", "//127.0.0.1:")
-    return ReadyLine(host, int(match.group(2)), admin)
+    listeners = dict(item.split("=", 1) for item in match.group(4).split(",")) if match.group(4) else {}
+    listeners = {name: address.replace("0.0.0.0:", "127.0.0.1:") for name, address in listeners.items()}
+    return ReadyLine(host, int(match.group(2)), admin, listeners)
 
 
 # services.common.runner.ready_line writes it: `streamshop NAME ready on URL[ KEY=VALUE]...`.

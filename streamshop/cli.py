@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -58,7 +59,7 @@ def _broker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
         help="broker setting or topic default by its Kafka name (env STREAMSHOP_BROKER_SET, comma-separated)",
     )
     p.set_defaults(func=_run_broker)
-    actions = p.add_subparsers(dest="broker_action", metavar="{verify}")
+    actions = p.add_subparsers(dest="broker_action", metavar="{verify,users}")
     v = actions.add_parser(
         "verify",
         help="check every batch's CRC and every index entry of a data directory (offline)",
@@ -69,6 +70,9 @@ def _broker_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     v.add_argument("--data-dir", required=True, help="the broker's log directory")
     v.add_argument("--deep", action="store_true", help="also decompress and decode every record")
     v.set_defaults(func=_run_verify)
+    from streamshop import broker_users
+
+    broker_users.register(actions)
 
 
 def _run_verify(args: argparse.Namespace) -> int:
@@ -95,7 +99,8 @@ def _run_broker(args: argparse.Namespace) -> int:
     from broker.app import run
     from broker.config import BrokerConfig, ConfigError
 
-    sets = [s for s in (_env("SET", "") or "").split(",") if s.strip()] + list(args.set)
+    # KEY=VALUE pairs separated by commas; a value may hold commas itself (listeners=A://h:1,B://h:2)
+    sets = [s for s in re.split(r",(?=[a-z0-9_.]+=)", _env("SET", "") or "") if s.strip()] + list(args.set)
     admin = None if str(args.admin_listen).lower() == "off" else host_port(str(args.admin_listen))
     try:
         config = BrokerConfig(
@@ -110,7 +115,15 @@ def _run_broker(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"streamshop broker: {e}", file=sys.stderr)
         return 2
-    run(config)
+    from broker.lock import DataDirInUse
+    from broker.security.listeners import ListenerError
+    from broker.security.tls import TlsConfigError
+
+    try:
+        run(config)
+    except (DataDirInUse, ListenerError, TlsConfigError) as e:
+        print(f"streamshop broker: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -4,6 +4,7 @@ ApiVersions advertises exactly this list."""
 from __future__ import annotations
 
 from broker.handlers import (
+    acls,
     api_versions,
     cluster,
     configs,
@@ -14,6 +15,8 @@ from broker.handlers import (
     metadata,
     produce,
     records,
+    sasl,
+    scram_users,
     topics,
 )
 from broker.handlers.base import Api
@@ -44,6 +47,13 @@ _IMPLEMENTED = [
     Api(groups.DESCRIBE_GROUPS, "DescribeGroups", 0, 5, groups.describe_groups),
     Api(groups.DELETE_GROUPS, "DeleteGroups", 0, 2, groups.delete_groups),
     Api(groups.OFFSET_DELETE, "OffsetDelete", 0, 0, groups.offset_delete),
+    Api(sasl.HANDSHAKE, "SaslHandshake", 1, 1, sasl.handshake),
+    Api(sasl.AUTHENTICATE, "SaslAuthenticate", 0, 2, sasl.authenticate),
+    Api(acls.DESCRIBE_ACLS, "DescribeAcls", 1, 3, acls.describe_acls),
+    Api(acls.CREATE_ACLS, "CreateAcls", 1, 3, acls.create_acls),
+    Api(acls.DELETE_ACLS, "DeleteAcls", 1, 3, acls.delete_acls),
+    Api(scram_users.DESCRIBE, "DescribeUserScramCredentials", 0, 0, scram_users.describe),
+    Api(scram_users.ALTER, "AlterUserScramCredentials", 0, 0, scram_users.alter),
 ]
 
 _VERSIONS_ENTRY = Api(

@@ -45,7 +45,7 @@ class Api:
     handler: Handler
 
 
-# Kafka's ACL operation bits: READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE,
-# DESCRIBE_CONFIGS, ALTER_CONFIGS.  No authorizer runs, so every client may do all.
+# Kafka's ACL operation bits of a topic: READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE,
+# DESCRIBE_CONFIGS, ALTER_CONFIGS (what every client may do without an authorizer).
 ALL_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 NOT_REQUESTED_OPERATIONS = -2147483648

@@ -10,6 +10,7 @@ from broker.config import BROKER_SETTINGS, TOPIC_CONFIGS, ConfigError, validate_
 from broker.core import Broker
 from broker.protocol.codec import RequestHeader, build, nested, response_type
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.acls import Operation
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 TOPIC, BROKER = 2, 4
@@ -82,6 +83,7 @@ def describe_configs(broker: Broker, header: RequestHeader, request: Any) -> Any
         entries: list[ConfigEntry] = []
         error, message = ErrorCode.none, None
         try:
+            _authorize(broker, header, resource, Operation.DESCRIBE_CONFIGS)
             if resource.resource_type == TOPIC:
                 topic = broker.store.get(resource.resource_name)
                 if topic is None:
@@ -174,21 +176,41 @@ def _replace(ops: Any) -> dict[str, str]:
     return out
 
 
+def _authorize(broker: Broker, header: RequestHeader, resource: Any, op: Operation) -> None:
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for the broker."""
+    security = broker.security
+    if resource.resource_type == TOPIC:
+        if not security.topic(header.session, op, resource.resource_name):
+            raise KafkaError(
+                ErrorCode.topic_authorization_failed, f"{op.name} on topic {resource.resource_name} denied"
+            )
+    elif resource.resource_type == BROKER and not security.cluster(header.session, op):
+        raise KafkaError(ErrorCode.cluster_authorization_failed, f"{op.name} on the cluster denied")
+
+
 def incremental_alter_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    return _alter(broker, response_type(INCREMENTAL_ALTER_CONFIGS, header.api_version), request, _apply)
+    return _alter(broker, header, response_type(INCREMENTAL_ALTER_CONFIGS, header.api_version), request, _apply)
 
 
 def alter_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    return _alter(broker, response_type(ALTER_CONFIGS, header.api_version), request, lambda _, ops: _replace(ops))
+    cls = response_type(ALTER_CONFIGS, header.api_version)
+    return _alter(broker, header, cls, request, lambda _, ops: _replace(ops))
 
 
-def _alter(broker: Broker, cls: Any, request: Any, change: Callable[[dict[str, str], Any], dict[str, str]]) -> Any:
+def _alter(
+    broker: Broker,
+    header: RequestHeader,
+    cls: Any,
+    request: Any,
+    change: Callable[[dict[str, str], Any], dict[str, str]],
+) -> Any:
     result_cls = nested(cls, "AlterConfigsResourceResponse")
     results = []
     changed = False
     for resource in request.resources:
         error, message = ErrorCode.none, None
         try:
+            _authorize(broker, header, resource, Operation.ALTER_CONFIGS)
             if resource.resource_type != TOPIC:
                 raise KafkaError(
                     ErrorCode.invalid_request,

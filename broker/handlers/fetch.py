@@ -20,6 +20,7 @@ from broker.protocol.batch import iter_headers
 from broker.protocol.codec import RequestHeader, timedelta_ms
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.fetch_codec import FetchPartition, FetchTopic, RawResponse, encode_fetch_response
+from broker.security.acls import Operation
 
 API_KEY = 1
 MIN_VERSION, MAX_VERSION = 4, 17
@@ -41,10 +42,11 @@ class _Slot:
         self.records = b""
 
 
-def _resolve(broker: Broker, request: Any, version: int) -> list[_Slot]:
+def _resolve(broker: Broker, header: RequestHeader, request: Any, version: int) -> list[_Slot]:
     """One slot per partition named; a partition named twice is fetched once, as Kafka's
     map of fetch data does (the later entry wins, in the first one's place)."""
     slots: dict[tuple[object, int], _Slot] = {}
+    security, session = broker.security, header.session
     for topic in request.topics:
         if version >= 13:
             found = broker.store.by_id.get(topic.topic_id)
@@ -56,13 +58,16 @@ def _resolve(broker: Broker, request: Any, version: int) -> list[_Slot]:
             found = broker.store.get(name)
             missing = ErrorCode.unknown_topic_or_partition
             key = name
+        readable = name is not None and security.topic(session, Operation.READ, name)
         for part in topic.partitions:
             slot = _Slot(
                 name, getattr(topic, "topic_id", None), part.partition, part.fetch_offset, part.partition_max_bytes
             )
-            slot.plog = broker.store.partition_log(name, part.partition) if name else None
+            slot.plog = broker.store.partition_log(name, part.partition) if readable and name else None
             if slot.plog is None:
                 slot.error = missing if found is None else ErrorCode.unknown_topic_or_partition
+                if name is not None and not readable:
+                    slot.error = ErrorCode.topic_authorization_failed
             slots[(key, part.partition)] = slot
     return list(slots.values())
 
@@ -98,7 +103,7 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
     session_id = getattr(request, "session_id", 0)
     if session_id != 0:
         return _response(broker, version, [], ErrorCode.fetch_session_id_not_found)
-    slots = _resolve(broker, request, version)
+    slots = _resolve(broker, header, request, version)
     # fetch.max.bytes bounds the whole response whatever the client asks for.
     max_bytes = min(getattr(request, "max_bytes", 0x7FFFFFFF), broker.config.get("fetch.max.bytes"))
     total, error = _gather(slots, max_bytes)

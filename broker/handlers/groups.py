@@ -12,12 +12,16 @@ from broker.core import Broker
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS
 from broker.protocol.codec import RequestHeader, build, nested, response_type, timedelta_ms
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.acls import Operation, ResourceType
 
 FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP = 10, 11, 14, 12, 13
 OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 8, 9, 16, 15, 42, 47
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 # GROUP resource operations: READ, DELETE, DESCRIBE.
-_GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
+
+
+def _may(broker: Broker, header: RequestHeader, op: Operation, group_id: str) -> bool:
+    return broker.security.group(header.session, op, group_id)
 
 
 def _coordinator(broker: Broker) -> GroupCoordinator:
@@ -31,7 +35,7 @@ def _coordinator(broker: Broker) -> GroupCoordinator:
 
 def find_coordinator(broker: Broker, header: RequestHeader, request: Any) -> Any:
     cls = response_type(FIND_COORDINATOR, header.api_version)
-    host, port = broker.advertised
+    host, port = broker.endpoint(header)
 
     def answer(key: str, key_type: int) -> tuple[ErrorCode, str | None]:
         if key_type == TRANSACTION_KEY:
@@ -40,6 +44,8 @@ def find_coordinator(broker: Broker, header: RequestHeader, request: Any) -> Any
             return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
         if not key:
             return ErrorCode.invalid_group_id, "the group id is empty"
+        if not _may(broker, header, Operation.DESCRIBE, key):
+            return ErrorCode.group_authorization_failed, f"DESCRIBE on group {key} denied"
         return ErrorCode.none, None
 
     if header.api_version >= 4:
@@ -95,6 +101,9 @@ def join_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
             members=(),
         )
 
+    if not _may(broker, header, Operation.READ, request.group_id):
+        return fail(ErrorCode.group_authorization_failed, request.member_id or "")
+
     async def run() -> Any:
         try:
             result = await coordinator.join(
@@ -140,6 +149,8 @@ def sync_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
 
     async def run() -> Any:
         try:
+            if not _may(broker, header, Operation.READ, request.group_id):
+                raise KafkaError(ErrorCode.group_authorization_failed)
             protocol_type, protocol_name, assignment = await coordinator.sync_group(
                 group_id=request.group_id,
                 generation=request.generation_id,
@@ -168,6 +179,8 @@ def sync_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
 def heartbeat(broker: Broker, header: RequestHeader, request: Any) -> Any:
     cls = response_type(HEARTBEAT, header.api_version)
     try:
+        if not _may(broker, header, Operation.READ, request.group_id):
+            raise KafkaError(ErrorCode.group_authorization_failed)
         _coordinator(broker).heartbeat(
             request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None)
         )
@@ -180,6 +193,8 @@ def heartbeat(broker: Broker, header: RequestHeader, request: Any) -> Any:
 def leave_group(broker: Broker, header: RequestHeader, request: Any) -> Any:
     cls = response_type(LEAVE_GROUP, header.api_version)
     coordinator = _coordinator(broker)
+    if not _may(broker, header, Operation.READ, request.group_id):
+        return build(cls, throttle_time=0, error_code=ErrorCode.group_authorization_failed, members=())
     if header.api_version < 3:
         try:
             coordinator.leave(request.group_id, request.member_id, None)
@@ -217,6 +232,8 @@ def offset_commit(broker: Broker, header: RequestHeader, request: Any) -> Any:
     generation = getattr(request, "generation_id_or_member_epoch", getattr(request, "generation_id", -1))
     top_error = ErrorCode.none
     try:
+        if not _may(broker, header, Operation.READ, request.group_id):
+            raise KafkaError(ErrorCode.group_authorization_failed)
         coordinator.validate_commit(
             request.group_id, generation, request.member_id or "", getattr(request, "group_instance_id", None)
         )
@@ -228,11 +245,14 @@ def offset_commit(broker: Broker, header: RequestHeader, request: Any) -> Any:
     results: list[tuple[str, list[tuple[int, ErrorCode]]]] = []
     for topic in request.topics:
         parts = []
+        readable = broker.security.topic(header.session, Operation.READ, topic.name)
         for p in topic.partitions:
             error = top_error
             metadata = p.committed_metadata or ""
             if error == ErrorCode.none:
-                if broker.store.partition_log(topic.name, p.partition_index) is None:
+                if not readable:
+                    error = ErrorCode.topic_authorization_failed
+                elif broker.store.partition_log(topic.name, p.partition_index) is None:
                     error = ErrorCode.unknown_topic_or_partition
                 elif len(metadata.encode()) > coordinator.config.max_metadata_bytes:
                     error = ErrorCode.offset_metadata_too_large
@@ -273,18 +293,23 @@ def offset_fetch(broker: Broker, header: RequestHeader, request: Any) -> Any:
     def group_result(group_id: str, topics: Any, topic_cls: type, part_cls: type) -> tuple[ErrorCode, tuple[Any, ...]]:
         if not group_id:
             return ErrorCode.invalid_group_id, ()
+        if not _may(broker, header, Operation.DESCRIBE, group_id):
+            return ErrorCode.group_authorization_failed, ()
         committed = coordinator.committed(group_id)
+        described = broker.security.topic
         if topics is None:
             wanted: dict[str, list[int]] = {}
             for t, p in sorted(committed):
-                wanted.setdefault(t, []).append(p)
+                if described(header.session, Operation.DESCRIBE, t):  # the rest are left out, as in Kafka
+                    wanted.setdefault(t, []).append(p)
         else:
             wanted = {t.name: list(t.partition_indexes) for t in topics}
         out = []
         for name, partitions in wanted.items():
             parts = []
+            allowed = described(header.session, Operation.DESCRIBE, name)
             for index in partitions:
-                entry = committed.get((name, index))
+                entry = committed.get((name, index)) if allowed else None
                 parts.append(
                     build(
                         part_cls,
@@ -292,7 +317,7 @@ def offset_fetch(broker: Broker, header: RequestHeader, request: Any) -> Any:
                         committed_offset=entry.offset if entry else -1,
                         committed_leader_epoch=entry.leader_epoch if entry else -1,
                         metadata=entry.metadata if entry else "",
-                        error_code=ErrorCode.none,
+                        error_code=ErrorCode.none if allowed else ErrorCode.topic_authorization_failed,
                     )
                 )
             out.append(build(topic_cls, name=name, partitions=tuple(parts)))
@@ -322,6 +347,8 @@ def offset_delete(broker: Broker, header: RequestHeader, request: Any) -> Any:
     group = coordinator.groups.get(group_id)
     if not group_id:
         return build(cls, error_code=ErrorCode.invalid_group_id, throttle_time=0, topics=())
+    if not _may(broker, header, Operation.DELETE, group_id):
+        return build(cls, error_code=ErrorCode.group_authorization_failed, throttle_time=0, topics=())
     if group is None and group_id not in coordinator.offsets:
         return build(cls, error_code=ErrorCode.group_id_not_found, throttle_time=0, topics=())
     subscribed = group.subscribed_topics() if group is not None and group.members else set()
@@ -329,8 +356,11 @@ def offset_delete(broker: Broker, header: RequestHeader, request: Any) -> Any:
     topics = []
     for topic in request.topics:
         parts = []
+        readable = broker.security.topic(header.session, Operation.READ, topic.name)
         for p in topic.partitions:
-            if broker.store.partition_log(topic.name, p.partition_index) is None:
+            if not readable:
+                error = ErrorCode.topic_authorization_failed
+            elif broker.store.partition_log(topic.name, p.partition_index) is None:
                 error = ErrorCode.unknown_topic_or_partition
             elif subscribed is None or topic.name in subscribed:
                 error = ErrorCode.group_subscribed_to_topic
@@ -358,7 +388,11 @@ def list_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
     states = {s.lower() for s in (getattr(request, "states_filter", None) or ())}
     types = {t.lower() for t in (getattr(request, "types_filter", None) or ())}
     entries = []
+    # DESCRIBE on the cluster lists every group; otherwise those the principal may describe.
+    everything = broker.security.cluster(header.session, Operation.DESCRIBE)
     for group_id in coordinator.known_groups():
+        if not everything and not _may(broker, header, Operation.DESCRIBE, group_id):
+            continue
         group = coordinator.groups.get(group_id)
         state = group.state.value if group else GroupState.EMPTY.value
         if states and state.lower() not in states:
@@ -382,40 +416,39 @@ def describe_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
     group_cls = nested(cls, "DescribedGroup")
     member_cls = nested(cls, "DescribedGroupMember")
     coordinator = _coordinator(broker)
-    ops = _GROUP_OPERATIONS if getattr(request, "include_authorized_operations", False) else NOT_REQUESTED_OPERATIONS
+    requested = getattr(request, "include_authorized_operations", False)
     out = []
     for group_id in request.groups:
         group = coordinator.groups.get(group_id)
-        if not group_id:
-            out.append(
-                build(
-                    group_cls,
-                    error_code=ErrorCode.invalid_group_id,
-                    group_id=group_id,
-                    group_state="",
-                    protocol_type="",
-                    protocol_data="",
-                    members=(),
-                    authorized_operations=ops,
-                )
+        ops = (
+            broker.security.operations(header.session, ResourceType.GROUP, group_id)
+            if requested
+            else NOT_REQUESTED_OPERATIONS
+        )
+
+        def memberless(error: ErrorCode, state: str, group_id: str = group_id, ops: int = ops) -> Any:
+            return build(
+                group_cls,
+                error_code=error,
+                group_id=group_id,
+                group_state=state,
+                protocol_type="",
+                protocol_data="",
+                members=(),
+                authorized_operations=ops,
             )
+
+        if not group_id:
+            out.append(memberless(ErrorCode.invalid_group_id, ""))
+            continue
+        if not _may(broker, header, Operation.DESCRIBE, group_id):
+            out.append(memberless(ErrorCode.group_authorization_failed, ""))
             continue
         if group is None:
             known = group_id in coordinator.offsets
             # v6 reports a missing group as GROUP_ID_NOT_FOUND; earlier versions as Dead.
             error = ErrorCode.group_id_not_found if header.api_version >= 6 and not known else ErrorCode.none
-            out.append(
-                build(
-                    group_cls,
-                    error_code=error,
-                    group_id=group_id,
-                    group_state="Empty" if known else "Dead",
-                    protocol_type="",
-                    protocol_data="",
-                    members=(),
-                    authorized_operations=ops,
-                )
-            )
+            out.append(memberless(error, "Empty" if known else "Dead"))
             continue
         stable = group.state == GroupState.STABLE
         members = tuple(
@@ -456,6 +489,8 @@ def delete_groups(broker: Broker, header: RequestHeader, request: Any) -> Any:
             try:
                 if not group_id:
                     raise KafkaError(ErrorCode.invalid_group_id)
+                if not _may(broker, header, Operation.DELETE, group_id):
+                    raise KafkaError(ErrorCode.group_authorization_failed)
                 await coordinator.delete_group(group_id)
                 error = ErrorCode.none
             except KafkaError as e:

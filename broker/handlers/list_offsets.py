@@ -8,6 +8,7 @@ from typing import Any
 from broker.core import Broker
 from broker.protocol.codec import RequestHeader, build, nested, response_type
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.acls import Operation
 
 API_KEY = 2
 MIN_VERSION, MAX_VERSION = 1, 8
@@ -22,12 +23,15 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
     topics = []
     for topic in request.topics:
         parts = []
+        described = broker.security.topic(header.session, Operation.DESCRIBE, topic.name)
         for part in topic.partitions:
             error, offset, timestamp = ErrorCode.none, -1, -1
-            plog = broker.store.partition_log(topic.name, part.partition_index)
+            plog = broker.store.partition_log(topic.name, part.partition_index) if described else None
             ts = part.timestamp
             try:
-                if plog is None:
+                if not described:
+                    error = ErrorCode.topic_authorization_failed
+                elif plog is None:
                     error = ErrorCode.unknown_topic_or_partition
                 elif ts == LATEST:
                     offset = plog.high_watermark

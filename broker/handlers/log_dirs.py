@@ -12,6 +12,7 @@ from typing import Any
 from broker.core import Broker
 from broker.protocol.codec import RequestHeader, build, nested, response_type
 from broker.protocol.errors import ErrorCode
+from broker.security.acls import Operation
 
 API_KEY = 35
 # Kafka 4.0 removed v0 (KIP-896); v5 (IsCordoned) is newer than the 4.x baseline.
@@ -23,6 +24,9 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
     result_cls = nested(cls, "DescribeLogDirsResult")
     topic_cls = nested(cls, "DescribeLogDirsTopic")
     partition_cls = nested(cls, "DescribeLogDirsPartition")
+    if not broker.security.cluster(header.session, Operation.DESCRIBE):
+        # v3+ carries the error; older versions answer with no log directories, as Kafka does
+        return build(cls, throttle_time=0, error_code=ErrorCode.cluster_authorization_failed, results=())
     wanted: dict[str, set[int]] | None = None
     if request.topics is not None:
         wanted = {}
@@ -60,5 +64,4 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
             total_bytes=usage.total,
             usable_bytes=usage.free,  # statvfs f_bavail, like Java's FileStore.getUsableSpace
         )
-    # No authorizer runs, so the top-level error (v3+) is never CLUSTER_AUTHORIZATION_FAILED.
     return build(cls, throttle_time=0, error_code=ErrorCode.none, results=(result,))

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from broker.config import validate_topic_name
 from broker.core import Broker
-from broker.handlers.base import ALL_TOPIC_OPERATIONS, NOT_REQUESTED_OPERATIONS
+from broker.handlers.base import NOT_REQUESTED_OPERATIONS
 from broker.metadata import Topic
 from broker.protocol.codec import RequestHeader, build, encode_body, nested, response_type, uvarint
 from broker.protocol.errors import ErrorCode
 from broker.protocol.fetch_codec import RawResponse
+from broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 
 API_KEY = 3
 MIN_VERSION, MAX_VERSION = 0, 12
@@ -29,8 +31,14 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
     include_ops = getattr(request, "include_topic_authorized_operations", False)
     entries: list[tuple[str | None, uuid.UUID | None, ErrorCode, Topic | None]] = []
     created = False
+    security, session = broker.security, header.session
     if all_topics:
-        entries = [(t.name, t.topic_id, ErrorCode.none, t) for t in broker.visible_topics()]
+        # Kafka lists only the topics the principal may describe.
+        entries = [
+            (t.name, t.topic_id, ErrorCode.none, t)
+            for t in broker.visible_topics()
+            if security.topic(session, Operation.DESCRIBE, t.name)
+        ]
     else:
         for item in requested:
             topic_id = getattr(item, "topic_id", None)
@@ -43,8 +51,14 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
             if name is None or validate_topic_name(name) is not None:
                 entries.append((name, None, ErrorCode.invalid_topic_exception, None))
                 continue
+            if not security.topic(session, Operation.DESCRIBE, name):
+                entries.append((name, None, ErrorCode.topic_authorization_failed, None))
+                continue
             topic = broker.store.get(name)
-            if topic is None and allow_auto:
+            if topic is None and allow_auto and broker.auto_create_allowed(name):
+                if not (security.cluster(session, Operation.CREATE) or security.topic(session, Operation.CREATE, name)):
+                    entries.append((name, None, ErrorCode.topic_authorization_failed, None))
+                    continue
                 topic = broker.auto_create(name)
                 created = created or topic is not None
             if topic is None:
@@ -53,7 +67,11 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
                 entries.append((name, topic.topic_id, ErrorCode.none, topic))
 
     def respond() -> Any:
-        return _response(broker, version, entries, include_ops)
+        cluster_ops = NOT_REQUESTED_OPERATIONS
+        if getattr(request, "include_cluster_authorized_operations", False):
+            cluster_ops = security.operations(session, ResourceType.CLUSTER, CLUSTER_NAME)
+        ops = (lambda name: security.operations(session, ResourceType.TOPIC, name)) if include_ops else None
+        return _response(broker, header, entries, ops, cluster_ops)
 
     if created:
 
@@ -69,15 +87,22 @@ _EMPTY_ARRAY = {False: b"\x00\x00\x00\x00", True: b"\x01"}
 _TOPIC_CACHE_SIZE = 4096
 
 
-def _response(broker: Broker, version: int, entries: list[Any], include_ops: bool) -> RawResponse:
+def _response(
+    broker: Broker,
+    header: RequestHeader,
+    entries: list[Any],
+    ops: Callable[[str], int] | None,
+    cluster_ops: int,
+) -> RawResponse:
     """Encoded as kio encodes it, but each topic's bytes come from a cache: a topic of
     100,000 partitions is encoded once, not on every Metadata request.  The envelope is
     kio's encoding of the response without topics, with the topics spliced in where its
     empty array is (`test_metadata_codec` checks every version against kio)."""
+    version = header.api_version
     cls = response_type(API_KEY, version)
     broker_cls = nested(cls, "MetadataResponseBroker")
     node = broker.node_id
-    host, port = broker.advertised
+    host, port = broker.endpoint(header)
     envelope = encode_body(
         build(
             cls,
@@ -86,7 +111,7 @@ def _response(broker: Broker, version: int, entries: list[Any], include_ops: boo
             cluster_id=broker.cluster_id,
             controller_id=node,
             topics=(),
-            cluster_authorized_operations=NOT_REQUESTED_OPERATIONS,
+            cluster_authorized_operations=cluster_ops,
         )
     )
     flexible = bool(cls.__flexible__)
@@ -94,7 +119,10 @@ def _response(broker: Broker, version: int, entries: list[Any], include_ops: boo
     at = len(envelope) - tail - len(_EMPTY_ARRAY[flexible])
     assert envelope[at : len(envelope) - tail] == _EMPTY_ARRAY[flexible]
     count = uvarint(len(entries) + 1) if flexible else _I32.pack(len(entries))
-    topics = [_topic_bytes(broker, cls, entry, include_ops) for entry in entries]
+    topics = [
+        _topic_bytes(broker, cls, entry, NOT_REQUESTED_OPERATIONS if ops is None else ops(entry[0] or ""))
+        for entry in entries
+    ]
     return RawResponse([envelope[:at], count, *topics, envelope[len(envelope) - tail :]], flexible)
 
 
@@ -111,9 +139,9 @@ def _partitions(version: int, flexible: bool, node: int, count: int) -> bytes:
     return b"".join(before + pack(p) + after for p in range(count))
 
 
-def _topic_bytes(broker: Broker, cls: type[Any], entry: Any, include_ops: bool) -> bytes:
+def _topic_bytes(broker: Broker, cls: type[Any], entry: Any, operations: int) -> bytes:
     name, topic_id, code, topic = entry
-    key = (cls, name, topic_id, code, topic.partitions if topic else 0, bool(topic and topic.internal), include_ops)
+    key = (cls, name, topic_id, code, topic.partitions if topic else 0, bool(topic and topic.internal), operations)
     cache: dict[Any, bytes] = broker.response_cache
     cached = cache.pop(key, None)
     if cached is not None:
@@ -130,7 +158,7 @@ def _topic_bytes(broker: Broker, cls: type[Any], entry: Any, include_ops: bool) 
             topic_id=topic_id or _ZERO_UUID,
             is_internal=bool(topic and topic.internal),
             partitions=(),
-            topic_authorized_operations=ALL_TOPIC_OPERATIONS if include_ops else NOT_REQUESTED_OPERATIONS,
+            topic_authorized_operations=operations,
         )
     )
     if topic is not None and topic.partitions:

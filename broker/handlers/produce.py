@@ -21,6 +21,7 @@ from broker.log.validator import PayloadTooLarge
 from broker.protocol.batch import InvalidBatch, split_batches
 from broker.protocol.codec import RequestHeader, build, nested, response_type
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.acls import Operation
 
 API_KEY = 0
 MIN_VERSION, MAX_VERSION = 3, 12
@@ -97,12 +98,16 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
     ready: list[_Outcome] = []
     later: list[_Outcome] = []
     limit = broker.config.get("message.max.decompressed.bytes")
+    security, session = broker.security, header.session
     for topic_data in request.topic_data:
         outcomes = []
+        writable = security.topic(session, Operation.WRITE, topic_data.name)
         for pdata in topic_data.partition_data:
             out = _Outcome(pdata.index)
             outcomes.append(out)
             try:
+                if not writable:
+                    raise KafkaError(ErrorCode.topic_authorization_failed, f"WRITE on topic {topic_data.name} denied")
                 if acks not in (0, 1, -1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, not {acks}")
                 if request.transactional_id is not None:

@@ -11,12 +11,15 @@ from typing import Any
 from broker.core import Broker
 from broker.protocol.codec import RequestHeader, build, nested, response_type
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.acls import Operation
 
 API_KEY = 21
 MIN_VERSION, MAX_VERSION = 0, 2
 
 
-def _delete(broker: Broker, topic: str, partition: int, offset: int) -> tuple[ErrorCode, int]:
+def _delete(broker: Broker, header: RequestHeader, topic: str, partition: int, offset: int) -> tuple[ErrorCode, int]:
+    if not broker.security.topic(header.session, Operation.DELETE, topic):
+        return ErrorCode.topic_authorization_failed, -1
     found = broker.store.get(topic)
     if found is None:
         return ErrorCode.unknown_topic_or_partition, -1
@@ -39,7 +42,7 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
     for topic in request.topics:
         parts = []
         for part in topic.partitions:
-            error, low = _delete(broker, topic.name, part.partition_index, part.offset)
+            error, low = _delete(broker, header, topic.name, part.partition_index, part.offset)
             parts.append(build(part_cls, partition_index=part.partition_index, low_watermark=low, error_code=error))
         topics.append(build(topic_cls, name=topic.name, partitions=tuple(parts)))
     return build(cls, throttle_time=0, topics=tuple(topics))

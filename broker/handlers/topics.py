@@ -12,6 +12,7 @@ from broker.handlers.configs import topic_config_entries
 from broker.metadata import Topic
 from broker.protocol.codec import RequestHeader, build, nested, nested_or_none, response_type
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.acls import Operation
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 _ZERO_UUID = uuid.UUID(int=0)
@@ -85,11 +86,15 @@ def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
     if sum(_requested_partitions(broker, c.item) for c in creations) > broker.config.get("max.partitions.per.request"):
         for c in creations:
             c.fail(KafkaError(ErrorCode.policy_violation, _TOO_MANY))
-        return _creation_response(broker, header.api_version, creations)
+        return _creation_response(broker, header, creations)
     names = [c.item.name for c in creations]
     planned = 0
+    security, session = broker.security, header.session
+    cluster_create = security.cluster(session, Operation.CREATE)
     for c in creations:
         try:
+            if not (cluster_create or security.topic(session, Operation.CREATE, c.item.name)):
+                raise KafkaError(ErrorCode.topic_authorization_failed, f"CREATE on topic {c.item.name} denied")
             _validate_creation(broker, c, names, planned)
         except KafkaError as e:
             c.fail(e)
@@ -99,7 +104,7 @@ def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
             broker.reserve_topic(c.item.name, c.partitions)
             c.reserved = True
     if validate_only:
-        return _creation_response(broker, header.api_version, creations)
+        return _creation_response(broker, header, creations)
     todo = [c for c in creations if c.reserved]
     if planned <= broker.INLINE_PARTITIONS:
         for c in todo:
@@ -109,7 +114,7 @@ def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
                 c.fail(e)
             finally:
                 broker.release_topic(c.item.name, c.partitions)
-        return _durable(broker, _creation_response(broker, header.api_version, creations))
+        return _durable(broker, _creation_response(broker, header, creations))
 
     async def create_off_loop() -> Any:
         try:
@@ -125,21 +130,25 @@ def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
             for c in todo:
                 if c.reserved:  # cancelled before its turn
                     broker.release_topic(c.item.name, c.partitions)
-        return await _durable(broker, _creation_response(broker, header.api_version, creations))
+        return await _durable(broker, _creation_response(broker, header, creations))
 
     # Later requests of this connection (a produce to the new topic, say) wait for it.
     return Serial(create_off_loop())
 
 
-def _creation_response(broker: Broker, version: int, creations: list[_Creation]) -> Any:
-    cls = response_type(CREATE_TOPICS, version)
+def _creation_response(broker: Broker, header: RequestHeader, creations: list[_Creation]) -> Any:
+    cls = response_type(CREATE_TOPICS, header.api_version)
     result_cls = nested(cls, "CreatableTopicResult")
     config_cls = nested_or_none(cls, "CreatableTopicConfigs")
     results = []
     for c in creations:
         ok = c.error == ErrorCode.none
         configs_out: tuple[Any, ...] = ()
-        if ok and config_cls is not None:
+        # The created topic's configs are shown only to who may describe them.
+        config_error = ErrorCode.none
+        if ok and not broker.security.topic(header.session, Operation.DESCRIBE_CONFIGS, c.item.name):
+            config_error = ErrorCode.topic_authorization_failed
+        if ok and config_cls is not None and config_error == ErrorCode.none:
             values = {**broker.config.topic_defaults(), **c.configs}
             configs_out = tuple(
                 build(
@@ -159,7 +168,7 @@ def _creation_response(broker: Broker, version: int, creations: list[_Creation])
                 topic_id=c.topic.topic_id if c.topic is not None else _ZERO_UUID,
                 error_code=c.error,
                 error_message=c.message,
-                topic_config_error_code=ErrorCode.none,
+                topic_config_error_code=config_error,
                 num_partitions=c.partitions if ok else -1,
                 replication_factor=1 if ok else -1,
                 configs=configs_out,
@@ -177,6 +186,13 @@ def delete_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
     else:
         wanted = [(name, None) for name in request.topic_names]
     results = []
+    security, session = broker.security, header.session
+
+    def refuse(name: str | None, topic_id: Any, code: ErrorCode, message: str) -> None:
+        results.append(
+            build(result_cls, name=name, topic_id=topic_id or _ZERO_UUID, error_code=code, error_message=message)
+        )
+
     for name, topic_id in wanted:
         if name is None and topic_id not in (None, _ZERO_UUID):
             topic = broker.store.by_id.get(topic_id)
@@ -184,6 +200,17 @@ def delete_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
         else:
             topic = broker.store.get(name) if name else None
             missing = ErrorCode.unknown_topic_or_partition
+        label = topic.name if topic is not None else name
+        if label and not security.topic(session, Operation.DESCRIBE, label):
+            # as Kafka: a topic given by id is not named to who may not describe it
+            refuse(name, topic_id, ErrorCode.topic_authorization_failed, "DESCRIBE on the topic denied")
+            continue
+        if label and not security.topic(session, Operation.DELETE, label):
+            refuse(label, topic_id, ErrorCode.topic_authorization_failed, f"DELETE on topic {label} denied")
+            continue
+        if topic is not None and topic.internal:
+            refuse(label, topic.topic_id, ErrorCode.invalid_request, f"{label} is an internal topic of the broker")
+            continue
         if topic is None:
             results.append(
                 build(
@@ -228,6 +255,8 @@ def create_partitions(broker: Broker, header: RequestHeader, request: Any) -> An
         try:
             if too_many:
                 raise KafkaError(ErrorCode.policy_violation, _TOO_MANY)
+            if not broker.security.topic(header.session, Operation.ALTER, item.name):
+                raise KafkaError(ErrorCode.topic_authorization_failed, f"ALTER on topic {item.name} denied")
             topic = broker.store.get(item.name)
             if topic is None:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {item.name!r} does not exist")

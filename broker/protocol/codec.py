@@ -43,6 +43,7 @@ class RequestHeader:
     client_id: str | None
     size: int  # bytes of the header within the frame
     client_host: str = ""  # the peer's address, for group membership reports
+    session: Any = None  # the connection's broker.security.session.Session
 
 
 def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
@@ -67,7 +68,9 @@ def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
             raise MalformedRequest("varint too long in request header")
 
 
-def parse_header(frame: bytes | memoryview, flexible: bool, client_host: str = "") -> RequestHeader:
+def parse_header(
+    frame: bytes | memoryview, flexible: bool, client_host: str = "", session: Any = None
+) -> RequestHeader:
     api_key, api_version, correlation_id = peek_header(frame)
     pos = 8
     if len(frame) < pos + 2:
@@ -88,7 +91,7 @@ def parse_header(frame: bytes | memoryview, flexible: bool, client_host: str = "
             pos += size
         if pos > len(frame):
             raise MalformedRequest("truncated tagged fields in request header")
-    return RequestHeader(api_key, api_version, correlation_id, client_id, pos, client_host)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos, client_host, session)
 
 
 @cache
@@ -112,7 +115,10 @@ def _writer(cls: type[Entity]) -> Any:
 
 
 def decode_request(
-    frame: bytes | memoryview, client_host: str = "", max_elements: int = DEFAULT_MAX_ELEMENTS
+    frame: bytes | memoryview,
+    client_host: str = "",
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+    session: Any = None,
 ) -> tuple[RequestHeader, Any]:
     """Parse header and body of a request whose api key and version are supported.
 
@@ -120,7 +126,7 @@ def decode_request(
     given a frame whose declared counts and lengths fit in the bytes present."""
     api_key, api_version, _ = peek_header(frame)
     cls = request_type(api_key, api_version)
-    header = parse_header(frame, cls.__flexible__, client_host)
+    header = parse_header(frame, cls.__flexible__, client_host, session)
     try:
         check_body(cls, frame, header.size, max_elements)
     except FrameError as e:

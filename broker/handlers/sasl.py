@@ -1,0 +1,126 @@
+"""SaslHandshake (v1) and SaslAuthenticate (v0-2): PLAIN and SCRAM-SHA-256/512.
+
+A failed exchange is answered (SASL_AUTHENTICATION_FAILED with the reason, or
+UNSUPPORTED_SASL_MECHANISM / ILLEGAL_SASL_STATE) and the connection closed, as Kafka does.
+PLAIN passwords are checked against the user's stored SCRAM credential, so one store serves
+every mechanism and no password is kept.  SaslHandshake v0 (tokens without SaslAuthenticate
+framing) is not offered.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from broker.core import Broker
+from broker.protocol.codec import RequestHeader, build, response_type
+from broker.protocol.errors import ErrorCode
+from broker.security.acls import parse_principal
+from broker.security.scram import (
+    MECHANISMS,
+    AuthenticationFailed,
+    ScramServer,
+    check_password,
+    make_credential,
+    parse_plain,
+)
+from broker.security.session import Session
+
+HANDSHAKE, AUTHENTICATE = 17, 36
+_DUMMY = make_credential("SCRAM-SHA-256", "not a password", salt=b"streamshop")  # for unknown PLAIN users
+
+
+def handshake(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    cls = response_type(HANDSHAKE, header.api_version)
+    security = broker.security
+    session: Session = header.session
+    enabled = tuple(security.mechanisms)
+
+    def answer(error: ErrorCode) -> Any:
+        if error != ErrorCode.none:
+            session.close_after_response = True
+            broker.metrics.authentications.labels(str(request.mechanism)[:32], "malformed").inc()
+        return build(cls, error_code=error, mechanisms=enabled)
+
+    if not session.sasl or session.mechanism is not None:
+        return answer(ErrorCode.illegal_sasl_state)
+    if session.authenticated_once and (security.reauth_ms <= 0 or request.mechanism != session.extra.get("mechanism")):
+        return answer(ErrorCode.illegal_sasl_state)  # re-authentication: the same mechanism
+    if request.mechanism not in enabled:
+        return answer(ErrorCode.unsupported_sasl_mechanism)
+    session.mechanism = request.mechanism
+    session.exchange = None
+    return answer(ErrorCode.none)
+
+
+def authenticate(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    cls = response_type(AUTHENTICATE, header.api_version)
+    security = broker.security
+    session: Session = header.session
+    mechanism = session.mechanism
+    token = bytes(request.auth_bytes)
+
+    def fail(error: ErrorCode, message: str, result: str = "failed") -> Any:
+        session.close_after_response = True
+        broker.metrics.authentications.labels(mechanism or "none", result).inc()
+        return build(cls, error_code=error, error_message=message, auth_bytes=b"", session_lifetime=0)
+
+    if mechanism is None:
+        return fail(ErrorCode.illegal_sasl_state, "SaslAuthenticate before SaslHandshake", "malformed")
+    if len(token) > security.max_sasl_bytes:
+        return fail(
+            ErrorCode.sasl_authentication_failed, "SASL token exceeds sasl.server.max.receive.size", "malformed"
+        )
+    try:
+        if mechanism == "PLAIN":
+            user, password = parse_plain(token)
+            reply, done = b"", _check_plain(broker, user, password)
+        else:
+            reply, done = _scram_step(broker, session, mechanism, token)
+    except AuthenticationFailed as e:
+        return fail(ErrorCode.sasl_authentication_failed, str(e))
+    if not done:
+        return build(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=reply, session_lifetime=0)
+    principal = f"User:{done}"
+    try:
+        parse_principal(principal)
+    except ValueError:
+        return fail(ErrorCode.sasl_authentication_failed, "user name is not a valid principal")
+    if session.authenticated_once and principal != session.principal:
+        return fail(ErrorCode.sasl_authentication_failed, "re-authentication must use the same principal")
+    session.principal = principal
+    session.authenticated = session.authenticated_once = True
+    session.extra["mechanism"] = mechanism
+    session.mechanism = None
+    session.exchange = None
+    lifetime = security.reauth_ms
+    session.expires_at = time.monotonic() + lifetime / 1000 if lifetime > 0 else None
+    broker.metrics.authentications.labels(mechanism, "ok").inc()
+    return build(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=reply, session_lifetime=lifetime)
+
+
+def _check_plain(broker: Broker, user: str, password: str) -> str:
+    store = broker.security.store
+    for mechanism in reversed(tuple(MECHANISMS)):  # SCRAM-SHA-512 first
+        credential = store.credential(user, mechanism)
+        if credential is not None:
+            if check_password(mechanism, credential, password):
+                return user
+            break
+    else:
+        check_password("SCRAM-SHA-256", _DUMMY, password)  # the same work for an unknown user
+    raise AuthenticationFailed("Authentication failed: Invalid username or password")
+
+
+def _scram_step(broker: Broker, session: Session, mechanism: str, token: bytes) -> tuple[bytes, str]:
+    """(reply, user once the exchange succeeded, else "")."""
+    if session.exchange is None:
+        store = broker.security.store
+        session.exchange = ScramServer(
+            mechanism, lambda user: store.credential(user, mechanism), broker.security.secret
+        )
+        return session.exchange.first(token), ""
+    exchange = session.exchange
+    reply = exchange.final(token)
+    assert exchange.user is not None
+    return reply, exchange.user

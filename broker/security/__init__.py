@@ -1,0 +1,1 @@
+"""Listeners, TLS, SASL and ACLs: who may connect and what each principal may do."""

@@ -1,0 +1,145 @@
+"""The broker's security settings and decisions: listeners' TLS, SASL mechanisms, and the
+authorizer (`authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`).
+
+Without an authorizer configured every principal may do everything, as in Kafka, and the ACL
+APIs answer SECURITY_DISABLED.  Decisions are cached per principal and host until the ACLs
+change, so Produce and Fetch pay a dictionary lookup per topic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import ssl
+from typing import TYPE_CHECKING
+
+import structlog
+
+from broker.config import BrokerConfig
+from broker.security.acls import ANONYMOUS, CLUSTER_NAME, OPERATIONS_OF, AclIndex, Operation, ResourceType
+from broker.security.listeners import Listener, parse_endpoints, resolve
+from broker.security.scram import MECHANISMS
+from broker.security.session import Session
+from broker.security.store import SecurityStore
+from broker.security.tls import PrincipalRules, distinguished_name, server_context
+
+if TYPE_CHECKING:
+    from broker.metadata import MetadataStore
+    from broker.metrics import BrokerMetrics
+
+log = structlog.get_logger(__name__)
+
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+AUTHORIZERS = ("", STANDARD_AUTHORIZER, "StandardAuthorizer")
+SASL_MECHANISMS = ("PLAIN", *MECHANISMS)
+_NOBODY = Session("", "PLAINTEXT", "")
+
+
+def parse_super_users(raw: str) -> frozenset[str]:
+    """Kafka's `super.users`: principals separated by ';'."""
+    return frozenset(p.strip() for p in raw.split(";") if p.strip())
+
+
+class Security:
+    def __init__(self, config: BrokerConfig, meta: MetadataStore, metrics: BrokerMetrics) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.store = SecurityStore(meta)
+        self.listeners: list[Listener] = self._listeners()
+        self.mechanisms = tuple(config.get("sasl.enabled.mechanisms"))
+        self.reauth_ms: int = config.get("connections.max.reauth.ms")
+        self.max_sasl_bytes: int = config.get("sasl.server.max.receive.size")
+        self.auth_timeout_s: float = config.get("authentication.timeout.ms") / 1000
+        self.enabled = config.get("authorizer.class.name") != ""
+        self.super_users = parse_super_users(config.get("super.users"))
+        self.allow_if_no_acl: bool = config.get("allow.everyone.if.no.acl.found")
+        self.principal_rules = PrincipalRules(config.get("ssl.principal.mapping.rules"))
+        self.client_auth: str = config.get("ssl.client.auth")
+        # Keys the made-up salts of unknown SCRAM users: stable for a data directory, so
+        # asking twice for the same unknown user gives the same salt.
+        self.secret = hashlib.sha256(b"streamshop-scram" + os.fsencode(str(config.data_dir.resolve()))).digest()
+        self.tls: ssl.SSLContext | None = None
+        if any(listener.tls for listener in self.listeners):
+            self.tls = server_context(
+                config.get("ssl.keystore.location"),
+                config.get("ssl.key.password"),
+                config.get("ssl.truststore.location"),
+                self.client_auth,
+            )
+        self._index = self._build_index()
+        self._cache: dict[tuple[str, str, int, int, str], bool] = {}
+
+    def _listeners(self) -> list[Listener]:
+        raw = self.config.get("listeners")
+        if not raw:
+            host, port = self.config.listen
+            return [Listener("PLAINTEXT", "PLAINTEXT", host, port)]
+        return resolve(raw, self.config.get("listener.security.protocol.map"))
+
+    def advertised(self, bound: dict[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
+        """Each listener's advertised address: `advertised.listeners` where it names the
+        listener, else the address it is bound to (Kafka's rule)."""
+        out = dict(bound)
+        raw = self.config.get("advertised.listeners")
+        if raw:
+            for name, host, port in parse_endpoints(raw):
+                if name not in bound:
+                    raise ValueError(f"advertised.listeners names {name}, which is not in listeners")
+                out[name] = (host, port)
+        elif self.config.advertise is not None and self.listeners:
+            out[self.listeners[0].name] = self.config.advertise
+        return out
+
+    # --- authorization ---------------------------------------------------------------
+
+    def _build_index(self) -> AclIndex:
+        return AclIndex(self.store.acls, self.super_users, self.allow_if_no_acl)
+
+    def acls_changed(self) -> None:
+        self._index = self._build_index()
+        self._cache.clear()
+
+    def allowed(self, session: Session | None, op: Operation, rtype: ResourceType, name: str) -> bool:
+        if not self.enabled:
+            return True
+        s = session or _NOBODY
+        key = (s.principal, s.host, op, rtype, name)
+        result = self._cache.get(key)
+        if result is None:
+            if len(self._cache) > 100_000:
+                self._cache.clear()
+            result = self._cache[key] = self._index.authorize(s.principal, s.host, op, rtype, name)
+        if not result:
+            self.metrics.authorization_denied.labels(op.name, rtype.name).inc()
+        return result
+
+    def topic(self, session: Session | None, op: Operation, name: str) -> bool:
+        return self.allowed(session, op, ResourceType.TOPIC, name)
+
+    def group(self, session: Session | None, op: Operation, name: str) -> bool:
+        return self.allowed(session, op, ResourceType.GROUP, name)
+
+    def cluster(self, session: Session | None, op: Operation) -> bool:
+        return self.allowed(session, op, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def allowed_any(self, session: Session | None, op: Operation, rtype: ResourceType) -> bool:
+        if not self.enabled:
+            return True
+        s = session or _NOBODY
+        return self._index.authorize_any(s.principal, s.host, op, rtype)
+
+    def operations(self, session: Session | None, rtype: ResourceType, name: str) -> int:
+        """Kafka's authorized-operations bit field for one resource."""
+        ops = OPERATIONS_OF[rtype]
+        if not self.enabled:
+            return sum(1 << op for op in ops)
+        s = session or _NOBODY
+        return sum(1 << op for op in ops if self._index.authorize(s.principal, s.host, op, rtype, name))
+
+    def ssl_principal(self, tls: ssl.SSLObject) -> str:
+        """The principal of an SSL connection: from the client certificate when one was
+        presented (mTLS), else ANONYMOUS."""
+        cert = tls.getpeercert()
+        if not cert:
+            return ANONYMOUS
+        return "User:" + self.principal_rules.apply(distinguished_name(cert))
