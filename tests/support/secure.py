@@ -8,8 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+from broker.protocol.errors import ErrorCode
+from broker.security.scram import ScramClient
 from streamshop.pki import Issued, LocalCA
 from tests.support.harness import ThreadBroker
+from tests.support.kafka_wire import KafkaConnection
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
 LISTENERS = "SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0"
@@ -92,3 +98,24 @@ def make_admin_user(data_dir: Path) -> None:
     assert (
         main(["broker", "users", "--data-dir", str(data_dir), "set", ADMIN, "--password-file", str(password_file)]) == 0
     )
+
+
+def tls_connection(secure: SecureBroker, listener: str = "SASL_SSL") -> KafkaConnection:
+    """A raw Kafka connection over TLS to one of the broker's TLS listeners."""
+    host, port = secure.address(listener).split(":")
+    conn = KafkaConnection(host, int(port))
+    conn.sock = secure.ssl_context().wrap_socket(conn.sock, server_hostname=host)
+    return conn
+
+
+def sasl_login(conn: KafkaConnection, mechanism: str, user: str, password: str) -> Any:
+    """SaslHandshake v1 and SaslAuthenticate v2 exchanges; the last SaslAuthenticate response."""
+    handshake = conn.request(SaslHandshakeRequest(mechanism=mechanism))
+    assert handshake.error_code == ErrorCode.none, handshake
+    if mechanism == "PLAIN":
+        return conn.request(SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{password}".encode()))
+    client = ScramClient(mechanism, user, password)
+    first = conn.request(SaslAuthenticateRequest(auth_bytes=client.first()))
+    if first.error_code != ErrorCode.none:
+        return first
+    return conn.request(SaslAuthenticateRequest(auth_bytes=client.final(first.auth_bytes)))

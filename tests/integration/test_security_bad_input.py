@@ -1,0 +1,265 @@
+"""Hostile bytes on the secured listeners: malformed SASL frames, wrong SCRAM proofs,
+replayed nonces, requests before authentication, TLS garbage and half-open handshakes.
+Each closes that one connection cleanly, is counted in a metric, and the broker goes on
+serving everyone else."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from kio.schema.metadata.v12.request import MetadataRequest
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+from broker.protocol.errors import ErrorCode
+from broker.security.scram import ScramClient
+from streamshop.pki import LocalCA
+from tests.support.harness import ThreadBroker
+from tests.support.kafka_wire import KafkaConnection
+from tests.support.secure import ADMIN, ADMIN_PASSWORD, SecureBroker, make_admin_user, secure_settings, tls_connection
+
+
+@pytest.fixture
+def secure(tmp_path: Path, broker_factory: Callable[..., ThreadBroker]) -> SecureBroker:
+    ca = LocalCA(tmp_path / "pki")
+    server = ca.issue("broker", hosts=("127.0.0.1",))
+    make_admin_user(tmp_path / "broker")
+    settings = secure_settings(
+        ca,
+        server,
+        **{
+            "authentication.timeout.ms": "500",
+            "sasl.server.max.receive.size": "1024",
+            "connection.failed.authentication.delay.ms": "0",
+        },
+    )
+    return SecureBroker(broker_factory(settings=settings, name="broker"), ca, tmp_path)
+
+
+def metric(secure: SecureBroker, name: str, **labels: str) -> float:
+    return float(secure.broker.broker.metrics.registry.get_sample_value(name, labels) or 0)
+
+
+def raw(secure: SecureBroker, listener: str = "SASL_PLAINTEXT") -> KafkaConnection:
+    host, port = secure.address(listener).split(":")
+    return KafkaConnection(host, int(port))
+
+
+def still_serves(secure: SecureBroker) -> None:
+    admin = AdminClient(secure.admin())
+    assert admin.list_topics(timeout=10).brokers
+
+
+def authenticate_fails(conn: KafkaConnection, token: bytes) -> None:
+    response = conn.request(SaslAuthenticateRequest(auth_bytes=token))
+    assert response.error_code == ErrorCode.sasl_authentication_failed
+    assert conn.wait_closed() == b""
+
+
+def test_a_request_before_authentication_closes_the_connection(secure: SecureBroker) -> None:
+    before = metric(
+        secure,
+        "streamshop_connections_closed_authentication_total",
+        reason="request before SASL authentication completed",
+    )
+    with raw(secure) as conn:
+        conn.send(
+            MetadataRequest(topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        )
+        assert conn.wait_closed() == b""
+    assert (
+        metric(
+            secure,
+            "streamshop_connections_closed_authentication_total",
+            reason="request before SASL authentication completed",
+        )
+        == before + 1
+    )
+    still_serves(secure)
+
+
+def test_sasl_state_errors(secure: SecureBroker) -> None:
+    with raw(secure) as conn:  # SaslAuthenticate before SaslHandshake
+        response = conn.request(SaslAuthenticateRequest(auth_bytes=b"x"))
+        assert response.error_code == ErrorCode.illegal_sasl_state
+        assert conn.wait_closed() == b""
+    with raw(secure) as conn:  # a mechanism the broker does not offer
+        response = conn.request(SaslHandshakeRequest(mechanism="GSSAPI"))
+        assert response.error_code == ErrorCode.unsupported_sasl_mechanism
+        assert set(response.mechanisms) == {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+        assert conn.wait_closed() == b""
+    with raw(secure) as conn:  # a second handshake while one is open
+        assert conn.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.none
+        assert conn.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.illegal_sasl_state
+        assert conn.wait_closed() == b""
+    with raw(secure, "PLAINTEXT") as conn:  # SASL on a listener without it
+        assert conn.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.illegal_sasl_state
+    still_serves(secure)
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        b"",
+        b"\x00",
+        b"garbage",
+        b"n,,n=admin",  # no nonce
+        b"y,,n=admin,r=abc",  # channel binding
+        b"\xff" * 100,
+        b"n,,n=admin,r=" + b"a" * 2000,  # over sasl.server.max.receive.size
+    ],
+)
+def test_malformed_scram_first_messages(secure: SecureBroker, token: bytes) -> None:
+    before = metric(secure, "streamshop_authentications_total", mechanism="SCRAM-SHA-256", result="failed")
+    before += metric(secure, "streamshop_authentications_total", mechanism="SCRAM-SHA-256", result="malformed")
+    with raw(secure) as conn:
+        assert conn.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-256")).error_code == ErrorCode.none
+        authenticate_fails(conn, token)
+    after = metric(secure, "streamshop_authentications_total", mechanism="SCRAM-SHA-256", result="failed")
+    after += metric(secure, "streamshop_authentications_total", mechanism="SCRAM-SHA-256", result="malformed")
+    assert after == before + 1
+
+
+@pytest.mark.parametrize("token", [b"", b"admin", b"\x00admin", b"a\x00b\x00c\x00d", b"\x00admin\x00wrong"])
+def test_malformed_and_wrong_plain_messages(secure: SecureBroker, token: bytes) -> None:
+    with raw(secure) as conn:
+        assert conn.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.none
+        authenticate_fails(conn, token)
+
+
+def test_a_wrong_scram_proof_and_a_replayed_nonce_fail(secure: SecureBroker) -> None:
+    client = ScramClient("SCRAM-SHA-512", ADMIN, ADMIN_PASSWORD)
+    with raw(secure) as conn:
+        assert conn.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-512")).error_code == ErrorCode.none
+        first = client.first()
+        server_first = conn.request(SaslAuthenticateRequest(auth_bytes=first)).auth_bytes
+        final = client.final(server_first)
+        response = conn.request(SaslAuthenticateRequest(auth_bytes=final))
+        assert response.error_code == ErrorCode.none
+        assert client.verify(response.auth_bytes)
+    # the captured exchange, replayed on a new connection: the server nonce differs
+    with raw(secure) as conn:
+        assert conn.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-512")).error_code == ErrorCode.none
+        assert conn.request(SaslAuthenticateRequest(auth_bytes=first)).error_code == ErrorCode.none
+        authenticate_fails(conn, final)
+    # a proof made with the wrong password
+    wrong = ScramClient("SCRAM-SHA-512", ADMIN, "not it")
+    with raw(secure) as conn:
+        assert conn.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-512")).error_code == ErrorCode.none
+        server_first = conn.request(SaslAuthenticateRequest(auth_bytes=wrong.first())).auth_bytes
+        authenticate_fails(conn, wrong.final(server_first))
+    still_serves(secure)
+
+
+def _tls_failures(secure: SecureBroker) -> float:
+    samples = secure.broker.broker.metrics.registry.collect()
+    return sum(
+        s.value
+        for family in samples
+        if family.name == "streamshop_tls_handshake_failures"
+        for s in family.samples
+        if s.name.endswith("_total")
+    )
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\x00\x00\x00\x10" + b"\x00" * 16,  # a Kafka frame where a ClientHello belongs
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"\x16\x03\x01\x00\x05\x01\x00\x00\x01\x00",  # a truncated, malformed ClientHello
+        b"\x16\x03\x03" + b"\xff" * 300,
+    ],
+)
+def test_tls_garbage_closes_the_connection_and_is_counted(secure: SecureBroker, garbage: bytes) -> None:
+    before = _tls_failures(secure)
+    host, port = secure.address("SASL_SSL").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(garbage)
+        sock.settimeout(5)
+        received = b""
+        while True:
+            try:
+                chunk = sock.recv(4096)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            received += chunk
+        assert not received.startswith(b"\x00\x00")  # never a Kafka response; at most a TLS alert
+    deadline = time.monotonic() + 5
+    while _tls_failures(secure) < before + 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _tls_failures(secure) == before + 1
+    still_serves(secure)
+
+
+@pytest.mark.parametrize("sent", [b"", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"])
+def test_a_half_open_tls_handshake_is_closed_after_the_authentication_timeout(
+    secure: SecureBroker, sent: bytes
+) -> None:
+    before = metric(secure, "streamshop_tls_handshake_failures_total", reason="timeout")
+    host, port = secure.address("SSL").split(":")
+    started = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(sent)
+        assert sock.recv(10) == b""  # closed by the broker
+    waited = time.monotonic() - started
+    assert 0.4 < waited < 5
+    assert metric(secure, "streamshop_tls_handshake_failures_total", reason="timeout") == before + 1
+
+
+def test_a_sasl_connection_that_never_authenticates_is_closed(secure: SecureBroker) -> None:
+    with tls_connection(secure) as conn:
+        assert conn.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-256")).error_code == ErrorCode.none
+        started = time.monotonic()
+        assert conn.wait_closed() == b""
+        assert time.monotonic() - started < 5
+    reason = "authentication did not finish within authentication.timeout.ms"
+    assert metric(secure, "streamshop_connections_closed_authentication_total", reason=reason) >= 1
+
+
+def test_a_client_that_does_not_trust_the_broker_fails_its_handshake(secure: SecureBroker) -> None:
+    host, port = secure.address("SASL_SSL").split(":")
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as sock,
+        pytest.raises(ssl.SSLCertVerificationError),
+    ):
+        ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+    still_serves(secure)
+
+
+def test_a_corrupt_user_or_acl_record_is_skipped_at_start(tmp_path: Path) -> None:
+    """A record of the security store that does not decode is skipped and counted; the
+    broker starts and the other users and ACLs are intact."""
+    ca = LocalCA(tmp_path / "pki")
+    server = ca.issue("broker", hosts=("127.0.0.1",))
+    make_admin_user(tmp_path / "b")
+    settings = secure_settings(ca, server)
+    broker = ThreadBroker(tmp_path / "b", settings).start()
+    meta = broker.broker.store
+    broker.call(
+        lambda: meta.write_records(
+            [
+                (["scram", "eve", "SCRAM-SHA-256"], {"salt": "not bytes"}),
+                (["acl", [2, "t", 3, "User:x", "*", 99, 3]], 1),  # operation 99
+                (["acl", "not a list"], 1),
+                (["scram", "", "SCRAM-SHA-256"], None),
+            ]
+        )
+    )
+    broker.stop()
+    broker.start()
+    try:
+        assert broker.broker.store.skipped.counts["__cluster_metadata"] == 4
+        assert set(broker.broker.security.store.users) == {ADMIN}
+        secure = SecureBroker(broker, ca, tmp_path)
+        still_serves(secure)
+    finally:
+        broker.close()
