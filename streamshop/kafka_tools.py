@@ -25,6 +25,7 @@ TOOLS: dict[str, str] = {
     "kafka-reassign-partitions": f"{_T}.reassign.ReassignPartitionsCommand",
     "kafka-log-dirs": f"{_T}.LogDirsCommand",
     "kafka-cluster": f"{_T}.ClusterTool",
+    "kafka-acls": f"{_T}.AclCommand",
 }
 
 

@@ -54,6 +54,7 @@ _IMPLEMENTED = [
     Api(acls.DELETE_ACLS, "DeleteAcls", 1, 3, acls.delete_acls),
     Api(scram_users.DESCRIBE, "DescribeUserScramCredentials", 0, 0, scram_users.describe),
     Api(scram_users.ALTER, "AlterUserScramCredentials", 0, 0, scram_users.alter),
+    Api(scram_users.DESCRIBE_CLIENT_QUOTAS, "DescribeClientQuotas", 0, 1, scram_users.describe_client_quotas),
 ]
 
 _VERSIONS_ENTRY = Api(

@@ -142,3 +142,22 @@ async def alter(broker: Broker, header: RequestHeader, request: Any) -> Any:
         for u in dict.fromkeys(users)
     ]
     return build(cls, throttle_time=0, results=tuple(results))
+
+
+DESCRIBE_CLIENT_QUOTAS = 48
+
+
+def describe_client_quotas(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    """The broker enforces no client quotas, so every filter matches no entry; `kafka-configs
+    --describe --entity-type users` asks for them before it lists SCRAM credentials.  Kafka
+    needs DESCRIBE_CONFIGS on the cluster."""
+    cls = response_type(DESCRIBE_CLIENT_QUOTAS, header.api_version)
+    if not broker.security.allowed(header.session, Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+        return build(
+            cls,
+            throttle_time=0,
+            error_code=ErrorCode.cluster_authorization_failed,
+            error_message="DESCRIBE_CONFIGS on the cluster is required",
+            entries=None,
+        )
+    return build(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, entries=())
