@@ -17,7 +17,9 @@ when no HTTP answer came back at all, which callers should treat as transient.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import ssl
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from types import TracebackType
@@ -47,6 +49,11 @@ ERROR_VERSION_NOT_FOUND = 40402
 ERROR_SCHEMA_NOT_FOUND = 40403
 
 _T = TypeVar("_T")
+
+
+def basic_authorization(user: str, password: str) -> str:
+    """The ``Authorization`` header value of HTTP basic auth (RFC 7617, UTF-8)."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 class RegistryError(Exception):
@@ -103,13 +110,15 @@ class RegistryClient:
         *,
         session: aiohttp.ClientSession | None = None,
         timeout: float = 10.0,
-        auth: aiohttp.BasicAuth | None = None,
+        auth: tuple[str, str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._base = URL(url.rstrip("/"))
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._session = session
         self._owns_session = session is None
         self._timeout = aiohttp.ClientTimeout(total=timeout)
-        self._auth = auth
+        self._authorization = {"Authorization": basic_authorization(*auth)} if auth else {}
         self._ids: dict[tuple[str, str], int] = {}
         self._lookups: dict[tuple[str, str], RegisteredSchema] = {}
         self._schemas: dict[int, str] = {}
@@ -238,14 +247,14 @@ class RegistryClient:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         url = self._url(segments)
-        headers = {"Accept": _ACCEPT}
+        headers = {"Accept": _ACCEPT, **self._authorization}
         data: bytes | None = None
         if body is not None:
             headers["Content-Type"] = CONTENT_TYPE
             data = json.dumps(body).encode()
         try:
             async with self._session.request(
-                method, url, data=data, headers=headers, timeout=self._timeout, auth=self._auth
+                method, url, data=data, headers=headers, timeout=self._timeout, ssl=self._ssl
             ) as response:
                 raw = await response.read()
                 status = response.status

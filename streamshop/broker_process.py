@@ -36,7 +36,7 @@ def broker_command(
     return cmd
 
 
-_REGISTRY_READY = re.compile(r"streamshop registry ready on (http://\S+)")
+_REGISTRY_READY = re.compile(r"streamshop registry ready on (https?://\S+)")
 
 
 def registry_command(bootstrap: str, listen: str) -> list[str]:

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import signal
+import ssl
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -19,9 +20,11 @@ from typing import Any, TypeVar
 
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from schemas import bounded_json
 from schemas.registry import errors
+from schemas.registry.auth import RegistryUsers, UsersFileError, basic_auth
 from schemas.registry.compatibility import Level
 from schemas.registry.config import ConfigError, RegistryConfig, parse_host_port
 from schemas.registry.errors import RegistryError
@@ -108,7 +111,9 @@ async def confluent_errors(request: web.Request, handler: Handler) -> web.Stream
             raise errors.http_error(406, "Not Acceptable")
         return await handler(request)
     except RegistryError as e:
-        return _reply(request, e.body(), e.status)
+        response = _reply(request, e.body(), e.status)
+        response.headers.update(e.headers)
+        return response
     except web.HTTPException as e:
         if e.status < 400:
             raise
@@ -512,7 +517,10 @@ async def readyz(request: web.Request) -> web.Response:
 def create_app(config: RegistryConfig) -> web.Application:
     """The registry as an aiohttp application; its start-up replays the schemas topic, so
     a runner serves only once the state is complete."""
-    app = web.Application(middlewares=[confluent_errors])
+    middlewares: list[Middleware] = [confluent_errors]
+    if config.users_file is not None:
+        middlewares.append(basic_auth(RegistryUsers.load(config.users_file)))
+    app = web.Application(middlewares=middlewares)
     app[CONFIG] = config
     app[STORE] = SchemaStore(config)
 
@@ -561,6 +569,16 @@ def create_app(config: RegistryConfig) -> web.Application:
     return app
 
 
+def server_ssl_context(config: RegistryConfig) -> ssl.SSLContext | None:
+    """The HTTPS context when a certificate is configured (TLS 1.2 at least)."""
+    if config.ssl_certfile is None or config.ssl_keyfile is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(config.ssl_certfile), str(config.ssl_keyfile))
+    return context
+
+
 @dataclass
 class RunningRegistry:
     """A registry serving HTTP; `stop()` closes the server and the Kafka clients."""
@@ -573,7 +591,7 @@ class RunningRegistry:
     @property
     def url(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        return f"http://{host}:{self.port}"
+        return f"{self.app[CONFIG].scheme}://{host}:{self.port}"
 
     @property
     def store(self) -> SchemaStore:
@@ -590,7 +608,7 @@ async def start_registry(config: RegistryConfig) -> RunningRegistry:
     await runner.setup()
     try:
         host, port = config.listen
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, ssl_context=server_ssl_context(config))
         await site.start()
     except BaseException:
         await runner.cleanup()
@@ -605,7 +623,7 @@ async def serve(config: RegistryConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     # The one line scripts wait for.
-    print(f"streamshop registry ready on http://{running.host}:{running.port}", flush=True)
+    print(f"streamshop registry ready on {config.scheme}://{running.host}:{running.port}", flush=True)
     log.info("registry ready", listen=f"{running.host}:{running.port}", bootstrap=config.bootstrap)
     await stop.wait()
     log.info("shutting down")
@@ -617,6 +635,13 @@ def main(args: argparse.Namespace) -> int:
     try:
         config = RegistryConfig.from_env(bootstrap=args.bootstrap, listen=parse_host_port(args.listen))
     except ConfigError as e:
+        print(f"streamshop registry: {e}", file=sys.stderr)
+        return 2
+    try:
+        if config.users_file is not None:
+            RegistryUsers.load(config.users_file)  # a bad file is a usage error, said before start-up
+        server_ssl_context(config)
+    except (UsersFileError, ssl.SSLError, OSError) as e:
         print(f"streamshop registry: {e}", file=sys.stderr)
         return 2
     try:

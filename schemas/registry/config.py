@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from schemas.kafka_security import KafkaSecurity
 from schemas.registry.compatibility import Level
 
 ENV_PREFIX = "STREAMSHOP_REGISTRY_"
@@ -44,6 +46,13 @@ class RegistryConfig:
     # Attempts of one write that loses id/version races against other registry instances.
     write_attempts: int = 20
     client_id: str = "streamshop-registry"
+    # How its Kafka clients authenticate (STREAMSHOP_REGISTRY_KAFKA_*, as the services').
+    kafka: KafkaSecurity = field(default_factory=KafkaSecurity)
+    # HTTP basic auth: a users file (schemas.registry.auth) turns it on; None serves everyone.
+    users_file: Path | None = None
+    # HTTPS: the server's certificate chain and key (PEM); both or neither.
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.bootstrap.strip():
@@ -54,16 +63,23 @@ class RegistryConfig:
             raise ConfigError("topic replication factor must be at least 1")
         if self.startup_timeout <= 0 or self.write_timeout <= 0 or self.write_attempts < 1:
             raise ConfigError("timeouts and attempts must be positive")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ConfigError("HTTPS needs both a certificate file and a key file")
 
     @property
     def url(self) -> str:
         host, port = self.listen
-        return f"http://{host}:{port}"
+        return f"{self.scheme}://{host}:{port}"
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.ssl_certfile is not None else "http"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> RegistryConfig:
         """Settings from `STREAMSHOP_REGISTRY_*` variables (BOOTSTRAP, LISTEN, TOPIC,
-        TOPIC_REPLICATION_FACTOR, DEFAULT_COMPATIBILITY, STARTUP_TIMEOUT, WRITE_TIMEOUT);
+        TOPIC_REPLICATION_FACTOR, DEFAULT_COMPATIBILITY, STARTUP_TIMEOUT, WRITE_TIMEOUT,
+        USERS_FILE, SSL_CERTFILE, SSL_KEYFILE and the KAFKA_* client security settings);
         `overrides` win."""
         env = os.environ if env is None else env
 
@@ -94,5 +110,12 @@ class RegistryConfig:
                     values[name.lower()] = float(raw)
                 except ValueError as e:
                     raise ConfigError(f"{ENV_PREFIX}{name}: {raw!r} is not a number") from e
+        for name in ("USERS_FILE", "SSL_CERTFILE", "SSL_KEYFILE"):
+            if (raw := get(name)) is not None:
+                values[name.lower()] = Path(raw)
+        try:
+            values["kafka"] = KafkaSecurity.from_env(env, ENV_PREFIX)
+        except ValueError as e:
+            raise ConfigError(f"{ENV_PREFIX}KAFKA_*: {e}") from e
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

@@ -20,6 +20,9 @@ VERSION_SOFT_DELETED = 40406
 VERSION_NOT_SOFT_DELETED = 40407
 SUBJECT_COMPATIBILITY_NOT_CONFIGURED = 40408
 SUBJECT_MODE_NOT_CONFIGURED = 40409
+# 401, 403
+UNAUTHORIZED = 401
+USER_DENIED = 40301
 # 409: Confluent's incompatible-schema error carries the bare status as its code.
 INCOMPATIBLE_SCHEMA = 409
 # 422
@@ -39,11 +42,12 @@ MAX_VERSION = 2**31 - 1
 class RegistryError(Exception):
     """A failure reported to the client as `{"error_code": code, "message": message}`."""
 
-    def __init__(self, status: int, code: int, message: str) -> None:
+    def __init__(self, status: int, code: int, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers or {}
 
     def body(self) -> dict[str, object]:
         return {"error_code": self.code, "message": self.message}

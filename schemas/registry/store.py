@@ -117,6 +117,7 @@ class SchemaStore:
             self._producer = AIOKafkaProducer(
                 bootstrap_servers=self.config.bootstrap,
                 client_id=self.config.client_id,
+                **self.config.kafka.aiokafka_kwargs(),
                 acks="all",
                 enable_idempotence=True,
                 linger_ms=0,
@@ -153,6 +154,7 @@ class SchemaStore:
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.config.bootstrap,
             client_id=self.config.client_id,
+            **self.config.kafka.aiokafka_kwargs(),
             group_id=None,
             enable_auto_commit=False,
             **options,
@@ -185,7 +187,11 @@ class SchemaStore:
         """Create the compacted single-partition topic, or check the existing one is compacted."""
         last_error: BaseException | None = None
         while (remaining := deadline - time.monotonic()) > 0:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.config.bootstrap, client_id=self.config.client_id)
+            admin = AIOKafkaAdminClient(
+                bootstrap_servers=self.config.bootstrap,
+                client_id=self.config.client_id,
+                **self.config.kafka.aiokafka_kwargs(),
+            )
             try:
                 await asyncio.wait_for(self._create_topic(admin), remaining)
                 return

@@ -16,7 +16,6 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -51,14 +50,10 @@ CHECKS_KEY: web.AppKey[dict[str, Check]] = web.AppKey("readiness_checks")
 
 def default_checks(config: ServiceConfig) -> dict[str, Check]:
     """Broker, registry and database reachable: what every service needs to serve traffic."""
-    auth = (
-        aiohttp.BasicAuth(config.registry_username, config.registry_password or "")
-        if config.registry_username
-        else None
-    )
+    options = config.registry_options()
     return {
         "broker": broker_check(config.bootstrap_servers),
-        "registry": http_check(config.registry_url.rstrip("/") + "/subjects", auth),
+        "registry": http_check(config.registry_url.rstrip("/") + "/subjects", options["auth"], options["ssl_context"]),
         "database": sqlite_check(config.database_path),
     }
 

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
+from schemas.kafka_security import MECHANISMS, PROTOCOLS, KafkaSecurity
+
 __all__ = [
     "DEFAULT_PORTS",
     "ConfigError",
@@ -104,6 +106,7 @@ class ServiceConfig:
     registry_url: str = setting(f"http://127.0.0.1:{DEFAULT_PORTS['registry']}", help="schema registry URL")
     registry_username: str | None = None
     registry_password: str | None = secret()
+    registry_ssl_cafile: Path | None = None  # a private CA for an https registry URL
     database_path: Path = setting(_DEFAULT_DATABASE, help="SQLite database file")  # noqa: RUF009 - Path is immutable
     instance_id: str = field(default_factory=_default_instance_id)
     log_level: str = setting("info", choices=("debug", "info", "warning", "error", "critical"))
@@ -111,12 +114,8 @@ class ServiceConfig:
     log_shipping: bool = setting(True, help="ship own logs to the logs.* topics")
     log_buffer_size: int = setting(10_000, help="log records buffered for shipping before drops")
     client_max_size: int = setting(1024 * 1024, help="largest accepted request body, bytes")
-    kafka_security_protocol: str = setting(
-        "PLAINTEXT", choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"), help="as Kafka's security.protocol"
-    )
-    kafka_sasl_mechanism: str = setting(
-        "PLAIN", choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER")
-    )
+    kafka_security_protocol: str = setting("PLAINTEXT", choices=PROTOCOLS, help="as Kafka's security.protocol")
+    kafka_sasl_mechanism: str = setting("PLAIN", choices=MECHANISMS)
     kafka_sasl_username: str | None = None
     kafka_sasl_password: str | None = secret()
     kafka_ssl_cafile: Path | None = None
@@ -173,32 +172,32 @@ class ServiceConfig:
         host = "127.0.0.1" if self.listen in ("0.0.0.0", "::", "") else self.listen
         return f"http://{host}:{self.port}"
 
+    @property
+    def kafka_security(self) -> KafkaSecurity:
+        return KafkaSecurity(
+            protocol=self.kafka_security_protocol,
+            mechanism=self.kafka_sasl_mechanism,
+            username=self.kafka_sasl_username,
+            password=self.kafka_sasl_password,
+            cafile=self.kafka_ssl_cafile,
+            certfile=self.kafka_ssl_certfile,
+            keyfile=self.kafka_ssl_keyfile,
+            key_password=self.kafka_ssl_key_password,
+        )
+
     def kafka_client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for any aiokafka client (producer, consumer, admin): bootstrap
         servers and security settings, so a secured Apache Kafka needs env vars only."""
-        kwargs: dict[str, Any] = {
-            "bootstrap_servers": self.bootstrap_servers,
-            "security_protocol": self.kafka_security_protocol,
-        }
-        if self.kafka_security_protocol.startswith("SASL_"):
-            kwargs["sasl_mechanism"] = self.kafka_sasl_mechanism
-            kwargs["sasl_plain_username"] = self.kafka_sasl_username
-            kwargs["sasl_plain_password"] = self.kafka_sasl_password
-        if self.kafka_security_protocol.endswith("SSL"):
-            kwargs["ssl_context"] = self.kafka_ssl_context()
-        return kwargs
+        return {"bootstrap_servers": self.bootstrap_servers, **self.kafka_security.aiokafka_kwargs()}
+
+    def registry_options(self) -> dict[str, Any]:
+        """`auth` and `ssl_context` for a `RegistryClient` (basic auth, a private CA)."""
+        auth = (self.registry_username, self.registry_password or "") if self.registry_username else None
+        context = ssl.create_default_context(cafile=str(self.registry_ssl_cafile)) if self.registry_ssl_cafile else None
+        return {"auth": auth, "ssl_context": context}
 
     def kafka_ssl_context(self) -> ssl.SSLContext:
-        """A verifying TLS context (system CAs unless `kafka_ssl_cafile`), with a client
-        certificate when one is configured (mTLS)."""
-        context = ssl.create_default_context(cafile=str(self.kafka_ssl_cafile) if self.kafka_ssl_cafile else None)
-        if self.kafka_ssl_certfile is not None:
-            context.load_cert_chain(
-                str(self.kafka_ssl_certfile),
-                str(self.kafka_ssl_keyfile) if self.kafka_ssl_keyfile else None,
-                self.kafka_ssl_key_password,
-            )
-        return context
+        return self.kafka_security.ssl_context()
 
     def as_log_dict(self) -> dict[str, Any]:
         """Every setting, secrets masked (set ones as ``***``), for `log.info("config", **...)`."""

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from schemas.client import basic_authorization
 
 __all__ = ["Check", "broker_check", "http_check", "run_checks", "sqlite_check"]
 
@@ -71,11 +74,13 @@ def broker_check(bootstrap_servers: str) -> Check:
     return check
 
 
-def http_check(url: str, auth: aiohttp.BasicAuth | None = None) -> Check:
+def http_check(url: str, auth: tuple[str, str] | None = None, ssl_context: ssl.SSLContext | None = None) -> Check:
     """Reachable when GET `url` answers 2xx (e.g. the registry's ``/subjects``)."""
 
     async def check() -> None:
-        async with aiohttp.ClientSession(auth=auth) as session, session.get(url) as response:
+        tls: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
+        headers = {"Authorization": basic_authorization(*auth)} if auth else {}
+        async with aiohttp.ClientSession() as session, session.get(url, ssl=tls, headers=headers) as response:
             if response.status >= 300:
                 raise ConnectionError(f"GET {url}: HTTP {response.status}")
 

@@ -21,7 +21,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-import aiohttp
 from aiohttp import web
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
@@ -144,13 +143,6 @@ async def _wait_visible(admin: AIOKafkaAdminClient, names: list[str]) -> None:
         log.warning("topics not yet visible on every broker", topics=names, brokers=nodes)
 
 
-def registry_auth(config: ServiceConfig) -> aiohttp.BasicAuth | None:
-    """Basic auth for the schema registry when `registry_username` is set."""
-    if not config.registry_username:
-        return None
-    return aiohttp.BasicAuth(config.registry_username, config.registry_password or "")
-
-
 @asynccontextmanager
 async def shipping_logs(config: ServiceConfig, shipper: LogShipper | None) -> AsyncIterator[None]:
     """For a service that publishes no events of its own (the catcher, the dashboard): its log
@@ -159,7 +151,7 @@ async def shipping_logs(config: ServiceConfig, shipper: LogShipper | None) -> As
     if shipper is None:
         yield
         return
-    async with RegistryClient(config.registry_url, auth=registry_auth(config)) as registry:
+    async with RegistryClient(config.registry_url, **config.registry_options()) as registry:
         serializer = AvroSerializer(registry)
         producer = EventProducer(
             serializer=serializer,
@@ -215,7 +207,7 @@ async def open_publishing_service(
         outbox = Outbox(db, catalog.schema)
         store = make_store(db, outbox)
         await store.setup()
-        async with RegistryClient(config.registry_url, auth=registry_auth(config)) as registry:
+        async with RegistryClient(config.registry_url, **config.registry_options()) as registry:
             serializer = AvroSerializer(registry, topic_strategies=catalog.topic_strategies())
             await ensure_topics(config, topics, replication_factor)
             producer = EventProducer(

@@ -96,12 +96,7 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
         history_points=config.history_points,
         rate_window=config.rate_window,
     )
-    auth = (
-        aiohttp.BasicAuth(config.registry_username, config.registry_password or "")
-        if config.registry_username
-        else None
-    )
-    registry = RegistryClient(config.registry_url, auth=auth)
+    registry = RegistryClient(config.registry_url, **config.registry_options())
     feed = MetricsFeed(
         lambda: AIOKafkaConsumer(
             **kafka, client_id="streamshop-dashboard-metrics", group_id=None, enable_auto_commit=False

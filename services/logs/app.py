@@ -15,7 +15,6 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 
-import aiohttp
 from aiohttp import web
 from multidict import MultiMapping
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -189,17 +188,12 @@ def create_app(config: LogsConfig, *, shipper: LogShipper | None = None) -> web.
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         kafka = config.kafka_client_kwargs()
         bootstrap = kafka.pop("bootstrap_servers")
-        auth = (
-            aiohttp.BasicAuth(config.registry_username, config.registry_password or "")
-            if config.registry_username
-            else None
-        )
         async with contextlib.AsyncExitStack() as stack:
             db = await stack.enter_async_context(Database(config.database_path))
             store = LogStore(db, max_records=config.max_records)
             indexer = Indexer(db, store, name=config.group_id, on_indexed=feed.publish)
             await indexer.setup()
-            registry = await stack.enter_async_context(RegistryClient(config.registry_url, auth=auth))
+            registry = await stack.enter_async_context(RegistryClient(config.registry_url, **config.registry_options()))
             serializer = AvroSerializer(registry)
             producer = EventProducer(
                 bootstrap, serializer, client_id=f"{config.service_name}-{config.instance_id}", **kafka
