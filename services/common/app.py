@@ -21,6 +21,7 @@ from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from schemas import bounded_json
+from services.common.auth import ApiKeys, api_key_middleware
 from services.common.config import ServiceConfig
 from services.common.errors import InvalidJSON, UnsupportedMediaType
 from services.common.health import Check, broker_check, http_check, run_checks, sqlite_check
@@ -76,11 +77,13 @@ def create_base_app(
     metrics = HttpMetrics(registry)
     if shipper is not None:
         registry.register(LogShipperCollector(shipper))
+    auth = [api_key_middleware(ApiKeys.load(config.api_keys_file))] if config.api_keys_file else []
     app = web.Application(
         client_max_size=config.client_max_size,
         middlewares=[
             request_context_middleware(metrics, quiet_paths),
             error_middleware(config.client_max_size),
+            *auth,
             *middlewares,
         ],
     )

@@ -114,6 +114,8 @@ class ServiceConfig:
     log_shipping: bool = setting(True, help="ship own logs to the logs.* topics")
     log_buffer_size: int = setting(10_000, help="log records buffered for shipping before drops")
     client_max_size: int = setting(1024 * 1024, help="largest accepted request body, bytes")
+    # Callers admitted by API key (services.common.auth); None: the service is open.
+    api_keys_file: Path | None = None
     kafka_security_protocol: str = setting("PLAINTEXT", choices=PROTOCOLS, help="as Kafka's security.protocol")
     kafka_sasl_mechanism: str = setting("PLAIN", choices=MECHANISMS)
     kafka_sasl_username: str | None = None

@@ -30,7 +30,8 @@ from typing import Any, TypeVar
 import uvloop
 from aiohttp import web
 
-from services.common.config import ConfigError, ServiceConfig
+from services.common.auth import ApiKeys
+from services.common.config import ServiceConfig
 from services.common.log_shipper import LogShipper
 from services.common.logging import configure_logging, get_logger
 
@@ -153,7 +154,10 @@ def run_from_args(
     try:
         config = config_cls.from_env()
         config.check()
-    except ConfigError as e:
+        config.kafka_security  # noqa: B018 - raises ValueError for SASL without credentials
+        if config.api_keys_file is not None:
+            ApiKeys.load(config.api_keys_file)
+    except ValueError as e:  # ConfigError, ApiKeysError, KafkaSecurity's
         sys.stderr.write(f"{config_cls.service_name}: {e}\n")
         return 2
     overrides: dict[str, object] = {}

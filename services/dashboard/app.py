@@ -23,11 +23,13 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from aiokafka import AIOKafkaConsumer
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from schemas.client import RegistryClient
+from schemas.registry.auth import RegistryUsers
 from services.common.app import METRICS_REGISTRY_KEY, create_base_app
 from services.common.errors import NotFound
 from services.common.health import broker_check
@@ -37,6 +39,7 @@ from services.common.outbox_service import shipping_logs
 from services.dashboard.analytics_feed import LatestValues, MetricsFeed, analytics_json
 from services.dashboard.config import DashboardConfig
 from services.dashboard.kafka_reader import ClusterReader
+from services.dashboard.login import Sessions, add_login_routes, login_middleware
 from services.dashboard.poller import SnapshotPoller
 from services.dashboard.proxy import fetch_inbox, proxy_tail
 
@@ -109,8 +112,13 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
     )
     analytics = _AnalyticsView(feed)
 
+    login: list[Middleware] = []
+    if config.users_file is not None:
+        sessions = Sessions(config.session_key.encode() if config.session_key else None, config.session_hours * 3600)
+        login.append(login_middleware(sessions))
     app = create_base_app(
         config,
+        middlewares=login,
         checks={"broker": broker_check(config.bootstrap_servers)},
         shipper=shipper,
         # the page asks for these every refresh: at info they would bury everything else
@@ -163,10 +171,11 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
         return web.json_response({**poller.state(), "analytics": analytics.json()}, headers=_NO_CACHE)
 
     async def inbox(request: web.Request) -> web.Response:
-        return web.json_response(await fetch_inbox(request.app[_SESSION_KEY], config.catcher_url), headers=_NO_CACHE)
+        body = await fetch_inbox(request.app[_SESSION_KEY], config.catcher_url, config.catcher_token)
+        return web.json_response(body, headers=_NO_CACHE)
 
     async def logs_tail(request: web.Request) -> web.StreamResponse:
-        return await proxy_tail(request, request.app[_SESSION_KEY], config.logs_url)
+        return await proxy_tail(request, request.app[_SESSION_KEY], config.logs_url, config.logs_token)
 
     app.cleanup_ctx.append(lifecycle)
     app.router.add_get("/", index)
@@ -174,4 +183,6 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
     app.router.add_get("/api/inbox", inbox)
     app.router.add_get("/api/logs/tail", logs_tail)
     app.router.add_get("/static/{name}", static_file)
+    if config.users_file is not None:
+        add_login_routes(app, RegistryUsers.load(config.users_file), sessions, secure_cookie=False)
     return app

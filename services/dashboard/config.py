@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from services.common.config import DEFAULT_PORTS, ConfigError, ServiceConfig, setting
+from schemas.registry.auth import RegistryUsers, UsersFileError
+from services.common.config import DEFAULT_PORTS, ConfigError, ServiceConfig, secret, setting
 
 __all__ = ["DashboardConfig"]
 
@@ -41,6 +43,13 @@ class DashboardConfig(ServiceConfig):
     metrics_topic: str = setting("analytics.metrics", help="compacted topic of the analytics job's metrics")
     metrics_window_minutes: int = setting(60, help="minutes of metric windows kept, back from the newest")
     log_shipping: bool = setting(False, help="ship own logs to the logs.* topics")
+    # Sign-in (services.dashboard.login): None leaves the dashboard open.
+    users_file: Path | None = None
+    session_key: str | None = secret(help="signs session cookies; random per process when unset")
+    session_hours: float = setting(8.0, help="hours a sign-in lasts")
+    # API keys the dashboard presents to the catcher and the logs service when they need one.
+    catcher_token: str | None = secret()
+    logs_token: str | None = secret()
 
     def check(self) -> None:
         problems = [
@@ -61,6 +70,13 @@ class DashboardConfig(ServiceConfig):
         servers = [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()]
         if not servers or not all(_HOST_PORT.fullmatch(s) for s in servers):
             problems.append(f"{self.env_name('bootstrap_servers')}: must be a comma list of HOST:PORT")
+        if self.users_file is not None:
+            try:
+                RegistryUsers.load(self.users_file)
+            except UsersFileError as e:
+                problems.append(f"{self.env_name('users_file')}: {e}")
+        if self.session_hours <= 0:
+            problems.append(f"{self.env_name('session_hours')}: must be positive")
         if problems:
             raise ConfigError(problems)
 

@@ -44,10 +44,15 @@ def _unavailable(name: str, url: str, problem: str) -> UpstreamUnavailable:
     return UpstreamUnavailable(f"the {name} at {url} is unavailable: {problem}", details={"upstream": name, "url": url})
 
 
-async def fetch_inbox(session: aiohttp.ClientSession, catcher_url: str) -> dict[str, Any]:
+def _bearer(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+async def fetch_inbox(session: aiohttp.ClientSession, catcher_url: str, token: str | None = None) -> dict[str, Any]:
     url = f"{catcher_url.rstrip('/')}/messages"
+    params = {"limit": str(INBOX_LIMIT)}
     try:
-        async with session.get(url, params={"limit": str(INBOX_LIMIT)}, timeout=_INBOX_TIMEOUT) as response:
+        async with session.get(url, params=params, headers=_bearer(token), timeout=_INBOX_TIMEOUT) as response:
             if response.status != 200:
                 raise _unavailable("catcher", url, f"HTTP {response.status}")
             body = await response.json()
@@ -61,11 +66,13 @@ async def fetch_inbox(session: aiohttp.ClientSession, catcher_url: str) -> dict[
     return {"items": items, "total": total}
 
 
-async def proxy_tail(request: web.Request, session: aiohttp.ClientSession, logs_url: str) -> web.StreamResponse:
+async def proxy_tail(
+    request: web.Request, session: aiohttp.ClientSession, logs_url: str, token: str | None = None
+) -> web.StreamResponse:
     url = f"{logs_url.rstrip('/')}/logs/tail"
     if request.query_string:
         url += f"?{request.query_string}"
-    headers = {"Accept": "text/event-stream"}
+    headers = {"Accept": "text/event-stream", **_bearer(token)}
     if "Last-Event-ID" in request.headers:
         headers["Last-Event-ID"] = request.headers["Last-Event-ID"]
     try:

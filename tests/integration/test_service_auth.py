@@ -1,0 +1,148 @@
+"""API keys on the services and the dashboard's sign-in, over real HTTP: without a key (or
+with a wrong one) every endpoint but the probes answers 401 with ``WWW-Authenticate: Bearer``;
+with a key it works; the dashboard sends its own keys upstream; its page redirects to /login,
+a wrong password is refused, a session cookie opens the page and the API; no key or password
+is ever logged."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from schemas.registry.auth import hash_password
+from services.catcher.config import CatcherConfig
+from services.common.auth import ApiKeys, ApiKeysError, key_line, new_key
+from services.dashboard.app import create_app as create_dashboard
+from services.dashboard.config import DashboardConfig
+from services.dashboard.login import COOKIE, Sessions
+from tests.support.notify import serve_catcher
+from tests.support.services import serve_app
+
+DASHBOARD_KEY, SENDER_KEY = new_key(), new_key()
+
+
+def keys_file(tmp_path: Path) -> Path:
+    path = tmp_path / "catcher.keys"
+    path.write_text(f"# callers\n{key_line('dashboard', DASHBOARD_KEY)}\n{key_line('sms-sender', SENDER_KEY)}\n")
+    return path
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def test_every_endpoint_but_the_probes_needs_a_key(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with serve_catcher(api_keys_file=keys_file(tmp_path)) as catcher:
+        session, url = catcher.http.session, catcher.http.url
+        for method, path in [
+            ("GET", "/messages"),
+            ("DELETE", "/messages"),
+            ("GET", "/sms"),
+            ("GET", "/metrics"),
+            ("POST", "/sms"),
+            ("GET", "/messages/x"),
+        ]:
+            for headers in ({}, bearer("wrong"), {"Authorization": f"Basic {DASHBOARD_KEY}"}):
+                async with session.request(method, url + path, headers=headers) as response:
+                    assert response.status == 401, (method, path, headers)
+                    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+                    assert (await response.json())["error"] == "unauthorized"
+        for path in ("/healthz", "/readyz", "/openapi.json"):
+            async with session.get(url + path) as response:
+                assert response.status == 200, path
+        async with session.get(url + "/messages", headers=bearer(DASHBOARD_KEY)) as response:
+            assert response.status == 200
+            assert (await response.json())["items"] == []
+        sms = {"to": "+15550100", "body": "code 123456"}
+        async with session.post(url + "/sms", json=sms, headers={**bearer(SENDER_KEY), "Idempotency-Key": "k1"}) as r:
+            assert r.status in (200, 201)
+        async with session.get(url + "/metrics", headers=bearer(SENDER_KEY)) as response:
+            assert response.status == 200
+    for key in (DASHBOARD_KEY, SENDER_KEY):
+        assert key not in caplog.text
+
+
+def test_a_bad_keys_file_is_refused_by_line() -> None:
+    with pytest.raises(ApiKeysError, match="line 2"):
+        ApiKeys.parse("a: sha256:" + "0" * 64 + "\nb: plain-key\n")
+    with pytest.raises(ApiKeysError, match="appears twice"):
+        ApiKeys.parse(("a: sha256:" + "0" * 64 + "\n") * 2)
+    with pytest.raises(ApiKeysError, match="no caller"):
+        ApiKeys.parse("# nobody\n")
+
+
+def test_sessions_are_signed_and_expire() -> None:
+    sessions = Sessions(b"k" * 32, 60)
+    token = sessions.issue("ops", now=1000)
+    assert sessions.user(token, now=1010) == "ops"
+    assert sessions.user(token, now=1061) is None
+    assert Sessions(b"x" * 32, 60).user(token, now=1010) is None  # another key
+    user, expiry, mac = token.split(".")
+    assert sessions.user(f"{user}.{int(expiry) + 999}.{mac}", now=1010) is None  # a longer life is not signed
+    for garbage in ("", "a.b", "a.b.c.d", "x" * 5000, "..", "é.1.é"):
+        assert sessions.user(garbage, now=1010) is None
+
+
+async def test_the_dashboard_needs_a_sign_in_and_sends_its_key_upstream(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    users = tmp_path / "dashboard.users"
+    users.write_text(f"ops: {hash_password('ops-secret', iterations=1000)},read\n")
+    async with serve_catcher(api_keys_file=keys_file(tmp_path)) as catcher:
+        config = DashboardConfig(
+            listen="127.0.0.1",
+            port=0,
+            bootstrap_servers="127.0.0.1:9",  # no broker: snapshots are stale, the page still serves
+            catcher_url=catcher.http.url,
+            users_file=users,
+            catcher_token=DASHBOARD_KEY,
+            log_shipping=False,
+            refresh_interval=0.5,
+        )
+        async with (
+            serve_app(create_dashboard(config)) as (url, _),
+            aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser,
+        ):
+            async with browser.get(url + "/", allow_redirects=False) as response:
+                assert response.status == 303
+                assert response.headers["Location"] == "/login"
+            for path in ("/api/snapshot", "/api/inbox", "/metrics"):
+                async with browser.get(url + path) as response:
+                    assert response.status == 401, path
+            async with browser.get(url + "/login") as response:
+                assert response.status == 200
+                assert 'name="password"' in await response.text()
+            wrong = {"user": "ops", "password": "nope"}
+            async with browser.post(url + "/login", data=wrong, allow_redirects=False) as response:
+                assert response.status == 401
+                assert "wrong user or password" in await response.text()
+            assert not browser.cookie_jar.filter_cookies(url)
+            right = {"user": "ops", "password": "ops-secret"}
+            async with browser.post(url + "/login", data=right, allow_redirects=False) as response:
+                assert response.status == 303
+                cookie = response.cookies[COOKIE]
+                assert cookie["httponly"]
+                assert cookie["samesite"] == "Strict"
+            async with browser.get(url + "/", allow_redirects=False) as response:
+                assert response.status == 200
+                assert "streamshop dashboard" in await response.text()
+            async with browser.get(url + "/api/inbox") as response:
+                assert response.status == 200  # the catcher admitted the dashboard's key
+                assert (await response.json())["items"] == []
+            async with browser.post(url + "/logout", allow_redirects=False) as response:
+                assert response.status == 303
+            async with browser.get(url + "/api/snapshot") as response:
+                assert response.status == 401
+    assert "ops-secret" not in caplog.text
+    assert DASHBOARD_KEY not in caplog.text
+
+
+def test_catcher_config_reads_the_keys_file_setting(tmp_path: Path) -> None:
+    path = keys_file(tmp_path)
+    config = CatcherConfig.from_env({"CATCHER_API_KEYS_FILE": str(path)})
+    assert config.api_keys_file == path
