@@ -53,6 +53,7 @@ from analytics.options import (
     start,
 )
 from analytics.sinks import ParquetOutputs, ResultsTopic, now
+from schemas.blocking_registry import shown
 
 __all__ = ["AnalyticsConfig", "replay", "run", "run_jobs"]
 
@@ -358,7 +359,7 @@ def run_jobs(
                 detail = e.args[0].str()
             raise ConfigError(
                 f"cannot set up the results topic {config.results_topic} (broker {config.bootstrap_servers}, "
-                f"registry {config.registry_url}): {detail}"
+                f"registry {shown(config.registry_url)}): {detail}"
             ) from e
         own_session = spark is None
         session = spark if spark is not None else _session(config)

@@ -37,6 +37,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from analytics.jobs import Quarantined
 from analytics.ledger import atomic_write
 from analytics.metrics import MetricValue, instant
+from schemas.blocking_registry import registry_request
 from schemas.catalog import default_catalog
 from schemas.serde import encode, frame
 
@@ -163,7 +164,7 @@ class ResultsTopic:
         except KafkaException as e:
             if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
-        request = urllib.request.Request(
+        request = registry_request(
             f"{self.registry_url}/subjects/{self.topic}-value/versions",
             data=json.dumps({"schema": self.schema.text}).encode(),
             headers={"Content-Type": _V1, "Accept": _V1},

@@ -45,7 +45,7 @@ from locust.env import Environment
 from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
 from loadtest.targets import FINAL_STATS_SUFFIX, LoadTargets
-from streamshop.demo import CANCEL_REASONS, CURRENCIES, PRODUCTS
+from streamshop.demo import CANCEL_REASONS, CURRENCIES, PRODUCTS, api_key_headers
 
 TARGETS = LoadTargets.from_env()
 RUN = uuid.uuid4().hex[:8]  # this Locust process: names its customers, users and Kafka keys
@@ -96,6 +96,7 @@ class OrdersUser(FastHttpUser):
     """A shopper of the orders service (the ``--host``)."""
 
     host = TARGETS.orders_url
+    default_headers = api_key_headers()  # STREAMSHOP_API_KEY, for a secured stack
     weight = 3
     wait_time = between(0.5, 2.0)
 
@@ -164,6 +165,7 @@ class OtpUser(FastHttpUser):
     """A sign-in through the otp service.  Absolute URLs: ``--host`` overrides every class's host."""
 
     host = TARGETS.otp_url
+    default_headers = api_key_headers()  # STREAMSHOP_API_KEY, for a secured stack
     weight = 1
     wait_time = between(1.0, 3.0)
 
@@ -210,7 +212,8 @@ class OtpUser(FastHttpUser):
         started = time.perf_counter()
         while time.perf_counter() - started < TARGETS.otp_timeout:
             try:
-                with urllib.request.urlopen(url, timeout=10) as reply:  # cooperative: gevent patched sockets
+                request = urllib.request.Request(url, headers=api_key_headers())
+                with urllib.request.urlopen(request, timeout=10) as reply:  # cooperative: gevent patched sockets
                     items = json.loads(reply.read()).get("items", [])
             except (urllib.error.URLError, OSError, ValueError) as e:
                 _fire(self.environment, "OTP", "sms delivered", started, 0, error=e)

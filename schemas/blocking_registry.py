@@ -15,9 +15,11 @@ supervisor restarts it.  A registry outage never turns good records into quarant
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
@@ -98,8 +100,36 @@ def _get(url: str, patient: bool = True) -> dict[str, Any] | None:
     return _get_once(url)  # type: ignore[no-any-return]
 
 
+def registry_request(
+    url: str, data: bytes | None = None, headers: dict[str, str] | None = None
+) -> urllib.request.Request:
+    """A request to a registry URL, whose ``user:password@`` (if any) becomes basic auth: the
+    one string carries the login to every process, Spark's workers included.  An https
+    registry with a private CA is trusted through SSL_CERT_FILE, as by every Python client."""
+    parts = urllib.parse.urlsplit(url)
+    all_headers = dict(headers or {})
+    if parts.username is not None:
+        user = urllib.parse.unquote(parts.username)
+        password = urllib.parse.unquote(parts.password or "")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        all_headers["Authorization"] = f"Basic {token}"
+        host = parts.hostname or ""
+        netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+        url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return urllib.request.Request(url, data=data, headers=all_headers)
+
+
+def shown(url: str) -> str:
+    """`url` with its password masked, for messages."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    return url.replace(f":{parts.password}@", ":***@", 1)
+
+
 def _get_once(url: str, kind: type = dict) -> Any:
-    request = urllib.request.Request(url, headers={"Accept": _ACCEPT})
+    request = registry_request(url, headers={"Accept": _ACCEPT})
+    url = shown(url)
     try:
         with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
             body = json.loads(response.read())

@@ -48,6 +48,24 @@ def _password(args: argparse.Namespace) -> str:
     return password
 
 
+def set_offline(data_dir: Path, name: str, password: str, iterations: int = 8192) -> None:
+    """Give `name` SCRAM credentials (every mechanism) in a stopped broker's data directory:
+    the first user, before any client can log in to add the others."""
+    from broker.config import BrokerConfig
+    from broker.core import Broker
+    from broker.lock import lock_data_dir
+
+    fd = lock_data_dir(data_dir)
+    try:
+        broker = Broker(BrokerConfig(data_dir=data_dir, admin_listen=None))
+        broker.security.store.change_credentials(
+            [(name, m, make_credential(m, password, iterations)) for m in MECHANISMS], []
+        )
+        asyncio.run(broker.stop())
+    finally:
+        os.close(fd)
+
+
 def run(args: argparse.Namespace) -> int:
     from broker.config import BrokerConfig
     from broker.core import Broker

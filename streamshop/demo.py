@@ -23,6 +23,7 @@ import asyncio
 import functools
 import json
 import math
+import os
 import random
 import re
 import secrets
@@ -69,6 +70,13 @@ CURRENCIES: Mapping[str, tuple[Decimal, int]] = {
     "JPY": (Decimal(162), 0),
 }
 CANCEL_REASONS = ("customer changed their mind", "payment declined", "item out of stock", "duplicate order")
+
+
+def api_key_headers() -> dict[str, str]:
+    """``Authorization: Bearer`` with the key in STREAMSHOP_API_KEY, for services that admit
+    callers by API key (`up --secure`); nothing when unset."""
+    key = os.environ.get("STREAMSHOP_API_KEY", "").strip()
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 # -- targets --------------------------------------------------------------------------------------
@@ -469,7 +477,7 @@ async def run_traffic(
     """Run `orders` order flows and `otps` OTP flows, `concurrency` at a time, in random order."""
     rng = random.Random(seed)
     started = time.perf_counter()
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30), headers=api_key_headers()) as session:
         await _preflight(session, targets, otps)
         traffic = Traffic(session, targets, rng, otp_timeout)
         # Factories, not coroutines: a flow still waiting for the gate when the run is cancelled

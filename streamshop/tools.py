@@ -323,6 +323,13 @@ def _up_parser(sub: SubParsers) -> None:
         "--stop-timeout", type=float, default=10.0, metavar="S", help="seconds after SIGTERM before SIGKILL (10)"
     )
     p.add_argument(
+        "--secure",
+        action="store_true",
+        help="a local CA and certificates, one SCRAM user per child with least-privilege ACLs, every Kafka "
+        "connection over SASL_SSL, the registry on HTTPS with basic auth, API keys on the services and a "
+        "sign-in on the dashboard; everything made once under DIR/secure",
+    )
+    p.add_argument(
         "--demo",
         action="store_true",
         help="once ready, drive one round of demo traffic, then keep a trickle going (see --demo-rate)",

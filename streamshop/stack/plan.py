@@ -33,6 +33,7 @@ from streamshop.broker_process import (
     registry_command,
 )
 from streamshop.clients import CommandError, table
+from streamshop.stack.secure import SecureStack
 
 __all__ = [
     "CHILDREN",
@@ -120,6 +121,7 @@ class StackContext:
     secrets: Secrets
     log_format: str  # default of <PREFIX>_LOG_FORMAT
     endpoints: Mapping[str, Mapping[str, str]]  # child name -> its announced urls
+    secure: SecureStack | None = None  # `up --secure`: every child's logins, keys and certificates
 
     def url(self, child: str, role: str) -> str:
         """An endpoint another child announced; `LaunchError` when it did not."""
@@ -184,7 +186,8 @@ def _port_of(address: str) -> int | None:
 
 def _broker_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
     listen, admin = f"{ctx.listen}:{ports['kafka']}", f"{ctx.listen}:{ports['admin']}"
-    return Launch(broker_command(ctx.data_dir / "broker", listen, admin), {})
+    settings = ctx.secure.broker_settings(ctx.listen, ports["kafka"]) if ctx.secure else None
+    return Launch(broker_command(ctx.data_dir / "broker", listen, admin, settings), {})
 
 
 def _broker_ready(line: str) -> Announced | None:
@@ -199,7 +202,8 @@ def _broker_ready(line: str) -> Announced | None:
 
 
 def _registry_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
-    return Launch(registry_command(ctx.url("broker", "bootstrap"), f"{ctx.listen}:{ports['http']}"), {})
+    env = ctx.secure.registry_env() if ctx.secure else {}
+    return Launch(registry_command(ctx.url("broker", "bootstrap"), f"{ctx.listen}:{ports['http']}"), env)
 
 
 def _registry_ready(line: str) -> Announced | None:
@@ -234,6 +238,8 @@ def service_env(name: str, ctx: StackContext, ports: Mapping[str, int], *, kafka
     if kafka:
         env[f"{prefix}_BOOTSTRAP_SERVERS"] = ctx.url("broker", "bootstrap")
         env[f"{prefix}_REGISTRY_URL"] = ctx.url("registry", "http")
+    if ctx.secure is not None:
+        env |= ctx.secure.service_env(name, prefix)
     return Launch(_cli(name), env, {f"{prefix}_LOG_FORMAT": ctx.log_format})
 
 
@@ -305,14 +311,17 @@ def _dashboard_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
 
 
 def _analytics_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
-    return Launch(
-        [*_cli("analytics"), "run"],
-        {
-            "ANALYTICS_BOOTSTRAP_SERVERS": ctx.url("broker", "bootstrap"),
-            "ANALYTICS_REGISTRY_URL": ctx.url("registry", "http"),
-            "ANALYTICS_DATA_DIR": str(ctx.data_dir / "analytics"),
-        },
-    )
+    registry = ctx.url("registry", "http")
+    env = {
+        "ANALYTICS_BOOTSTRAP_SERVERS": ctx.url("broker", "bootstrap"),
+        "ANALYTICS_DATA_DIR": str(ctx.data_dir / "analytics"),
+    }
+    if ctx.secure is not None:
+        # One URL carries the registry login to Spark's workers; SSL_CERT_FILE trusts its CA.
+        env |= ctx.secure.analytics_env()
+        registry = registry.replace("://", f"://analytics:{ctx.secure.registry_passwords['analytics']}@", 1)
+    env["ANALYTICS_REGISTRY_URL"] = registry
+    return Launch([*_cli("analytics"), "run"], env)
 
 
 def _analytics_ready(line: str) -> Announced | None:

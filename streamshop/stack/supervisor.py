@@ -28,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import aiohttp
 
+from streamshop.broker_users import set_offline
 from streamshop.clients import CommandError
 from streamshop.stack.console import Console, use_color
 from streamshop.stack.plan import (
@@ -48,6 +49,7 @@ from streamshop.stack.plan import (
 
 if TYPE_CHECKING:
     from streamshop.demo import Targets
+from streamshop.stack.secure import ACCESS, ADMIN, SecureStack, apply_access
 from streamshop.stack.state import FILE_NAME, VERSION, iso_now, running_stack, write_stack
 
 __all__ = ["StackOptions", "Supervisor", "up"]
@@ -172,7 +174,8 @@ class Child:
         bootstrap = self.spec.external["bootstrap"]
         self.set_state("starting")
         try:
-            brokers = await asyncio.to_thread(_cluster_brokers, bootstrap, self.sup.options.start_timeout)
+            settings = self.sup.secure.operator_kafka() if self.sup.secure else {}
+            brokers = await asyncio.to_thread(_cluster_brokers, bootstrap, self.sup.options.start_timeout, settings)
         except Exception as e:  # whatever the client raised is the reason, said once
             self.first_ready.set_exception(StartError(f"the Kafka cluster at {bootstrap} did not answer: {e}"))
             self.state = "failed"
@@ -369,8 +372,10 @@ class Supervisor:
         secrets: Secrets,
         *,
         after_ready: Callable[[Supervisor], Coroutine[Any, Any, None]] | None = None,
+        secure: SecureStack | None = None,
     ) -> None:
         self.options = options
+        self.secure = secure
         self.console = console
         self.secrets = secrets
         self.after_ready = after_ready
@@ -385,7 +390,7 @@ class Supervisor:
     def context(self) -> StackContext:
         endpoints = {c.name: c.announced.urls for c in self.children.values() if c.announced is not None}
         return StackContext(
-            self.options.data_dir, self.options.listen, self.secrets, self.options.log_format, endpoints
+            self.options.data_dir, self.options.listen, self.secrets, self.options.log_format, endpoints, self.secure
         )
 
     def save(self) -> None:
@@ -472,6 +477,14 @@ class Supervisor:
                 ready.cancel()
                 return False
             ready.result()  # the first StartError, if any
+            broker = self.children.get("broker")
+            if self.secure is not None and broker in children and broker.announced is not None:
+                bootstrap = broker.announced.urls["bootstrap"]
+                try:
+                    await asyncio.to_thread(apply_access, bootstrap, self.secure)
+                except Exception as e:
+                    raise StartError(f"cannot create the users and ACLs at {bootstrap}: {e}") from e
+                self.console.say(f"users and ACLs in place for {', '.join(ACCESS)}")
         return True
 
     async def _stop_all(self, *, failed: bool) -> None:
@@ -488,13 +501,13 @@ class Supervisor:
         self.console.say("stack stopped" + (" after a failed start" if failed else ""))
 
 
-def _cluster_brokers(bootstrap: str, timeout: float) -> int:
+def _cluster_brokers(bootstrap: str, timeout: float, settings: dict[str, str]) -> int:
     """How many brokers a Kafka cluster lists, retried until `timeout` (it may be starting)."""
     from confluent_kafka.admin import AdminClient
 
     from streamshop.clients import client_config
 
-    admin = AdminClient(client_config(bootstrap))
+    admin = AdminClient(client_config(bootstrap, settings=settings))
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -531,6 +544,7 @@ def up(args: argparse.Namespace) -> int:
         children = with_broker(children, external_broker(args.bootstrap))
     data_dir.mkdir(parents=True, exist_ok=True)
     secrets = Secrets.load_or_create(data_dir / "secrets.json")
+    secure = _secure_stack(data_dir, args, children) if args.secure else None
     color = use_color(sys.stdout, args.no_color)
     options = StackOptions(
         data_dir=data_dir,
@@ -545,14 +559,32 @@ def up(args: argparse.Namespace) -> int:
     console = Console([*names, "demo"] if args.demo else names, sys.stdout, color=color)
     after_ready = _demo_after_ready(args, console) if args.demo else None
 
+    if secure is not None:
+        console.say(
+            "secured: SASL_SSL with SCRAM-SHA-512, ACLs, API keys; credentials in "
+            f"{secure.directory / 'credentials.json'}, Kafka client settings in "
+            f"{secure.directory / 'client.properties'}"
+        )
     if no_java:
         console.say("analytics left out: it needs Java 17 (java on PATH or JAVA_HOME); or pass --without analytics")
 
     async def main() -> int:
-        supervisor = Supervisor(options, children, console, secrets, after_ready=after_ready)
+        supervisor = Supervisor(options, children, console, secrets, after_ready=after_ready, secure=secure)
         return await supervisor.run()
 
     return asyncio.run(main())
+
+
+def _secure_stack(data_dir: Path, args: argparse.Namespace, children: Sequence[ChildDef]) -> SecureStack:
+    """The secured stack's material; the bundled broker's first user (the operator) is written
+    into its data directory before it starts, as `streamshop broker users set` would."""
+    hosts = tuple(dict.fromkeys(("127.0.0.1", "localhost", args.listen)))
+    secure = SecureStack.load_or_create(data_dir / "secure", hosts)
+    if any(c.name == "broker" and c.external is None for c in children):
+        set_offline(data_dir / "broker", ADMIN, secure.kafka_passwords[ADMIN])
+    # The in-process demo calls the services as the operator (streamshop.demo reads this).
+    os.environ["STREAMSHOP_API_KEY"] = secure.api_keys[ADMIN]
+    return secure
 
 
 def _demo_after_ready(args: argparse.Namespace, console: Console) -> Callable[[Supervisor], Coroutine[Any, Any, None]]:

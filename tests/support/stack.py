@@ -77,10 +77,13 @@ def running_stack(
     within: float = 60,
     without: Sequence[str] = ("analytics",),
     bootstrap: str | None = None,
+    *,
+    secure: bool = False,
 ) -> Iterator[Stack]:
     """`streamshop up --ephemeral-ports --data-dir data --without ...`, running; its output goes to
     a file beside `data`.  Spark is left out unless asked for: its JVM would cost every stack
-    test twenty seconds of both cores.  `bootstrap`: on that Kafka cluster (`up --bootstrap`)."""
+    test twenty seconds of both cores.  `bootstrap`: on that Kafka cluster (`up --bootstrap`);
+    `secure`: `up --secure`."""
     output = data.parent / f"{data.name}-up.out"
     with output.open("wb") as out:
         proc = subprocess.Popen(
@@ -88,6 +91,7 @@ def running_stack(
                 *(sys.executable, "-m", "streamshop.cli", "up", "--ephemeral-ports", "--data-dir", str(data)),
                 *(arg for child in without for arg in ("--without", child)),
                 *(("--bootstrap", bootstrap) if bootstrap else ()),
+                *(("--secure",) if secure else ()),
             ],
             cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
