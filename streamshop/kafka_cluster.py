@@ -35,6 +35,7 @@ from streamshop.stack.state import pid_alive
 __all__ = [
     "KAFKA_VERSION",
     "Cluster",
+    "ClusterSecurity",
     "Node",
     "kafka_java",
     "quorum",
@@ -122,15 +123,74 @@ class Node:
         return f"127.0.0.1:{self.port}"
 
 
+@dataclass(frozen=True)
+class ClusterSecurity:
+    """A secured cluster: clients and brokers on SASL_SSL (SCRAM, the PEM keystore's
+    certificate), controllers on SASL_PLAINTEXT with PLAIN (SCRAM credentials live in the
+    metadata the controllers serve, so they cannot log the controllers in), StandardAuthorizer
+    with the admin as the only super user, created with the storage (`kafka-storage format
+    --add-scram`)."""
+
+    keystore: str  # PEM: private key (PKCS#8), certificate, CA
+    truststore: str  # PEM: the CA
+    admin: str
+    admin_password: str
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings of the admin."""
+        return {
+            "security.protocol": "sasl_ssl",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": self.admin,
+            "sasl.password": self.admin_password,
+            "ssl.ca.location": self.truststore,
+        }
+
+    def settings(self) -> dict[str, str]:
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule required"
+        plain = "org.apache.kafka.common.security.plain.PlainLoginModule required"
+        login = f'username="{self.admin}" password="{self.admin_password}"'
+        return {
+            "listener.security.protocol.map": "CONTROLLER:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+            "inter.broker.listener.name": "SASL_SSL",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": f"{scram} {login};",
+            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": f"{scram} {login};",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": (
+                f'{plain} {login} user_{self.admin}="{self.admin_password}";'
+            ),
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": self.keystore,
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": self.truststore,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": f"User:{self.admin}",
+            "allow.everyone.if.no.acl.found": "false",
+        }
+
+
 @dataclass
 class Cluster:
-    """What `start` wrote to DIR/cluster.json."""
+    """What `start` wrote to DIR/cluster.json (mode 0600: a secured cluster's holds the admin's
+    password)."""
 
     directory: Path
     cluster_id: str
     nodes: list[Node]
     heap_mb: int
     settings: dict[str, str] = field(default_factory=dict)
+    security: ClusterSecurity | None = None
+
+    @property
+    def listener(self) -> str:
+        return "SASL_SSL" if self.security else "PLAINTEXT"
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings that reach the cluster (the admin's login when secured)."""
+        return self.security.client_config() if self.security else {}
 
     @property
     def bootstrap(self) -> str:
@@ -152,9 +212,12 @@ class Cluster:
             "heap_mb": self.heap_mb,
             "settings": self.settings,
             "nodes": [asdict(n) for n in self.nodes],
+            "security": asdict(self.security) if self.security else None,
         }
         tmp = self.directory / "cluster.json.tmp"
-        tmp.write_text(json.dumps(body, indent=2) + "\n")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(body, indent=2) + "\n")
         tmp.replace(self.directory / "cluster.json")
 
     @classmethod
@@ -165,7 +228,9 @@ class Cluster:
         except (OSError, ValueError) as e:
             raise CommandError(f"no cluster in {directory} ({e}); start one with streamshop kafka-cluster start") from e
         nodes = [Node(**n) for n in body["nodes"]]
-        return cls(directory, body["cluster_id"], nodes, int(body["heap_mb"]), dict(body.get("settings", {})))
+        security = ClusterSecurity(**body["security"]) if body.get("security") else None
+        settings = dict(body.get("settings", {}))
+        return cls(directory, body["cluster_id"], nodes, int(body["heap_mb"]), settings, security)
 
     # -- one node -------------------------------------------------------------------------------
 
@@ -173,7 +238,7 @@ class Cluster:
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes if n.voter)
         rf = self.replication_factor
         roles = "broker,controller" if node.voter else "broker"
-        listeners = f"PLAINTEXT://127.0.0.1:{node.port}"
+        listeners = f"{self.listener}://127.0.0.1:{node.port}"
         if node.voter:
             listeners += f",CONTROLLER://127.0.0.1:{node.controller_port}"
         settings = {
@@ -181,7 +246,7 @@ class Cluster:
             "node.id": str(node.node_id),
             "controller.quorum.voters": voters,
             "listeners": listeners,
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "advertised.listeners": f"{self.listener}://127.0.0.1:{node.port}",
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
@@ -197,6 +262,7 @@ class Cluster:
             # Failover within seconds for a learner watching (Kafka's defaults: 9 s and 2 s).
             "broker.session.timeout.ms": "3000",
             "broker.heartbeat.interval.ms": "500",
+            **(self.security.settings() if self.security else {}),
             **self.settings,
         }
         return "".join(f"{key}={value}\n" for key, value in settings.items())
@@ -209,6 +275,10 @@ class Cluster:
         config = home / "server.properties"
         config.write_text(self.properties(node))
         command = kafka_java(lib, "kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(config))
+        if self.security is not None:  # the admin exists before any broker serves a client
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                login = f"name={self.security.admin},password={self.security.admin_password}"
+                command += ["--add-scram", f"{mechanism}=[{login}]"]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise CommandError(f"formatting node {node.node_id} failed: {(done.stdout + done.stderr)[-1500:]}")
@@ -308,6 +378,7 @@ def start(
     heap_mb: int = 384,
     settings: Mapping[str, str] | None = None,
     timeout: float = 120.0,
+    security: ClusterSecurity | None = None,
 ) -> Cluster:
     """Start the cluster in `directory` (created and formatted the first time; a stopped one is
     started again as it was) and wait until every broker is registered."""
@@ -325,7 +396,7 @@ def start(
             pairs = [(base_port + 2 * i, base_port + 2 * i + 1) for i in range(nodes)]
         members = [Node(i + 1, port, cport, voter=i < MAX_VOTERS) for i, (port, cport) in enumerate(pairs)]
         cluster_id = _random_uuid(lib)
-        cluster = Cluster(directory, cluster_id, members, heap_mb, dict(settings or {}))
+        cluster = Cluster(directory, cluster_id, members, heap_mb, dict(settings or {}), security)
         cluster.save()
     for node in cluster.nodes:
         cluster.launch(lib, node)
@@ -350,7 +421,7 @@ def wait_ready(cluster: Cluster, timeout: float, brokers: int | None = None) -> 
     wanted = len(cluster.nodes) if brokers is None else brokers
     deadline = time.monotonic() + timeout
     # log_level 0: refused connections are expected while the JVMs start; the error says the rest.
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0, **cluster.client_config()})
     last = "no answer"
     while time.monotonic() < deadline:
         dead = [n.node_id for n in cluster.nodes if n.pid is not None and not alive(n.pid)]
@@ -428,7 +499,7 @@ def status(directory: Path) -> dict[str, object]:
     out: dict[str, object] = {"directory": str(directory), "version": KAFKA_VERSION, "nodes": nodes}
     if not any(n["running"] for n in nodes):
         return out
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0, **cluster.client_config()})
     try:
         described = admin.describe_cluster(request_timeout=5).result(6)
         metadata = admin.list_topics(timeout=5)

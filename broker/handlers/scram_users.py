@@ -89,15 +89,16 @@ async def alter(broker: Broker, header: RequestHeader, request: Any) -> Any:
         ]
         return build(cls, throttle_time=0, results=tuple(results))
     errors: dict[str, tuple[ErrorCode, str]] = {}
-    touched: set[tuple[str, int]] = set()
+    touched: set[str] = set()
     for name, code in [(d.name, d.mechanism) for d in request.deletions] + [
         (u.name, u.mechanism) for u in request.upsertions
     ]:
-        if (name, code) in touched:
+        # As Kafka: one entry per user and request, whatever the mechanisms.
+        if name in touched:
             errors.setdefault(
-                name, (ErrorCode.duplicate_resource, "a user's mechanism may be altered once per request")
+                name, (ErrorCode.duplicate_resource, "A user credential cannot be altered twice in the same request")
             )
-        touched.add((name, code))
+        touched.add(name)
         if not name:
             errors.setdefault(name, (ErrorCode.unacceptable_credential, "user name is empty"))
         elif code not in MECHANISM_CODES:

@@ -276,13 +276,14 @@ def apply_access(bootstrap: str, stack: SecureStack, timeout: float = 30.0) -> N
     )
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **stack.operator_kafka()})
-    upserts: list[UserScramCredentialAlteration] = [
-        UserScramCredentialUpsertion(name, ScramCredentialInfo(mechanism, 8192), password.encode())
-        for name, password in stack.kafka_passwords.items()
-        if name != ADMIN
-        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
-    ]
-    for future in admin.alter_user_scram_credentials(upserts, request_timeout=timeout).values():
-        future.result(timeout)
+    # One request per mechanism: Kafka refuses a user named twice in one request.
+    for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+        upserts: list[UserScramCredentialAlteration] = [
+            UserScramCredentialUpsertion(name, ScramCredentialInfo(mechanism, 8192), password.encode())
+            for name, password in stack.kafka_passwords.items()
+            if name != ADMIN
+        ]
+        for future in admin.alter_user_scram_credentials(upserts, request_timeout=timeout).values():
+            future.result(timeout)
     for future in admin.create_acls(acl_bindings(), request_timeout=timeout).values():
         future.result(timeout)

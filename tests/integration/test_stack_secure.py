@@ -1,4 +1,5 @@
-"""End to end on the secured stack (`streamshop up --secure`): every Kafka connection over
+"""End to end on the secured stack (`streamshop up --secure`), on the bundled broker and on an
+Apache Kafka cluster secured alike: every Kafka connection over
 SASL_SSL with a SCRAM user per component and least-privilege ACLs, the registry on HTTPS with
 basic auth, the services behind API keys, the dashboard behind a sign-in.
 
@@ -25,14 +26,32 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from schemas.client import basic_authorization
+from streamshop import kafka_cluster
 from streamshop.stack.secure import ADMIN, SecureStack
 from tests.support.stack import REPO, Stack, running_stack
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with running_stack(tmp_path_factory.mktemp("secure"), without=(), secure=True, within=120) as running:
-        yield running
+@pytest.fixture(scope="module", params=["bundled", "apache-kafka"])
+def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The secured stack on the bundled broker, then on a 3-node Apache Kafka cluster secured the
+    same way (SASL_SSL between brokers too) with the stack's certificates and operator login."""
+    data = tmp_path_factory.mktemp(f"secure-{request.param}")
+    if request.param == "bundled":
+        with running_stack(data, without=(), secure=True, within=120) as running:
+            yield running
+        return
+    material = SecureStack.load_or_create(data / "secure")
+    security = kafka_cluster.ClusterSecurity(
+        str(material.keystore("broker")), str(material.ca.cert_path), ADMIN, material.kafka_passwords[ADMIN]
+    )
+    directory = tmp_path_factory.mktemp("secure-kafka-cluster")
+    cluster = kafka_cluster.start(directory, nodes=3, heap_mb=320, timeout=180, security=security)
+    try:
+        with running_stack(data, without=(), bootstrap=cluster.bootstrap, secure=True, within=180) as running:
+            running.kafka = cluster
+            yield running
+    finally:
+        kafka_cluster.stop(directory, grace=30)
 
 
 @pytest.fixture(scope="module")
