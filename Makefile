@@ -64,6 +64,7 @@ bench: setup
 	$(PY) -m loadtest.bench_broker
 	$(PY) -m loadtest.bench_perf_test
 	$(PY) -m loadtest.bench_limits
+	$(PY) -m loadtest.bench_security
 	$(PY) -m loadtest.bench_groups
 	$(PY) -m loadtest.bench_services
 	$(PY) -m loadtest.bench_spark_source

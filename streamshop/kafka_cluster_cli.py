@@ -36,6 +36,13 @@ def register(sub: SubParsers) -> None:
     start.add_argument("--base-port", type=int, help="node n listens on BASE+2(n-1), its controller on the next port")
     start.add_argument("--heap-mb", type=int, default=384, help="heap of each JVM (default 384)")
     start.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="broker setting, every node")
+    start.add_argument(
+        "--secure",
+        type=Path,
+        metavar="STACK_DIR",
+        help="secured as `streamshop up --secure --data-dir STACK_DIR` expects: SASL_SSL with its certificates "
+        "and its operator as the super user, ACLs enforced (made first when missing)",
+    )
     action("stop", "stop every node (SIGTERM, then SIGKILL after a minute)")
     st = action("status", "nodes, brokers, the active controller, under-replicated and offline partitions")
     st.add_argument("--json", action="store_true")
@@ -96,8 +103,21 @@ def _run(args: argparse.Namespace) -> int:
                 if not sep:
                     raise CommandError(f"--set {item!r}: expected KEY=VALUE")
                 settings[key.strip()] = value.strip()
+            security = None
+            if args.secure is not None:
+                from streamshop.stack.secure import ADMIN, SecureStack
+
+                material = SecureStack.load_or_create(args.secure.resolve() / "secure")
+                security = kc.ClusterSecurity(
+                    str(material.keystore("broker")), str(material.ca.cert_path), ADMIN, material.kafka_passwords[ADMIN]
+                )
             cluster = kc.start(
-                args.dir, nodes=args.nodes, base_port=args.base_port, heap_mb=args.heap_mb, settings=settings
+                args.dir,
+                nodes=args.nodes,
+                base_port=args.base_port,
+                heap_mb=args.heap_mb,
+                settings=settings,
+                security=security,
             )
             print(f"Apache Kafka {kc.KAFKA_VERSION}: {len(cluster.nodes)} nodes ready, bootstrap {cluster.bootstrap}")
             return 0
