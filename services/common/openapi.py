@@ -17,6 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from services.common.app import CONFIG_KEY
+from services.common.auth import PUBLIC_PATHS
 from services.common.validation import Field
 
 __all__ = [
@@ -52,6 +54,7 @@ _ERROR_TEXT = {
     405: "method not allowed",
     409: "conflict with the current state",
     410: "gone",
+    401: "no valid API key (Authorization: Bearer <key>)",
     413: "the body is larger than the service accepts",
     415: "the body is not declared JSON",
     422: "a field is invalid (details.fields names each)",
@@ -198,7 +201,29 @@ def document(
 OPENAPI_KEY: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
 
 
+def with_bearer_auth(doc: Mapping[str, Any], public: frozenset[str] = PUBLIC_PATHS) -> dict[str, Any]:
+    """`doc` for a service that admits callers by API key: the bearer scheme, required by every
+    operation but the public ones, each of which may then answer 401."""
+    out = copy.deepcopy(dict(doc))
+    out["components"]["securitySchemes"] = {
+        "apiKey": {"type": "http", "scheme": "bearer", "description": "an API key of the service's keys file"}
+    }
+    for path, item in out["paths"].items():
+        if path in public:
+            continue
+        for method, op in item.items():
+            if method in {"get", "put", "post", "delete", "patch"}:
+                op["security"] = [{"apiKey": []}]
+                unauthorized = error_responses(401)["401"]
+                unauthorized["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}}}
+                op["responses"].setdefault("401", unauthorized)
+    return out
+
+
 def serve_openapi(app: web.Application, doc: dict[str, Any]) -> None:
+    config = app.get(CONFIG_KEY)
+    if config is not None and config.api_keys_file is not None:
+        doc = with_bearer_auth(doc)
     app[OPENAPI_KEY] = doc
 
     async def openapi(request: web.Request) -> web.Response:

@@ -62,6 +62,16 @@ async def test_every_endpoint_but_the_probes_needs_a_key(tmp_path: Path, caplog:
             assert r.status in (200, 201)
         async with session.get(url + "/metrics", headers=bearer(SENDER_KEY)) as response:
             assert response.status == 200
+        async with session.get(url + "/openapi.json") as response:
+            doc = await response.json()
+        assert doc["components"]["securitySchemes"]["apiKey"] == {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "an API key of the service's keys file",
+        }
+        assert doc["paths"]["/messages"]["get"]["security"] == [{"apiKey": []}]
+        assert "401" in doc["paths"]["/sms"]["post"]["responses"]
+        assert "security" not in doc["paths"]["/healthz"]["get"]
     for key in (DASHBOARD_KEY, SENDER_KEY):
         assert key not in caplog.text
 
