@@ -174,12 +174,12 @@ class Connection(asyncio.BufferedProtocol):
                 self._close_after_responses()
                 break
             if self.session.close_after_response:
-                # A failed SASL exchange: answer, read nothing more, and close after
-                # connection.failed.authentication.delay.ms, as Kafka does (clients read the
-                # answer before the close, and password guessing slows down).
-                self._enqueue(pending)
+                # A failed SASL exchange: read nothing more; after
+                # connection.failed.authentication.delay.ms send the answer and close, as Kafka
+                # does: the client learns the outcome only then (password guessing slows down),
+                # and the close follows the answer at once.
                 delay = self.server.failed_auth_delay_s
-                asyncio.get_running_loop().call_later(delay, self._close_after_responses)
+                asyncio.get_running_loop().call_later(delay, self._answer_and_close, pending)
                 break
             if pending.serial:
                 self.barrier = pending.future
@@ -286,6 +286,12 @@ class Connection(asyncio.BufferedProtocol):
             self.barrier = None
             if not self.closing:
                 self._process()
+
+    def _answer_and_close(self, pending: Pending) -> None:
+        if self.closing:  # the client left meanwhile
+            return
+        self._enqueue(pending)
+        self._close_after_responses()
 
     def _close_after_responses(self) -> None:
         if self.closing:
