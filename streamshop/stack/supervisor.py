@@ -46,11 +46,11 @@ from streamshop.stack.plan import (
     url_table,
     with_broker,
 )
+from streamshop.stack.secure import ACCESS, ADMIN, SecureStack, apply_access
+from streamshop.stack.state import FILE_NAME, VERSION, iso_now, running_stack, write_stack
 
 if TYPE_CHECKING:
     from streamshop.demo import Targets
-from streamshop.stack.secure import ACCESS, ADMIN, SecureStack, apply_access
-from streamshop.stack.state import FILE_NAME, VERSION, iso_now, running_stack, write_stack
 
 __all__ = ["StackOptions", "Supervisor", "up"]
 
