@@ -193,7 +193,7 @@ def test_a_wrong_password_is_sasl_authentication_failed_for_every_client(
             "import json, logging, sys, kafka\n"
             "logging.basicConfig(level=logging.INFO)\n"
             "try:\n"
-            "    kafka.KafkaProducer(**json.loads(sys.argv[1]), bootstrap_timeout_ms=2000)\n"
+            "    kafka.KafkaProducer(**json.loads(sys.argv[1]), bootstrap_timeout_ms=5000)\n"
             "except Exception as e:\n"
             "    print('raised', type(e).__name__)\n"
         )
