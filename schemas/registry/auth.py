@@ -37,6 +37,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from schemas.registry.errors import UNAUTHORIZED, USER_DENIED, RegistryError
+from schemas.small_files import read_small_text
 
 log = structlog.get_logger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -123,16 +124,11 @@ class RegistryUsers:
     @classmethod
     def load(cls, path: Path) -> RegistryUsers:
         try:
-            with path.open("rb") as f:
-                data = f.read(MAX_FILE_BYTES + 1)
-        except OSError as e:
-            raise UsersFileError(f"cannot read {path}: {e.strerror or e}") from e
-        if len(data) > MAX_FILE_BYTES:
-            raise UsersFileError(f"{path} is larger than {MAX_FILE_BYTES} bytes")
+            text = read_small_text(path, MAX_FILE_BYTES)
+        except ValueError as e:
+            raise UsersFileError(str(e)) from e
         try:
-            return cls.parse(data.decode())
-        except UnicodeDecodeError as e:
-            raise UsersFileError(f"{path} is not UTF-8") from e
+            return cls.parse(text)
         except UsersFileError as e:
             raise UsersFileError(f"{path}: {e}") from e
 

@@ -30,6 +30,7 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from schemas.small_files import read_small_text
 from services.common.errors import ServiceError
 
 __all__ = ["CALLER_KEY", "PUBLIC_PATHS", "ApiKeys", "ApiKeysError", "Unauthorized", "api_key_middleware", "new_key"]
@@ -91,15 +92,12 @@ class ApiKeys:
     @classmethod
     def load(cls, path: Path) -> ApiKeys:
         try:
-            with path.open("rb") as f:
-                data = f.read(MAX_FILE_BYTES + 1)
-        except OSError as e:
-            raise ApiKeysError(f"cannot read {path}: {e.strerror or e}") from e
-        if len(data) > MAX_FILE_BYTES:
-            raise ApiKeysError(f"{path} is larger than {MAX_FILE_BYTES} bytes")
+            text = read_small_text(path, MAX_FILE_BYTES)
+        except ValueError as e:
+            raise ApiKeysError(str(e)) from e
         try:
-            return cls.parse(data.decode())
-        except (UnicodeDecodeError, ApiKeysError) as e:
+            return cls.parse(text)
+        except ApiKeysError as e:
             raise ApiKeysError(f"{path}: {e}") from e
 
     def caller(self, authorization: str | None) -> str | None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -139,3 +141,16 @@ def test_session_cookies_are_valid_only_when_signed(token: str) -> None:
     sessions = Sessions(b"s" * 32, 3600)
     assert sessions.user(token) is None
     assert sessions.user(sessions.issue(token[:100] or "u")) == (token[:100] or "u")
+
+
+def test_users_and_key_files_that_cannot_be_used_are_refused_naming_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    large = tmp_path / "large"
+    large.write_bytes(b"#" * (1024 * 1024 + 1))
+    binary = tmp_path / "binary"
+    binary.write_bytes(b"\xff\xfe: x,read\n")
+    for path, problem in ((missing, "cannot read"), (large, "larger than"), (binary, "not UTF-8")):
+        with pytest.raises(UsersFileError, match=problem):
+            RegistryUsers.load(path)
+        with pytest.raises(ApiKeysError, match=problem):
+            ApiKeys.load(path)
