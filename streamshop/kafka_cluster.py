@@ -30,7 +30,7 @@ from pathlib import Path
 
 from streamshop import kafka_tools
 from streamshop.clients import CommandError
-from streamshop.stack.state import pid_alive
+from streamshop.stack.state import pid_alive, write_private
 
 __all__ = [
     "KAFKA_VERSION",
@@ -214,11 +214,7 @@ class Cluster:
             "nodes": [asdict(n) for n in self.nodes],
             "security": asdict(self.security) if self.security else None,
         }
-        tmp = self.directory / "cluster.json.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(body, indent=2) + "\n")
-        tmp.replace(self.directory / "cluster.json")
+        write_private(self.directory / "cluster.json", json.dumps(body, indent=2) + "\n")
 
     @classmethod
     def load(cls, directory: Path) -> Cluster:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import secrets
 import sys
@@ -34,6 +33,7 @@ from streamshop.broker_process import (
 )
 from streamshop.clients import CommandError, table
 from streamshop.stack.secure import SecureStack
+from streamshop.stack.state import write_private
 
 __all__ = [
     "CHILDREN",
@@ -99,16 +99,8 @@ class Secrets:
             except (ValueError, KeyError, TypeError) as e:
                 raise CommandError(f"{path} is not a secrets file ({e}); remove it to make new keys") from None
         made = cls.generate()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(
-                {"otp_hash_key": made.otp_hash_key, "seal_key": made.seal_key, "seal_key_id": made.seal_key_id}, f
-            )
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        keys = {"otp_hash_key": made.otp_hash_key, "seal_key": made.seal_key, "seal_key_id": made.seal_key_id}
+        write_private(path, json.dumps(keys))
         return made
 
 

@@ -19,7 +19,6 @@ same plan secures the bundled broker and an Apache Kafka cluster alike.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from schemas.kafka_security import KafkaSecurity
 from schemas.registry.auth import hash_password
 from services.common.auth import key_line, new_key
 from streamshop.pki import LocalCA
+from streamshop.stack.state import write_private
 
 __all__ = ["ACCESS", "ADMIN", "MECHANISM", "Access", "SecureStack", "acl_bindings"]
 
@@ -109,17 +109,6 @@ def acl_bindings(access: Mapping[str, Access] = ACCESS) -> list[Any]:
     return out
 
 
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 @dataclass
 class SecureStack:
     """The secured stack's material under `directory`, made on first use."""
@@ -157,7 +146,7 @@ class SecureStack:
 
     def _write_files(self) -> None:
         d = self.directory
-        _write_private(
+        write_private(
             d / "credentials.json",
             json.dumps(
                 {"kafka": self.kafka_passwords, "registry": self.registry_passwords, "api_keys": self.api_keys},
@@ -175,12 +164,12 @@ class SecureStack:
                 f"{name}: {hash_password(self.registry_passwords[name], iterations=REGISTRY_ITERATIONS)},{role}"
                 for name, role in roles.items()
             ]
-            _write_private(d / "registry.users", "\n".join(lines) + "\n")
+            write_private(d / "registry.users", "\n".join(lines) + "\n")
             dashboard = hash_password(self.kafka_passwords[ADMIN], iterations=REGISTRY_ITERATIONS)
-            _write_private(d / "dashboard.users", f"{ADMIN}: {dashboard},admin\n")
+            write_private(d / "dashboard.users", f"{ADMIN}: {dashboard},admin\n")
         for service in HTTP_SERVICES:
             callers = (ADMIN, *CALLERS.get(service, ()))
-            _write_private(
+            write_private(
                 d / "keys" / f"{service}.keys", "".join(key_line(c, self.api_keys[c]) + "\n" for c in callers)
             )
         operator = self.kafka(ADMIN)
@@ -192,7 +181,7 @@ class SecureStack:
             "ssl.truststore.type=PEM",
             f"ssl.truststore.location={operator.cafile}",
         ]
-        _write_private(d / "client.properties", "\n".join(props) + "\n")
+        write_private(d / "client.properties", "\n".join(props) + "\n")
 
     def certificate(self, name: str) -> tuple[Path, Path]:
         """(certificate chain, key) of a server certificate the CA issued."""
