@@ -44,7 +44,7 @@ RUN pip install --no-deps -e .
 RUN useradd --create-home --uid 10001 streamshop \
  && mkdir -p /var/lib/streamshop/broker /var/lib/streamshop/orders /var/lib/streamshop/otp \
         /var/lib/streamshop/logs /var/lib/streamshop/sms-sender /var/lib/streamshop/email-sender \
-        /var/lib/streamshop/analytics \
+        /var/lib/streamshop/analytics /var/lib/streamshop/secure \
  && chown -R streamshop:streamshop /var/lib/streamshop
 USER streamshop
 

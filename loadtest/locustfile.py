@@ -46,8 +46,11 @@ from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
 from loadtest.targets import FINAL_STATS_SUFFIX, LoadTargets
 from streamshop.demo import CANCEL_REASONS, CURRENCIES, PRODUCTS, api_key_headers
+from streamshop.env_file import apply_env_file
 
+apply_env_file()  # the compose file's secure profile: the Kafka login and the API key
 TARGETS = LoadTargets.from_env()
+KAFKA_LOGIN = LoadTargets.kafka_config()
 RUN = uuid.uuid4().hex[:8]  # this Locust process: names its customers, users and Kafka keys
 _sequence = itertools.count(1)
 KAFKA = "KAFKA"
@@ -247,6 +250,7 @@ class EndToEnd:
         consumer = Consumer(
             {
                 "bootstrap.servers": TARGETS.bootstrap_servers,
+                **KAFKA_LOGIN,
                 "group.id": f"loadtest-e2e-{RUN}",  # never joined: partitions are assigned, nothing committed
                 "enable.auto.commit": False,
                 "allow.auto.create.topics": True,  # our Metadata request creates the topic on first use
@@ -325,6 +329,7 @@ class KafkaUser(User):
         self.producer = Producer(
             {
                 "bootstrap.servers": TARGETS.bootstrap_servers,
+                **KAFKA_LOGIN,
                 "acks": "all",
                 "enable.idempotence": True,
                 "linger.ms": 0,  # measure the broker, not the client's batching delay

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from schemas.kafka_security import KafkaSecurity
 from services.common.config import DEFAULT_PORTS
 from streamshop.stack.state import running_stack
 
@@ -47,8 +48,15 @@ class LoadTargets:
 
     @classmethod
     def settings(cls) -> frozenset[str]:
-        """Every variable `from_env` reads."""
-        return frozenset({STACK_ENV} | {ENV_PREFIX + f.name.upper() for f in dataclasses.fields(cls)})
+        """Every variable `from_env` and `kafka_config` read."""
+        fields = {ENV_PREFIX + f.name.upper() for f in dataclasses.fields(cls)}
+        return frozenset({STACK_ENV} | fields | KafkaSecurity.settings(ENV_PREFIX))
+
+    @staticmethod
+    def kafka_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The Kafka users' login (``LOADTEST_KAFKA_*``, as the services' ``<PREFIX>_KAFKA_*``)
+        as librdkafka properties; none for a PLAINTEXT broker."""
+        return KafkaSecurity.from_env(os.environ if environ is None else environ, ENV_PREFIX).librdkafka_config()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> LoadTargets:

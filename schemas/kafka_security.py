@@ -52,6 +52,13 @@ class KafkaSecurity:
     def tls(self) -> bool:
         return self.protocol.endswith("SSL")
 
+    @staticmethod
+    def settings(prefix: str) -> frozenset[str]:
+        """Every variable `from_env(…, prefix)` reads."""
+        names = "SECURITY_PROTOCOL SASL_MECHANISM SASL_USERNAME SASL_PASSWORD SSL_CAFILE SSL_CERTFILE SSL_KEYFILE"
+        names += " SSL_KEY_PASSWORD"
+        return frozenset(f"{prefix}KAFKA_{name}" for name in names.split())
+
     @classmethod
     def from_env(cls, env: Mapping[str, str], prefix: str) -> KafkaSecurity:
         """The settings under ``<prefix>KAFKA_*``; unset or empty variables keep the defaults."""

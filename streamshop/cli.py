@@ -7,6 +7,7 @@ services and vice versa.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import sys
@@ -146,8 +147,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from streamshop.env_file import EnvFileError, apply_env_file
+
+    try:
+        # Before the parser: its defaults come from the environment.
+        applied = apply_env_file()
+    except EnvFileError as e:
+        print(f"streamshop: {e}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
+    if applied is not None:
+        logging.getLogger("streamshop").info("settings from %s", applied)
     return int(args.func(args) or 0)
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import TypeAlias
 
 from streamshop.kafka_cluster_cli import register as kafka_cluster_parser
+from streamshop.probe import register as probe_parser
+from streamshop.stack.compose_secure import register as secure_parser
 
 BOOTSTRAP_ENV = "STREAMSHOP_BOOTSTRAP_SERVERS"
 REGISTRY_ENV = "STREAMSHOP_REGISTRY_URL"
@@ -571,5 +573,7 @@ def register_tools(sub: SubParsers) -> None:
         _dashboard_parser,
         _analytics_parser,
         kafka_cluster_parser,
+        secure_parser,
+        probe_parser,
     ):
         register(sub)

@@ -31,9 +31,10 @@ from services.common.auth import key_line, new_key
 from streamshop.pki import LocalCA
 from streamshop.stack.state import write_private
 
-__all__ = ["ACCESS", "ADMIN", "MECHANISM", "Access", "SecureStack", "acl_bindings"]
+__all__ = ["ACCESS", "ADMIN", "LOADTEST", "MECHANISM", "Access", "SecureStack", "acl_bindings"]
 
 ADMIN = "admin"  # the operator: a Kafka super user, the registry's admin, the dashboard's user
+LOADTEST = "loadtest"  # Locust's Kafka users
 MECHANISM = "SCRAM-SHA-512"
 REGISTRY_ITERATIONS = 100_000
 
@@ -65,6 +66,8 @@ ACCESS: Mapping[str, Access] = {
     "catcher": Access(writes=_LOGS),
     "analytics": Access(writes=("analytics.metrics*",), reads=("orders", "otp.*", "logs.*"), groups=("analytics*",)),
     "dashboard": Access(writes=_LOGS, reads=("analytics.metrics",), observe=True),
+    # Its own topics only; its consumer is assigned partitions, but names a group librdkafka looks up.
+    LOADTEST: Access(writes=("loadtest.*",), reads=("loadtest.*",), groups=("loadtest-*",)),
 }
 
 # Registry roles: the services register their schemas; readers only read.
@@ -120,14 +123,15 @@ class SecureStack:
     api_keys: dict[str, str] = field(default_factory=dict)
 
     @classmethod
+    def load(cls, directory: Path) -> SecureStack:
+        """The material `load_or_create` made, read only (FileNotFoundError when none)."""
+        raw = json.loads((directory / "credentials.json").read_text())
+        return cls(directory, (), dict(raw["kafka"]), dict(raw["registry"]), dict(raw["api_keys"]))
+
+    @classmethod
     def load_or_create(cls, directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> SecureStack:
-        stack = cls(directory, hosts)
-        path = directory / "credentials.json"
-        if path.exists():
-            raw = json.loads(path.read_text())
-            stack.kafka_passwords = dict(raw["kafka"])
-            stack.registry_passwords = dict(raw["registry"])
-            stack.api_keys = dict(raw["api_keys"])
+        stack = cls.load(directory) if (directory / "credentials.json").exists() else cls(directory)
+        stack.hosts = hosts
         names = [ADMIN, *ACCESS]
         for name in names:
             stack.kafka_passwords.setdefault(name, secrets.token_urlsafe(18))
@@ -143,6 +147,11 @@ class SecureStack:
     @property
     def ca(self) -> LocalCA:
         return LocalCA(self.directory / "pki")
+
+    @property
+    def ca_cert(self) -> Path:
+        """The CA's certificate, which every client trusts (read without loading the CA's key)."""
+        return self.directory / "pki" / "ca.pem"
 
     def _write_files(self) -> None:
         d = self.directory
@@ -199,7 +208,7 @@ class SecureStack:
             mechanism=MECHANISM,
             username=name,
             password=self.kafka_passwords[name],
-            cafile=self.ca.cert_path,
+            cafile=self.ca_cert,
         )
 
     def broker_settings(self, listen: str, port: int) -> dict[str, str]:
@@ -228,7 +237,7 @@ class SecureStack:
         env |= {
             f"{prefix}_REGISTRY_USERNAME": name,
             f"{prefix}_REGISTRY_PASSWORD": self.registry_passwords[name],
-            f"{prefix}_REGISTRY_SSL_CAFILE": str(self.ca.cert_path),
+            f"{prefix}_REGISTRY_SSL_CAFILE": str(self.ca_cert),
         }
         if name in HTTP_SERVICES:
             env[f"{prefix}_API_KEYS_FILE"] = str(self.directory / "keys" / f"{name}.keys")
@@ -245,7 +254,7 @@ class SecureStack:
     def analytics_env(self) -> dict[str, str]:
         conf = self.kafka("analytics").librdkafka_config()
         env = {"ANALYTICS_KAFKA_" + key.upper().replace(".", "_"): value for key, value in conf.items()}
-        env["SSL_CERT_FILE"] = str(self.ca.cert_path)  # the registry's CA, for urllib in every worker
+        env["SSL_CERT_FILE"] = str(self.ca_cert)  # the registry's CA, for urllib in every worker
         return env
 
     def operator_kafka(self) -> dict[str, str]:

@@ -40,6 +40,7 @@ from services.notify.config import EmailSenderConfig, SenderConfig, SmsSenderCon
 from services.orders.config import OrdersConfig
 from services.otp.config import SEAL_KEY_BYTES, OtpConfig
 from streamshop.cli import build_parser
+from streamshop.env_file import ENV_FILE
 from streamshop.stack.plan import CHILDREN
 from tests.support.harness import REPO
 
@@ -79,6 +80,8 @@ RUNS: dict[str, tuple[frozenset[str], dict[str, str]]] = {
     "kafka": (frozenset({"kafka"}), {"BOOTSTRAP_SERVERS": KAFKA_BOOTSTRAP}),
     "bundled+load": (frozenset({"bundled", "load"}), {}),
     "kafka+load": (frozenset({"kafka", "load"}), {"BOOTSTRAP_SERVERS": KAFKA_BOOTSTRAP}),
+    "secure": (frozenset({"bundled", "secure"}), {}),
+    "secure+load": (frozenset({"bundled", "secure", "load"}), {}),
 }
 
 # -- compose semantics ------------------------------------------------------------------------
@@ -128,15 +131,20 @@ def closure(service: str, run: set[str]) -> set[str]:
     return seen
 
 
-def command(service: str) -> list[str]:
+def command(service: str, variables: Mapping[str, str] | None = None) -> list[str]:
     cmd = SERVICES[service].get("command")
     assert isinstance(cmd, list), f"{service}: command must be a list"
-    return [str(a) for a in cmd]
+    return [interpolate(str(a), variables or {}) for a in cmd]
 
 
 def streamshop_services() -> dict[str, list[str]]:
-    """Service -> its `streamshop` arguments, for the services running the CLI."""
-    return {name: command(name)[1:] for name in SERVICES if runs_streamshop(name)}
+    """Service -> its `streamshop` arguments, for the processes of the stack running the CLI."""
+    return {name: command(name)[1:] for name in SERVICES if runs_streamshop(name) and is_long_running(name)}
+
+
+def streamshop_one_shots() -> dict[str, list[str]]:
+    """The same for the one-shots running the CLI (the secure profile's set-up)."""
+    return {name: command(name)[1:] for name in SERVICES if runs_streamshop(name) and not is_long_running(name)}
 
 
 def command_of(service: str) -> list[str]:
@@ -257,7 +265,7 @@ def test_every_environment_value_is_a_string() -> None:
 
 def test_every_streamshop_service_runs_a_subcommand_the_cli_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
     assert streamshop_services(), "no service runs streamshop"
-    for name, argv in streamshop_services().items():
+    for name, argv in {**streamshop_services(), **streamshop_one_shots()}.items():
         args = parse(argv, environment(name), monkeypatch)
         assert callable(getattr(args, "func", None)), f"{name}: `streamshop {' '.join(argv)}` runs nothing"
 
@@ -302,6 +310,8 @@ def test_locust_service_command_is_accepted_by_locust_and_loads_all_three_user_c
 def test_every_variable_a_service_sets_is_a_setting_of_that_service(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, argv in streamshop_services().items():
         env = environment(name)
+        # Read by the CLI itself (and the locustfile) before any component: streamshop.env_file
+        assert env.pop(ENV_FILE, None), f"{name} names no settings file"
         sub = argv[0]
         if sub in SERVICE_CONFIGS:
             cls = SERVICE_CONFIGS[sub]
@@ -320,7 +330,7 @@ def test_every_variable_a_service_sets_is_a_setting_of_that_service(monkeypatch:
                 without = {k: v for k, v in env.items() if k != key}
                 assert effective(env) != effective(without), f"{name}: {key} changes nothing"
     (locust,) = [n for n in SERVICES if runs_locust(n)]
-    assert set(environment(locust)) <= LoadTargets.settings()
+    assert set(environment(locust)) <= LoadTargets.settings() | {ENV_FILE}
 
 
 def _effective(sub: str, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> Any:
@@ -335,8 +345,8 @@ def _effective(sub: str, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> An
 
 
 def test_every_service_setting_loads_and_passes_the_service_checks() -> None:
-    for name in SERVICES:
-        if runs_streamshop(name) and subcommand(name) in SERVICE_CONFIGS:
+    for name in streamshop_services():
+        if subcommand(name) in SERVICE_CONFIGS:
             config = config_of(name)
             config.check()  # seal keys decode to 32 bytes, providers are consistent, ...
             assert config.listen == "0.0.0.0", f"{name} must listen on every interface of its container"
@@ -380,8 +390,8 @@ def test_every_service_finds_the_registry_at_its_service_and_port() -> None:
     registry = one_service("registry")
     port = http_port(registry)
     needs_registry = {c.name for c in CHILDREN if "registry" in c.needs}
-    for name in SERVICES:
-        if runs_streamshop(name) and subcommand(name) in needs_registry:
+    for name in streamshop_services():
+        if subcommand(name) in needs_registry:
             (url,) = [v for k, v in environment(name).items() if k.endswith("_REGISTRY_URL")]
             assert url_target(url) == (registry, port), f"{name}: {url}"
 
@@ -439,7 +449,7 @@ def _probe(service: str) -> tuple[int, str] | None:
 def test_every_http_service_is_healthy_when_its_readiness_endpoint_answers() -> None:
     for name, service in SERVICES.items():
         argv = command_of(name)
-        if argv[:2] == ["streamshop", "analytics"]:
+        if argv[:2] == ["streamshop", "analytics"] or name in streamshop_one_shots():
             continue  # no HTTP server: nothing to probe, see test_only_healthchecked_services_are_waited_for
         if runs_streamshop(name):
             # the broker's admin API has /healthz only; every other process serves /readyz
@@ -512,13 +522,23 @@ def test_host_ports_are_unique_local_and_the_ports_the_processes_listen_on() -> 
             assert container in listening, f"{name} publishes {container}, listens on {listening}"
 
 
-def test_named_volumes_are_declared_used_once_and_hold_each_process_state(monkeypatch: pytest.MonkeyPatch) -> None:
+SECURE_VOLUME, SECURE_DIR = "secure", "/var/lib/streamshop/secure"
+
+
+def test_named_volumes_are_declared_used_and_each_holds_one_process_state(monkeypatch: pytest.MonkeyPatch) -> None:
     declared = set(COMPOSE.get("volumes") or {})
     used = [(name, volume, target) for name in SERVICES for volume, target in mounts(name)]
     assert all(not v.startswith((".", "/")) for _, v, _ in used), "bind mounts: the stack uses named volumes"
-    assert sorted(v for _, v, _ in used) == sorted(declared), "every volume declared is used once, and vice versa"
+    assert {v for _, v, _ in used} == declared, "every volume declared is used, and vice versa"
     image_dirs = set(re.findall(r"(/var/lib/streamshop/[\w.-]+)", DOCKERFILE))
-    for name, _, target in used:
+    for volume in declared - {SECURE_VOLUME}:
+        # One process keeps its state there; a one-shot may prepare it only before that process starts.
+        (owner,) = [name for name, v, _ in used if v == volume and is_long_running(name)]
+        for name, _, _ in ((n, v, t) for n, v, t in used if v == volume and n != owner):
+            assert name in dependencies(owner), f"{volume}: {name} writes it while {owner} may run"
+    for name, volume, target in used:
+        if volume == SECURE_VOLUME or not is_long_running(name):
+            continue
         argv = command_of(name)
         env = environment(name)
         if not runs_streamshop(name):
@@ -532,6 +552,19 @@ def test_named_volumes_are_declared_used_once_and_hold_each_process_state(monkey
         else:
             state = Path(parse(argv[1:], env, monkeypatch).data_dir)
         assert state == Path(target), f"{name} keeps its state in {state}, the volume is at {target}"
+
+
+def test_every_process_reads_its_secure_settings_file_from_the_secure_volume_read_only() -> None:
+    assert SECURE_DIR in re.findall(r"(/var/lib/streamshop/[\w.-]+)", DOCKERFILE), "not made and owned in the image"
+    for name, service in SERVICES.items():
+        if not (runs_locust(name) or runs_streamshop(name)):
+            continue
+        entries = [str(e) for e in service.get("volumes", []) if str(e).startswith(SECURE_VOLUME + ":")]
+        if is_long_running(name):
+            assert entries == [f"{SECURE_VOLUME}:{SECURE_DIR}:ro"], f"{name}: {entries}"
+            assert environment(name)[ENV_FILE] == f"{SECURE_DIR}/env/{name}.env", name
+    writers = [n for n in SERVICES for e in SERVICES[n].get("volumes", []) if str(e) == f"{SECURE_VOLUME}:{SECURE_DIR}"]
+    assert writers == ["secure-setup"], writers
 
 
 def test_every_process_that_keeps_state_has_a_volume_for_it() -> None:
