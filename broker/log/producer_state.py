@@ -45,6 +45,7 @@ class ProducerEntry:
     epoch: int
     batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=CACHED_BATCHES))
     last_timestamp: int = -1
+    txn_first_offset: int | None = None  # the open transaction's first record in this partition
 
     @property
     def last_seq(self) -> int:
@@ -97,10 +98,14 @@ class ProducerStateManager:
             return
         entry = self.producers.get(pid)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = ProducerEntry(header.producer_epoch)
+            # A bumped epoch (a fenced or restarted producer) keeps the open transaction: the
+            # coordinator's abort marker, written with the new epoch, is what ends it.
+            entry = ProducerEntry(header.producer_epoch, txn_first_offset=entry.txn_first_offset if entry else None)
             self.producers[pid] = entry
         elif header.producer_epoch < entry.epoch:
             return
+        if header.is_transactional and not header.is_control and entry.txn_first_offset is None:
+            entry.txn_first_offset = header.base_offset
         if header.base_sequence >= 0:
             entry.batches.append(
                 BatchMeta(
@@ -113,8 +118,27 @@ class ProducerStateManager:
             )
         entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
 
+    def end_transaction(self, producer_id: int) -> int | None:
+        """A marker ended `producer_id`'s transaction here: the offset it began at, or None when
+        none was open (a marker for a transaction that wrote nothing to this partition)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return None
+        first, entry.txn_first_offset = entry.txn_first_offset, None
+        return first
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction: the last stable offset, when any."""
+        open_txns = [e.txn_first_offset for e in self.producers.values() if e.txn_first_offset is not None]
+        return min(open_txns) if open_txns else None
+
     def expire(self, now_ms: int, expiration_ms: int) -> None:
-        dead = [pid for pid, e in self.producers.items() if e.last_timestamp < now_ms - expiration_ms]
+        # A producer with an open transaction stays: its transaction still bounds the LSO.
+        dead = [
+            pid
+            for pid, e in self.producers.items()
+            if e.last_timestamp < now_ms - expiration_ms and e.txn_first_offset is None
+        ]
         for pid in dead:
             del self.producers[pid]
 
@@ -133,6 +157,7 @@ class ProducerStateManager:
                 e.epoch,
                 e.last_timestamp,
                 [[m.first_seq, m.last_seq, m.first_offset, m.last_offset, m.timestamp] for m in e.batches],
+                e.txn_first_offset,
             ]
             for pid, e in self.producers.items()
         ]
@@ -156,8 +181,12 @@ class ProducerStateManager:
                 continue
             try:
                 payload = msgpack.unpackb(path.read_bytes())
-                for pid, epoch, last_ts, metas in payload:
-                    entry = ProducerEntry(epoch, last_timestamp=last_ts)
+                for pid, epoch, last_ts, metas, *rest in payload:
+                    # A snapshot written before transactions has four fields.
+                    txn_first = rest[0] if rest else None
+                    if txn_first is not None and not isinstance(txn_first, int):
+                        raise TypeError("transaction start is not an offset")
+                    entry = ProducerEntry(epoch, last_timestamp=last_ts, txn_first_offset=txn_first)
                     for m in metas:
                         entry.batches.append(BatchMeta(*m))
                     self.producers[pid] = entry
