@@ -25,6 +25,19 @@ PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
+# ``<prefix>KAFKA_<NAME>`` -> the field it sets.
+_VARIABLES = {
+    "SECURITY_PROTOCOL": "protocol",
+    "SASL_MECHANISM": "mechanism",
+    "SASL_USERNAME": "username",
+    "SASL_PASSWORD": "password",
+    "SSL_CAFILE": "cafile",
+    "SSL_CERTFILE": "certfile",
+    "SSL_KEYFILE": "keyfile",
+    "SSL_KEY_PASSWORD": "key_password",
+}
+
+
 @dataclass(frozen=True)
 class KafkaSecurity:
     protocol: str = "PLAINTEXT"
@@ -55,9 +68,7 @@ class KafkaSecurity:
     @staticmethod
     def settings(prefix: str) -> frozenset[str]:
         """Every variable `from_env(…, prefix)` reads."""
-        names = "SECURITY_PROTOCOL SASL_MECHANISM SASL_USERNAME SASL_PASSWORD SSL_CAFILE SSL_CERTFILE SSL_KEYFILE"
-        names += " SSL_KEY_PASSWORD"
-        return frozenset(f"{prefix}KAFKA_{name}" for name in names.split())
+        return frozenset(f"{prefix}KAFKA_{name}" for name in _VARIABLES)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], prefix: str) -> KafkaSecurity:
@@ -120,14 +131,5 @@ class KafkaSecurity:
 
     def env(self, prefix: str) -> dict[str, str]:
         """The variables `from_env(…, prefix)` reads back into these settings."""
-        values = {
-            "SECURITY_PROTOCOL": self.protocol,
-            "SASL_MECHANISM": self.mechanism,
-            "SASL_USERNAME": self.username,
-            "SASL_PASSWORD": self.password,
-            "SSL_CAFILE": self.cafile,
-            "SSL_CERTFILE": self.certfile,
-            "SSL_KEYFILE": self.keyfile,
-            "SSL_KEY_PASSWORD": self.key_password,
-        }
+        values = {name: getattr(self, attribute) for name, attribute in _VARIABLES.items()}
         return {f"{prefix}KAFKA_{name}": str(value) for name, value in values.items() if value is not None}

@@ -71,14 +71,6 @@ class TxnIndex:
             f.write(entry.pack())
         self.entries.append(entry)
 
-    def flush(self) -> None:
-        if self.path.exists():
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
     @property
     def last_offset(self) -> int:
         """The newest abort marker indexed, or -1."""
@@ -86,16 +78,15 @@ class TxnIndex:
 
     def truncate_to(self, end_offset: int) -> None:
         """Forget the aborts whose marker is at or past `end_offset` (the log was cut there)."""
-        keep = [e for e in self.entries if e.last_offset < end_offset]
-        if len(keep) != len(self.entries):
-            self.entries = keep
-            self._rewrite()
+        self._keep([e for e in self.entries if e.last_offset < end_offset])
 
     def drop_before(self, log_start_offset: int) -> None:
         """Forget the aborts wholly before the log start (retention or DeleteRecords removed them)."""
-        keep = [e for e in self.entries if e.last_offset >= log_start_offset]
-        if len(keep) != len(self.entries):
-            self.entries = keep
+        self._keep([e for e in self.entries if e.last_offset >= log_start_offset])
+
+    def _keep(self, entries: list[AbortedTxn]) -> None:
+        if len(entries) != len(self.entries):
+            self.entries = entries
             self._rewrite()
 
     def overlapping(self, fetch_offset: int, upper_offset: int) -> Iterator[AbortedTxn]:

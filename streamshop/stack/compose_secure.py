@@ -17,36 +17,25 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported when a subcommand runs: `streamshop --help` loads no cryptography
     from streamshop.stack.secure import SecureStack
 
-__all__ = ["BROKER_HOST", "COMPONENTS", "compose_env", "register"]
+__all__ = ["compose_env", "register", "setup"]
 
 BROKER_HOST = "broker"
 REGISTRY_HOST = "registry"
 PORT = 9092
 REGISTRY_PORT = 8081
 HOSTS = (BROKER_HOST, REGISTRY_HOST, "localhost", "127.0.0.1")
-# The compose services that get a settings file, and the prefix of their settings.
-SERVICE_PREFIXES: Mapping[str, str] = {
-    "orders": "ORDERS",
-    "otp": "OTP",
-    "logs": "LOGS",
-    "sms-sender": "SMS_SENDER",
-    "email-sender": "EMAIL_SENDER",
-    "catcher": "CATCHER",
-    "dashboard": "DASHBOARD",
-}
-COMPONENTS = ("broker", "registry", *SERVICE_PREFIXES, "analytics", "locust")
 
 
 def compose_env(stack: SecureStack) -> dict[str, dict[str, str]]:
     """Each compose service's settings in the secured run, by service name."""
-    from streamshop.stack.secure import ADMIN, LOADTEST
+    from streamshop.stack.plan import env_prefix
+    from streamshop.stack.secure import ADMIN, HTTP_SERVICES, LOADTEST
 
     registry = f"https://{REGISTRY_HOST}:{REGISTRY_PORT}"
     broker = stack.broker_settings("0.0.0.0", PORT) | {
@@ -60,7 +49,8 @@ def compose_env(stack: SecureStack) -> dict[str, dict[str, str]]:
         },
         "registry": stack.registry_env(),
     }
-    for name, prefix in SERVICE_PREFIXES.items():
+    for name in (*HTTP_SERVICES, "dashboard"):
+        prefix = env_prefix(name)
         out[name] = stack.service_env(name, prefix) | {f"{prefix}_REGISTRY_URL": registry}
     login = f"analytics:{stack.registry_passwords['analytics']}@"
     out["analytics"] = stack.analytics_env() | {
@@ -70,8 +60,9 @@ def compose_env(stack: SecureStack) -> dict[str, dict[str, str]]:
     return out
 
 
-def setup(directory: Path, broker_data: Path | None) -> SecureStack:
-    """Make (or keep) the secured stack's material and every process's settings file."""
+def setup(directory: Path, broker_data: Path | None) -> int:
+    """Make (or keep) the secured stack's material and every process's settings file; how many
+    settings files."""
     from broker.lock import DataDirInUse
     from streamshop.broker_users import set_offline
     from streamshop.env_file import format_env_file
@@ -79,7 +70,8 @@ def setup(directory: Path, broker_data: Path | None) -> SecureStack:
     from streamshop.stack.state import write_private
 
     stack = SecureStack.load_or_create(directory, HOSTS)
-    for name, values in compose_env(stack).items():
+    settings = compose_env(stack)
+    for name, values in settings.items():
         write_private(directory / "env" / f"{name}.env", format_env_file(values))
     if broker_data is not None:
         try:
@@ -87,7 +79,7 @@ def setup(directory: Path, broker_data: Path | None) -> SecureStack:
         except DataDirInUse:
             # `docker compose up` again while the broker runs: it already has its users.
             print(f"streamshop secure setup: the broker runs on {broker_data}; its users are kept", file=sys.stderr)
-    return stack
+    return len(settings)
 
 
 def grant(directory: Path, bootstrap: str, timeout: float) -> None:
@@ -121,8 +113,8 @@ def _run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        setup(directory, Path(args.broker_data) if args.broker_data else None)
-        print(f"streamshop secure setup: {len(COMPONENTS)} settings files in {directory / 'env'}")
+        written = setup(directory, Path(args.broker_data) if args.broker_data else None)
+        print(f"streamshop secure setup: {written} settings files in {directory / 'env'}")
         return 0
     from streamshop.stack.secure import ACCESS
 

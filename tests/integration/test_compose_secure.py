@@ -233,15 +233,6 @@ class Running:
     registry: str
 
 
-def _loopback(values: Mapping[str, str], bootstrap: str = "", registry: str = "") -> dict[str, str]:
-    """Docker's service names as the loopback addresses of the processes here."""
-    out = {}
-    for name, value in values.items():
-        found = value.replace("broker:9092", bootstrap) if bootstrap else value
-        out[name] = found.replace("registry:8081", registry) if registry else found
-    return out
-
-
 @pytest.fixture(scope="module")
 def running(volumes: Volumes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     logs = tmp_path_factory.mktemp("compose-secure-logs")
@@ -260,7 +251,8 @@ def running(volumes: Volumes, tmp_path_factory: pytest.TempPathFactory) -> Itera
         grant = [volumes.host(a).replace("broker:9092", bootstrap) for a in command("secure-grant")]
         done = run([sys.executable, "-m", "streamshop.cli", *grant[1:]])
         assert done.returncode == 0, done.stderr
-        renv = _loopback(volumes.settings("registry"), bootstrap) | {"STREAMSHOP_REGISTRY_LISTEN": "127.0.0.1:0"}
+        renv = {k: v.replace("broker:9092", bootstrap) for k, v in volumes.settings("registry").items()}
+        renv["STREAMSHOP_REGISTRY_LISTEN"] = "127.0.0.1:0"
         registry = Child(command("registry"), renv, logs / "registry.log")
         children.append(registry)
         url = registry.ready(parse_registry_ready_line)
