@@ -248,6 +248,12 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         BrokerSettingDef("offsets.retention.minutes", "10080", _int(1, INT_MAX)),
         BrokerSettingDef("offset.metadata.max.bytes", "4096", _int(0, INT_MAX)),
         BrokerSettingDef("offsets.retention.check.interval.ms", "600000", _int(1)),
+        BrokerSettingDef("transaction.state.log.num.partitions", "50", _int(1, 1000)),
+        BrokerSettingDef("transaction.max.timeout.ms", "900000", _int(1, INT_MAX)),
+        BrokerSettingDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "10000", _int(1, INT_MAX)),
+        BrokerSettingDef("transactional.id.expiration.ms", "604800000", _int(1, INT_MAX)),
+        BrokerSettingDef("max.transactional.ids", "100000", _int(1, INT_MAX)),
+        BrokerSettingDef("max.partitions.per.transaction", "10000", _int(1, INT_MAX)),
         # Defences against hostile and careless clients (Kafka's names where Kafka has them).
         BrokerSettingDef("connections.max.idle.ms", "600000", _int(-1)),
         BrokerSettingDef("max.connections", str(INT_MAX), _int(1, INT_MAX)),

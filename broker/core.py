@@ -32,6 +32,7 @@ from broker.producer_ids import ProducerIdAllocator
 from broker.protocol.codec import RequestHeader
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.authorizer import Security
+from broker.txn.coordinator import TransactionCoordinator, TxnConfig
 
 log = structlog.get_logger(__name__)
 
@@ -93,6 +94,21 @@ class Broker:
             self.sync,
         )
         self.metrics.coordinator = self.coordinator
+        self.transactions = TransactionCoordinator(
+            self.store,
+            clock=self.clock,
+            config=TxnConfig(
+                partitions=config.get("transaction.state.log.num.partitions"),
+                max_timeout_ms=config.get("transaction.max.timeout.ms"),
+                id_expiration_ms=config.get("transactional.id.expiration.ms"),
+                max_ids=config.get("max.transactional.ids"),
+                max_partitions=config.get("max.partitions.per.transaction"),
+            ),
+            producer_ids=self.producer_ids,
+            groups=self.coordinator,
+            sync=self.sync,
+            notify=self.notify_append,
+        )
         self.flusher = Flusher(on_round=self.metrics.fsync_round)
         # The first listener's advertised address, and every other listener's by name.
         self.advertised: tuple[str, int] = config.advertise or config.listen
@@ -143,6 +159,11 @@ class Broker:
             loop.create_task(self._periodic_flush(), name="flush-ms"),
             loop.create_task(self._coordinator_ticks(), name="group-coordinator"),
             loop.create_task(self._watch_loop_lag(), name="loop-lag"),
+            loop.create_task(self._recover_transactions(), name="transaction-recovery"),
+            loop.create_task(
+                self._every("transaction.abort.timed.out.transaction.cleanup.interval.ms", self.transactions.tick),
+                name="transaction-timeouts",
+            ),
         ]
 
     async def stop(self) -> None:
@@ -156,6 +177,12 @@ class Broker:
         self.store.close(clean=True)
         (self.data_dir / CLEAN_SHUTDOWN).write_text("")
         log.info("log closed cleanly")
+
+    async def _recover_transactions(self) -> None:
+        try:
+            await self.transactions.recover()
+        except Exception:
+            log.exception("completing interrupted transactions failed; the periodic pass retries")
 
     async def _every(self, setting: str, job: Callable[[], Awaitable[object]]) -> None:
         interval = self.config.get(setting) / 1000

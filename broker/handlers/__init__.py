@@ -18,6 +18,7 @@ from broker.handlers import (
     sasl,
     scram_users,
     topics,
+    transactions,
 )
 from broker.handlers.base import Api
 
@@ -47,6 +48,12 @@ _IMPLEMENTED = [
     Api(groups.DESCRIBE_GROUPS, "DescribeGroups", 0, 5, groups.describe_groups),
     Api(groups.DELETE_GROUPS, "DeleteGroups", 0, 2, groups.delete_groups),
     Api(groups.OFFSET_DELETE, "OffsetDelete", 0, 0, groups.offset_delete),
+    Api(transactions.ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 4, transactions.add_partitions_to_txn),
+    Api(transactions.ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 4, transactions.add_offsets_to_txn),
+    Api(transactions.END_TXN, "EndTxn", 0, 4, transactions.end_txn),
+    Api(transactions.TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 4, transactions.txn_offset_commit),
+    Api(transactions.DESCRIBE_TRANSACTIONS, "DescribeTransactions", 0, 0, transactions.describe_transactions),
+    Api(transactions.LIST_TRANSACTIONS, "ListTransactions", 0, 1, transactions.list_transactions),
     Api(sasl.HANDSHAKE, "SaslHandshake", 1, 1, sasl.handshake),
     Api(sasl.AUTHENTICATE, "SaslAuthenticate", 0, 2, sasl.authenticate),
     Api(acls.DESCRIBE_ACLS, "DescribeAcls", 1, 3, acls.describe_acls),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.core import Broker
+from broker.handlers import transactions
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS
 from broker.protocol.codec import RequestHeader, build, nested, response_type
 from broker.protocol.errors import ErrorCode
@@ -49,7 +50,7 @@ def describe_cluster(broker: Broker, header: RequestHeader, request: Any) -> Any
 def init_producer_id(broker: Broker, header: RequestHeader, request: Any) -> Any:
     cls = response_type(INIT_PRODUCER_ID, header.api_version)
     if request.transactional_id is not None:
-        return build(cls, throttle_time=0, error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)
+        return transactions.init_transactional(broker, header, request)
     # As Kafka (KIP-679): IDEMPOTENT_WRITE on the cluster, or WRITE on at least one topic.
     security, session = broker.security, header.session
     if not (

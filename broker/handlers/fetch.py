@@ -26,8 +26,11 @@ API_KEY = 1
 MIN_VERSION, MAX_VERSION = 4, 17
 
 
+READ_COMMITTED = 1
+
+
 class _Slot:
-    __slots__ = ("error", "max_bytes", "name", "offset", "partition", "plog", "records", "topic_id")
+    __slots__ = ("aborted", "error", "max_bytes", "name", "offset", "partition", "plog", "records", "topic_id")
 
     def __init__(
         self, name: str | None, topic_id: uuid.UUID | None, partition: int, offset: int, max_bytes: int
@@ -40,6 +43,7 @@ class _Slot:
         self.plog: PartitionLog | None = None
         self.error = ErrorCode.none
         self.records = b""
+        self.aborted: list[tuple[int, int]] | None = None
 
 
 def _resolve(broker: Broker, header: RequestHeader, request: Any, version: int) -> list[_Slot]:
@@ -72,8 +76,9 @@ def _resolve(broker: Broker, header: RequestHeader, request: Any, version: int) 
     return list(slots.values())
 
 
-def _gather(slots: list[_Slot], max_bytes: int) -> tuple[int, bool]:
-    """Read every partition; returns (bytes gathered, any error)."""
+def _gather(slots: list[_Slot], max_bytes: int, committed: bool) -> tuple[int, bool]:
+    """Read every partition (only below the last stable offset when `committed`, with the
+    aborted transactions the data spans); returns (bytes gathered, any error)."""
     budget = max_bytes
     total = 0
     error = False
@@ -84,9 +89,12 @@ def _gather(slots: list[_Slot], max_bytes: int) -> tuple[int, bool]:
             continue
         try:
             limit = min(slot.max_bytes, budget)
-            data = slot.plog.read(slot.offset, limit) if (limit > 0 or total == 0) else b""
+            upper = slot.plog.last_stable_offset if committed else None
+            data = slot.plog.read(slot.offset, limit, upper) if (limit > 0 or total == 0) else b""
             if total > 0 and len(data) > limit:
                 data = b""  # only the very first batch may exceed the limits
+            if committed:
+                slot.aborted = _aborted(slot.plog, slot.offset, data)
         except KafkaError as e:
             slot.error = e.code
             error = True
@@ -98,6 +106,15 @@ def _gather(slots: list[_Slot], max_bytes: int) -> tuple[int, bool]:
     return total, error
 
 
+def _aborted(plog: PartitionLog, offset: int, data: bytes) -> list[tuple[int, int]]:
+    if not data or not plog.txn_index.entries:
+        return []
+    end = offset
+    for _, header in iter_headers(data):
+        end = header.last_offset + 1
+    return [(t.producer_id, t.first_offset) for t in plog.aborted_transactions(offset, end)]
+
+
 def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
     version = header.api_version
     session_id = getattr(request, "session_id", 0)
@@ -106,7 +123,8 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
     slots = _resolve(broker, header, request, version)
     # fetch.max.bytes bounds the whole response whatever the client asks for.
     max_bytes = min(getattr(request, "max_bytes", 0x7FFFFFFF), broker.config.get("fetch.max.bytes"))
-    total, error = _gather(slots, max_bytes)
+    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    total, error = _gather(slots, max_bytes, committed)
     max_wait = min(timedelta_ms(request.max_wait), broker.config.get("fetch.max.wait.ms")) / 1000
     min_bytes = max(request.min_bytes, 1)
     if error or total >= min_bytes or max_wait <= 0 or not slots:
@@ -121,7 +139,7 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
         # deadline), not on every append.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(watch.future), max_wait)
-        _gather(slots, max_bytes)
+        _gather(slots, max_bytes, committed)
         return _response(broker, version, slots)
 
     task = asyncio.ensure_future(long_poll())
@@ -148,9 +166,10 @@ def _response(broker: Broker, version: int, slots: list[_Slot], top_error: Error
                 index=slot.partition,
                 error=int(slot.error),
                 high_watermark=hw,
-                last_stable_offset=hw,
+                last_stable_offset=plog.last_stable_offset if plog else -1,
                 log_start_offset=plog.log_start_offset if plog else -1,
                 records=slot.records,
+                aborted=slot.aborted,
             )
         )
     return encode_fetch_response(version, list(topics.values()), error=int(top_error))

@@ -39,7 +39,11 @@ def find_coordinator(broker: Broker, header: RequestHeader, request: Any) -> Any
 
     def answer(key: str, key_type: int) -> tuple[ErrorCode, str | None]:
         if key_type == TRANSACTION_KEY:
-            return ErrorCode.coordinator_not_available, "transactions are not supported by this broker"
+            if not key:
+                return ErrorCode.invalid_request, "the transactional id is empty"
+            if not broker.security.allowed(header.session, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+                return ErrorCode.transactional_id_authorization_failed, f"DESCRIBE on transactional id {key} denied"
+            return ErrorCode.none, None
         if key_type != GROUP_KEY:
             return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
         if not key:

@@ -13,6 +13,7 @@ from broker.security.acls import Operation
 API_KEY = 2
 MIN_VERSION, MAX_VERSION = 1, 8
 
+READ_COMMITTED = 1
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 
 
@@ -34,7 +35,8 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
                 elif plog is None:
                     error = ErrorCode.unknown_topic_or_partition
                 elif ts == LATEST:
-                    offset = plog.high_watermark
+                    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+                    offset = plog.last_stable_offset if committed else plog.high_watermark
                 elif ts in (EARLIEST, EARLIEST_LOCAL):
                     offset = plog.log_start_offset
                 elif ts == MAX_TIMESTAMP:

@@ -21,7 +21,7 @@ from broker.log.validator import PayloadTooLarge
 from broker.protocol.batch import InvalidBatch, split_batches
 from broker.protocol.codec import RequestHeader, build, nested, response_type
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.security.acls import Operation
+from broker.security.acls import Operation, ResourceType
 
 API_KEY = 0
 MIN_VERSION, MAX_VERSION = 3, 12
@@ -71,11 +71,20 @@ def _single_batch(records: bytes | None) -> memoryview:
     return batches[0]
 
 
-def _append(broker: Broker, out: _Outcome) -> bool:
-    """Append an opened batch; True when it was new (not a retried duplicate)."""
+def _append(broker: Broker, out: _Outcome, transactional_id: str | None) -> bool:
+    """Append an opened batch; True when it was new (not a retried duplicate).  A
+    transactional batch is taken only for a partition its ongoing transaction holds."""
     assert out.plog is not None
     assert out.batch is not None
+    assert out.opened is not None
     plog = out.plog
+    header = out.opened.header
+    if header.is_transactional:
+        if transactional_id is None:
+            raise KafkaError(ErrorCode.transactional_id_authorization_failed, "a transactional batch needs its id")
+        broker.transactions.check_produce(
+            transactional_id, header.producer_id, header.producer_epoch, (plog.topic, plog.partition)
+        )
     result = plog.append(out.batch, out.opened)
     out.base_offset = result.base_offset
     out.log_append_time = result.log_append_time
@@ -110,8 +119,13 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
                     raise KafkaError(ErrorCode.topic_authorization_failed, f"WRITE on topic {topic_data.name} denied")
                 if acks not in (0, 1, -1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, not {acks}")
-                if request.transactional_id is not None:
-                    raise KafkaError(ErrorCode.invalid_request, "transactions are not supported by this broker")
+                if request.transactional_id is not None and not security.allowed(
+                    session, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+                ):
+                    raise KafkaError(
+                        ErrorCode.transactional_id_authorization_failed,
+                        f"WRITE on transactional id {request.transactional_id} denied",
+                    )
                 if topic_data.name in INTERNAL_TOPICS:
                     # The broker's own records: a client's would be replayed at the next start.
                     raise KafkaError(
@@ -134,7 +148,7 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
                 out.fail(e)
         results.append((topic_data.name, outcomes))
     if not later:
-        return _finish(broker, header.api_version, acks, results, ready)
+        return _finish(broker, header.api_version, acks, results, ready, transactional_id=request.transactional_id)
 
     async def opened_in_worker() -> Any:
         loop = asyncio.get_running_loop()
@@ -147,14 +161,22 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
                 )
             except KafkaError as e:
                 out.fail(e)
-        outcome = _finish(broker, header.api_version, acks, results, [*ready, *later])
+        outcome = _finish(
+            broker, header.api_version, acks, results, [*ready, *later], transactional_id=request.transactional_id
+        )
         return await outcome if inspect.isawaitable(outcome) else outcome
 
     return Serial(opened_in_worker())
 
 
 def _finish(
-    broker: Broker, version: int, acks: int, results: list[tuple[str, list[_Outcome]]], opened: list[_Outcome]
+    broker: Broker,
+    version: int,
+    acks: int,
+    results: list[tuple[str, list[_Outcome]]],
+    opened: list[_Outcome],
+    *,
+    transactional_id: str | None,
 ) -> Any:
     """Append the opened batches, then answer as `acks` says."""
     touched: list[PartitionLog] = []
@@ -162,7 +184,7 @@ def _finish(
         if out.error != ErrorCode.none:
             continue
         try:
-            _append(broker, out)
+            _append(broker, out, transactional_id)
             assert out.plog is not None
             touched.append(out.plog)
         except KafkaError as e:

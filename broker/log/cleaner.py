@@ -14,9 +14,11 @@ short ones:
    segments deleted, `.swap` renamed to `.log` beside its indexes, and the new segment loaded.
    A crash at any point is finished or rolled back on start by `complete_interrupted_swaps`.
 
-Offsets never change.  The active segment is never cleaned.  A batch that cannot be decoded
-(stored before produce-time validation existed, or damaged) is kept as it is and its keys do
-not count.
+Offsets never change.  The active segment is never cleaned, nor anything at or past the last
+stable offset (an open transaction may still abort).  Transaction markers are kept as they
+are; the records of aborted transactions are removed and never count as a key's latest value.
+A batch that cannot be decoded (stored before produce-time validation existed, or damaged) is
+kept as it is and its keys do not count.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ import structlog
 
 from broker.log.segment import LogSegment, fsync_dir, segment_name
 from broker.protocol.batch import (
+    ATTR_TRANSACTIONAL,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    BatchHeader,
     InvalidBatch,
     iter_headers,
     parse_header,
@@ -76,6 +80,7 @@ class BuildSpec:
     delete_retention_ms: int
     segment_bytes: int
     index_interval_bytes: int
+    aborted: tuple[tuple[int, int, int], ...] = ()  # (producer id, first offset, marker offset)
 
 
 @dataclass
@@ -135,6 +140,12 @@ def _key_digest(key: bytes | None) -> bytes:
     return b"" if key is None else hashlib.blake2b(key, digest_size=16).digest()
 
 
+def _aborted(header: BatchHeader, aborted: tuple[tuple[int, int, int], ...]) -> bool:
+    if not header.is_transactional or header.is_control:
+        return False
+    return any(pid == header.producer_id and first <= header.base_offset < marker for pid, first, marker in aborted)
+
+
 def _decoded(raw: bytes) -> list[Record] | None:
     try:
         return decode_records(raw)[1]
@@ -168,13 +179,15 @@ def plan(log: PartitionLog) -> CleanPlan | None:
     """The closed segments to clean (loop thread).  Records younger than
     min.compaction.lag.ms stay untouched: stop at the first segment that holds any."""
     now = log.clock.now_ms()
+    stable = log.last_stable_offset
     closed: list[LogSegment] = []
     for segment in log.segments[:-1]:
-        if now - segment.max_timestamp < log.config.min_compaction_lag_ms:
+        if now - segment.max_timestamp < log.config.min_compaction_lag_ms or segment.next_offset > stable:
             break
         closed.append(segment)
     if not closed:
         return None
+    end = closed[-1].next_offset
     spec = BuildSpec(
         directory=log.directory,
         paths=[s.log_path for s in closed],
@@ -185,6 +198,9 @@ def plan(log: PartitionLog) -> CleanPlan | None:
         delete_retention_ms=log.config.delete_retention_ms,
         segment_bytes=log.config.segment_bytes,
         index_interval_bytes=log.config.index_interval_bytes,
+        aborted=tuple(
+            (t.producer_id, t.first_offset, t.last_offset) for t in log.aborted_transactions(closed[0].base_offset, end)
+        ),
     )
     return CleanPlan(closed, spec)
 
@@ -210,6 +226,9 @@ def build_files(plan: BuildSpec) -> Built:
     undecodable = 0
     for path in plan.paths:
         for raw in _batches(path):
+            header = parse_header(raw)
+            if header.is_control or _aborted(header, plan.aborted):
+                continue
             records = _decoded(raw)
             if records is None:
                 undecodable += 1
@@ -229,6 +248,13 @@ def build_files(plan: BuildSpec) -> Built:
         size = 0
         for raw in _batches(path):
             size += len(raw)
+            header = parse_header(raw)
+            if header.is_control:
+                out += raw  # markers stay: read_committed readers need them to end aborts
+                continue
+            if _aborted(header, plan.aborted):
+                result.records_removed += header.records_count
+                continue
             records = _decoded(raw)
             if records is None:
                 out += raw  # kept as stored: the cleaner never drops what it cannot read
@@ -242,7 +268,6 @@ def build_files(plan: BuildSpec) -> Built:
             if len(kept) == len(records):
                 out += raw
             elif kept:
-                header = parse_header(raw)
                 out += build_batch(
                     kept,
                     base_offset=header.base_offset,
@@ -252,6 +277,7 @@ def build_files(plan: BuildSpec) -> Built:
                     producer_id=header.producer_id,
                     producer_epoch=header.producer_epoch,
                     base_sequence=header.base_sequence,
+                    attributes_extra=ATTR_TRANSACTIONAL if header.is_transactional else 0,
                     partition_leader_epoch=header.partition_leader_epoch,
                 )
         result.bytes_before += size

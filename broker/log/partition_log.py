@@ -18,8 +18,10 @@ from broker.config import LogConfig
 from broker.log import validator
 from broker.log.producer_state import BatchMeta, ProducerStateError, ProducerStateManager
 from broker.log.segment import LogSegment, fsync_dir
+from broker.log.txn_index import AbortedTxn, TxnIndex
 from broker.protocol.batch import (
     HEADER_SIZE,
+    NO_PRODUCER_ID,
     BatchHeader,
     InvalidBatch,
     iter_headers,
@@ -28,10 +30,12 @@ from broker.protocol.batch import (
     validate_batch,
     whole_batches_prefix,
 )
+from broker.protocol.control import ControlType, InvalidMarker, build_marker, read_marker
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch, decode_records
 
 _OFFSET_DELTA_LIMIT = 0x7FFFFFFF
+TXN_INDEX = "aborted.txnindex"
 _INLINE_RECOMPRESS_RECORDS = 2_000  # records decoded and re-encoded on the event loop
 
 
@@ -86,6 +90,8 @@ class PartitionLog:
         self.segments: list[LogSegment] = []
         self.truncated_bytes = 0
         self.corrupt_batches_served = 0  # refused reads of batches that fail their CRC on disk
+        self.unreadable_markers = 0  # control batches found at recovery that are not valid markers
+        self.txn_index = TxnIndex(directory / TXN_INDEX)
         self._load(recover)
 
     # --- loading ---------------------------------------------------------------------
@@ -115,6 +121,9 @@ class PartitionLog:
         stored_start = int(start_file.read_text()) if start_file.exists() else 0
         self.log_start_offset = max(self.segments[0].base_offset, stored_start)
         self.next_offset = max(self.segments[-1].next_offset, self.segments[-1].base_offset)
+        # The index is derived from the markers: what a truncating recovery cut goes too.
+        self.txn_index.truncate_to(self.next_offset)
+        self.txn_index.drop_before(self.log_start_offset)
         self._rebuild_producer_state()
 
     def _new_segment(self, base_offset: int) -> LogSegment:
@@ -133,9 +142,31 @@ class PartitionLog:
         for segment in self.segments:
             if segment.next_offset <= start:
                 continue
-            for _, header in segment.headers_from(0):
-                if header.base_offset >= start:
-                    self.producer_state.update(header)
+            for position, header in segment.headers_from(0):
+                if header.base_offset < start:
+                    continue
+                self.producer_state.update(header)
+                if header.is_control and header.producer_id != NO_PRODUCER_ID:
+                    self._replay_marker(segment.read(position, header.size), header)
+
+    def _replay_marker(self, raw: bytes, header: BatchHeader) -> None:
+        """A marker found by the recovery scan ends its transaction, as its append did; the
+        aborts the index lacks (written after the last flush of the index) are added back."""
+        try:
+            marker = read_marker(raw)
+        except InvalidMarker:
+            # Only the broker writes control batches and this one passed its CRC: a marker
+            # of a future version, say.  The transaction stays open rather than be guessed.
+            self.unreadable_markers += 1
+            return
+        self._end_transaction(marker.producer_id, marker.control, header.base_offset)
+
+    def _end_transaction(self, producer_id: int, control: ControlType, marker_offset: int) -> None:
+        first = self.producer_state.end_transaction(producer_id)
+        if control == ControlType.ABORT and first is not None and marker_offset > self.txn_index.last_offset:
+            lso = self.producer_state.first_unstable_offset()
+            stable = marker_offset + 1 if lso is None else lso
+            self.txn_index.append(AbortedTxn(producer_id, first, marker_offset, stable))
 
     # --- properties ------------------------------------------------------------------
 
@@ -147,6 +178,12 @@ class PartitionLog:
     def high_watermark(self) -> int:
         # Single node: a record is committed once appended (Kafka's single-replica rule).
         return self.next_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Below it every transaction is decided: the end of what read_committed may read."""
+        first = self.producer_state.first_unstable_offset()
+        return self.high_watermark if first is None else min(first, self.high_watermark)
 
     @property
     def size_bytes(self) -> int:
@@ -171,8 +208,10 @@ class PartitionLog:
             )
         if header.records_count != header.last_offset_delta + 1 or header.records_count == 0:
             raise KafkaError(ErrorCode.invalid_record, "record count does not match the last offset delta")
-        if header.is_transactional or header.is_control:
-            raise KafkaError(ErrorCode.invalid_record, "transactional batches are not supported by this broker")
+        if header.is_control:
+            raise KafkaError(ErrorCode.invalid_record, "clients may not write control batches")
+        if header.is_transactional and (header.producer_id == NO_PRODUCER_ID or header.base_sequence < 0):
+            raise KafkaError(ErrorCode.invalid_record, "a transactional batch needs a producer id and sequence")
         if not self.config.log_append_time:
             for ts in (header.base_timestamp, header.max_timestamp):
                 if ts < 0:
@@ -258,6 +297,39 @@ class PartitionLog:
         self.next_offset = written.last_offset + 1
         return AppendResult(written.base_offset, written.last_offset, -1, self.log_start_offset)
 
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, control: ControlType, *, coordinator_epoch: int
+    ) -> AppendResult:
+        """Write the marker that ends `producer_id`'s transaction here (the transaction
+        coordinator's, at commit or abort).  A marker of an older epoch than the partition
+        knows is INVALID_PRODUCER_EPOCH, as in Kafka."""
+        now = self.clock.now_ms()
+        entry = self.producer_state.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"marker epoch {producer_epoch} of producer {producer_id} is older than {entry.epoch}",
+            )
+        batch = build_marker(
+            producer_id, producer_epoch, control, coordinator_epoch=coordinator_epoch, offset=0, timestamp=now
+        )
+        self._maybe_roll(len(batch), now)
+        header_bytes, body = stamp_header(batch, self.next_offset, 0, None)
+        written = parse_header(header_bytes)
+        try:
+            self.active.append([header_bytes, body], [written])
+        except OSError as e:
+            raise KafkaError(ErrorCode.kafka_storage_error, f"cannot write {self.topic}-{self.partition}: {e}") from e
+        self.next_offset = written.last_offset + 1
+        self.producer_state.update(written)
+        self._end_transaction(producer_id, control, written.base_offset)
+        return AppendResult(written.base_offset, written.last_offset, -1, self.log_start_offset)
+
+    def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [fetch_offset, upper_offset)
+        must be told of."""
+        return list(self.txn_index.overlapping(fetch_offset, upper_offset))
+
     def _duplicate_result(self, meta: BatchMeta) -> AppendResult:
         return AppendResult(
             base_offset=meta.first_offset,
@@ -293,10 +365,11 @@ class PartitionLog:
 
     # --- read ------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int) -> bytes:
+    def read(self, offset: int, max_bytes: int, upper: int | None = None) -> bytes:
         """Whole batches from `offset`, at most `max_bytes` unless the first batch alone
-        is larger (then just it, as Kafka does so that consumers always progress)."""
-        if offset == self.next_offset:
+        is larger (then just it, as Kafka does so that consumers always progress), and only
+        those that begin below `upper` (the last stable offset, for read_committed)."""
+        if offset == self.next_offset or (upper is not None and upper <= offset <= self.next_offset):
             return b""
         if offset < self.log_start_offset or offset > self.next_offset:
             raise KafkaError(
@@ -315,6 +388,8 @@ class PartitionLog:
                 data = segment.read(position, header.size)
             elif cut < len(data):
                 data = data[:cut]
+            if upper is not None and upper < self.next_offset:
+                data = _below(data, upper)
             return data if segment is self.active else self._verified(segment, data)
         return b""
 
@@ -480,6 +555,7 @@ class PartitionLog:
             tmp = self.directory / "log-start-offset.tmp"
             tmp.write_text(str(offset))
             tmp.replace(self.directory / "log-start-offset")
+            self.txn_index.drop_before(offset)
 
     # --- durability and lifecycle ----------------------------------------------------
 
@@ -506,4 +582,12 @@ class PartitionLog:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-__all__ = ["HEADER_SIZE", "AppendResult", "PartitionLog"]
+def _below(data: bytes, upper: int) -> bytes:
+    """The batches of `data` that begin below offset `upper`."""
+    for position, header in iter_headers(data):
+        if header.base_offset >= upper:
+            return data[:position]
+    return data
+
+
+__all__ = ["HEADER_SIZE", "TXN_INDEX", "AppendResult", "PartitionLog"]

@@ -60,6 +60,7 @@ class ProducerStateManager:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
+        self.open_txns: dict[int, int] = {}  # producer id -> its open transaction's first offset
 
     def check(self, header: BatchHeader) -> BatchMeta | None:
         """Validate a batch before it is appended.  Returns the cached metadata when the
@@ -106,6 +107,7 @@ class ProducerStateManager:
             return
         if header.is_transactional and not header.is_control and entry.txn_first_offset is None:
             entry.txn_first_offset = header.base_offset
+            self.open_txns[pid] = header.base_offset
         if header.base_sequence >= 0:
             entry.batches.append(
                 BatchMeta(
@@ -125,12 +127,12 @@ class ProducerStateManager:
         if entry is None:
             return None
         first, entry.txn_first_offset = entry.txn_first_offset, None
+        self.open_txns.pop(producer_id, None)
         return first
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest open transaction: the last stable offset, when any."""
-        open_txns = [e.txn_first_offset for e in self.producers.values() if e.txn_first_offset is not None]
-        return min(open_txns) if open_txns else None
+        return min(self.open_txns.values()) if self.open_txns else None
 
     def expire(self, now_ms: int, expiration_ms: int) -> None:
         # A producer with an open transaction stays: its transaction still bounds the LSO.
@@ -173,7 +175,7 @@ class ProducerStateManager:
         """Load the newest snapshot at or below `max_offset`; returns the offset to scan
         from (0 when there is none).  Snapshots past the log end (after a truncating
         recovery) are deleted."""
-        self.producers.clear()
+        self._clear()
         for offset in reversed(self.snapshots()):
             path = self._snapshot_path(offset)
             if offset > max_offset:
@@ -190,8 +192,14 @@ class ProducerStateManager:
                     for m in metas:
                         entry.batches.append(BatchMeta(*m))
                     self.producers[pid] = entry
+                    if txn_first is not None:
+                        self.open_txns[pid] = txn_first
                 return offset
             except (ValueError, TypeError, msgpack.UnpackException):
-                self.producers.clear()
+                self._clear()
                 path.unlink(missing_ok=True)
         return 0
+
+    def _clear(self) -> None:
+        self.producers.clear()
+        self.open_txns.clear()

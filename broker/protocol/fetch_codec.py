@@ -17,6 +17,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
 _I64 = struct.Struct(">q")
+_ABORTED = struct.Struct(">qq")
 _TOP_V7 = struct.Struct(">ihi")  # throttle, error, session id
 
 Buffer = bytes | bytearray | memoryview
@@ -30,6 +31,7 @@ class FetchPartition:
     last_stable_offset: int
     log_start_offset: int
     records: Buffer | None
+    aborted: list[tuple[int, int]] | None = None  # (producer id, first offset); None: not asked
 
 
 @dataclass(slots=True)
@@ -78,8 +80,14 @@ def encode_fetch_response(
             head += _PARTITION_V4.pack(p.index, p.error, p.high_watermark, p.last_stable_offset)
             if version >= 5:
                 head += _I64.pack(p.log_start_offset)
-            # aborted transactions: null (read_uncommitted, and no transactions exist)
-            head += b"\x00" if flexible else b"\xff\xff\xff\xff"
+            if p.aborted is None:  # read_uncommitted: null, as Kafka
+                head += b"\x00" if flexible else b"\xff\xff\xff\xff"
+            else:
+                head += _uvarint(len(p.aborted) + 1) if flexible else _I32.pack(len(p.aborted))
+                for producer_id, first_offset in p.aborted:
+                    head += _ABORTED.pack(producer_id, first_offset)
+                    if flexible:
+                        head += b"\x00"  # aborted transaction tagged fields
             if version >= 11:
                 head += b"\xff\xff\xff\xff"  # preferred read replica: -1
             records = p.records

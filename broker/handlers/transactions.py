@@ -1,0 +1,326 @@
+"""The transaction APIs: InitProducerId (with a transactional id), AddPartitionsToTxn,
+AddOffsetsToTxn, TxnOffsetCommit, EndTxn, DescribeTransactions and ListTransactions.  The
+protocol glue and Kafka's ACL checks live here; the behaviour in broker/txn."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from broker.core import INTERNAL_TOPICS, Broker
+from broker.protocol.codec import RequestHeader, build, nested, response_type
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.acls import Operation, ResourceType
+from broker.txn.state import PendingOffsets, TxnState
+
+INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+
+
+def _may(broker: Broker, header: RequestHeader, op: Operation, transactional_id: str) -> bool:
+    return broker.security.allowed(header.session, op, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+async def _outcome(work: Awaitable[Any]) -> ErrorCode:
+    try:
+        await work
+    except KafkaError as e:
+        return e.code
+    return ErrorCode.none
+
+
+# --- InitProducerId ------------------------------------------------------------------
+
+
+def init_transactional(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    cls = response_type(INIT_PRODUCER_ID, header.api_version)
+
+    def respond(error: ErrorCode, producer_id: int = -1, epoch: int = -1) -> Any:
+        return build(cls, throttle_time=0, error_code=error, producer_id=producer_id, producer_epoch=epoch)
+
+    transactional_id = request.transactional_id
+    if not _may(broker, header, Operation.WRITE, transactional_id):
+        return respond(ErrorCode.transactional_id_authorization_failed)
+
+    async def init() -> Any:
+        try:
+            pid, epoch = await broker.transactions.init_producer_id(
+                transactional_id,
+                int(request.transaction_timeout.total_seconds() * 1000),
+                getattr(request, "producer_id", -1),
+                getattr(request, "producer_epoch", -1),
+            )
+        except KafkaError as e:
+            return respond(e.code)
+        return respond(ErrorCode.none, pid, epoch)
+
+    return init()
+
+
+# --- AddPartitionsToTxn --------------------------------------------------------------
+
+
+def add_partitions_to_txn(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    version = header.api_version
+    cls = response_type(ADD_PARTITIONS_TO_TXN, version)
+    topic_cls = nested(cls, "AddPartitionsToTxnTopicResult")
+    part_cls = nested(cls, "AddPartitionsToTxnPartitionResult")
+
+    def topic_results(errors: dict[str, dict[int, ErrorCode]]) -> tuple[Any, ...]:
+        return tuple(
+            build(
+                topic_cls,
+                name=name,
+                results_by_partition=tuple(
+                    build(part_cls, partition_index=p, partition_error_code=e) for p, e in parts.items()
+                ),
+            )
+            for name, parts in errors.items()
+        )
+
+    async def one(transactional_id: str, producer_id: int, epoch: int, topics: Any, verify_only: bool) -> Any:
+        wanted = {t.name: list(t.partitions) for t in topics}
+        errors: dict[str, dict[int, ErrorCode]] = {n: {} for n in wanted}
+        refused = False
+        for name, partitions in wanted.items():
+            writable = broker.security.topic(header.session, Operation.WRITE, name)
+            for p in partitions:
+                if not writable:
+                    errors[name][p] = ErrorCode.topic_authorization_failed
+                elif broker.store.partition_log(name, p) is None or name in INTERNAL_TOPICS:
+                    errors[name][p] = ErrorCode.unknown_topic_or_partition
+                else:
+                    continue
+                refused = True
+        if not _may(broker, header, Operation.WRITE, transactional_id):
+            error = ErrorCode.transactional_id_authorization_failed
+        elif refused:
+            error = ErrorCode.operation_not_attempted
+        else:
+            tps = [(n, p) for n, ps in wanted.items() for p in ps]
+            work = (
+                _verify(broker, transactional_id, producer_id, epoch, tps)
+                if verify_only
+                else broker.transactions.add_partitions(transactional_id, producer_id, epoch, tps)
+            )
+            error = await _outcome(work)
+        for name, partitions in wanted.items():
+            for p in partitions:
+                errors[name].setdefault(p, error)
+        return topic_results(errors)
+
+    async def answer() -> Any:
+        if version < 4:
+            results = await one(
+                request.v3_and_below_transactional_id,
+                request.v3_and_below_producer_id,
+                request.v3_and_below_producer_epoch,
+                request.v3_and_below_topics,
+                False,
+            )
+            return build(cls, throttle_time=0, results_by_topic_v3_and_below=results)
+        # v4+: the batched form brokers use to verify (KIP-890); Kafka requires CLUSTER_ACTION.
+        result_cls = nested(cls, "AddPartitionsToTxnResult")
+        if not broker.security.cluster(header.session, Operation.CLUSTER_ACTION):
+            return build(
+                cls, throttle_time=0, error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=()
+            )
+        out = []
+        for txn in request.transactions:
+            results = await one(txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only)
+            out.append(build(result_cls, transactional_id=txn.transactional_id, topic_results=results))
+        return build(cls, throttle_time=0, error_code=ErrorCode.none, results_by_transaction=tuple(out))
+
+    return answer()
+
+
+async def _verify(
+    broker: Broker, transactional_id: str, producer_id: int, epoch: int, tps: list[tuple[str, int]]
+) -> None:
+    for tp in tps:
+        broker.transactions.check_produce(transactional_id, producer_id, epoch, tp)
+
+
+# --- AddOffsetsToTxn / TxnOffsetCommit -----------------------------------------------
+
+
+def add_offsets_to_txn(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    cls = response_type(ADD_OFFSETS_TO_TXN, header.api_version)
+
+    def respond(error: ErrorCode) -> Any:
+        return build(cls, throttle_time=0, error_code=error)
+
+    if not _may(broker, header, Operation.WRITE, request.transactional_id):
+        return respond(ErrorCode.transactional_id_authorization_failed)
+    if not request.group_id:
+        return respond(ErrorCode.invalid_group_id)
+    if not broker.security.group(header.session, Operation.READ, request.group_id):
+        return respond(ErrorCode.group_authorization_failed)
+
+    async def add() -> Any:
+        return respond(
+            await _outcome(
+                broker.transactions.add_offsets(
+                    request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+                )
+            )
+        )
+
+    return add()
+
+
+def txn_offset_commit(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    cls = response_type(TXN_OFFSET_COMMIT, header.api_version)
+    topic_cls = nested(cls, "TxnOffsetCommitResponseTopic")
+    part_cls = nested(cls, "TxnOffsetCommitResponsePartition")
+    group_id = request.group_id
+    top = ErrorCode.none
+    if not _may(broker, header, Operation.WRITE, request.transactional_id):
+        top = ErrorCode.transactional_id_authorization_failed
+    elif not group_id:
+        top = ErrorCode.invalid_group_id
+    elif not broker.security.group(header.session, Operation.READ, group_id):
+        top = ErrorCode.group_authorization_failed
+    else:
+        generation = getattr(request, "generation_id", -1)
+        member_id = getattr(request, "member_id", "") or ""
+        if generation >= 0 or member_id:  # KIP-447: a member commits for its generation
+            try:
+                broker.coordinator.validate_commit(
+                    group_id, generation, member_id, getattr(request, "group_instance_id", None)
+                )
+            except KafkaError as e:
+                top = e.code
+    limit = broker.coordinator.config.max_metadata_bytes
+    errors: dict[str, dict[int, ErrorCode]] = {}
+    accepted: PendingOffsets = {}
+    for topic in request.topics:
+        parts = errors.setdefault(topic.name, {})
+        readable = broker.security.topic(header.session, Operation.READ, topic.name)
+        for p in topic.partitions:
+            metadata = p.committed_metadata or ""
+            if top != ErrorCode.none:
+                parts[p.partition_index] = top
+            elif not readable:
+                parts[p.partition_index] = ErrorCode.topic_authorization_failed
+            elif broker.store.partition_log(topic.name, p.partition_index) is None:
+                parts[p.partition_index] = ErrorCode.unknown_topic_or_partition
+            elif len(metadata.encode()) > limit:
+                parts[p.partition_index] = ErrorCode.offset_metadata_too_large
+            else:
+                epoch = getattr(p, "committed_leader_epoch", -1)
+                accepted[(topic.name, p.partition_index)] = (p.committed_offset, epoch, metadata)
+
+    def respond() -> Any:
+        return build(
+            cls,
+            throttle_time=0,
+            topics=tuple(
+                build(
+                    topic_cls,
+                    name=name,
+                    partitions=tuple(build(part_cls, partition_index=i, error_code=e) for i, e in parts.items()),
+                )
+                for name, parts in errors.items()
+            ),
+        )
+
+    async def commit() -> Any:
+        error = await _outcome(
+            broker.transactions.commit_offsets(
+                request.transactional_id, request.producer_id, request.producer_epoch, group_id, accepted
+            )
+        )
+        for t, p in accepted:
+            errors[t][p] = error
+        return respond()
+
+    return commit() if accepted else respond()
+
+
+# --- EndTxn --------------------------------------------------------------------------
+
+
+def end_txn(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    cls = response_type(END_TXN, header.api_version)
+
+    def respond(error: ErrorCode) -> Any:
+        return build(cls, throttle_time=0, error_code=error)
+
+    if not _may(broker, header, Operation.WRITE, request.transactional_id):
+        return respond(ErrorCode.transactional_id_authorization_failed)
+
+    async def end() -> Any:
+        return respond(
+            await _outcome(
+                broker.transactions.end_transaction(
+                    request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+                )
+            )
+        )
+
+    return end()
+
+
+# --- DescribeTransactions / ListTransactions -----------------------------------------
+
+
+def describe_transactions(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    cls = response_type(DESCRIBE_TRANSACTIONS, header.api_version)
+    state_cls = nested(cls, "TransactionState")
+    topic_cls = nested(cls, "TopicData")
+    states = []
+    for transactional_id in request.transactional_ids:
+        meta = broker.transactions.txns.get(transactional_id)
+        error = ErrorCode.none
+        if not _may(broker, header, Operation.DESCRIBE, transactional_id):
+            error, meta = ErrorCode.transactional_id_authorization_failed, None
+        elif meta is None:
+            error = ErrorCode.transactional_id_not_found
+        topics: dict[str, list[int]] = {}
+        for t, p in sorted(meta.partitions if meta else ()):
+            if broker.security.topic(header.session, Operation.DESCRIBE, t):
+                topics.setdefault(t, []).append(p)
+        states.append(
+            build(
+                state_cls,
+                error_code=error,
+                transactional_id=transactional_id,
+                transaction_state=meta.state.value if meta else "",
+                transaction_timeout=meta.timeout_ms if meta else 0,
+                transaction_start_time=meta.start_ms if meta else -1,
+                producer_id=meta.producer_id if meta else -1,
+                producer_epoch=meta.producer_epoch if meta else -1,
+                topics=tuple(build(topic_cls, topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
+            )
+        )
+    return build(cls, throttle_time=0, transaction_states=tuple(states))
+
+
+def list_transactions(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    cls = response_type(LIST_TRANSACTIONS, header.api_version)
+    state_cls = nested(cls, "TransactionState")
+    known = {s.value for s in TxnState}
+    wanted = set(request.state_filters)
+    pids = set(request.producer_id_filters)
+    min_duration = getattr(request, "duration_filter", -1)
+    now = broker.clock.now_ms()
+    keep: Callable[[Any], bool] = lambda m: (  # noqa: E731
+        (not wanted or m.state.value in wanted)
+        and (not pids or m.producer_id in pids)
+        and (min_duration < 0 or (m.start_ms >= 0 and now - m.start_ms >= min_duration))
+    )
+    states = tuple(
+        build(
+            state_cls, transactional_id=m.transactional_id, producer_id=m.producer_id, transaction_state=m.state.value
+        )
+        for m in sorted(broker.transactions.txns.values(), key=lambda m: m.transactional_id)
+        if keep(m) and _may(broker, header, Operation.DESCRIBE, m.transactional_id)
+    )
+    return build(
+        cls,
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        unknown_state_filters=tuple(sorted(wanted - known)),
+        transaction_states=states,
+    )

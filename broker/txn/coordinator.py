@@ -1,0 +1,394 @@
+"""The transaction coordinator: Kafka's transactions on one broker.
+
+Every transactional id's state is a record in the compacted internal topic
+`__transaction_state` (partition ``crc32(id) % transaction.state.log.num.partitions``), fsynced
+before any answer depends on it, and replayed on start.  A transaction ends in two durable
+steps, as in Kafka: the decision (PrepareCommit / PrepareAbort) is stored first; then a marker
+is written to every partition of the transaction, its offsets are committed to their groups
+(only on commit) and the completion stored.  A broker killed between the two finishes the
+transaction on its next start, so a decision once taken is never lost or reversed.
+
+Requests for one transactional id are served one at a time (a lock per id), so a client's
+pipelined requests see each other's effects in order.  Transactions older than their timeout
+are aborted with a bumped epoch, which fences the producer that left them open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import msgpack
+import structlog
+
+from broker.clock import Clock
+from broker.log.partition_log import PartitionLog
+from broker.metadata import MetadataStore
+from broker.producer_ids import ProducerIdAllocator
+from broker.protocol.control import ControlType
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.records import Record, build_batch
+from broker.txn.state import MAX_EPOCH, PendingOffsets, TxnMetadata, TxnState, parse_key, record_of
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from broker.coordinator.coordinator import GroupCoordinator
+
+log = structlog.get_logger(__name__)
+
+TRANSACTION_TOPIC = "__transaction_state"
+COORDINATOR_EPOCH = 0  # one broker: the coordinator never moves
+_STATE_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.bytes": str(8 * 1024 * 1024),
+    "retention.ms": "-1",
+    "min.cleanable.dirty.ratio": "0.5",
+    "message.timestamp.after.max.ms": str((1 << 63) - 1),
+}
+
+Sync = Callable[[Iterable[PartitionLog]], Awaitable[None]]
+Notify = Callable[[PartitionLog, int], None]
+
+
+@dataclass(frozen=True)
+class TxnConfig:
+    partitions: int = 50
+    max_timeout_ms: int = 900_000
+    id_expiration_ms: int = 604_800_000
+    max_ids: int = 100_000
+    max_partitions: int = 10_000
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        store: MetadataStore,
+        *,
+        clock: Clock,
+        config: TxnConfig,
+        producer_ids: ProducerIdAllocator,
+        groups: GroupCoordinator,
+        sync: Sync,
+        notify: Notify,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.config = config
+        self.producer_ids = producer_ids
+        self.groups = groups
+        self._sync = sync
+        self._notify = notify
+        self.txns: dict[str, TxnMetadata] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # per id: the lock, its users
+        self.markers_written = 0
+        self.timed_out = 0
+        topic = store.get(TRANSACTION_TOPIC)
+        self.partitions = topic.partitions if topic is not None else config.partitions
+        if topic is not None:
+            self._load()
+
+    # --- persistence -----------------------------------------------------------------
+
+    def partition_for(self, transactional_id: str) -> int:
+        return zlib.crc32(transactional_id.encode()) % self.partitions
+
+    def _log_for(self, transactional_id: str) -> PartitionLog:
+        if self.store.get(TRANSACTION_TOPIC) is None:
+            self.store.create_topic(TRANSACTION_TOPIC, self.partitions, _STATE_CONFIG, internal=True)
+        plog = self.store.partition_log(TRANSACTION_TOPIC, self.partition_for(transactional_id))
+        assert plog is not None
+        return plog
+
+    def _load(self) -> None:
+        skipped = self.store.skipped
+        for p in range(self.partitions):
+            plog = self.store.partition_log(TRANSACTION_TOPIC, p)
+            assert plog is not None
+            for record in plog.records(lambda offset, why: skipped.skip(TRANSACTION_TOPIC, offset, why)):
+                try:
+                    transactional_id = parse_key(record.key)
+                    if record.value is None:
+                        self.txns.pop(transactional_id, None)
+                        continue
+                    meta = TxnMetadata.from_value(transactional_id, msgpack.unpackb(record.value))
+                except Exception as e:
+                    skipped.skip(TRANSACTION_TOPIC, record.offset, f"{type(e).__name__}: {e}")
+                    continue
+                self.txns[transactional_id] = meta
+        log.info("transaction coordinator loaded", transactional_ids=len(self.txns))
+
+    async def _store(self, meta: TxnMetadata | None, transactional_id: str) -> None:
+        """Make `meta` durable, then current.  Raises KafkaError when the disk refuses."""
+        key, value = record_of(meta, transactional_id)
+        batch = build_batch([Record(0, self.clock.now_ms(), key, value)])
+        try:
+            plog = self._log_for(transactional_id)
+            plog.append_internal(batch)
+            await self._sync([plog])
+        except OSError as e:
+            log.error("cannot store transaction state", transactional_id=transactional_id, error=str(e))  # noqa: TRY400
+            raise KafkaError(ErrorCode.coordinator_not_available, f"transaction state not stored: {e}") from e
+        if meta is None:
+            self.txns.pop(transactional_id, None)
+        else:
+            self.txns[transactional_id] = meta
+
+    @asynccontextmanager
+    async def _locked(self, transactional_id: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(transactional_id) or (asyncio.Lock(), 0)
+        self._locks[transactional_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[transactional_id]
+            if users == 1:
+                del self._locks[transactional_id]
+            else:
+                self._locks[transactional_id] = (lock, users - 1)
+
+    # --- InitProducerId --------------------------------------------------------------
+
+    async def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1
+    ) -> tuple[int, int]:
+        """(producer id, epoch) for the producer that now owns `transactional_id`; the previous
+        owner is fenced and its open transaction aborted.  Raises KafkaError."""
+        if not transactional_id:
+            raise KafkaError(ErrorCode.invalid_request, "the transactional id is empty")
+        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+            raise KafkaError(
+                ErrorCode.invalid_transaction_timeout,
+                f"transaction timeout {timeout_ms} ms is outside (0, {self.config.max_timeout_ms}]",
+            )
+        async with self._locked(transactional_id):
+            now = self.clock.now_ms()
+            meta = self.txns.get(transactional_id)
+            if meta is None:
+                if len(self.txns) >= self.config.max_ids:
+                    raise KafkaError(ErrorCode.policy_violation, f"the broker holds {len(self.txns)} transactional ids")
+                meta = TxnMetadata(transactional_id, self.producer_ids.allocate(), 0, timeout_ms, TxnState.EMPTY, now)
+                await self._store(meta, transactional_id)
+                return meta.producer_id, meta.producer_epoch
+            if producer_id != -1:  # KIP-360: the producer says which epoch it had
+                current = (meta.producer_id, meta.producer_epoch)
+                if (producer_id, producer_epoch) == (meta.last_producer_id, meta.last_producer_epoch):
+                    return current  # its retry of a bump that succeeded
+                if (producer_id, producer_epoch) != current:
+                    raise KafkaError(ErrorCode.producer_fenced, "the producer's epoch is not the current one")
+            if meta.state.preparing:
+                await self._complete(meta)
+                meta = self.txns[transactional_id]
+            if meta.state == TxnState.ONGOING:
+                meta = await self._abort_fenced(meta)
+            bumped = self._bump(meta).evolve(timeout_ms=timeout_ms, update_ms=self.clock.now_ms())
+            await self._store(bumped, transactional_id)
+            return bumped.producer_id, bumped.producer_epoch
+
+    def _bump(self, meta: TxnMetadata) -> TxnMetadata:
+        if meta.producer_epoch >= MAX_EPOCH:  # exhausted: a new producer id, as Kafka
+            return meta.evolve(
+                producer_id=self.producer_ids.allocate(),
+                producer_epoch=0,
+                last_producer_id=meta.producer_id,
+                last_producer_epoch=meta.producer_epoch,
+            )
+        return meta.evolve(
+            producer_epoch=meta.producer_epoch + 1,
+            last_producer_id=meta.producer_id,
+            last_producer_epoch=meta.producer_epoch,
+        )
+
+    async def _abort_fenced(self, meta: TxnMetadata) -> TxnMetadata:
+        """Abort an open transaction with a bumped epoch: the markers fence its producer."""
+        fenced = self._bump(meta).evolve(state=TxnState.PREPARE_ABORT, update_ms=self.clock.now_ms())
+        await self._store(fenced, meta.transactional_id)
+        await self._complete(fenced)
+        return self.txns[meta.transactional_id]
+
+    # --- the transaction's requests --------------------------------------------------
+
+    def _current(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata:
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            raise KafkaError(
+                ErrorCode.invalid_producer_id_mapping,
+                f"producer {producer_id} does not own transactional id {transactional_id!r}",
+            )
+        if producer_epoch != meta.producer_epoch:
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"epoch {producer_epoch} is not the current {meta.producer_epoch}: the producer was fenced",
+            )
+        if meta.state.preparing:
+            raise KafkaError(ErrorCode.concurrent_transactions, "the previous transaction is still completing")
+        return meta
+
+    async def add_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[tuple[str, int]]
+    ) -> None:
+        """AddPartitionsToTxn (and AddOffsetsToTxn's offsets partition).  Raises KafkaError."""
+        async with self._locked(transactional_id):
+            meta = self._current(transactional_id, producer_id, producer_epoch)
+            await self._add(meta, frozenset(partitions), None)
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
+        async with self._locked(transactional_id):
+            meta = self._current(transactional_id, producer_id, producer_epoch)
+            self.groups.ensure_offsets_topic()
+            offsets_partition = ("__consumer_offsets", self.groups.partition_for(group_id))
+            await self._add(meta, frozenset([offsets_partition]), group_id)
+
+    async def _add(self, meta: TxnMetadata, partitions: frozenset[tuple[str, int]], group_id: str | None) -> None:
+        """Begin the transaction (from a settled state) or widen the ongoing one."""
+        ongoing = meta.state == TxnState.ONGOING
+        if ongoing and partitions <= meta.partitions and (group_id is None or group_id in meta.offsets):
+            return  # nothing new: no write
+        merged = meta.partitions | partitions if ongoing else partitions
+        if len(merged) > self.config.max_partitions:
+            raise KafkaError(ErrorCode.policy_violation, f"a transaction spans at most {self.config.max_partitions}")
+        offsets = dict(meta.offsets) if ongoing else {}
+        if group_id is not None:
+            offsets.setdefault(group_id, {})
+        now = self.clock.now_ms()
+        await self._store(
+            meta.evolve(
+                state=TxnState.ONGOING,
+                partitions=merged,
+                offsets=offsets,
+                start_ms=meta.start_ms if ongoing else now,
+                update_ms=now,
+            ),
+            meta.transactional_id,
+        )
+
+    async def commit_offsets(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str, offsets: PendingOffsets
+    ) -> None:
+        """TxnOffsetCommit: offsets held with the transaction until it commits."""
+        async with self._locked(transactional_id):
+            meta = self._current(transactional_id, producer_id, producer_epoch)
+            if meta.state != TxnState.ONGOING or group_id not in meta.offsets:
+                raise KafkaError(ErrorCode.invalid_txn_state, f"group {group_id!r} was not added to the transaction")
+            pending = {**meta.offsets[group_id], **offsets}
+            await self._store(
+                meta.evolve(offsets={**meta.offsets, group_id: pending}, update_ms=self.clock.now_ms()),
+                transactional_id,
+            )
+
+    def pending_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """The partitions of `group_id` with offsets in an open transaction (require_stable)."""
+        return {tp for meta in self.txns.values() for tp in meta.offsets.get(group_id, {})}
+
+    async def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """EndTxn.  Raises KafkaError."""
+        async with self._locked(transactional_id):
+            meta = self._current(transactional_id, producer_id, producer_epoch)
+            done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+            if meta.state == done:
+                return  # a retry of the request that completed it
+            if meta.state != TxnState.ONGOING:
+                raise KafkaError(ErrorCode.invalid_txn_state, f"no transaction to end: it is {meta.state.value}")
+            prepared = meta.evolve(
+                state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, update_ms=self.clock.now_ms()
+            )
+            await self._store(prepared, transactional_id)
+            await self._complete(prepared)
+
+    def check_produce(self, transactional_id: str, producer_id: int, producer_epoch: int, tp: tuple[str, int]) -> None:
+        """A transactional Produce is accepted only for a partition its transaction holds
+        (the broker-side verification of KIP-890).  Raises KafkaError."""
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            raise KafkaError(ErrorCode.invalid_producer_id_mapping, "the producer does not own the transactional id")
+        if producer_epoch < meta.producer_epoch:
+            raise KafkaError(ErrorCode.invalid_producer_epoch, "the producer was fenced by a newer epoch")
+        if meta.state != TxnState.ONGOING or producer_epoch != meta.producer_epoch or tp not in meta.partitions:
+            raise KafkaError(ErrorCode.invalid_txn_state, f"{tp[0]}-{tp[1]} is not in an ongoing transaction")
+
+    # --- completion ------------------------------------------------------------------
+
+    async def _complete(self, meta: TxnMetadata) -> None:
+        """Markers, offsets, then the completion record: the second step of an end."""
+        commit = meta.state == TxnState.PREPARE_COMMIT
+        control = ControlType.COMMIT if commit else ControlType.ABORT
+        touched = []
+        for topic, partition in sorted(meta.partitions):
+            if topic == "__consumer_offsets":
+                continue  # offsets are held by the transaction, not written to the log early
+            plog = self.store.partition_log(topic, partition)
+            if plog is None:
+                continue  # the topic was deleted meanwhile
+            try:
+                result = plog.append_marker(
+                    meta.producer_id, meta.producer_epoch, control, coordinator_epoch=COORDINATOR_EPOCH
+                )
+            except KafkaError as e:
+                if e.code == ErrorCode.kafka_storage_error:
+                    raise KafkaError(ErrorCode.coordinator_not_available, e.message) from e
+                log.warning("transaction marker refused", topic=topic, partition=partition, error=e.message)
+                continue
+            self.markers_written += 1
+            self._notify(plog, result.last_offset - result.base_offset + 1)
+            touched.append(plog)
+        try:
+            await self._sync(touched)
+        except OSError as e:
+            raise KafkaError(ErrorCode.coordinator_not_available, f"markers not stored: {e}") from e
+        if commit:
+            for group_id, offsets in meta.offsets.items():
+                try:
+                    await self.groups.commit(group_id, offsets)
+                except OSError as e:
+                    raise KafkaError(ErrorCode.coordinator_not_available, f"offsets not stored: {e}") from e
+        await self._store(
+            meta.evolve(
+                state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+                partitions=frozenset(),
+                offsets={},
+                start_ms=-1,
+                update_ms=self.clock.now_ms(),
+            ),
+            meta.transactional_id,
+        )
+
+    async def recover(self) -> None:
+        """Finish the transactions a stop interrupted between their decision and completion."""
+        for transactional_id, meta in list(self.txns.items()):
+            if meta.state.preparing:
+                async with self._locked(transactional_id):
+                    current = self.txns.get(transactional_id)
+                    if current is not None and current.state.preparing:
+                        await self._complete(current)
+                        log.info("transaction completed after restart", transactional_id=transactional_id)
+
+    async def tick(self) -> None:
+        """Abort timed-out transactions; forget ids idle past transactional.id.expiration.ms;
+        retry completions a full disk interrupted."""
+        now = self.clock.now_ms()
+        for transactional_id, meta in list(self.txns.items()):
+            try:
+                if meta.state == TxnState.ONGOING and now - meta.start_ms > meta.timeout_ms:
+                    async with self._locked(transactional_id):
+                        current = self.txns.get(transactional_id)
+                        if current is not None and current.state == TxnState.ONGOING:
+                            await self._abort_fenced(current)
+                            self.timed_out += 1
+                            log.info("timed-out transaction aborted", transactional_id=transactional_id)
+                elif meta.state.preparing:
+                    await self.recover()
+                elif meta.state.settled and now - meta.update_ms > self.config.id_expiration_ms:
+                    async with self._locked(transactional_id):
+                        current = self.txns.get(transactional_id)
+                        if current is not None and current.state.settled:
+                            await self._store(None, transactional_id)
+            except KafkaError as e:
+                log.warning("transaction housekeeping failed", transactional_id=transactional_id, error=e.message)
+
+    def open_transactions(self) -> list[TxnMetadata]:
+        return [m for m in self.txns.values() if not m.state.settled]
