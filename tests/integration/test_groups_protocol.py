@@ -435,15 +435,16 @@ def test_leave_group_answers_each_member_and_only_the_known_one_leaves(group: Gr
 # --- FindCoordinator ------------------------------------------------------------------------
 
 
-def test_find_coordinator_answers_groups_and_refuses_other_key_types(group: Group) -> None:
+def test_find_coordinator_answers_groups_and_transactions_and_refuses_other_key_types(group: Group) -> None:
     g = group
     node_id = g.broker.broker.node_id
     ok = g.conn.request(FindCoordinatorRequestV3(key=GROUP, key_type=i8(GROUP_KEY)))
     assert (ok.error_code, ok.node_id, ok.host, ok.port) == (ErrorCode.none, node_id, "127.0.0.1", g.broker.port)
-    # This broker has no transaction coordinator; Kafka's answer to an unknown key type
-    # (CoordinatorType.forId) is INVALID_REQUEST.
     txn = g.conn.request(FindCoordinatorRequestV3(key="txn-id", key_type=i8(TRANSACTION_KEY)))
-    assert (txn.error_code, txn.node_id) == (ErrorCode.coordinator_not_available, -1)
+    assert (txn.error_code, txn.node_id, txn.port) == (ErrorCode.none, node_id, g.broker.port)
+    empty = g.conn.request(FindCoordinatorRequestV3(key="", key_type=i8(TRANSACTION_KEY)))
+    assert (empty.error_code, empty.node_id) == (ErrorCode.invalid_request, -1)
+    # Kafka's answer to an unknown key type (CoordinatorType.forId) is INVALID_REQUEST.
     unknown = g.conn.request(FindCoordinatorRequestV3(key=GROUP, key_type=i8(7)))
     assert (unknown.error_code, unknown.node_id) == (ErrorCode.invalid_request, -1)
     g.assert_intact()
@@ -457,9 +458,15 @@ def test_find_coordinator_v4_answers_every_batched_key(group: Group) -> None:
     assert [(c.key, c.error_code, c.node_id, c.host, c.port) for c in batched.coordinators] == [
         (k, ErrorCode.none, node_id, "127.0.0.1", g.broker.port) for k in keys
     ]
-    for key_type, error in ((TRANSACTION_KEY, ErrorCode.coordinator_not_available), (7, ErrorCode.invalid_request)):
-        refused = g.conn.request(FindCoordinatorRequestV4(key_type=i8(key_type), coordinator_keys=keys[:2]))
-        assert [(c.key, c.error_code, c.node_id) for c in refused.coordinators] == [(k, error, -1) for k in keys[:2]]
+    txns = g.conn.request(FindCoordinatorRequestV4(key_type=i8(TRANSACTION_KEY), coordinator_keys=("a", "")))
+    assert [(c.key, c.error_code, c.node_id) for c in txns.coordinators] == [
+        ("a", ErrorCode.none, node_id),
+        ("", ErrorCode.invalid_request, -1),
+    ]
+    refused = g.conn.request(FindCoordinatorRequestV4(key_type=i8(7), coordinator_keys=keys[:2]))
+    assert [(c.key, c.error_code, c.node_id) for c in refused.coordinators] == [
+        (k, ErrorCode.invalid_request, -1) for k in keys[:2]
+    ]
     g.assert_intact()
 
 
