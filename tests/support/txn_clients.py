@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import kafka
@@ -23,7 +24,9 @@ CLIENTS = ("confluent", "aiokafka", "kafka-python")
 
 
 class TxnProducer(Protocol):
-    errors: tuple[type[BaseException], ...]  # what the client raises when fenced or refused
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:  # what the client raises when fenced or refused
+        ...
 
     def init(self) -> None: ...
     def begin(self) -> None: ...
@@ -171,8 +174,24 @@ class _KafkaPython:
 
 
 def producer(client: str, bootstrap: str, transactional_id: str, timeout_ms: int = 60_000) -> TxnProducer:
-    kinds: dict[str, type[TxnProducer]] = {"confluent": _Confluent, "aiokafka": _Aio, "kafka-python": _KafkaPython}
-    return kinds[client](bootstrap, transactional_id, timeout_ms)  # type: ignore[call-arg]
+    if client == "confluent":
+        return _Confluent(bootstrap, transactional_id, timeout_ms)
+    if client == "aiokafka":
+        return _Aio(bootstrap, transactional_id, timeout_ms)
+    return _KafkaPython(bootstrap, transactional_id, timeout_ms)
+
+
+@dataclass(frozen=True)
+class _Read:
+    bootstrap: str
+    topic: str
+    isolation: str
+    until: frozenset[bytes]
+    partitions: int
+    deadline: float
+
+    def more(self, values: list[bytes]) -> bool:
+        return not self.until <= set(values) and time.monotonic() < self.deadline
 
 
 def read_values(
@@ -180,41 +199,36 @@ def read_values(
 ) -> list[bytes]:
     """Every value of `topic` from the start, read by `client`'s consumer (assigned, no group)
     at read_committed or read_uncommitted, until every partition's `until` record (the value
-    `until`, or on partition p of several `until + b"-p"`) has arrived."""
-    if partitions > 1:
-        return _read(
-            client, bootstrap, topic, committed, {until + b"-%d" % p for p in range(partitions)}, partitions, timeout
-        )
-    return _read(client, bootstrap, topic, committed, {until}, partitions, timeout)
-
-
-def _read(
-    client: str, bootstrap: str, topic: str, committed: bool, until: set[bytes], partitions: int, timeout: float
-) -> list[bytes]:
-    isolation = "read_committed" if committed else "read_uncommitted"
+    `until`, or on partition p of several `until + b"-p"`) has arrived or `timeout` passed."""
+    last = {until + b"-%d" % p for p in range(partitions)} if partitions > 1 else {until}
+    read = _Read(
+        bootstrap,
+        topic,
+        "read_committed" if committed else "read_uncommitted",
+        frozenset(last),
+        partitions,
+        time.monotonic() + timeout,
+    )
     if client == "confluent":
-        return _confluent_read(bootstrap, topic, isolation, until, partitions, timeout)
+        return _confluent_read(read)
     if client == "aiokafka":
-        return asyncio.run(_aio_read(bootstrap, topic, isolation, until, partitions, timeout))
-    return _kafka_python_read(bootstrap, topic, isolation, until, partitions, timeout)
+        return asyncio.run(_aio_read(read))
+    return _kafka_python_read(read)
 
 
-def _confluent_read(
-    bootstrap: str, topic: str, isolation: str, until: set[bytes], n: int, timeout: float
-) -> list[bytes]:
+def _confluent_read(read: _Read) -> list[bytes]:
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            "bootstrap.servers": read.bootstrap,
             "group.id": "unused",
             "enable.auto.commit": False,
-            "isolation.level": isolation,
+            "isolation.level": read.isolation,
         }
     )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(n)])
+    consumer.assign([TopicPartition(read.topic, p, 0) for p in range(read.partitions)])
     values: list[bytes] = []
-    deadline = time.monotonic() + timeout
     try:
-        while not until <= set(values) and time.monotonic() < deadline:
+        while read.more(values):
             msg = consumer.poll(0.2)
             if msg is not None and msg.error() is None:
                 values.append(msg.value() or b"")
@@ -223,17 +237,16 @@ def _confluent_read(
     return values
 
 
-async def _aio_read(
-    bootstrap: str, topic: str, isolation: str, until: set[bytes], n: int, timeout: float
-) -> list[bytes]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False)
+async def _aio_read(read: _Read) -> list[bytes]:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=read.bootstrap, isolation_level=read.isolation, enable_auto_commit=False
+    )
     await consumer.start()
     values: list[bytes] = []
     try:
-        consumer.assign([AioTP(topic, p) for p in range(n)])
+        consumer.assign([AioTP(read.topic, p) for p in range(read.partitions)])
         await consumer.seek_to_beginning()
-        deadline = time.monotonic() + timeout
-        while not until <= set(values) and time.monotonic() < deadline:
+        while read.more(values):
             batches = await consumer.getmany(timeout_ms=200)
             for records in batches.values():
                 values.extend(r.value or b"" for r in records)
@@ -242,16 +255,15 @@ async def _aio_read(
     return values
 
 
-def _kafka_python_read(
-    bootstrap: str, topic: str, isolation: str, until: set[bytes], n: int, timeout: float
-) -> list[bytes]:
-    consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False)
+def _kafka_python_read(read: _Read) -> list[bytes]:
+    consumer = kafka.KafkaConsumer(
+        bootstrap_servers=read.bootstrap, isolation_level=read.isolation, enable_auto_commit=False
+    )
     values: list[bytes] = []
     try:
-        consumer.assign([kafka.TopicPartition(topic, p) for p in range(n)])
+        consumer.assign([kafka.TopicPartition(read.topic, p) for p in range(read.partitions)])
         consumer.seek_to_beginning()
-        deadline = time.monotonic() + timeout
-        while not until <= set(values) and time.monotonic() < deadline:
+        while read.more(values):
             for records in consumer.poll(timeout_ms=200).values():
                 values.extend(r.value or b"" for r in records)
     finally:
