@@ -377,8 +377,8 @@ class TransactionCoordinator:
                     async with self._locked(transactional_id):
                         current = self.txns.get(transactional_id)
                         if current is not None and current.state == TxnState.ONGOING:
-                            await self._abort_fenced(current)
                             self.timed_out += 1
+                            await self._abort_fenced(current)
                             log.info("timed-out transaction aborted", transactional_id=transactional_id)
                 elif meta.state.preparing:
                     await self.recover()

@@ -319,9 +319,11 @@ class KafkaConnection:
         min_bytes: int,
         max_bytes: int,
         partition_max_bytes: int,
+        isolation: int = 0,
     ) -> Any:
         """The whole Fetch v12 response for {partition: offset} (in that order)."""
         request = FetchRequest(
+            isolation_level=i8(isolation),
             max_wait=ms(max_wait_ms),
             min_bytes=i32(min_bytes),
             max_bytes=i32(max_bytes),
@@ -349,8 +351,10 @@ class KafkaConnection:
         min_bytes: int = 1,
         max_bytes: int = 0x7FFFFFFF,
         partition_max_bytes: int = 1 << 20,
+        isolation: int = 0,
     ) -> dict[int, Any]:
-        """Fetch v12 from {partition: offset} (in that order); returns {partition: PartitionData}."""
+        """Fetch v12 from {partition: offset} (in that order); returns {partition: PartitionData}.
+        `isolation` 1 is read_committed."""
         response = self._fetch(
             topic,
             offsets,
@@ -358,6 +362,7 @@ class KafkaConnection:
             min_bytes=min_bytes,
             max_bytes=max_bytes,
             partition_max_bytes=partition_max_bytes,
+            isolation=isolation,
         )
         return {p.partition_index: p for t in response.responses for p in t.partitions}
 
@@ -370,12 +375,13 @@ class KafkaConnection:
         assert response.error_code.value == 0, response.error_code
         return response.responses[0].partitions[0]
 
-    def list_offsets(self, topic: str, partition: int, timestamp: int) -> Any:
-        """ListOffsets v7 of one partition (timestamp -1 latest, -2 earliest)."""
+    def list_offsets(self, topic: str, partition: int, timestamp: int, *, isolation: int = 0) -> Any:
+        """ListOffsets v7 of one partition (timestamp -1 latest, -2 earliest; isolation 1 is
+        read_committed)."""
         response = self.request(
             ListOffsetsRequest(
                 replica_id=i32(-1),
-                isolation_level=i8(0),
+                isolation_level=i8(isolation),
                 topics=(
                     ListOffsetsTopic(
                         name=TopicName(topic),
