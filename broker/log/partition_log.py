@@ -163,7 +163,12 @@ class PartitionLog:
 
     def _end_transaction(self, producer_id: int, control: ControlType, marker_offset: int) -> None:
         first = self.producer_state.end_transaction(producer_id)
-        if control == ControlType.ABORT and first is not None and marker_offset > self.txn_index.last_offset:
+        if (
+            control == ControlType.ABORT
+            and first is not None
+            and marker_offset > self.txn_index.last_offset
+            and marker_offset >= self.log_start_offset  # a scan meets markers retention already dropped
+        ):
             lso = self.producer_state.first_unstable_offset()
             stable = marker_offset + 1 if lso is None else lso
             self.txn_index.append(AbortedTxn(producer_id, first, marker_offset, stable))

@@ -10,11 +10,11 @@ import sys
 import time
 from collections.abc import Callable
 
-from broker.txn.state import TxnMetadata
+from broker.txn.state import TxnMetadata, TxnState
 from tests.support.harness import REPO, BrokerProcess, ThreadBroker
 from tests.support.kafka_clients import confluent_produce, create_topic
 from tests.support.kafka_wire import connect
-from tests.support.txn_clients import producer, read_values
+from tests.support.txn_clients import committed_offset, producer, read_values
 
 READ_COMMITTED = 1
 TIMEOUT_MS = 3000
@@ -149,3 +149,37 @@ def test_broker_sigkill_mid_transaction_keeps_commits_and_never_shows_the_open_o
     for client in ("confluent", "aiokafka", "kafka-python"):
         again = read_values(client, proc.bootstrap, topic, committed=True, until=b"after", partitions=2)
         assert sorted(again) == sorted(got), client
+
+
+def test_a_decided_transaction_is_completed_by_the_next_start(
+    broker_factory: Callable[..., ThreadBroker],
+) -> None:
+    """A stop between the stored decision (PrepareCommit) and the markers: the next start
+    writes the markers and commits the transaction's offsets."""
+    broker = broker_factory(name="decided")
+    create_topic(broker.bootstrap, "src")
+    create_topic(broker.bootstrap, "dst", 2)
+    p = producer("confluent", broker.bootstrap, "decided")
+    try:
+        p.init()
+        p.begin()
+        p.send("dst", b"out-0", partition=0)
+        p.send("dst", b"out-1", partition=1)
+        p.send_offsets({("src", 0): 7}, "decider")
+        p.flush()
+
+        async def decide_then_stop() -> None:
+            coordinator = broker.broker.transactions
+            meta = coordinator.txns["decided"]
+            await coordinator._store(meta.evolve(state=TxnState.PREPARE_COMMIT), "decided")
+
+        broker.run(decide_then_stop())
+    finally:
+        p.close()
+    broker.close()  # the decision is stored; no marker was written
+    restarted = broker_factory(name="decided")
+    txn = _settled(restarted, "decided")
+    assert txn.state == TxnState.COMPLETE_COMMIT
+    got = read_values("confluent", restarted.bootstrap, "dst", committed=True, until=b"out", partitions=2)
+    assert sorted(got) == [b"out-0", b"out-1"]
+    assert committed_offset(restarted.bootstrap, "decider", "src") == 7

@@ -102,6 +102,9 @@ class ThreadBroker:
         return self.start()
 
     def close(self) -> None:
+        """Stop cleanly; closing again (a test that restarts on the same directory) does nothing."""
+        if self.loop.is_closed():
+            return
         self.stop()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
