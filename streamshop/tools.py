@@ -25,7 +25,7 @@ SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 # Console tools that talk to the cluster: checked for a reachable broker before they start.
-_CLIENT_COMMANDS = {"topics", "groups", "produce", "consume"}
+_CLIENT_COMMANDS = {"topics", "groups", "produce", "consume", "transactions"}
 
 
 def _lazy(module: str, function: str, command: str) -> Callable[[argparse.Namespace], int]:
@@ -555,10 +555,17 @@ def _analytics_parser(sub: SubParsers) -> None:
     )
 
 
+def _transactions_parser(sub: SubParsers) -> None:
+    from streamshop import transactions
+
+    transactions.register(sub, _client_options, _lazy)
+
+
 def register_tools(sub: SubParsers) -> None:
     for register in (
         _topics_parser,
         _groups_parser,
+        _transactions_parser,
         _produce_parser,
         _consume_parser,
         _roundtrip_parser,

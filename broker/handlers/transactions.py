@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.core import INTERNAL_TOPICS, Broker
-from broker.protocol.codec import RequestHeader, build, nested, response_type
+from broker.protocol.codec import RequestHeader, build, ms_to_datetime, nested, response_type
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation, ResourceType
 from broker.txn.state import PendingOffsets, TxnState
@@ -288,7 +288,9 @@ def describe_transactions(broker: Broker, header: RequestHeader, request: Any) -
                 transactional_id=transactional_id,
                 transaction_state=meta.state.value if meta else "",
                 transaction_timeout=meta.timeout_ms if meta else 0,
-                transaction_start_time=meta.start_ms if meta else -1,
+                # -1 (none) as a datetime: `build` would make a negative int None, which this
+                # non-nullable field cannot carry.
+                transaction_start_time=ms_to_datetime(meta.start_ms if meta else -1),
                 producer_id=meta.producer_id if meta else -1,
                 producer_epoch=meta.producer_epoch if meta else -1,
                 topics=tuple(build(topic_cls, topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
