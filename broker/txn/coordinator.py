@@ -122,14 +122,18 @@ class TransactionCoordinator:
                 self.txns[transactional_id] = meta
         log.info("transaction coordinator loaded", transactional_ids=len(self.txns))
 
-    async def _store(self, meta: TxnMetadata | None, transactional_id: str) -> None:
-        """Make `meta` durable, then current.  Raises KafkaError when the disk refuses."""
+    async def _store(self, meta: TxnMetadata | None, transactional_id: str, *, durable: bool = True) -> None:
+        """Make `meta` durable, then current.  Raises KafkaError when the disk refuses.  A
+        completion need not wait for its fsync (`durable=False`): lost, it leaves the decision
+        stored before it, which the next start completes again (markers and offsets are
+        idempotent), and the next durable write of the partition carries it anyway."""
         key, value = record_of(meta, transactional_id)
         batch = build_batch([Record(0, self.clock.now_ms(), key, value)])
         try:
             plog = self._log_for(transactional_id)
             plog.append_internal(batch)
-            await self._sync([plog])
+            if durable:
+                await self._sync([plog])
         except OSError as e:
             log.error("cannot store transaction state", transactional_id=transactional_id, error=str(e))  # noqa: TRY400
             raise KafkaError(ErrorCode.coordinator_not_available, f"transaction state not stored: {e}") from e
@@ -355,6 +359,7 @@ class TransactionCoordinator:
                 update_ms=self.clock.now_ms(),
             ),
             meta.transactional_id,
+            durable=False,
         )
 
     async def recover(self) -> None:
