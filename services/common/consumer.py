@@ -78,6 +78,8 @@ __all__ = [
     "PermanentError",
     "RunnerStats",
     "consuming",
+    "decode_record",
+    "dlq_headers",
     "prune_forever",
     "runner_for_service",
 ]
@@ -366,17 +368,7 @@ class ConsumerRunner:
             return None
 
     async def _decode(self, record: ConsumerRecord[bytes, bytes]) -> Message:
-        decoded = await self.deserializer.deserialize(record.value or b"")
-        return Message(
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            key=None if record.key is None else record.key.decode("utf-8", "replace"),
-            record_name=decoded.record_name,
-            value=decoded.value,
-            headers=tuple(record.headers or ()),
-            timestamp_ms=record.timestamp,
-        )
+        return await decode_record(self.deserializer, record)
 
     async def _flush(
         self,
@@ -449,18 +441,7 @@ class ConsumerRunner:
             await asyncio.wait_for(self._stopped.wait(), seconds)
 
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], error: BaseException, attempts: int) -> None:
-        headers = [
-            *(record.headers or ()),
-            ("dlq.error.class", f"{type(error).__module__}.{type(error).__qualname__}".encode()),
-            ("dlq.error.message", str(error)[:4000].encode()),
-            ("dlq.original.topic", record.topic.encode()),
-            ("dlq.original.partition", str(record.partition).encode()),
-            ("dlq.original.offset", str(record.offset).encode()),
-            ("dlq.original.timestamp", str(record.timestamp).encode()),
-            ("dlq.failed.at", str(int(time.time() * 1000)).encode()),
-            ("dlq.attempts", str(attempts).encode()),
-            ("dlq.group", self.group_id.encode()),
-        ]
+        headers = dlq_headers(record, error, attempts, self.group_id)
         delay = self.backoff_initial
         while True:
             try:
@@ -577,6 +558,39 @@ def runner_for_service(
         **kafka,
         **options,
     )
+
+
+async def decode_record(deserializer: AvroDeserializer, record: ConsumerRecord[bytes, bytes]) -> Message:
+    """The Message of a fetched record; raises what the deserializer raises (SerdeError...)."""
+    decoded = await deserializer.deserialize(record.value or b"")
+    return Message(
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        key=None if record.key is None else record.key.decode("utf-8", "replace"),
+        record_name=decoded.record_name,
+        value=decoded.value,
+        headers=tuple(record.headers or ()),
+        timestamp_ms=record.timestamp,
+    )
+
+
+def dlq_headers(
+    record: ConsumerRecord[bytes, bytes], error: BaseException, attempts: int, group_id: str
+) -> list[tuple[str, bytes]]:
+    """A dead-lettered record's headers: its own, then why and where it failed."""
+    return [
+        *(record.headers or ()),
+        ("dlq.error.class", f"{type(error).__module__}.{type(error).__qualname__}".encode()),
+        ("dlq.error.message", str(error)[:4000].encode()),
+        ("dlq.original.topic", record.topic.encode()),
+        ("dlq.original.partition", str(record.partition).encode()),
+        ("dlq.original.offset", str(record.offset).encode()),
+        ("dlq.original.timestamp", str(record.timestamp).encode()),
+        ("dlq.failed.at", str(int(time.time() * 1000)).encode()),
+        ("dlq.attempts", str(attempts).encode()),
+        ("dlq.group", group_id.encode()),
+    ]
 
 
 async def prune_forever(handler: IdempotentHandler, older_than_ms: int, interval_s: float = 60.0) -> None:

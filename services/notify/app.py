@@ -38,6 +38,7 @@ from services.notify.config import EmailSenderConfig, SenderConfig, SmsSenderCon
 from services.notify.openapi import sender_openapi
 from services.notify.providers import FileSinkSmsProvider, Provider, SmtpEmailProvider, WebhookSmsProvider
 from services.notify.sender import Sender, SenderPolicy
+from services.notify.transactional import TransactionalLoop, TransactionalSender
 
 __all__ = ["PROVIDER_KEY", "RELAY_KEY", "RUNNER_KEY", "SENDER_KEY", "build_provider", "create_app"]
 
@@ -45,6 +46,7 @@ log = get_logger(__name__)
 
 SENDER_KEY = web.AppKey("otp_sender", Sender)
 RUNNER_KEY = web.AppKey("otp_sender_runner", ConsumerRunner)
+LOOP_KEY = web.AppKey("otp_sender_transactional_loop", TransactionalLoop)
 PROVIDER_KEY: web.AppKey[Provider] = web.AppKey("otp_sender_provider")
 
 # Provider calls take milliseconds (a local sink) to seconds (a slow SMTP server, a timeout).
@@ -100,7 +102,8 @@ class SenderCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         sender = self.app.get(SENDER_KEY)
         runner = self.app.get(RUNNER_KEY)
-        if sender is None or runner is None:
+        loop = self.app.get(LOOP_KEY)
+        if sender is None or (runner is None and loop is None):
             return
         channel = self.channel
         delivered = CounterMetricFamily(
@@ -120,7 +123,11 @@ class SenderCollector(Collector):
         for name, doc, value in (
             ("otp_sender_skipped", "requests that did not ask for this channel", sender.stats.skipped),
             ("otp_sender_duplicates", "redelivered requests skipped (already processed)", sender.duplicates),
-            ("otp_sender_dead_lettered", "poison requests sent to the DLQ", runner.stats.dead_lettered),
+            (
+                "otp_sender_dead_lettered",
+                "poison requests sent to the DLQ",
+                runner.stats.dead_lettered if runner is not None else loop.dead_lettered if loop is not None else 0,
+            ),
         ):
             family = CounterMetricFamily(name, doc, labels=["channel"])
             family.add_metric([channel], value)
@@ -128,9 +135,21 @@ class SenderCollector(Collector):
         lag = GaugeMetricFamily(
             "otp_sender_consumer_lag", "records behind the log end, per partition", labels=["topic", "partition"]
         )
-        for tp, behind in sorted(runner.last_lag.items()):
+        for tp, behind in sorted(runner.last_lag.items() if runner is not None else ()):
             lag.add_metric([tp.topic, str(tp.partition)], behind)
         yield lag
+        if loop is not None:
+            for name, doc, value in (
+                ("otp_sender_transactions_committed", "Kafka transactions committed", loop.committed_transactions),
+                (
+                    "otp_sender_transactions_aborted",
+                    "Kafka transactions aborted (runs read again)",
+                    loop.aborted_transactions,
+                ),
+            ):
+                family = CounterMetricFamily(name, doc, labels=["channel"])
+                family.add_metric([channel], value)
+                yield family
 
 
 async def get_delivery(request: web.Request) -> web.Response:
@@ -176,6 +195,7 @@ def create_app(config: SenderConfig, *, shipper: LogShipper | None = None) -> we
         calls.labels(config.channel.value, provider_name, outcome).observe(seconds)
 
     catalog = default_catalog()
+    sender_class = TransactionalSender if config.delivery_mode == "transactional" else Sender
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         log.info("sender starting", channel=config.channel.value, **config.as_log_dict())
@@ -185,7 +205,7 @@ def create_app(config: SenderConfig, *, shipper: LogShipper | None = None) -> we
                 open_publishing_service(
                     config,
                     catalog,
-                    lambda db, outbox: Sender(db, outbox, provider, policy, on_attempt=observe),
+                    lambda db, outbox: sender_class(db, outbox, provider, policy, on_attempt=observe),
                     topics=config.topics_to_create(),
                     replication_factor=config.topic_replication_factor,
                     relay_poll_interval=config.relay_poll_interval,
@@ -193,6 +213,28 @@ def create_app(config: SenderConfig, *, shipper: LogShipper | None = None) -> we
                 )
             )
             deserializer = AvroDeserializer(service.registry, reader_schemas=[catalog.schema("OtpRequested")])
+            app[SENDER_KEY] = service.store
+            app[RELAY_KEY] = service.relay
+            if isinstance(service.store, TransactionalSender):
+                loop = TransactionalLoop(
+                    service.store,
+                    group_id=config.group_id,
+                    topic=config.topic,
+                    deserializer=deserializer,
+                    schema_id=service.producer.serializer.schema_id,
+                    kafka=config.kafka_client_kwargs(),
+                    transaction_timeout_ms=config.transaction_timeout_ms,
+                    consumer_options={
+                        "session_timeout_ms": config.session_timeout_ms,
+                        "heartbeat_interval_ms": config.heartbeat_interval_ms,
+                    },
+                )
+                await loop.start()
+                stack.push_async_callback(loop.stop)
+                app[LOOP_KEY] = loop
+                log.info("sender started, transactional", group=config.group_id, topic=config.topic)
+                yield
+                return
             runner = runner_for_service(
                 config,
                 config.group_id,
@@ -206,8 +248,6 @@ def create_app(config: SenderConfig, *, shipper: LogShipper | None = None) -> we
                 heartbeat_interval_ms=config.heartbeat_interval_ms,
                 group_instance_id=config.group_instance_id,
             )
-            app[SENDER_KEY] = service.store
-            app[RELAY_KEY] = service.relay
             app[RUNNER_KEY] = runner
             await stack.enter_async_context(
                 consuming(runner, prune=service.store.handler, dedupe_window_ms=config.dedupe_window_s * 1000)

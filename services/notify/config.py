@@ -55,6 +55,13 @@ class SenderConfig(ServiceConfig):
     )
     dedupe_window_s: int = setting(7 * 24 * 3600, help="how long processed event ids are remembered")
     relay_poll_interval: float = setting(1.0, help="seconds between outbox polls when not woken")
+    delivery_mode: str = setting(
+        "outbox",
+        choices=("outbox", "transactional"),
+        help="outbox: events through the SQLite outbox, at least once with idempotent handling; transactional: "
+        "deliver, produce the event and commit the offset in one Kafka transaction (exactly once in otp.deliveries)",
+    )
+    transaction_timeout_ms: int = setting(60_000, help="transactional mode: the broker aborts a longer transaction")
     brand: str = setting("streamshop", help="the name the messages sign with")
 
     def seal_keys(self) -> dict[str, bytes]:

@@ -319,7 +319,7 @@ class Sender:
         return self.handler.duplicates
 
     async def __call__(self, message: Message) -> None:
-        if await self.handler.already_processed(message):
+        if await self._seen(message):
             return
         request = OtpRequest.from_message(message)
         with use_context(trace_of(message, request)):
@@ -328,7 +328,7 @@ class Sender:
     async def _handle(self, message: Message, request: OtpRequest) -> None:
         channel = self.policy.channel
         if channel.value not in request.channels:
-            if await self.handler.record(message):
+            if await self._mark_done(message):
                 self.stats.skipped += 1
             return
         address = request.destinations.get(channel.value)
@@ -339,7 +339,7 @@ class Sender:
             (request.request_id, channel.value),
         )
         if row is not None and row["status"] != RETRYING:
-            await self.handler.record(message)  # finished under another event id: nothing more to do
+            await self._mark_done(message)  # finished under another event id: nothing more to do
             return
         attempt = (int(row["attempts"]) if row is not None else 0) + 1
         if self._clock() >= request.expires_at:
@@ -439,8 +439,24 @@ class Sender:
             self._on_attempt(self.provider.name, outcome, seconds)
 
     # -- recording ------------------------------------------------------------------------------
+    # The four hooks below are where a sender keeps its progress: here SQLite (processed event ids,
+    # rows and the outbox in one transaction); services.notify.transactional keeps it in a Kafka
+    # transaction instead.
+
+    async def _seen(self, message: Message) -> bool:
+        return await self.handler.already_processed(message)
+
+    async def _mark_done(self, message: Message) -> bool:
+        """The record needs no delivery (another channel, or finished): remember it handled."""
+        return await self.handler.record(message)
 
     async def _write(self, tx: Transaction, request: OtpRequest, address: str, outcome: _Outcome) -> None:
+        await self._write_row(tx, request, address, outcome)
+        await self.outbox.add(
+            tx, self.policy.deliveries_topic, request.request_id, outcome.event_name, outcome.event, kafka_headers()
+        )
+
+    async def _write_row(self, tx: Transaction, request: OtpRequest, address: str, outcome: _Outcome) -> None:
         now = _ms(self._clock())
         await tx.execute(
             "INSERT INTO deliveries (request_id, channel, user_id, destination, requested_event_id, status, attempts,"
@@ -466,9 +482,6 @@ class Sender:
                 now,
                 now,
             ),
-        )
-        await self.outbox.add(
-            tx, self.policy.deliveries_topic, request.request_id, outcome.event_name, outcome.event, kafka_headers()
         )
 
     async def _record_retry(self, request: OtpRequest, address: str, outcome: _Outcome) -> None:
