@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Producer as ConfluentProducer
 
 from analytics.metrics import window_key
 from analytics.results import read_metrics
@@ -104,6 +105,24 @@ class Producer:
             for i, d in enumerate(data)
         ]
         confluent_produce(self.bootstrap, topic, records)
+
+    def send_aborted(self, topic: str, name: str, data: Iterable[dict[str, Any]]) -> int:
+        """Write `data` to every partition of `topic` in a transaction, then abort it: records on
+        disk that no read_committed reader may see.  Returns how many were written."""
+        schema = CATALOG.schema(name)
+        schema_id = self.schema_id(topic, name)
+        producer = ConfluentProducer({"bootstrap.servers": self.bootstrap, "transactional.id": f"aborted-{topic}"})
+        producer.init_transactions(15)
+        producer.begin_transaction()
+        count = 0
+        for i, d in enumerate(data):
+            producer.produce(
+                topic, frame(schema_id, encode(schema, d)), key=f"aborted-{i}", partition=i % TOPICS[topic]
+            )
+            count += 1
+        assert producer.flush(15) == 0
+        producer.abort_transaction(15)
+        return count
 
     def send_raw(self, topic: str, value: bytes) -> Message:
         (report,) = confluent_produce(self.bootstrap, topic, [{"value": value, "key": "bad", "partition": 0}])
