@@ -43,7 +43,15 @@ from aiokafka.structs import TopicPartition
 
 from analytics import commit_note
 from services.common.logging import get_logger
-from services.dashboard.model import BrokerInfo, GroupInfo, MemberInfo, Observation, PartitionInfo, TopicInfo
+from services.dashboard.model import (
+    BrokerInfo,
+    GroupInfo,
+    MemberInfo,
+    Observation,
+    PartitionInfo,
+    TopicInfo,
+    TransactionInfo,
+)
 
 __all__ = ["ClusterReader", "DescribeLogDirsRequest", "decode_assignment"]
 
@@ -177,6 +185,99 @@ class DescribeQuorumRequest(Request[DescribeQuorumRequest_v0]):  # type: ignore[
         return request_struct_class([("__cluster_metadata", [(0, {})], {})], {})
 
 
+_LIST_TRANSACTIONS, _DESCRIBE_TRANSACTIONS = 66, 65
+OPEN_TRANSACTION_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort")
+
+
+class ListTransactionsResponse_v0(Response):  # type: ignore[misc]
+    API_KEY = _LIST_TRANSACTIONS
+    API_VERSION = 0
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        ("error_code", Int16),
+        ("unknown_state_filters", CompactArray(CompactString("utf-8"))),
+        (
+            "transaction_states",
+            CompactArray(
+                ("transactional_id", CompactString("utf-8")),
+                ("producer_id", Int64),
+                ("transaction_state", CompactString("utf-8")),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class ListTransactionsRequest_v0(RequestStruct):  # type: ignore[misc]
+    FLEXIBLE_VERSION = True
+    API_KEY = _LIST_TRANSACTIONS
+    API_VERSION = 0
+    RESPONSE_TYPE = ListTransactionsResponse_v0
+    SCHEMA = Schema(
+        ("state_filters", CompactArray(CompactString("utf-8"))),
+        ("producer_id_filters", CompactArray(Int64)),
+        ("tags", TaggedFields),
+    )
+
+
+class ListTransactionsRequest(Request[ListTransactionsRequest_v0]):  # type: ignore[misc]
+    """The transactional ids a broker coordinates whose transaction is open."""
+
+    API_KEY = _LIST_TRANSACTIONS
+
+    def build(self, request_struct_class: Any) -> Any:
+        return request_struct_class(list(OPEN_TRANSACTION_STATES), [], {})
+
+
+class DescribeTransactionsResponse_v0(Response):  # type: ignore[misc]
+    API_KEY = _DESCRIBE_TRANSACTIONS
+    API_VERSION = 0
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "transaction_states",
+            CompactArray(
+                ("error_code", Int16),
+                ("transactional_id", CompactString("utf-8")),
+                ("transaction_state", CompactString("utf-8")),
+                ("transaction_timeout_ms", Int32),
+                ("transaction_start_time_ms", Int64),
+                ("producer_id", Int64),
+                ("producer_epoch", Int16),
+                (
+                    "topics",
+                    CompactArray(
+                        ("topic", CompactString("utf-8")),
+                        ("partitions", CompactArray(Int32)),
+                        ("tags", TaggedFields),
+                    ),
+                ),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class DescribeTransactionsRequest_v0(RequestStruct):  # type: ignore[misc]
+    FLEXIBLE_VERSION = True
+    API_KEY = _DESCRIBE_TRANSACTIONS
+    API_VERSION = 0
+    RESPONSE_TYPE = DescribeTransactionsResponse_v0
+    SCHEMA = Schema(("transactional_ids", CompactArray(CompactString("utf-8"))), ("tags", TaggedFields))
+
+
+class DescribeTransactionsRequest(Request[DescribeTransactionsRequest_v0]):  # type: ignore[misc]
+    API_KEY = _DESCRIBE_TRANSACTIONS
+
+    def __init__(self, transactional_ids: list[str]) -> None:
+        self.transactional_ids = transactional_ids
+
+    def build(self, request_struct_class: Any) -> Any:
+        return request_struct_class(self.transactional_ids, {})
+
+
 # DescribeGroups up to v2, whose answer aiokafka parses right (see the module docstring).
 _DescribeGroupsVersions = DescribeGroupsRequest_v0 | DescribeGroupsRequest_v1 | DescribeGroupsRequest_v2
 
@@ -258,6 +359,26 @@ class _Admin(AIOKafkaAdminClient):  # type: ignore[misc]
                 return leader if leader >= 0 else None
         return None
 
+    async def open_transactions(self, node_ids: Iterable[int]) -> list[dict[str, Any]] | None:
+        """Every open transaction (ListTransactions on each broker, then DescribeTransactions on
+        the one that listed it); None when the cluster does not implement the APIs."""
+        found: list[dict[str, Any]] = []
+        for node_id in node_ids:
+            try:
+                listed = (await self._send_request(ListTransactionsRequest(), node_id)).to_object()
+            except (IncompatibleBrokerVersion, NotImplementedError):
+                return None
+            ids = [t["transactional_id"] for t in listed["transaction_states"]]
+            if listed["error_code"] != 0 or not ids:
+                continue
+            described = (await self._send_request(DescribeTransactionsRequest(ids), node_id)).to_object()
+            found.extend(
+                t
+                for t in described["transaction_states"]
+                if t["error_code"] == 0 and t["transaction_state"] in OPEN_TRANSACTION_STATES
+            )
+        return found
+
     async def describe_groups_by_node(self, groups_by_node: dict[int, list[str]]) -> list[dict[str, Any]]:
         replies = await _gather(
             *(self._send_request(_DescribeGroupsRequest(groups), node) for node, groups in groups_by_node.items())
@@ -277,29 +398,40 @@ class ClusterReader:
         self._client_id = client_id
         self._admin: _Admin | None = None
         self._offsets: AIOKafkaConsumer | None = None
+        self._stable: AIOKafkaConsumer | None = None  # read_committed: its end offsets are LSOs
 
     @property
     def started(self) -> bool:
-        return self._admin is not None and self._offsets is not None
+        return self._admin is not None and self._offsets is not None and self._stable is not None
 
     async def start(self) -> None:
         admin = _Admin(**self._kwargs, client_id=self._client_id)
         # Group-less: it only asks for log start and end offsets, never joins or commits.
         offsets = AIOKafkaConsumer(**self._kwargs, client_id=self._client_id, group_id=None, enable_auto_commit=False)
+        stable = AIOKafkaConsumer(
+            **self._kwargs,
+            client_id=self._client_id,
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+        )
         try:
             await admin.start()
             await offsets.start()
+            await stable.start()
         except BaseException:
             await _quietly(admin.close())
             await _quietly(offsets.stop())
+            await _quietly(stable.stop())
             raise
-        self._admin, self._offsets = admin, offsets
+        self._admin, self._offsets, self._stable = admin, offsets, stable
 
     async def close(self) -> None:
-        admin, offsets = self._admin, self._offsets
-        self._admin = self._offsets = None
-        if offsets is not None:
-            await _quietly(offsets.stop())
+        admin, offsets, stable = self._admin, self._offsets, self._stable
+        self._admin = self._offsets = self._stable = None
+        for consumer in (offsets, stable):
+            if consumer is not None:
+                await _quietly(consumer.stop())
         if admin is not None:
             await _quietly(admin.close())
 
@@ -329,13 +461,15 @@ class ClusterReader:
                     )
         tps = [TopicPartition(topic, p) for topic, parts in leaders.items() for p in parts]
         node_ids = [b.node_id for b in brokers]
-        starts, ends, sizes, groups, quorum_leader = await _gather(
+        starts, ends, sizes, groups, quorum_leader, open_txns = await _gather(
             consumer.beginning_offsets(tps) if tps else _empty(),
             consumer.end_offsets(tps) if tps else _empty(),
             admin.log_dir_sizes(node_ids),
             self._groups(admin, node_ids),
             admin.quorum_leader(node_ids),
+            admin.open_transactions(node_ids),
         )
+        transactions = None if open_txns is None else await self._transactions(open_txns, ends)
         topics = {
             name: TopicInfo(
                 name,
@@ -363,6 +497,39 @@ class ClusterReader:
             groups=groups,
             sizes_known=sizes is not None,
             quorum_leader=quorum_leader,
+            transactions=transactions,
+        )
+
+    async def _transactions(
+        self, described: list[dict[str, Any]], ends: dict[TopicPartition, int]
+    ) -> tuple[TransactionInfo, ...]:
+        """Each open transaction with its partitions' high watermark and last stable offset
+        (ListOffsets at read_committed, asked only for those partitions)."""
+        assert self._stable is not None
+        wanted = {
+            TopicPartition(t["topic"], p)
+            for d in described
+            for t in d["topics"]
+            if not t["topic"].startswith("__")
+            for p in t["partitions"]
+        }
+        stable = await self._stable.end_offsets(sorted(wanted)) if wanted else {}
+        return tuple(
+            TransactionInfo(
+                transactional_id=d["transactional_id"],
+                producer_id=d["producer_id"],
+                producer_epoch=d["producer_epoch"],
+                state=d["transaction_state"],
+                timeout_ms=d["transaction_timeout_ms"],
+                start_ms=d["transaction_start_time_ms"],
+                partitions=tuple(
+                    (t["topic"], p, ends.get(TopicPartition(t["topic"], p)), stable.get(TopicPartition(t["topic"], p)))
+                    for t in sorted(d["topics"], key=lambda t: t["topic"])
+                    if not t["topic"].startswith("__")
+                    for p in sorted(t["partitions"])
+                ),
+            )
+            for d in described
         )
 
     async def _groups(self, admin: _Admin, node_ids: list[int]) -> dict[str, GroupInfo]:

@@ -131,6 +131,25 @@ class GroupInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class TransactionInfo:
+    """An open transaction and, per partition it wrote, the high watermark and the last stable
+    offset: read_committed consumers wait for the records between them until it ends."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str
+    timeout_ms: int
+    start_ms: int
+    partitions: tuple[tuple[str, int, int | None, int | None], ...]  # topic, partition, high watermark, LSO
+
+    @property
+    def lso_lag(self) -> int | None:
+        lags = [hw - lso for _, _, hw, lso in self.partitions if hw is not None and lso is not None]
+        return sum(lags) if lags else None
+
+
+@dataclass(frozen=True, slots=True)
 class Observation:
     """The cluster as one poll saw it.  `wall` is epoch seconds (shown), `mono` a monotonic
     clock (rates are computed from it, so a wall clock jump never makes a rate negative)."""
@@ -145,6 +164,8 @@ class Observation:
     # The KRaft quorum's leader (DescribeMetadataQuorum), when the cluster answers it; Metadata's
     # controller id names a random broker under KRaft.
     quorum_leader: int | None = None
+    # Open transactions; None when the cluster does not list them (no transaction APIs).
+    transactions: tuple[TransactionInfo, ...] | None = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,6 +411,36 @@ def cluster_json(observation: Observation, in_rates: Mapping[str, float | None])
             "offline": sum(t["offline"] for t in topics),
         },
     }
+
+
+def transactions_json(observation: Observation) -> dict[str, Any]:
+    """Open transactions, oldest first, with the LSO lag each causes."""
+    if observation.transactions is None:
+        return {"known": False, "open": []}
+    rows = [
+        {
+            "transactional_id": t.transactional_id,
+            "producer_id": t.producer_id,
+            "producer_epoch": t.producer_epoch,
+            "state": t.state,
+            "timeout_ms": t.timeout_ms,
+            "started_at": iso(t.start_ms / 1000) if t.start_ms >= 0 else None,
+            "age_s": round(observation.wall - t.start_ms / 1000, 1) if t.start_ms >= 0 else None,
+            "lso_lag": t.lso_lag,
+            "partitions": [
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "high_watermark": hw,
+                    "last_stable_offset": lso,
+                    "lso_lag": None if hw is None or lso is None else hw - lso,
+                }
+                for topic, partition, hw, lso in t.partitions
+            ],
+        }
+        for t in sorted(observation.transactions, key=lambda t: (t.start_ms, t.transactional_id))
+    ]
+    return {"known": True, "open": rows}
 
 
 def groups_json(

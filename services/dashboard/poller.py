@@ -26,6 +26,7 @@ from services.dashboard.model import (
     iso,
     messages_in_rates,
     messages_out_rates,
+    transactions_json,
 )
 
 __all__ = ["ObservationSource", "SnapshotPoller"]
@@ -69,6 +70,7 @@ class SnapshotPoller:
         self.previous: Observation | None = None
         self.cluster: dict[str, Any] | None = None
         self.groups: list[dict[str, Any]] = []
+        self.transactions: dict[str, Any] = {"known": False, "open": []}
         self.updated_at: float | None = None
         self.error: str | None = None
         self.polls = 0
@@ -124,6 +126,7 @@ class SnapshotPoller:
         self.rebalances.forget_missing(observation.groups)
         self.cluster = cluster_json(observation, in_rates)
         self.groups = groups_json(observation, out_rates, self.rebalances.counts)
+        self.transactions = transactions_json(observation)
         self.history.add(history_point(observation, in_rates, out_rates))
         self.previous = observation
         self.updated_at = observation.wall
@@ -156,6 +159,7 @@ class SnapshotPoller:
             "refresh_interval": self.interval,
             "cluster": self.cluster or _EMPTY_CLUSTER,
             "groups": self.groups,
+            "transactions": self.transactions,
             "history": self.history.points(),
         }
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.support.harness import REPO
@@ -107,6 +108,21 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
         assert "otp.requests" in cell(page, "groups-table", row, "topics")
         assert int(cell(page, "groups-table", row, "members")) >= 1
     page.wait_for_selector('[data-testid="chart-lag"] path[data-series]', timeout=30_000)
+
+    # Open transactions: one left open shows with the LSO lag it causes.
+    txn = Producer({"bootstrap.servers": stack.child("broker")["urls"]["bootstrap"], "transactional.id": "browser"})
+    txn.init_transactions(15)
+    txn.begin_transaction()
+    for i in range(3):
+        txn.produce("txn.demo", b"pending-%d" % i, partition=0)
+    assert txn.flush(15) == 0
+    row = 'data-transaction="browser"'
+    page.wait_for_selector(f'[data-testid="transactions-table"] tr[{row}]', timeout=30_000)
+    assert cell(page, "transactions-table", row, "state") == "Ongoing"
+    assert cell(page, "transactions-table", row, "lso-lag") == "3"
+    assert "txn.demo-0 (3)" in cell(page, "transactions-table", row, "partitions")
+    txn.abort_transaction(15)
+    page.wait_for_selector(f'[data-testid="transactions-table"] tr[{row}]', state="detached", timeout=30_000)
 
     # Analytics: the Spark job's metrics arrive through analytics.metrics.
     page.wait_for_function(

@@ -35,6 +35,7 @@ import pytest
 import structlog
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from confluent_kafka import Producer as ConfluentProducer
 
 from analytics.metrics import window_key
 from schemas.catalog import default_catalog
@@ -683,3 +684,36 @@ async def test_with_log_shipping_its_own_access_log_goes_to_logs_ingress_as_avro
     assert {d.record_name for d in decoded} == {"io.streamshop.events.logs.LogRecord"}
     assert any(d.value["request_id"] == "req-dash" and d.value["service"] == "dashboard" for d in decoded)
     assert {r.key for r in records} == {None}  # access lines are spread, not keyed by instance
+
+
+async def test_an_open_transaction_is_listed_with_the_lso_lag_it_causes_until_it_commits(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """ListTransactions and DescribeTransactions over the Kafka protocol, the LSO from ListOffsets
+    at read_committed: an open transaction's partitions show high watermark - LSO, and it leaves
+    the list once it commits."""
+    topic = f"ledger-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster.bootstrap, topic, 2)
+    txn = ConfluentProducer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"dash-{topic}"})
+    txn.init_transactions(15)
+    txn.begin_transaction()
+    for i in range(5):
+        txn.produce(topic, b"pending-%d" % i, partition=1)
+    assert txn.flush(15) == 0
+    async with dashboard(cluster.bootstrap, cluster.registry_url, tmp_path) as d:
+        snap = await d.until(
+            lambda s: any(t["transactional_id"] == f"dash-{topic}" for t in s["transactions"]["open"]),
+            "the open transaction",
+        )
+        [row] = [t for t in snap["transactions"]["open"] if t["transactional_id"] == f"dash-{topic}"]
+        assert snap["transactions"]["known"] is True
+        assert (row["state"], row["producer_epoch"], row["lso_lag"]) == ("Ongoing", 0, 5)
+        assert row["partitions"] == [
+            {"topic": topic, "partition": 1, "high_watermark": 5, "last_stable_offset": 0, "lso_lag": 5}
+        ]
+        assert row["age_s"] >= 0
+        txn.commit_transaction(15)
+        await d.until(
+            lambda s: all(t["transactional_id"] != f"dash-{topic}" for t in s["transactions"]["open"]),
+            "the committed transaction to leave the list",
+        )

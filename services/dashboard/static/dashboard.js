@@ -221,6 +221,30 @@ function renderGroups(groups) {
   $("[data-testid=groups-table] tbody").replaceChildren(...rows);
 }
 
+// -- transactions ---------------------------------------------------------------------------
+
+function renderTransactions(txns) {
+  $("[data-testid=transactions-unknown]").hidden = txns?.known !== false;
+  const rows = (txns?.open ?? []).map((t) =>
+    el(
+      "tr",
+      { "data-transaction": t.transactional_id },
+      el("td", { "data-col": "id" }, t.transactional_id),
+      el("td", { "data-col": "state" }, t.state),
+      numCell("producer", t.producer_id, `${t.producer_id} / ${t.producer_epoch}`),
+      numCell("age", t.age_s, t.age_s == null ? "–" : `${t.age_s.toFixed(1)} s`),
+      numCell("timeout", t.timeout_ms, `${(t.timeout_ms / 1000).toFixed(0)} s`),
+      el(
+        "td",
+        { "data-col": "partitions" },
+        t.partitions.map((p) => `${p.topic}-${p.partition} (${formatCount(p.lso_lag)})`).join(", "),
+      ),
+      numCell("lso-lag", t.lso_lag, formatCount(t.lso_lag), { class: t.lso_lag ? "num lag-positive" : "num" }),
+    ),
+  );
+  $("[data-testid=transactions-table] tbody").replaceChildren(...rows);
+}
+
 // -- history charts -------------------------------------------------------------------------
 
 function seriesFromHistory(history, field) {
@@ -311,6 +335,7 @@ function render(snap) {
   renderTopics(snap.cluster);
   renderReplication(snap.cluster);
   renderGroups(snap.groups);
+  renderTransactions(snap.transactions);
   renderHistory(snap.history);
   renderAnalytics(snap.analytics);
   document.body.dataset.updated = snap.updated_at ?? "";
