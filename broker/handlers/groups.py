@@ -300,6 +300,9 @@ def offset_fetch(broker: Broker, header: RequestHeader, request: Any) -> Any:
         if not _may(broker, header, Operation.DESCRIBE, group_id):
             return ErrorCode.group_authorization_failed, ()
         committed = coordinator.committed(group_id)
+        # require_stable (v7+, KIP-447): a partition whose offset waits in an open transaction
+        # answers UNSTABLE_OFFSET_COMMIT, and the client asks again once the transaction ended.
+        unstable = broker.transactions.pending_offsets(group_id) if getattr(request, "require_stable", False) else set()
         described = broker.security.topic
         if topics is None:
             wanted: dict[str, list[int]] = {}
@@ -314,6 +317,9 @@ def offset_fetch(broker: Broker, header: RequestHeader, request: Any) -> Any:
             allowed = described(header.session, Operation.DESCRIBE, name)
             for index in partitions:
                 entry = committed.get((name, index)) if allowed else None
+                error = ErrorCode.none if allowed else ErrorCode.topic_authorization_failed
+                if allowed and (name, index) in unstable:
+                    entry, error = None, ErrorCode.unstable_offset_commit
                 parts.append(
                     build(
                         part_cls,
@@ -321,7 +327,7 @@ def offset_fetch(broker: Broker, header: RequestHeader, request: Any) -> Any:
                         committed_offset=entry.offset if entry else -1,
                         committed_leader_epoch=entry.leader_epoch if entry else -1,
                         metadata=entry.metadata if entry else "",
-                        error_code=ErrorCode.none if allowed else ErrorCode.topic_authorization_failed,
+                        error_code=error,
                     )
                 )
             out.append(build(topic_cls, name=name, partitions=tuple(parts)))

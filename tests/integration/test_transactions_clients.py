@@ -6,6 +6,8 @@ its read_uncommitted consumer everything."""
 from __future__ import annotations
 
 import contextlib
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -81,9 +83,15 @@ def test_offsets_sent_to_a_transaction_count_only_when_it_commits(broker: Thread
             p.send(sink, b"delivered-%d" % i)
         p.send_offsets({(source, 0): 5}, group)
         p.flush()
-        # Sent to the transaction, not yet committed: invisible to the group.
+        # Sent to the transaction, not yet committed: invisible to the group; a read_committed
+        # consumer asking for stable offsets (KIP-447) waits until the transaction ends.
         assert committed_offset(broker.bootstrap, group, source) == -1
-        p.commit()
+        with ThreadPoolExecutor(1) as pool:
+            stable = pool.submit(committed_offset, broker.bootstrap, group, source, isolation="read_committed")
+            time.sleep(0.5)
+            assert not stable.done()
+            p.commit()
+            assert stable.result(15) == 5
     finally:
         p.close()
     assert committed_offset(broker.bootstrap, group, source) == 5

@@ -271,9 +271,19 @@ def _kafka_python_read(read: _Read) -> list[bytes]:
     return values
 
 
-def committed_offset(bootstrap: str, group_id: str, topic: str, partition: int = 0) -> int:
-    """The group's committed offset (OffsetFetch), or -1."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False})
+def committed_offset(
+    bootstrap: str, group_id: str, topic: str, partition: int = 0, *, isolation: str = "read_uncommitted"
+) -> int:
+    """The group's committed offset (OffsetFetch), or -1.  At read_committed librdkafka asks for
+    stable offsets only (require_stable) and waits while a transaction holds one."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+        }
+    )
     try:
         [tp] = consumer.committed([TopicPartition(topic, partition)], timeout=10)
         return tp.offset if tp.offset >= 0 else -1
