@@ -66,6 +66,7 @@ bench: setup
 	$(PY) -m loadtest.bench_limits
 	$(PY) -m loadtest.bench_security
 	$(PY) -m loadtest.bench_groups
+	$(PY) -m loadtest.bench_transactions
 	$(PY) -m loadtest.bench_services
 	$(PY) -m loadtest.bench_spark_source
 	$(PY) -m loadtest.bench_analytics

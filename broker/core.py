@@ -109,6 +109,9 @@ class Broker:
             sync=self.sync,
             notify=self.notify_append,
         )
+        self.metrics.transactions_open.set_function(lambda: len(self.transactions.open_transactions()))
+        self.metrics.transactions_timed_out.set_function(lambda: self.transactions.timed_out)
+        self.metrics.transaction_markers.set_function(lambda: self.transactions.markers_written)
         self.flusher = Flusher(on_round=self.metrics.fsync_round)
         # The first listener's advertised address, and every other listener's by name.
         self.advertised: tuple[str, int] = config.advertise or config.listen

@@ -153,6 +153,15 @@ class BrokerMetrics:
             "Receive-buffer bytes held beyond each connection's base buffer (queued.max.request.bytes)",
             registry=r,
         )
+        self.transactions_open = Gauge(
+            "streamshop_transactions_open", "Transactions begun and not yet completed", registry=r
+        )
+        self.transactions_timed_out = Gauge(
+            "streamshop_transactions_timed_out", "Transactions the broker aborted at their timeout", registry=r
+        )
+        self.transaction_markers = Gauge(
+            "streamshop_transaction_markers", "Commit and abort markers written to partitions", registry=r
+        )
         self.fsync_rounds = Counter("streamshop_fsync_rounds", "Group-commit fsync rounds", registry=r)
         self.fsync_files = Counter("streamshop_fsync_files", "Segment files fsynced by group commit", registry=r)
         self.loop_lag = Histogram(

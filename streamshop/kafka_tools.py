@@ -26,6 +26,7 @@ TOOLS: dict[str, str] = {
     "kafka-log-dirs": f"{_T}.LogDirsCommand",
     "kafka-cluster": f"{_T}.ClusterTool",
     "kafka-acls": f"{_T}.AclCommand",
+    "kafka-transactions": f"{_T}.TransactionsCommand",
 }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka.partitioner import murmur2
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from broker.handlers import APIS
@@ -298,3 +298,52 @@ def test_bad_deletions_and_config_sets_are_refused_with_kafkas_codes_and_change_
         with pytest.raises(KafkaException, match="INVALID_CONFIG"):
             futures[resource].result(15)
     assert broker.call(lambda: broker.broker.store.get("tools.bad").configs) == {"retention.ms": "60000"}
+
+
+def test_java_transactions_perf_test_transactions_tool_and_read_committed_console_consumer(
+    broker: ThreadBroker,
+) -> None:
+    """Kafka's Java producer in transactions (kafka-producer-perf-test commits every 50 ms), then
+    kafka-transactions list/describe, and kafka-console-consumer at read_committed skipping a
+    transaction another client aborted."""
+    b = broker.bootstrap
+    create_topic(b, "tools.txn", 2)
+    out = kt.run(
+        "kafka-producer-perf-test", "--topic", "tools.txn", "--num-records", "5000", "--record-size", "100",
+        "--throughput", "-1", "--transactional-id", "java-perf", "--transaction-duration-ms", "50",
+        "--producer-props", f"bootstrap.servers={b}",
+    )  # fmt: skip
+    assert re.search(r"^5000 records sent, [\d.]+ records/sec", out, re.M), out
+    listed = _table(kt.run("kafka-transactions", "--bootstrap-server", b, "list"), "TransactionalId")
+    assert {(r["TransactionalId"], r["TransactionState"]) for r in listed} == {("java-perf", "CompleteCommit")}
+    described = _table(
+        kt.run("kafka-transactions", "--bootstrap-server", b, "describe", "--transactional-id", "java-perf"),
+        "CoordinatorId",
+    )
+    assert [(r["TransactionalId"], r["TransactionState"]) for r in described] == [("java-perf", "CompleteCommit")]
+    # Another client's aborted transaction between two committed records of partition 0.
+    mixed = Producer({"bootstrap.servers": b, "transactional.id": "tools-mixed"})
+    mixed.init_transactions(15)
+    for value, commit in ((b"first", True), (b"never", False), (b"last", True)):
+        mixed.begin_transaction()
+        mixed.produce("tools.mixed", value, partition=0)
+        if commit:
+            mixed.commit_transaction(15)
+        else:
+            assert mixed.flush(15) == 0
+            mixed.abort_transaction(15)
+    out = kt.run(
+        "kafka-console-consumer", "--bootstrap-server", b, "--topic", "tools.mixed", "--from-beginning",
+        "--isolation-level", "read_committed", "--max-messages", "2", "--timeout-ms", "20000",
+    )  # fmt: skip
+    assert out.split() == ["first", "last"]
+    everything = kt.run(
+        "kafka-console-consumer", "--bootstrap-server", b, "--topic", "tools.mixed", "--from-beginning",
+        "--max-messages", "3", "--timeout-ms", "20000",
+    )  # fmt: skip
+    assert everything.split() == ["first", "never", "last"]
+    # The Java perf test's 5000 records are all committed: read_committed reads every one.
+    got = confluent_consume(
+        b, [TopicPartition("tools.txn", p, 0) for p in range(2)], 5000, {"isolation.level": "read_committed"}
+    )
+    assert len(got) == 5000
