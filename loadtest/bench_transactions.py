@@ -1,7 +1,7 @@
 """Transactional produce beside idempotent produce: streamshop's broker, Tansu and Apache Kafka,
 same workload, one run.
 
-    python -m loadtest.bench_transactions [--only NAME ...] [--records N (default 20,000)]
+    python -m loadtest.bench_transactions [--only NAME ...] [--records N (default 10,000)]
                                           [--repeat K (default 3)] [--json PATH]
 
 Each broker is started here (loadtest.brokers; stopped on exit, even on errors).  One
@@ -50,6 +50,7 @@ VALUE = b"x" * 100
 SIZES = (1, 10, 100)
 NAMES = ("streamshop", "tansu", "apache-kafka")
 STEPS = ["idempotent", *(f"txn{n}" for n in SIZES)]
+_SHORT = {"apache-kafka": "kafka"}  # column titles of the ratios
 
 
 @dataclass
@@ -204,7 +205,7 @@ def format_report(benches: list[Bench], opts: Options) -> str:
         f"transactional vs idempotent produce: {opts.records:,} records x 100 B, {PARTITIONS} partitions, "
         "confluent-kafka acks=all linger.ms=5",
         f"median of {opts.repeat} run(s); ratios are streamshop's value over the peer's",
-        f"{'':34}" + "".join(f"{n:>14}" for n in names) + "".join(f"{'s/' + n[:5]:>10}" for n in names[1:]),
+        f"{'':34}" + "".join(f"{n:>14}" for n in names) + "".join(f"{'s/' + _SHORT.get(n, n):>10}" for n in names[1:]),
     ]
     for label, key, fmt in rows():
         values = "".join(f"{_value(b, key, fmt):>14}" for b in benches)
@@ -219,7 +220,7 @@ def format_report(benches: list[Bench], opts: Options) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", action="append", choices=NAMES, help="only this broker (repeatable)")
-    p.add_argument("--records", type=int, default=20_000)
+    p.add_argument("--records", type=int, default=10_000)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--tansu-binary", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None, dest="json_path")
