@@ -34,7 +34,8 @@ log = structlog.get_logger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 MAX_GROUP_ID = 249  # Kafka's limit on a group id's length is that of a topic name
-_OFFSETS_CONFIG = {
+# Kafka's settings of its coordinators' compacted internal topics (the transaction coordinator's too).
+COORDINATOR_TOPIC_CONFIG = {
     "cleanup.policy": "compact",
     "segment.bytes": str(8 * 1024 * 1024),
     "retention.ms": "-1",
@@ -97,7 +98,7 @@ class GroupCoordinator:
     def ensure_offsets_topic(self) -> None:
         """Create `__consumer_offsets` on first use, as Kafka does."""
         if self.store.get(OFFSETS_TOPIC) is None:
-            self.store.create_topic(OFFSETS_TOPIC, self.partitions, _OFFSETS_CONFIG, internal=True)
+            self.store.create_topic(OFFSETS_TOPIC, self.partitions, COORDINATOR_TOPIC_CONFIG, internal=True)
 
     # --- persistence -----------------------------------------------------------------
 

@@ -144,29 +144,36 @@ async def _verify(
 # --- AddOffsetsToTxn / TxnOffsetCommit -----------------------------------------------
 
 
+def _error_only(
+    api_key: int, header: RequestHeader, refused: ErrorCode | None, work: Callable[[], Awaitable[None]]
+) -> Any:
+    """The answer of an API whose response is one error code: `refused` at once, or `work`'s outcome."""
+    cls = response_type(api_key, header.api_version)
+    if refused is not None:
+        return build(cls, throttle_time=0, error_code=refused)
+
+    async def run() -> Any:
+        return build(cls, throttle_time=0, error_code=await _outcome(work()))
+
+    return run()
+
+
 def add_offsets_to_txn(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(ADD_OFFSETS_TO_TXN, header.api_version)
-
-    def respond(error: ErrorCode) -> Any:
-        return build(cls, throttle_time=0, error_code=error)
-
+    refused = None
     if not _may(broker, header, Operation.WRITE, request.transactional_id):
-        return respond(ErrorCode.transactional_id_authorization_failed)
-    if not request.group_id:
-        return respond(ErrorCode.invalid_group_id)
-    if not broker.security.group(header.session, Operation.READ, request.group_id):
-        return respond(ErrorCode.group_authorization_failed)
-
-    async def add() -> Any:
-        return respond(
-            await _outcome(
-                broker.transactions.add_offsets(
-                    request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
-                )
-            )
-        )
-
-    return add()
+        refused = ErrorCode.transactional_id_authorization_failed
+    elif not request.group_id:
+        refused = ErrorCode.invalid_group_id
+    elif not broker.security.group(header.session, Operation.READ, request.group_id):
+        refused = ErrorCode.group_authorization_failed
+    return _error_only(
+        ADD_OFFSETS_TO_TXN,
+        header,
+        refused,
+        lambda: broker.transactions.add_offsets(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+        ),
+    )
 
 
 def txn_offset_commit(broker: Broker, header: RequestHeader, request: Any) -> Any:
@@ -242,24 +249,15 @@ def txn_offset_commit(broker: Broker, header: RequestHeader, request: Any) -> An
 
 
 def end_txn(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(END_TXN, header.api_version)
-
-    def respond(error: ErrorCode) -> Any:
-        return build(cls, throttle_time=0, error_code=error)
-
-    if not _may(broker, header, Operation.WRITE, request.transactional_id):
-        return respond(ErrorCode.transactional_id_authorization_failed)
-
-    async def end() -> Any:
-        return respond(
-            await _outcome(
-                broker.transactions.end_transaction(
-                    request.transactional_id, request.producer_id, request.producer_epoch, request.committed
-                )
-            )
-        )
-
-    return end()
+    allowed = _may(broker, header, Operation.WRITE, request.transactional_id)
+    return _error_only(
+        END_TXN,
+        header,
+        None if allowed else ErrorCode.transactional_id_authorization_failed,
+        lambda: broker.transactions.end_transaction(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+        ),
+    )
 
 
 # --- DescribeTransactions / ListTransactions -----------------------------------------

@@ -26,6 +26,7 @@ import msgpack
 import structlog
 
 from broker.clock import Clock
+from broker.coordinator.coordinator import COORDINATOR_TOPIC_CONFIG
 from broker.log.partition_log import PartitionLog
 from broker.metadata import MetadataStore
 from broker.producer_ids import ProducerIdAllocator
@@ -43,13 +44,6 @@ log = structlog.get_logger(__name__)
 
 TRANSACTION_TOPIC = "__transaction_state"
 COORDINATOR_EPOCH = 0  # one broker: the coordinator never moves
-_STATE_CONFIG = {
-    "cleanup.policy": "compact",
-    "segment.bytes": str(8 * 1024 * 1024),
-    "retention.ms": "-1",
-    "min.cleanable.dirty.ratio": "0.5",
-    "message.timestamp.after.max.ms": str((1 << 63) - 1),
-}
 
 Sync = Callable[[Iterable[PartitionLog]], Awaitable[None]]
 Notify = Callable[[PartitionLog, int], None]
@@ -99,7 +93,7 @@ class TransactionCoordinator:
 
     def _log_for(self, transactional_id: str) -> PartitionLog:
         if self.store.get(TRANSACTION_TOPIC) is None:
-            self.store.create_topic(TRANSACTION_TOPIC, self.partitions, _STATE_CONFIG, internal=True)
+            self.store.create_topic(TRANSACTION_TOPIC, self.partitions, COORDINATOR_TOPIC_CONFIG, internal=True)
         plog = self.store.partition_log(TRANSACTION_TOPIC, self.partition_for(transactional_id))
         assert plog is not None
         return plog

@@ -4,10 +4,8 @@ AdminClient inside) against a real broker, with real confluent-kafka consumer gr
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,20 +16,12 @@ from confluent_kafka import Consumer, KafkaException, Message
 
 from analytics.commit_note import note_text
 from analytics.kafka import KafkaClients
-from tests.support.harness import REPO, ThreadBroker
+from tests.support.harness import ThreadBroker, streamshop_cli
 from tests.support.kafka_clients import confluent_produce, create_topic
 
 
 def groups(broker: ThreadBroker, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "streamshop.cli", "groups", "--bootstrap", broker.bootstrap, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        check=False,
-    )
+    return streamshop_cli("groups", "--bootstrap", broker.bootstrap, *args)
 
 
 def groups_json(broker: ThreadBroker, *args: str) -> Any:

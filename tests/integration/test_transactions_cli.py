@@ -4,30 +4,20 @@ completed transaction: states, producer ids, and the LSO lag the open one causes
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support.harness import REPO, ThreadBroker
+from tests.support.harness import ThreadBroker, streamshop_cli
 from tests.support.kafka_clients import create_topic
 from tests.support.txn_clients import TxnProducer, producer
 
 
 def transactions(broker: ThreadBroker, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "streamshop.cli", "transactions", "--bootstrap", broker.bootstrap, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        check=False,
-    )
+    return streamshop_cli("transactions", "--bootstrap", broker.bootstrap, *args)
 
 
 def as_json(broker: ThreadBroker, *args: str) -> Any:

@@ -9,6 +9,7 @@ import os
 import resource
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -190,3 +191,16 @@ class BrokerProcess:
     def restart(self) -> BrokerProcess:
         self.stop()
         return self.start()
+
+
+def streamshop_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`streamshop ARGS...` as a user runs it: a child process from the checkout, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "streamshop.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        check=False,
+    )
