@@ -80,7 +80,8 @@ class TxnMetadata:
         ints = ("pid", "epoch", "lpid", "lepoch", "timeout", "start", "update")
         need(all(_is_int(value.get(k)) for k in ints), "transaction numbers are malformed")
         states = {s.value: s for s in TxnState}
-        need(value.get("state") in states, "unknown transaction state")
+        state = value.get("state")
+        need(isinstance(state, str) and state in states, "unknown transaction state")
         parts = value.get("parts")
         need(isinstance(parts, list) and all(_topic_partition(x) for x in parts), "transaction partitions malformed")
         groups = value.get("offsets")
@@ -97,7 +98,7 @@ class TxnMetadata:
             last_producer_id=value["lpid"],
             last_producer_epoch=value["lepoch"],
             timeout_ms=value["timeout"],
-            state=states[value["state"]],
+            state=states[state],
             start_ms=value["start"],
             update_ms=value["update"],
             partitions=frozenset((t, p) for t, p in parts),
