@@ -42,6 +42,7 @@ def test_a_state_round_trips_through_its_record() -> None:
         ("pid", "12"),
         ("epoch", True),
         ("state", "Dead"),
+        ("state", ["Ongoing"]),  # unhashable: found by the hypothesis test below
         ("parts", [["t", "0"]]),
         ("parts", {"t": 0}),
         ("offsets", {"g": [["t", 0, 1, 0]]}),
