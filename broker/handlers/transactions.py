@@ -9,12 +9,13 @@ from typing import Any
 
 from broker.core import INTERNAL_TOPICS, Broker
 from broker.protocol.codec import RequestHeader, build, ms_to_datetime, nested, response_type
+from broker.protocol.control import ControlType
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation, ResourceType
 from broker.txn.state import PendingOffsets, TxnState
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
-DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 27, 61, 65, 66
 
 
 def _may(broker: Broker, header: RequestHeader, op: Operation, transactional_id: str) -> bool:
@@ -324,3 +325,96 @@ def list_transactions(broker: Broker, header: RequestHeader, request: Any) -> An
         unknown_state_filters=tuple(sorted(wanted - known)),
         transaction_states=states,
     )
+
+
+# --- DescribeProducers / WriteTxnMarkers (kafka-transactions find-hanging and abort) -------
+
+
+def describe_producers(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    """Each partition's active producers: epoch, last sequence and timestamp, and the first
+    offset of the transaction each has open there (what reveals a hanging transaction)."""
+    cls = response_type(DESCRIBE_PRODUCERS, header.api_version)
+    topic_cls, part_cls, state_cls = (nested(cls, n) for n in ("TopicResponse", "PartitionResponse", "ProducerState"))
+    topics = []
+    for topic in request.topics:
+        readable = broker.security.topic(header.session, Operation.READ, topic.name)
+        parts = []
+        for index in topic.partition_indexes:
+            plog = broker.store.partition_log(topic.name, index) if readable else None
+            error = ErrorCode.none
+            if not readable:
+                error = ErrorCode.topic_authorization_failed
+            elif plog is None:
+                error = ErrorCode.unknown_topic_or_partition
+            producers = plog.producer_state.producers.items() if plog is not None else ()
+            parts.append(
+                build(
+                    part_cls,
+                    partition_index=index,
+                    error_code=error,
+                    error_message=None,
+                    active_producers=tuple(
+                        build(
+                            state_cls,
+                            producer_id=pid,
+                            producer_epoch=entry.epoch,
+                            last_sequence=entry.last_seq,
+                            last_timestamp=entry.last_timestamp,
+                            coordinator_epoch=-1,
+                            current_txn_start_offset=-1 if entry.txn_first_offset is None else entry.txn_first_offset,
+                        )
+                        for pid, entry in sorted(producers)
+                    ),
+                )
+            )
+        topics.append(build(topic_cls, name=topic.name, partitions=tuple(parts)))
+    return build(cls, throttle_time=0, topics=tuple(topics))
+
+
+def write_txn_markers(broker: Broker, header: RequestHeader, request: Any) -> Any:
+    """Markers written on request: Kafka's inter-broker call, which its admin client also uses
+    to abort a hanging transaction partition by partition (`kafka-transactions abort`)."""
+    cls = response_type(WRITE_TXN_MARKERS, header.api_version)
+    result_cls, topic_cls, part_cls = (
+        nested(cls, n)
+        for n in ("WritableTxnMarkerResult", "WritableTxnMarkerTopicResult", "WritableTxnMarkerPartitionResult")
+    )
+    allowed = broker.security.cluster(header.session, Operation.CLUSTER_ACTION)
+    touched = []
+    results = []
+    for marker in request.markers:
+        control = ControlType.COMMIT if marker.transaction_result else ControlType.ABORT
+        topics = []
+        for topic in marker.topics:
+            parts = []
+            for index in topic.partition_indexes:
+                plog = broker.store.partition_log(topic.name, index)
+                error = ErrorCode.none
+                if not allowed:
+                    error = ErrorCode.cluster_authorization_failed
+                elif plog is None or topic.name in INTERNAL_TOPICS:
+                    error = ErrorCode.unknown_topic_or_partition
+                else:
+                    try:
+                        written = plog.append_marker(
+                            marker.producer_id,
+                            marker.producer_epoch,
+                            control,
+                            coordinator_epoch=marker.coordinator_epoch,
+                        )
+                        broker.notify_append(plog, written.last_offset - written.base_offset + 1)
+                        touched.append(plog)
+                    except KafkaError as e:
+                        error = e.code
+                parts.append(build(part_cls, partition_index=index, error_code=error))
+            topics.append(build(topic_cls, name=topic.name, partitions=tuple(parts)))
+        results.append(build(result_cls, producer_id=marker.producer_id, topics=tuple(topics)))
+    response = build(cls, markers=tuple(results))
+    if not touched:
+        return response
+
+    async def durable() -> Any:
+        await broker.sync(touched)
+        return response
+
+    return durable()

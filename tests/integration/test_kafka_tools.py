@@ -353,3 +353,35 @@ def test_java_transactions_perf_test_transactions_tool_and_read_committed_consol
         b, [TopicPartition("tools.txn", p, 0) for p in range(2)], 5000, {"isolation.level": "read_committed"}
     )
     assert len(got) == 5000
+
+
+def test_kafka_transactions_finds_and_aborts_a_hanging_transaction(broker: ThreadBroker) -> None:
+    """find-hanging (DescribeProducers on every partition, then the coordinator's view) lists an
+    open transaction older than the bound; abort (WriteTxnMarkers) ends it at its start offset,
+    and read_committed readers move past it."""
+    b = broker.bootstrap
+    create_topic(b, "tools.hang", 1)
+    confluent_produce(b, "tools.hang", [{"value": b"before", "partition": 0}])
+    stuck = Producer({"bootstrap.servers": b, "transactional.id": "tools-hanging"})
+    stuck.init_transactions(15)
+    stuck.begin_transaction()
+    stuck.produce("tools.hang", b"stuck", partition=0)
+    assert stuck.flush(15) == 0
+    confluent_produce(b, "tools.hang", [{"value": b"after", "partition": 0}])
+    found = kt.run("kafka-transactions", "--bootstrap-server", b, "find-hanging", "--broker-id", "1",
+                   "--max-transaction-timeout", "0")  # fmt: skip
+    rows = _tab_rows(found)
+    assert [(r["Topic"], r["Partition"], r["StartOffset"]) for r in rows] == [("tools.hang", "0", "1")], found
+    kt.run("kafka-transactions", "--bootstrap-server", b, "abort", "--topic", "tools.hang", "--partition", "0",
+           "--start-offset", "1")  # fmt: skip
+    got = confluent_consume(b, [TopicPartition("tools.hang", 0, 0)], 2, {"isolation.level": "read_committed"})
+    assert [g.value for g in got] == [b"before", b"after"]
+    plog = broker.broker.store.partition_log("tools.hang", 0)
+    assert plog is not None
+    assert plog.last_stable_offset == plog.high_watermark
+
+
+def _tab_rows(output: str) -> list[dict[str, str]]:
+    """Rows of a kafka-transactions table (tab-separated, cells padded)."""
+    lines = [[cell.strip() for cell in line.split("\t")] for line in output.splitlines() if "\t" in line]
+    return [dict(zip(lines[0], row, strict=False)) for row in lines[1:]]
