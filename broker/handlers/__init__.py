@@ -54,7 +54,7 @@ _IMPLEMENTED = [
     Api(transactions.TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 4, transactions.txn_offset_commit),
     Api(transactions.DESCRIBE_TRANSACTIONS, "DescribeTransactions", 0, 0, transactions.describe_transactions),
     Api(transactions.LIST_TRANSACTIONS, "ListTransactions", 0, 1, transactions.list_transactions),
-    Api(transactions.WRITE_TXN_MARKERS, "WriteTxnMarkers", 1, 2, transactions.write_txn_markers),
+    Api(transactions.WRITE_TXN_MARKERS, "WriteTxnMarkers", 1, 1, transactions.write_txn_markers),
     Api(transactions.DESCRIBE_PRODUCERS, "DescribeProducers", 0, 0, transactions.describe_producers),
     Api(sasl.HANDSHAKE, "SaslHandshake", 1, 1, sasl.handshake),
     Api(sasl.AUTHENTICATE, "SaslAuthenticate", 0, 2, sasl.authenticate),

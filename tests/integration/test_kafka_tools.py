@@ -356,9 +356,10 @@ def test_java_transactions_perf_test_transactions_tool_and_read_committed_consol
 
 
 def test_kafka_transactions_finds_and_aborts_a_hanging_transaction(broker: ThreadBroker) -> None:
-    """find-hanging (DescribeProducers on every partition, then the coordinator's view) lists an
-    open transaction older than the bound; abort (WriteTxnMarkers) ends it at its start offset,
-    and read_committed readers move past it."""
+    """find-hanging (DescribeProducers on every partition, then ListTransactions and
+    DescribeTransactions) tells a live transaction from a hanging one, open in a partition but
+    unknown to its coordinator; abort (WriteTxnMarkers) ends it at its start offset, and
+    read_committed readers move past it."""
     b = broker.bootstrap
     create_topic(b, "tools.hang", 1)
     confluent_produce(b, "tools.hang", [{"value": b"before", "partition": 0}])
@@ -368,6 +369,13 @@ def test_kafka_transactions_finds_and_aborts_a_hanging_transaction(broker: Threa
     stuck.produce("tools.hang", b"stuck", partition=0)
     assert stuck.flush(15) == 0
     confluent_produce(b, "tools.hang", [{"value": b"after", "partition": 0}])
+    # A live transaction is not hanging: its coordinator knows it.
+    live = kt.run("kafka-transactions", "--bootstrap-server", b, "find-hanging", "--broker-id", "1",
+                  "--max-transaction-timeout", "0")  # fmt: skip
+    assert _tab_rows(live) == []
+    # Hanging: open in the partition, unknown to the coordinator (here its state is dropped).
+    coordinator = broker.broker.transactions
+    broker.run(coordinator._store(None, "tools-hanging"))  # a coordinator that lost track of it
     found = kt.run("kafka-transactions", "--bootstrap-server", b, "find-hanging", "--broker-id", "1",
                    "--max-transaction-timeout", "0")  # fmt: skip
     rows = _tab_rows(found)
