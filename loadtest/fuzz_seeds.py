@@ -163,7 +163,30 @@ def _aiokafka_session(bootstrap: str) -> None:
     asyncio.run(session())
 
 
-SESSIONS: list[Callable[[str], None]] = [_confluent_session, _aiokafka_session]
+def _transactional_session(bootstrap: str) -> None:
+    """The transaction APIs: InitProducerId with an id, AddPartitionsToTxn, AddOffsetsToTxn,
+    TxnOffsetCommit, EndTxn (commit and abort), and a read_committed fetch."""
+    topic = f"seed-txn-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(20)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"seed-{topic}"})
+    producer.init_transactions(20)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}", "isolation.level": "read_committed"})
+    for commit in (True, False):
+        producer.begin_transaction()
+        producer.produce(topic, key=b"k", value=b"v")
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 1)], consumer.consumer_group_metadata(), 20)
+        if commit:
+            producer.commit_transaction(20)
+        else:
+            producer.abort_transaction(20)
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    consumer.poll(1.0)
+    consumer.close()
+    admin.delete_topics([topic])[topic].result(20)
+
+
+SESSIONS: list[Callable[[str], None]] = [_confluent_session, _aiokafka_session, _transactional_session]
 
 
 def record_seeds(bootstrap: str) -> list[Frame]:
