@@ -48,6 +48,7 @@ class Access:
     writes: tuple[str, ...] = ()
     reads: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
+    transactional_ids: tuple[str, ...] = ()  # the senders' transactional variant: one id per input partition
     observe: bool = False
 
 
@@ -57,10 +58,16 @@ ACCESS: Mapping[str, Access] = {
     "orders": Access(writes=("orders", *_LOGS)),
     "otp": Access(writes=("otp.requests", *_LOGS)),
     "sms-sender": Access(
-        writes=("otp.deliveries", "otp.requests.dlq", *_LOGS), reads=("otp.requests",), groups=("sms-sender",)
+        writes=("otp.deliveries", "otp.requests.dlq", *_LOGS),
+        reads=("otp.requests",),
+        groups=("sms-sender",),
+        transactional_ids=("sms-sender-*",),
     ),
     "email-sender": Access(
-        writes=("otp.deliveries", "otp.requests.dlq", *_LOGS), reads=("otp.requests",), groups=("email-sender",)
+        writes=("otp.deliveries", "otp.requests.dlq", *_LOGS),
+        reads=("otp.requests",),
+        groups=("email-sender",),
+        transactional_ids=("email-sender-*",),
     ),
     "logs": Access(writes=_LOGS, reads=_LOGS, groups=("log-indexer",)),
     "catcher": Access(writes=_LOGS),
@@ -102,11 +109,17 @@ def acl_bindings(access: Mapping[str, Access] = ACCESS) -> list[Any]:
         out += [binding(ResourceType.TOPIC, t, principal, AclOperation.WRITE) for t in grant.writes]
         out += [binding(ResourceType.TOPIC, t, principal, AclOperation.READ) for t in grant.reads]
         out += [binding(ResourceType.GROUP, g, principal, AclOperation.READ) for g in grant.groups]
+        out += [
+            binding(ResourceType.TRANSACTIONAL_ID, t, principal, op)
+            for t in grant.transactional_ids
+            for op in (AclOperation.WRITE, AclOperation.DESCRIBE)
+        ]
         if grant.observe:
             out += [
                 binding(ResourceType.TOPIC, "*", principal, AclOperation.DESCRIBE),
                 binding(ResourceType.TOPIC, "*", principal, AclOperation.DESCRIBE_CONFIGS),
                 binding(ResourceType.GROUP, "*", principal, AclOperation.DESCRIBE),
+                binding(ResourceType.TRANSACTIONAL_ID, "*", principal, AclOperation.DESCRIBE),
                 binding(ResourceType.BROKER, "kafka-cluster", principal, AclOperation.DESCRIBE),
             ]
     return out

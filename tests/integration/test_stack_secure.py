@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from schemas.client import basic_authorization
 from streamshop import kafka_cluster
@@ -123,6 +123,14 @@ def test_each_principal_is_held_to_its_acls(stack: Stack, secure: SecureStack) -
         error = produce(user, topic)
         assert error is not None, (user, topic)
         assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, (user, topic, error)
+
+    # The senders' transactional variant: each sender may use its own transactional ids only.
+    own = Producer({**kafka_conf(stack, secure, "sms-sender"), "transactional.id": "sms-sender-otp.requests-0"})
+    own.init_transactions(15)
+    other = Producer({**kafka_conf(stack, secure, "sms-sender"), "transactional.id": "email-sender-otp.requests-0"})
+    with pytest.raises(KafkaException) as refused:
+        other.init_transactions(15)
+    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
     # The sms sender's login cannot join the email sender's group.
     consumer = Consumer({**kafka_conf(stack, secure, "sms-sender"), "group.id": "email-sender"})
