@@ -228,9 +228,15 @@ class TransactionalLoop:
             for tp, records in batches.items():
                 if self._stopping.is_set():
                     return
-                async with self.lock:
-                    if tp in self.producers:  # revoked meanwhile: the new owner reads it again
-                        await self._process(tp, records)
+                try:
+                    async with self.lock:
+                        if tp in self.producers:  # revoked meanwhile: the new owner reads it again
+                            await self._process(tp, records)
+                except Exception as e:  # never let one partition's trouble end the loop
+                    log.exception("transactional sender: a run failed", partition=tp.partition, error=repr(e)[:300])
+                    with contextlib.suppress(Exception):
+                        self.consumer.seek(tp, records[0].offset)
+                    await self._sleep(self.backoff_max)
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
