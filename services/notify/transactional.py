@@ -277,7 +277,10 @@ class TransactionalLoop:
         self.committed_transactions += 1
         for record in records:
             self._failures.pop((tp, record.offset), None)
-        await self.sender.committed(pending)
+        try:
+            await self.sender.committed(pending)
+        except Exception as e:  # committed in Kafka: the read model lags, the run is never read again
+            log.warning("transactional sender: deliveries rows not written", error=repr(e)[:300])
 
     async def _handle(
         self, producer: AIOKafkaProducer, tp: TopicPartition, record: ConsumerRecord[bytes, bytes]
