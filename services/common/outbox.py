@@ -83,6 +83,11 @@ EVENT_ID_HEADER = "event_id"
 EVENT_NAME_HEADER = "event_name"
 
 
+def stored_headers(text: str) -> list[tuple[str, bytes]]:
+    """An event's headers as `prepare` stores them (JSON pairs, base64 values), decoded."""
+    return [(n, base64.b64decode(v)) for n, v in json.loads(text)]
+
+
 def event_id_of(record: Any) -> str | None:
     """`record["envelope"]["event_id"]` as a string, or None when the record has no envelope."""
     envelope = record.get("envelope") if isinstance(record, Mapping) else None
@@ -228,7 +233,7 @@ class Outbox:
             schema = self._parsed.get(r["schema_fp"])
             if schema is None:
                 schema = self._parsed[r["schema_fp"]] = AvroSchema.parse(r["text"])
-            headers = [(n, base64.b64decode(v)) for n, v in json.loads(r["headers"])]
+            headers = stored_headers(r["headers"])
             out.append(
                 PendingRow(r["id"], r["event_id"], r["topic"], r["key"], r["event_name"], schema, r["payload"], headers)
             )

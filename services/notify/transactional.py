@@ -33,9 +33,7 @@ partition goes back to the run's first offset and is retried with backoff, and a
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +45,7 @@ from aiokafka.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from schemas.serde import AvroDeserializer, SerdeError, frame
 from services.common.consumer import Message, PermanentError, decode_record, dlq_headers
 from services.common.logging import get_logger
-from services.common.outbox import PreparedEvent
+from services.common.outbox import PreparedEvent, stored_headers
 from services.common.tracing import kafka_headers
 from services.notify.sender import OtpRequest, Sender, _Outcome
 
@@ -262,7 +260,7 @@ class TransactionalLoop:
                         event.topic,
                         key=None if event.key is None else event.key.encode(),
                         value=frame(schema_id, event.payload),
-                        headers=_headers(event),
+                        headers=stored_headers(event.headers),
                     )
                 pending.rows.extend(done.rows)
             failing = None
@@ -341,8 +339,3 @@ class TransactionalLoop:
 
 class _GaveUp(Exception):
     """A record whose transaction failed `max_retries` times: dead-lettered."""
-
-
-def _headers(event: PreparedEvent) -> list[tuple[str, bytes]]:
-    """The event's headers, as the outbox stores them (JSON of base64 values)."""
-    return [(name, base64.b64decode(value)) for name, value in json.loads(event.headers)]
