@@ -26,7 +26,7 @@ import msgpack
 import structlog
 
 from broker.clock import Clock
-from broker.coordinator.coordinator import COORDINATOR_TOPIC_CONFIG
+from broker.coordinator.coordinator import COORDINATOR_TOPIC_CONFIG, OFFSETS_TOPIC
 from broker.log.partition_log import PartitionLog
 from broker.metadata import MetadataStore
 from broker.producer_ids import ProducerIdAllocator
@@ -239,7 +239,7 @@ class TransactionCoordinator:
         async with self._locked(transactional_id):
             meta = self._current(transactional_id, producer_id, producer_epoch)
             self.groups.ensure_offsets_topic()
-            offsets_partition = ("__consumer_offsets", self.groups.partition_for(group_id))
+            offsets_partition = (OFFSETS_TOPIC, self.groups.partition_for(group_id))
             await self._add(meta, frozenset([offsets_partition]), group_id)
 
     async def _add(self, meta: TxnMetadata, partitions: frozenset[tuple[str, int]], group_id: str | None) -> None:
@@ -317,7 +317,7 @@ class TransactionCoordinator:
         control = ControlType.COMMIT if commit else ControlType.ABORT
         touched = []
         for topic, partition in sorted(meta.partitions):
-            if topic == "__consumer_offsets":
+            if topic == OFFSETS_TOPIC:
                 continue  # offsets are held by the transaction, not written to the log early
             plog = self.store.partition_log(topic, partition)
             if plog is None:
@@ -360,11 +360,14 @@ class TransactionCoordinator:
         """Finish the transactions a stop interrupted between their decision and completion."""
         for transactional_id, meta in list(self.txns.items()):
             if meta.state.preparing:
-                async with self._locked(transactional_id):
-                    current = self.txns.get(transactional_id)
-                    if current is not None and current.state.preparing:
-                        await self._complete(current)
-                        log.info("transaction completed after restart", transactional_id=transactional_id)
+                await self._finish_decided(transactional_id)
+
+    async def _finish_decided(self, transactional_id: str) -> None:
+        async with self._locked(transactional_id):
+            current = self.txns.get(transactional_id)
+            if current is not None and current.state.preparing:
+                await self._complete(current)
+                log.info("decided transaction completed", transactional_id=transactional_id)
 
     async def tick(self) -> None:
         """Abort timed-out transactions; forget ids idle past transactional.id.expiration.ms;
@@ -380,7 +383,7 @@ class TransactionCoordinator:
                             await self._abort_fenced(current)
                             log.info("timed-out transaction aborted", transactional_id=transactional_id)
                 elif meta.state.preparing:
-                    await self.recover()
+                    await self._finish_decided(transactional_id)
                 elif meta.state.settled and now - meta.update_ms > self.config.id_expiration_ms:
                     async with self._locked(transactional_id):
                         current = self.txns.get(transactional_id)
