@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -231,3 +231,24 @@ def test_offsets_need_their_group_added_and_list_filters_by_state(conn: KafkaCon
     assert [t.transactional_id for t in listed.transaction_states] == ["offsets"]
     assert list(listed.unknown_state_filters) == ["Nonsense"]
     assert txn.end(commit=False) == ErrorCode.none
+
+
+def test_the_broker_bounds_transactional_ids_and_partitions_per_transaction(
+    broker_factory: Callable[..., ThreadBroker],
+) -> None:
+    """A client cannot grow the coordinator without bound: ids beyond max.transactional.ids and
+    partitions beyond max.partitions.per.transaction are POLICY_VIOLATION, and the ids and
+    transactions already there keep working."""
+    small = broker_factory({"max.transactional.ids": "2", "max.partitions.per.transaction": "1"}, name="bounded")
+    with connect(small.bootstrap) as c:
+        c.create_topic(TOPIC, 2)
+        first, _ = begin(c, "one"), begin(c, "two")
+        third = init(c, "three")
+        assert (third.error_code, third.producer_id) == (ErrorCode.policy_violation, -1)
+        assert begin(c, "one").epoch == first.epoch + 1  # a known id still gets its bump
+        again = begin(c, "one")
+        assert again.add(0) == {0: ErrorCode.none}
+        assert again.add(1) == {1: ErrorCode.policy_violation}
+        assert again.produce(0, b"kept") == ErrorCode.none
+        assert again.end(commit=True) == ErrorCode.none
+        assert sorted(small.broker.transactions.txns) == ["one", "two"]
