@@ -139,7 +139,7 @@ class KafkaClients:
 
     def commit(self, positions: Mapping[Partition, int], note: str | None = None) -> None:
         """Commit `positions` (next offsets to read) to the group, synchronously, with `note`
-        as each partition's metadata (analytics.commit_note)."""
+        as each partition's metadata (contracts.commit_note)."""
         tps = [TopicPartition(t, p, o, metadata=note) for (t, p), o in sorted(positions.items())]
         if not tps:
             return

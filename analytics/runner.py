@@ -13,9 +13,7 @@ micro-batch every `--trigger` seconds until SIGTERM or Ctrl-C, which stop the qu
 (emptied first), publishing to `<results topic>.replay` and committing to `<group>-replay`: the
 running job, its group and its results are left alone.
 
-Every option can be set by an `ANALYTICS_*` environment variable (flags win); `ANALYTICS_KAFKA_*`
-variables (and `-X key=value`) pass librdkafka settings, e.g. `ANALYTICS_KAFKA_SECURITY_PROTOCOL=SSL`
-becomes `security.protocol=SSL`, to the source, the producer and the admin client.
+Every option can be set by an `ANALYTICS_*` environment variable (flags win; analytics.settings).
 """
 
 from __future__ import annotations
@@ -23,15 +21,14 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
-import os
 import shutil
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -43,110 +40,13 @@ from pyspark.sql.streaming.query import StreamingQuery
 from analytics import offsets as off
 from analytics.jobs import JOBS, Job, aggregate, facts_of, reader_schema
 from analytics.ledger import Ledger, next_generation
-from analytics.options import (
-    JOB_NAMES,
-    boolean,
-    job_list,
-    non_negative_float,
-    positive_float,
-    positive_int,
-    start,
-)
+from analytics.settings import AnalyticsConfig
 from analytics.sinks import ParquetOutputs, ResultsTopic, now
+from kit import process
+from kit.process import StartupError
 from schemas.blocking_registry import shown
 
 __all__ = ["AnalyticsConfig", "replay", "run", "run_jobs"]
-
-ENV = "ANALYTICS_"
-
-
-class ConfigError(ValueError):
-    """An option or environment variable has a value the job cannot use, or what it names
-    (broker, registry, data directory) cannot be used."""
-
-
-@dataclass(frozen=True)
-class AnalyticsConfig:
-    """Everything a run needs; `from_args` fills it from flags, then `ANALYTICS_*`, then defaults."""
-
-    bootstrap_servers: str = "127.0.0.1:9092"
-    registry_url: str = "http://127.0.0.1:8081"
-    data_dir: Path = Path("data/analytics")
-    trigger_seconds: float = 2.0
-    starting_offsets: str = "group"
-    group_id: str = "analytics"
-    results_topic: str = "analytics.metrics"
-    jobs: tuple[str, ...] = JOB_NAMES
-    max_records_per_trigger: int | None = None
-    lateness_seconds: float = 120.0
-    spark_master: str = "local[2,4]"  # two cores; a failed task is tried 4 times (local[N] never retries)
-    once: bool = False
-    kafka: Mapping[str, str] = field(default_factory=dict)  # extra librdkafka settings
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> AnalyticsConfig:
-        env = os.environ if environ is None else environ
-        defaults = cls()
-        problems: list[str] = []
-
-        def pick(name: str, parse: Any = str, fallback_env: str | None = None) -> Any:
-            value = getattr(args, name, None)
-            if value is not None:
-                return value
-            raw = env.get(ENV + name.upper())
-            if raw is None and fallback_env is not None:
-                raw = env.get(fallback_env)
-            if raw is None or raw.strip() == "":
-                return getattr(defaults, name)
-            try:
-                return parse(raw.strip())
-            except ValueError as e:
-                problems.append(f"{ENV}{name.upper()}: {e}")
-                return getattr(defaults, name)
-
-        kafka = {
-            k[len(ENV + "KAFKA_") :].lower().replace("_", "."): v
-            for k, v in env.items()
-            if k.startswith(ENV + "KAFKA_")
-        }
-        for item in getattr(args, "client_config", None) or ():
-            key, sep, value = item.partition("=")
-            if not sep or not key.strip():
-                problems.append(f"-X {item!r}: expected KEY=VALUE")
-            kafka[key.strip()] = value
-        config = cls(
-            bootstrap_servers=pick("bootstrap_servers", fallback_env="STREAMSHOP_BOOTSTRAP_SERVERS"),
-            registry_url=pick("registry_url"),
-            data_dir=pick("data_dir", Path),
-            trigger_seconds=pick("trigger_seconds", positive_float),
-            starting_offsets=pick("starting_offsets", start),
-            group_id=pick("group_id"),
-            results_topic=pick("results_topic"),
-            jobs=pick("jobs", job_list),
-            max_records_per_trigger=pick("max_records_per_trigger", positive_int),
-            lateness_seconds=pick("lateness_seconds", non_negative_float),
-            spark_master=pick("spark_master"),
-            once=pick("once", boolean),
-            kafka=kafka,
-        )
-        if problems:
-            raise ConfigError("; ".join(problems))
-        return config
-
-    def replay(self) -> AnalyticsConfig:
-        """This configuration turned into a replay: from earliest, once, beside the live job."""
-        return replace(
-            self,
-            data_dir=self.data_dir / "replay",
-            starting_offsets="earliest",
-            group_id=f"{self.group_id}-replay",
-            results_topic=f"{self.results_topic}.replay",
-            once=True,
-        )
-
-    def kafka_conf(self) -> dict[str, str]:
-        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka}
-
 
 # -- progress ----------------------------------------------------------------------------------
 
@@ -292,7 +192,7 @@ def _locked(data_dir: Path, *, empty: bool = False) -> Iterator[None]:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ConfigError(f"another analytics job is using {data_dir}") from None
+            raise StartupError(f"another analytics job is using {data_dir}") from None
         if empty:
             for child in data_dir.iterdir():
                 if child.name != ".lock":
@@ -357,7 +257,7 @@ def run_jobs(
                 detail = "no answer in time"
             elif isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
                 detail = e.args[0].str()
-            raise ConfigError(
+            raise StartupError(
                 f"cannot set up the results topic {config.results_topic} (broker {config.bootstrap_servers}, "
                 f"registry {shown(config.registry_url)}): {detail}"
             ) from e
@@ -431,35 +331,28 @@ def _report(queries: Sequence[tuple[JobSink, StreamingQuery]], progress: Progres
 # -- CLI entry points --------------------------------------------------------------------------
 
 
-def _config(args: argparse.Namespace) -> AnalyticsConfig:
-    from streamshop.clients import CommandError
+def _run(args: argparse.Namespace, jobs: Callable[..., int]) -> int:
+    """Settings (2 when one cannot be used), logging, then `jobs` until done or SIGTERM/SIGINT."""
 
-    try:
-        return AnalyticsConfig.from_args(args)
-    except ConfigError as e:
-        raise CommandError(str(e)) from None
-
-
-def _run(config: AnalyticsConfig, jobs: Callable[..., int]) -> int:
-    from streamshop.clients import CommandError
-
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    try:
+    def body() -> int:
+        config = AnalyticsConfig.from_args(args)
+        process.start_logging(config, "analytics")
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
         return jobs(config, stop=stop)
-    except ConfigError as e:
-        raise CommandError(str(e)) from None
+
+    return process.main("streamshop analytics", body)
 
 
 def run(args: argparse.Namespace) -> int:
     """`streamshop analytics run`."""
-    return _run(_config(args), run_jobs)
+    return _run(args, run_jobs)
 
 
 def replay(args: argparse.Namespace) -> int:
     """`streamshop analytics replay`: a fresh, bounded recomputation beside the live job."""
-    return _run(_config(args), replay_jobs)
+    return _run(args, replay_jobs)
 
 
 def replay_jobs(

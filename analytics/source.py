@@ -112,11 +112,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from analytics import commit_note
 from analytics import offsets as off
 from analytics.avro_columns import EventColumns, SchemaResolutionError
 from analytics.kafka import KafkaClients, read_range
 from analytics.offsets import OffsetRange, Offsets, Partition
+from contracts import commit_note
 from schemas.blocking_registry import Missing, fetch_schema, latest_schema
 from schemas.serde import HEADER_SIZE, AvroSchema, UnknownMagicByteError
 
@@ -621,7 +621,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _commit(self, positions: dict[Partition, int]) -> None:
         """Commit `positions`; unchanged positions again once COMMIT_EVERY_S has passed, so the
-        group's last commit (with its note, analytics.commit_note) tells that the job is alive
+        group's last commit (with its note, contracts.commit_note) tells that the job is alive
         while no data comes."""
         now = time.monotonic()
         if not positions or (positions == self._committed and now - self._committed_at < COMMIT_EVERY_S):

@@ -16,7 +16,7 @@ known lags)}; the detail adds members: [{member_id, client_id, host, group_insta
 assignment: {topic: [partition, ...]} (null if it does not decode)}] and partitions:
 [{topic, partition, committed_offset, log_end_offset, lag, member_id (its owner)}] for
 every partition with a committed offset or an owner, and committer (the note a job that
-commits without joining leaves in its offsets' metadata, analytics/commit_note.py) — the same record as
+commits without joining leaves in its offsets' metadata, contracts/commit_note.py) — the same record as
 `streamshop groups describe --json`.  The log end offset is the high watermark, as
 ListOffsets reports it; lag is log end offset minus committed offset, null while either
 is unknown.  Assignments are reported only while the group is Stable, as DescribeGroups
@@ -33,13 +33,13 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from analytics import commit_note
 from broker.coordinator.consumer_protocol import assignment_partitions
 from broker.coordinator.coordinator import CommittedOffset
 from broker.coordinator.group import Group, GroupState
 from broker.core import Broker
 from broker.log.partition_log import PartitionLog
 from broker.metadata import METADATA_TOPIC, Topic
+from contracts import commit_note
 
 
 def _partition(plog: PartitionLog) -> dict[str, Any]:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import signal
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import structlog
@@ -15,8 +15,11 @@ from broker.admin import create_admin_app
 from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.core import Broker
-from broker.lock import lock_data_dir
+from broker.lock import DataDirInUse, lock_data_dir
+from broker.security.listeners import ListenerError
 from broker.server import KafkaServer
+from broker.settings import BrokerSettings
+from kit import process
 
 log = structlog.get_logger(__name__)
 
@@ -62,10 +65,7 @@ async def start_broker(config: BrokerConfig, clock: Clock | None = None) -> Runn
 async def serve(config: BrokerConfig) -> None:
     lock_data_dir(config.data_dir)  # held until the process exits
     running = await start_broker(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = process.stop_event()
     # A write past the file-size limit must fail with EFBIG (answered KAFKA_STORAGE_ERROR),
     # not kill the process.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -87,10 +87,20 @@ async def serve(config: BrokerConfig) -> None:
     sys.stdout.flush()
 
 
-def run(config: BrokerConfig) -> None:
-    try:
-        import uvloop
+def main(overrides: Mapping[str, object] | None = None, extra_settings: Mapping[str, str] | None = None) -> int:
+    """`streamshop broker`: settings from ``BROKER_*`` (flags in `overrides`, Kafka settings in
+    `extra_settings` over ``BROKER_SET``); serve until SIGINT/SIGTERM.  2 when a setting, the
+    listeners or TLS cannot be used, or the data directory is in use."""
 
-        uvloop.run(serve(config))
-    except ImportError:
-        asyncio.run(serve(config))
+    def body() -> int:
+        settings = process.load(BrokerSettings, overrides)
+        config = settings.to_config(extra_settings)
+        process.start_logging(settings, "broker")
+        try:
+            process.run(serve(config))
+        except (DataDirInUse, ListenerError) as e:
+            print(f"streamshop broker: {e}", file=sys.stderr)
+            return 2
+        return 0
+
+    return process.main("streamshop broker", body)

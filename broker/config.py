@@ -1,7 +1,7 @@
 """Broker and topic configuration, by Kafka's names.
 
 Every topic config has a broker-level default (`log.retention.ms` for `retention.ms`...),
-settable with `--set` or `STREAMSHOP_BROKER_SET`; a topic's own overrides are stored in
+settable with `--set` or `BROKER_SET`; a topic's own overrides are stored in
 the cluster metadata and survive restarts.  Only configs the broker implements exist here:
 anything else is INVALID_CONFIG, so a user never sets a knob that does nothing.
 """
@@ -15,13 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from broker.security.listeners import DEFAULT_PROTOCOL_MAP, ListenerError, parse_endpoints, parse_protocol_map
+from kit.settings import ConfigError
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def _int(lo: int, hi: int = LONG_MAX) -> Callable[[str], int]:

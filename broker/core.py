@@ -18,7 +18,7 @@ from pathlib import Path
 import structlog
 
 from broker.clock import Clock, SystemClock
-from broker.config import BrokerConfig, ConfigError, validate_topic_configs, validate_topic_name
+from broker.config import BrokerConfig, validate_topic_configs, validate_topic_name
 from broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from broker.log import cleaner
 from broker.log.cleaner_worker import CleanerProcess
@@ -33,6 +33,7 @@ from broker.protocol.codec import RequestHeader
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.authorizer import Security
 from broker.txn.coordinator import TransactionCoordinator, TxnConfig
+from kit.settings import ConfigError
 
 log = structlog.get_logger(__name__)
 

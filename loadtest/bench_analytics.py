@@ -41,7 +41,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
-from analytics.runner import AnalyticsConfig, run_jobs
+from analytics.runner import run_jobs
+from analytics.settings import AnalyticsConfig
 from analytics.spark import spark_session
 from loadtest.bench_spark_source import ThreadRegistry, register
 from loadtest.brokers import child_process, create_topic, streamshop_broker

@@ -43,9 +43,9 @@ from pyspark.sql.types import StructType
 from analytics.avro_columns import EventColumns
 from analytics.spark import spark_session
 from loadtest.brokers import create_topic, streamshop_broker
+from registry.app import RunningRegistry, start_registry
+from registry.config import RegistryConfig
 from schemas.catalog import default_catalog
-from schemas.registry.app import RunningRegistry, start_registry
-from schemas.registry.config import RegistryConfig
 from schemas.serde import AvroSchema, encode, frame
 
 TOPIC = "orders"
@@ -59,7 +59,7 @@ class ThreadRegistry:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="registry")
         self.thread.start()
-        config = RegistryConfig(bootstrap=bootstrap, listen=("127.0.0.1", 0), startup_timeout=60)
+        config = RegistryConfig(bootstrap_servers=bootstrap, listen="127.0.0.1", port=0, startup_timeout=60)
         self.running: RunningRegistry = asyncio.run_coroutine_threadsafe(start_registry(config), self.loop).result(90)
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from schemas.kafka_security import KafkaSecurity
+from contracts.kafka_security import KafkaSecurity
 from services.common.config import DEFAULT_PORTS
 from streamshop.stack.state import running_stack
 

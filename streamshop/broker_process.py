@@ -64,7 +64,7 @@ def parse_ready_line(line: str) -> ReadyLine | None:
     return ReadyLine(host, int(match.group(2)), admin, listeners)
 
 
-# services.common.runner.ready_line writes it: `streamshop NAME ready on URL[ KEY=VALUE]...`.
+# kit.process.ready_line writes it: `streamshop NAME ready on URL[ KEY=VALUE]...`.
 _SERVICE_READY = re.compile(r"streamshop ([a-z0-9-]+) ready on (https?://\S+)((?: [A-Za-z0-9_.-]+=\S+)*)\s*")
 
 
@@ -78,7 +78,7 @@ class ServiceReady:
 
 
 def parse_service_ready_line(line: str) -> ServiceReady | None:
-    """`streamshop NAME ready on URL[ KEY=VALUE]...` (from services.common.runner.serve_app, and
+    """`streamshop NAME ready on URL[ KEY=VALUE]...` (from kit.process.serve_app, and
     the registry's line too); a wildcard host is reported as loopback."""
     match = _SERVICE_READY.fullmatch(line)
     if match is None:

@@ -14,30 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from broker.security.scram import MECHANISMS, MIN_ITERATIONS, make_credential
-
-
-def register(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    u = actions.add_parser(
-        "users",
-        help="add, delete or list SCRAM users of a stopped broker's data directory",
-        description="Manage SCRAM credentials offline (the broker must be stopped). A running broker is "
-        "managed over the Kafka protocol instead: AlterUserScramCredentials, e.g. kafka-configs "
-        "--entity-type users.",
-    )
-    u.add_argument("--data-dir", required=True, help="the broker's log directory")
-    sub = u.add_subparsers(dest="users_action", required=True)
-    s = sub.add_parser("set", help="create or replace a user's credentials")
-    s.add_argument("name")
-    s.add_argument("--mechanism", action="append", choices=list(MECHANISMS), help="default: both SCRAM mechanisms")
-    s.add_argument("--iterations", type=int, default=MIN_ITERATIONS)
-    source = s.add_mutually_exclusive_group(required=True)
-    source.add_argument("--password-file", help="a file whose first line is the password")
-    source.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
-    d = sub.add_parser("delete", help="delete a user's credentials")
-    d.add_argument("name")
-    sub.add_parser("list", help="list users and their mechanisms")
-    u.set_defaults(func=run)
+from broker.security.scram import MECHANISMS, make_credential
 
 
 def _password(args: argparse.Namespace) -> str:

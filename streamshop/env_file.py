@@ -15,7 +15,7 @@ import re
 from collections.abc import MutableMapping
 from pathlib import Path
 
-from schemas.small_files import read_small_text
+from kit.files import read_small_text
 
 __all__ = ["ENV_FILE", "EnvFileError", "apply_env_file", "format_env_file", "read_env_file"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from schemas import bounded_json
+from contracts import bounded_json
 from schemas.blocking_registry import Missing, RegistryUnavailableError, fetch_schema, latest_registered, subjects
 from schemas.catalog import CatalogError, from_json, to_json
 from schemas.serde import HEADER_SIZE, MAGIC_BYTE, AvroSchema, InvalidSchemaError, SerdeError, decode, encode, frame

@@ -27,7 +27,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from analytics import commit_note
+from contracts import commit_note
 from streamshop.clients import CommandError, client_config, error_text, table, warn
 
 # Kafka's names of the group states (DescribeGroups, kafka-consumer-groups.sh).

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.registry.app import RunningRegistry
+from registry.app import RunningRegistry
 from tests.support.harness import BrokerProcess, ThreadBroker
 from tests.support.registry import registry
 

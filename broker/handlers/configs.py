@@ -6,11 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from broker.config import BROKER_SETTINGS, TOPIC_CONFIGS, ConfigError, validate_topic_configs
+from broker.config import BROKER_SETTINGS, TOPIC_CONFIGS, validate_topic_configs
 from broker.core import Broker
 from broker.protocol.codec import RequestHeader, build, nested, response_type
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation
+from kit.settings import ConfigError
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 TOPIC, BROKER = 2, 4

@@ -18,6 +18,9 @@ import ssl
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
+from kit import tls as kit_tls
+from kit.tls import TlsConfigError
+
 _SHORT_NAMES = {
     "commonName": "CN",
     "organizationName": "O",
@@ -31,9 +34,7 @@ _SHORT_NAMES = {
 }
 _READ_CHUNK = 256 * 1024
 
-
-class TlsConfigError(ValueError):
-    pass
+__all__ = ["PrincipalRules", "TlsConfigError", "TlsLayer", "distinguished_name", "server_context"]
 
 
 def server_context(keystore: str, key_password: str, truststore: str, client_auth: str) -> ssl.SSLContext:
@@ -41,21 +42,11 @@ def server_context(keystore: str, key_password: str, truststore: str, client_aut
     `ssl.truststore.location` (PEM CA certificates) and `ssl.client.auth`."""
     if not keystore:
         raise TlsConfigError("an SSL or SASL_SSL listener needs ssl.keystore.location (a PEM key and certificate)")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        ctx.load_cert_chain(keystore, password=key_password or None)
-        if truststore:
-            ctx.load_verify_locations(truststore)
-    except (OSError, ssl.SSLError) as e:
-        raise TlsConfigError(f"cannot load the TLS key, certificate or CA: {e}") from e
-    if client_auth == "required":
-        ctx.verify_mode = ssl.CERT_REQUIRED
-    elif client_auth == "requested":
-        ctx.verify_mode = ssl.CERT_OPTIONAL
     if client_auth != "none" and not truststore:
         raise TlsConfigError(f"ssl.client.auth={client_auth} needs ssl.truststore.location")
-    return ctx
+    return kit_tls.server_context(
+        keystore, key_password=key_password or None, cafile=truststore or None, client_auth=client_auth
+    )
 
 
 def distinguished_name(cert: dict[str, Any]) -> str:

@@ -30,19 +30,20 @@ from multidict import MultiMapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from contracts.otp import E164
+from kit.app import METRICS_REGISTRY_KEY, read_json
+from kit.errors import BadRequest, NotFound, ServiceError, ValidationError
+from kit.logging import get_logger
+from kit.openapi import serve_openapi
+from kit.process import READY_FIELDS_KEY
+from kit.validation import Object, Str
 from services.catcher.config import CatcherConfig
 from services.catcher.openapi import catcher_openapi
 from services.catcher.smtp import start_smtp_server, stop_smtp_server
 from services.catcher.store import IdempotencyConflict, Mailbox, SmsBox
-from services.common.app import METRICS_REGISTRY_KEY, create_base_app, read_json
-from services.common.errors import BadRequest, NotFound, ServiceError, ValidationError
+from services.common.app import create_service_app
 from services.common.log_shipper import LogShipper
-from services.common.logging import get_logger
-from services.common.openapi import serve_openapi
 from services.common.outbox_service import shipping_logs
-from services.common.runner import READY_FIELDS_KEY
-from services.common.validation import Object, Str
-from services.otp.domain import E164
 
 __all__ = ["MAILBOX_KEY", "SMS_KEY", "SMTP_PORT_KEY", "create_app"]
 
@@ -209,7 +210,7 @@ def create_app(config: CatcherConfig, *, shipper: LogShipper | None = None) -> w
         if server is None or not server.is_serving():
             raise ConnectionError("the SMTP listener is not serving")
 
-    app = create_base_app(config, checks={"smtp": smtp_serving}, shipper=shipper)
+    app = create_service_app(config, checks={"smtp": smtp_serving}, shipper=shipper)
     app[MAILBOX_KEY] = mailbox
     app[SMS_KEY] = sms
     app[_TOKEN_KEY] = config.sms_token or None

@@ -8,33 +8,19 @@ stdout: ``streamshop catcher ready on http://127.0.0.1:8025 smtp=127.0.0.1:1025`
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import sys
 from collections.abc import Sequence
 
 from services.catcher.app import create_app
 from services.catcher.config import CatcherConfig
-from services.common.config import ConfigError
-from services.common.runner import serve_app
+from services.common.runner import run_service
 
 __all__ = ["main", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; 2 on invalid configuration."""
-    try:
-        config = CatcherConfig.from_env()
-        overrides = {
-            name: value
-            for name, value in (("port", getattr(args, "port", None)), ("smtp_port", getattr(args, "smtp_port", None)))
-            if value is not None
-        }
-        config = dataclasses.replace(config, **overrides)
-        config.check()
-    except ConfigError as e:
-        sys.stderr.write(f"catcher: {e}\n")
-        return 2
-    return serve_app(config, lambda c, shipper: create_app(c, shipper=shipper))
+    options = {"port": "port", "smtp_port": "smtp_port"}
+    return run_service(CatcherConfig, lambda c, shipper: create_app(c, shipper=shipper), args, options)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.common.openapi import document, json_body, obj, operation, path_parameter
-from services.common.validation import Object
+from kit.openapi import document, json_body, obj, operation, path_parameter
+from kit.validation import Object
 
 __all__ = ["catcher_openapi"]
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
 
+from kit.logging import get_logger
 from services.catcher.store import Mailbox
-from services.common.logging import get_logger
 
 __all__ = ["MailboxHandler", "start_smtp_server", "stop_smtp_server"]
 

@@ -54,7 +54,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from services.common.logging import get_logger
+from kit.logging import get_logger
 
 __all__ = ["Database", "ExecResult", "Migration", "Transaction"]
 

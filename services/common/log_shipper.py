@@ -3,7 +3,7 @@
 The shipper is a structlog processor (installed by `configure_logging`): for each line it
 builds a LogRecord (schemas/LogRecord.avsc shape) and appends it to a bounded in-memory
 buffer.  That is all the logging call pays; when the buffer is full the line is dropped and
-counted (`dropped`, exported by `metrics.LogShipperCollector`) instead of waiting, so a slow or
+counted (`dropped`, exported by `LogShipperCollector`) instead of waiting, so a slow or
 absent broker never slows requests down.  A background task sends batches through the
 producer it is given (anything with an async ``send(topic, key, value, headers)``).
 
@@ -28,14 +28,17 @@ import math
 import threading
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-import orjson
 import structlog
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from structlog.typing import EventDict, WrappedLogger
+
+from kit.logging import ACCESS_LOGGER, dumps_json
 
 if TYPE_CHECKING:
     from schemas.serde import AvroSchema, AvroSerializer
@@ -45,6 +48,7 @@ __all__ = [
     "LogEncoder",
     "LogProducer",
     "LogShipper",
+    "LogShipperCollector",
     "SendRawAdapter",
     "avro_log_encoder",
     "json_log_encoder",
@@ -53,7 +57,6 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 DEFAULT_EXCLUDED_LOGGERS: tuple[str, ...] = (__name__, "aiokafka", "kafka")
-ACCESS_LOGGER = "services.common.access"  # the HTTP access log: shipped to logs.ingress
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _LEVEL_ALIASES = {"warn": "warning", "exception": "error", "fatal": "critical", "notset": "debug", "trace": "debug"}
 _RESERVED = frozenset({"event", "level", "logger", "timestamp", "request_id", "trace_id", "log_stream"})
@@ -90,19 +93,6 @@ class SendRawAdapter:
 
 
 LogEncoder = Callable[[str, dict[str, Any]], Awaitable[bytes]]
-
-
-# orjson: log lines are encoded on the hot path of every request, several times faster than json.
-# Datetimes come out as ISO 8601 with a ``Z``; keys that are not strings are written as strings;
-# anything else it does not know becomes its repr().  Dataclasses too (PASSTHROUGH): orjson would
-# otherwise write their fields itself, bypassing the repr() that masks a settings object's secrets
-# and leaves out fields marked repr=False (an OTP message's body, a sender's seal keys).
-_ORJSON_OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC | orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
-
-
-def dumps_json(value: Any) -> bytes:
-    """Compact JSON of a log line (or any structlog event dict)."""
-    return orjson.dumps(value, default=repr, option=_ORJSON_OPTIONS)
 
 
 async def json_log_encoder(topic: str, record: dict[str, Any]) -> bytes:
@@ -341,3 +331,18 @@ class LogShipper:
         result = await producer.send(topic, key, value, [])
         if isinstance(result, asyncio.Future):
             await result  # acknowledged (or failed) only when the future resolves
+
+
+class LogShipperCollector(Collector):
+    """The shipper's counters on ``/metrics``, read at scrape time: the shipper's hot path stays a
+    plain integer increment instead of a labelled Prometheus counter update."""
+
+    def __init__(self, shipper: LogShipper) -> None:
+        self.shipper = shipper
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.shipper
+        yield CounterMetricFamily("log_shipper_dropped", "log lines dropped: buffer full", value=s.dropped)
+        yield CounterMetricFamily("log_shipper_shipped", "log records sent to logs.* topics", value=s.shipped)
+        yield CounterMetricFamily("log_shipper_failed", "log records that failed to encode or send", value=s.failed)
+        yield GaugeMetricFamily("log_shipper_buffered", "log records waiting to be sent", value=s.buffered)

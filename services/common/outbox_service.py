@@ -26,14 +26,14 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from aiokafka.protocol.metadata import MetadataRequest
 
+from kit.logging import get_logger
 from schemas.catalog import Catalog
 from schemas.client import RegistryClient
 from schemas.serde import AvroSerializer
-from services.common.config import ServiceConfig, setting
+from services.common.config import OutboxServiceConfig, ServiceConfig
 from services.common.db import Database
 from services.common.kafka import EventProducer
 from services.common.log_shipper import LogShipper, SendRawAdapter, avro_log_encoder
-from services.common.logging import get_logger
 from services.common.outbox import Outbox, OutboxRelay
 
 __all__ = [
@@ -48,17 +48,6 @@ __all__ = [
 
 RELAY_KEY = web.AppKey("outbox_relay", OutboxRelay)
 log = get_logger(__name__)
-
-
-@dataclass(frozen=True, repr=False)
-class OutboxServiceConfig(ServiceConfig):
-    """Settings of a service publishing its events to one topic through an outbox; subclasses
-    set the defaults of `port`, `database_path` and `topic`."""
-
-    topic: str = setting("events", help="topic of the service's events")
-    topic_partitions: int = setting(6, help="partitions of the topic when the service creates it")
-    topic_replication_factor: int = setting(3, help="replicas of the topics it creates, or every broker when fewer")
-    relay_poll_interval: float = setting(1.0, help="seconds between outbox polls when not woken")
 
 
 class SupportsSetup(Protocol):

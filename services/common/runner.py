@@ -1,61 +1,33 @@
-"""Running a service process: logging (shipped to the logs.* topics when enabled) and the
-aiohttp server, the same way for every service.
+"""Running a service process on the kit's `main` (kit.process): its settings from ``<PREFIX>_*``
+variables with the command's flags over them, its own logs shipped to the ``logs.*`` topics when
+enabled, and the aiohttp server until SIGINT/SIGTERM.
 
-Once the server listens, `serve_app` prints one line to stdout (flushed) that supervisors such
-as `streamshop up` wait for::
-
-    streamshop <service> ready on <url>[ <key>=<value>]...
-
-``<url>`` is the HTTP base URL with the port actually bound (so ``--port 0`` works; a wildcard
-listen address is given as 127.0.0.1).  An app announces more endpoints by filling
-``app[READY_FIELDS_KEY]`` (a ``dict[str, str]``) when it is created or during its startup
-(``on_startup``/``cleanup_ctx``), e.g. the catcher's ``smtp=127.0.0.1:1025``; keys are
-``[A-Za-z0-9_.-]+`` and values contain no whitespace.  `streamshop.broker_process
-.parse_service_ready_line` reads the line back.
+    def run(args: argparse.Namespace) -> int:
+        return run_service(OrdersConfig, create_app, args, {"port": "port", "database": "database_path"})
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import dataclasses
-import re
-import signal
-import sys
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import uvloop
 from aiohttp import web
 
-from services.common.auth import ApiKeys
+from kit import process
+from kit.api_keys import ApiKeys
+from kit.settings import ConfigError
 from services.common.config import ServiceConfig
 from services.common.log_shipper import LogShipper
-from services.common.logging import configure_logging, get_logger
+
+__all__ = ["PORT_DATABASE", "add_port_database_arguments", "build_shipper", "run_service"]
 
 C = TypeVar("C", bound=ServiceConfig)
 
-READY_FIELDS_KEY: web.AppKey[dict[str, str]] = web.AppKey("ready_fields")
-_FIELD_KEY = re.compile(r"[A-Za-z0-9_.-]+")
-_WILDCARDS = ("", "0.0.0.0", "::")
-
-
-def ready_line(service: str, url: str, fields: Mapping[str, str] | None = None) -> str:
-    """The line `serve_app` prints once listening; ValueError for a field that would not parse back."""
-    extra = ""
-    for key, value in (fields or {}).items():
-        if not _FIELD_KEY.fullmatch(key) or not value or any(c.isspace() for c in value):
-            raise ValueError(f"ready-line field {key}={value!r}: key [A-Za-z0-9_.-]+, value without whitespace")
-        extra += f" {key}={value}"
-    return f"streamshop {service} ready on {url}{extra}"
-
-
-def base_url(host: str, port: int) -> str:
-    """``http://HOST:PORT`` a client can use: a wildcard address becomes loopback."""
-    host = "127.0.0.1" if host in _WILDCARDS else host
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+# The flags most services take: argparse dest -> setting.
+PORT_DATABASE = {"port": "port", "database": "database_path"}
 
 
 def build_shipper(config: ServiceConfig) -> LogShipper | None:
@@ -70,60 +42,43 @@ def build_shipper(config: ServiceConfig) -> LogShipper | None:
     )
 
 
-def serve_app(config: C, create_app: Callable[[C, LogShipper | None], web.Application]) -> int:
-    """Configure logging, log the (masked) config, and serve until SIGINT/SIGTERM."""
-    shipper = build_shipper(config)
-    configure_logging(level=config.log_level, fmt=config.log_format, shipper=shipper)
-    get_logger(f"services.{config.service_name}").info("config", **config.as_log_dict())
-    # uvloop: the services' hot path is socket and callback work, where it is markedly faster.
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(_serve(create_app(config, shipper), config))
-    return 0
+def load_service_config(
+    config_cls: type[C],
+    args: argparse.Namespace | None = None,
+    options: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> C:
+    """The settings, flags of `args` named by `options` (dest -> setting) over the variables;
+    `ConfigError` for anything that cannot work, API keys file and Kafka security included."""
+    overrides = {name: getattr(args, dest, None) for dest, name in (options or {}).items()} if args else {}
+    config = config_cls.from_env(environ, overrides=overrides)
+    problems = config.check_kafka_security()
+    if config.api_keys_file is not None:
+        try:
+            ApiKeys.load(config.api_keys_file)
+        except ValueError as e:
+            problems.append(f"{config.env_name('api_keys_file')}: {e}")
+    if problems:
+        raise ConfigError(problems)
+    return config
 
 
-async def _serve(app: web.Application, config: ServiceConfig) -> None:
-    """What `web.run_app` does (startup, listen, graceful cleanup on SIGINT/SIGTERM), plus the
-    ready line, which needs the bound port and so the runner itself."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    try:
-        # Startup (the cleanup contexts) can wait tens of seconds on the Kafka client's timeouts
-        # when the broker does not answer: a signal meanwhile cancels it, as in `web.run_app`,
-        # rather than being seen only once startup is over.  Inside the try: the contexts entered
-        # before a failed or cancelled startup are cleaned up too.
-        if not await _unless_stopped(runner.setup(), stop):
-            return
-        await web.TCPSite(runner, config.listen, config.port).start()
-        port = int(runner.addresses[0][1])
-        fields = app.get(READY_FIELDS_KEY) or {}
-        print(ready_line(config.service_name, base_url(config.listen, port), fields), flush=True)
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+def run_service(
+    config_cls: type[C],
+    create_app: Callable[[C, LogShipper | None], web.Application],
+    args: argparse.Namespace | None = None,
+    options: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """Settings checked (2 when one is invalid), logging (shipped when enabled), serve until
+    SIGINT/SIGTERM."""
 
+    def body() -> int:
+        config = load_service_config(config_cls, args, options, environ)
+        shipper = build_shipper(config)
+        return process.serve_app(config, lambda: create_app(config, shipper), tap=shipper)
 
-async def _unless_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
-    """Run `work` to its end (True; its exception propagates), or cancel it once `stop` is set
-    (False)."""
-    task = asyncio.ensure_future(work)
-    stopped = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        task.cancel()  # we are cancelled ourselves: so is `work`
-        raise
-    finally:
-        stopped.cancel()
-    if task.done():
-        task.result()
-        return True
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    return False
+    return process.main(f"streamshop {config_cls.service_name}", body)
 
 
 def _default(config_cls: type[ServiceConfig], name: str) -> object:
@@ -131,7 +86,7 @@ def _default(config_cls: type[ServiceConfig], name: str) -> object:
 
 
 def add_port_database_arguments(parser: argparse.ArgumentParser, config_cls: type[ServiceConfig]) -> None:
-    """``--port`` and ``--database``, the overrides `run_from_args` applies."""
+    """``--port`` and ``--database``, the overrides `PORT_DATABASE` names."""
     port, database = _default(config_cls, "port"), _default(config_cls, "database_path")
     parser.add_argument(
         "--port", type=int, default=None, help=f"HTTP port (env {config_cls.env_name('port')}; default {port})"
@@ -142,28 +97,3 @@ def add_port_database_arguments(parser: argparse.ArgumentParser, config_cls: typ
         default=None,
         help=f"SQLite file (env {config_cls.env_name('database_path')}; default {database})",
     )
-
-
-def run_from_args(
-    args: argparse.Namespace,
-    config_cls: type[C],
-    create_app: Callable[[C, LogShipper | None], web.Application],
-) -> int:
-    """Settings from the environment (checked), ``--port`` and ``--database`` of `args` over
-    them; serve until SIGINT/SIGTERM.  2 on invalid configuration."""
-    try:
-        config = config_cls.from_env()
-        config.check()
-        config.kafka_security  # noqa: B018 - raises ValueError for SASL without credentials
-        if config.api_keys_file is not None:
-            ApiKeys.load(config.api_keys_file)
-    except ValueError as e:  # ConfigError, ApiKeysError, KafkaSecurity's
-        sys.stderr.write(f"{config_cls.service_name}: {e}\n")
-        return 2
-    overrides: dict[str, object] = {}
-    if getattr(args, "port", None) is not None:
-        overrides["port"] = args.port
-    if getattr(args, "database", None) is not None:
-        overrides["database_path"] = Path(args.database)
-    config = dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
-    return serve_app(config, create_app)

@@ -27,9 +27,9 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from kit.logging import get_logger
 from schemas.client import RegistryError
 from schemas.serde import AvroDeserializer, SchemaRegistry, SerdeError
-from services.common.logging import get_logger
 from services.dashboard.poller import wait_or_stop
 
 __all__ = ["FUNNEL_ORDER", "LatestValues", "MetricValue", "MetricsFeed", "analytics_json", "metric_value"]

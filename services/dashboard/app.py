@@ -28,13 +28,14 @@ from aiokafka import AIOKafkaConsumer
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kit.app import METRICS_REGISTRY_KEY
+from kit.errors import NotFound
+from kit.health import broker_check
+from kit.logging import get_logger
+from kit.users import Users
 from schemas.client import RegistryClient
-from schemas.registry.auth import RegistryUsers
-from services.common.app import METRICS_REGISTRY_KEY, create_base_app
-from services.common.errors import NotFound
-from services.common.health import broker_check
+from services.common.app import create_service_app
 from services.common.log_shipper import LogShipper
-from services.common.logging import get_logger
 from services.common.outbox_service import shipping_logs
 from services.dashboard.analytics_feed import LatestValues, MetricsFeed, analytics_json
 from services.dashboard.config import DashboardConfig
@@ -116,7 +117,7 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
     if config.users_file is not None:
         sessions = Sessions(config.session_key.encode() if config.session_key else None, config.session_hours * 3600)
         login.append(login_middleware(sessions))
-    app = create_base_app(
+    app = create_service_app(
         config,
         middlewares=login,
         checks={"broker": broker_check(config.bootstrap_servers)},
@@ -184,5 +185,5 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
     app.router.add_get("/api/logs/tail", logs_tail)
     app.router.add_get("/static/{name}", static_file)
     if config.users_file is not None:
-        add_login_routes(app, RegistryUsers.load(config.users_file), sessions, secure_cookie=False)
+        add_login_routes(app, Users.load(config.users_file), sessions, secure_cookie=False)
     return app

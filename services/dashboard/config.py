@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from schemas.registry.auth import RegistryUsers, UsersFileError
+from kit.users import Users, UsersFileError
 from services.common.config import DEFAULT_PORTS, ConfigError, ServiceConfig, secret, setting
 
 __all__ = ["DashboardConfig"]
@@ -72,7 +72,7 @@ class DashboardConfig(ServiceConfig):
             problems.append(f"{self.env_name('bootstrap_servers')}: must be a comma list of HOST:PORT")
         if self.users_file is not None:
             try:
-                RegistryUsers.load(self.users_file)
+                Users.load(self.users_file)
             except UsersFileError as e:
                 problems.append(f"{self.env_name('users_file')}: {e}")
         if self.session_hours <= 0:

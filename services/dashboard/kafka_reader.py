@@ -41,8 +41,8 @@ from aiokafka.protocol.types import (
 )
 from aiokafka.structs import TopicPartition
 
-from analytics import commit_note
-from services.common.logging import get_logger
+from contracts import commit_note
+from kit.logging import get_logger
 from services.dashboard.model import (
     BrokerInfo,
     GroupInfo,

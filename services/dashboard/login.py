@@ -4,7 +4,7 @@
     POST /login      user and password (a form); 303 to / with a session cookie, or 401
     POST /logout     ends the session; 303 to /login
 
-The users file has the registry's format (schemas.registry.auth: ``name: credential,role``,
+The users file has the registry's format (registry.auth: ``name: credential,role``,
 PBKDF2 credentials); any role may sign in.  The session is a cookie holding the user and an
 expiry, signed with HMAC-SHA256 under a key of the process (``DASHBOARD_SESSION_KEY`` to share
 one across instances or restarts), HttpOnly and SameSite=Strict, so another site can neither
@@ -26,8 +26,8 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from schemas.registry.auth import RegistryUsers
-from services.common.middleware import json_error
+from kit.middleware import json_error
+from kit.users import Users
 
 __all__ = ["COOKIE", "Sessions", "add_login_routes", "login_middleware"]
 
@@ -99,7 +99,7 @@ def _form(message: str = "", status: int = 200) -> web.Response:
     return web.Response(text=_FORM.format(message=shown), status=status, content_type="text/html")
 
 
-def add_login_routes(app: web.Application, users: RegistryUsers, sessions: Sessions, *, secure_cookie: bool) -> None:
+def add_login_routes(app: web.Application, users: Users, sessions: Sessions, *, secure_cookie: bool) -> None:
     async def form(request: web.Request) -> web.Response:
         return _form()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from services.common.runner import run_from_args
+from services.common.runner import run_service
 from services.dashboard.app import create_app
 from services.dashboard.config import DashboardConfig
 
@@ -19,7 +19,7 @@ __all__ = ["main", "run"]
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; 2 on invalid configuration."""
-    return run_from_args(args, DashboardConfig, lambda c, shipper: create_app(c, shipper=shipper))
+    return run_service(DashboardConfig, lambda c, shipper: create_app(c, shipper=shipper), args, {"port": "port"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

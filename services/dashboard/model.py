@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from analytics.commit_note import CommitNote
+from contracts.commit_note import CommitNote
 
 __all__ = [
     "REBALANCING_STATES",

@@ -15,7 +15,7 @@ import contextlib
 import time
 from typing import Any, Protocol
 
-from services.common.logging import get_logger
+from kit.logging import get_logger
 from services.dashboard.model import (
     History,
     Observation,

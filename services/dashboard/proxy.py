@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from services.common.errors import ServiceError
+from kit.errors import ServiceError
 
 __all__ = ["INBOX_LIMIT", "UpstreamUnavailable", "fetch_inbox", "proxy_tail"]
 

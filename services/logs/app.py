@@ -20,17 +20,18 @@ from multidict import MultiMapping
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kit.app import METRICS_REGISTRY_KEY
+from kit.errors import ValidationError
+from kit.logging import get_logger
+from kit.openapi import serve_openapi
 from schemas.catalog import default_catalog
 from schemas.client import RegistryClient
 from schemas.serde import AvroSerializer
-from services.common.app import METRICS_REGISTRY_KEY, create_base_app, default_checks
+from services.common.app import create_service_app, default_checks
 from services.common.consumer import ConsumerRunner, consuming, runner_for_service
 from services.common.db import Database
-from services.common.errors import ValidationError
 from services.common.kafka import EventProducer
 from services.common.log_shipper import LogShipper, SendRawAdapter, avro_log_encoder
-from services.common.logging import get_logger
-from services.common.openapi import serve_openapi
 from services.common.outbox_service import ensure_topics
 from services.logs.config import LogsConfig
 from services.logs.indexer import Indexer, LogRecordDeserializer
@@ -169,7 +170,7 @@ def create_app(config: LogsConfig, *, shipper: LogShipper | None = None) -> web.
     """The logs service; consumer, producer (DLQ and shipped logs) and database start with the app."""
     checks = default_checks(config)
     del checks["registry"]
-    app = create_base_app(config, checks=checks, shipper=shipper)
+    app = create_service_app(config, checks=checks, shipper=shipper)
     app[METRICS_REGISTRY_KEY].register(IndexerCollector(app))
     app.router.add_get("/logs", search_logs)
     app.router.add_get("/logs/stats", log_stats)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from schemas import bounded_json
+from contracts import bounded_json
 from schemas.serde import AvroDeserializer, Decoded, UndecodablePayloadError
 from services.common.consumer import IdempotentHandler, Message, PermanentError
 from services.common.db import Database, Transaction

@@ -7,12 +7,10 @@ options of ``streamshop logs`` are shorthands that override them.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Mapping
 
-from services.common.config import ConfigError
-from services.common.runner import serve_app
+from services.common.runner import run_service
 from services.logs.app import create_app
 from services.logs.config import LogsConfig
 
@@ -29,24 +27,15 @@ _OPTIONS = {
 }
 
 
-def serve(environ: Mapping[str, str] | None = None) -> int:
-    """Load the settings, configure logging (shipped to logs.* too) and serve until stopped."""
-    try:
-        config = LogsConfig.from_env(environ)
-    except ConfigError as e:
-        print(f"streamshop logs: {e}", file=sys.stderr)
-        return 2
-    return serve_app(config, lambda c, shipper: create_app(c, shipper=shipper))
+def serve(environ: Mapping[str, str] | None = None, args: argparse.Namespace | None = None) -> int:
+    """Load the settings (flags of `args` over the variables), configure logging (shipped to
+    logs.* too) and serve until stopped."""
+    return run_service(LogsConfig, lambda c, shipper: create_app(c, shipper=shipper), args, _OPTIONS, environ)
 
 
 def run(args: argparse.Namespace) -> int:
     """`streamshop logs`: options given on the command line override the LOGS_* variables."""
-    env = dict(os.environ)
-    for option, field_name in _OPTIONS.items():
-        value = getattr(args, option, None)
-        if value is not None:
-            env[LogsConfig.env_name(field_name)] = str(value)
-    return serve(env)
+    return serve(args=args)
 
 
 def main() -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.common.openapi import document, obj, operation
+from kit.openapi import document, obj, operation
 from services.logs.store import LEVELS, STREAMS
 from services.logs.tail import MAX_BACKLOG
 

@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from services.common.errors import ServiceUnavailable, ValidationError
+from kit.errors import ServiceUnavailable, ValidationError
 from services.logs.store import LogQuery, LogStore
 
 __all__ = ["DEFAULT_BACKLOG", "MAX_BACKLOG", "LogFeed", "TailStreams", "parse_backlog", "stream_tail"]

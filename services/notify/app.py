@@ -25,14 +25,15 @@ from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kit.app import METRICS_REGISTRY_KEY
+from kit.errors import NotFound
+from kit.logging import get_logger
+from kit.openapi import serve_openapi
 from schemas.catalog import default_catalog
 from schemas.serde import AvroDeserializer
-from services.common.app import METRICS_REGISTRY_KEY, create_base_app, default_checks
+from services.common.app import create_service_app, default_checks
 from services.common.consumer import ConsumerRunner, consuming, runner_for_service
-from services.common.errors import NotFound
 from services.common.log_shipper import LogShipper
-from services.common.logging import get_logger
-from services.common.openapi import serve_openapi
 from services.common.outbox_service import RELAY_KEY, open_publishing_service
 from services.notify.config import EmailSenderConfig, SenderConfig, SmsSenderConfig
 from services.notify.openapi import sender_openapi
@@ -179,7 +180,7 @@ def create_app(config: SenderConfig, *, shipper: LogShipper | None = None) -> we
     checks = default_checks(config)
     if isinstance(config, EmailSenderConfig):
         checks["smtp"] = provider.check
-    app = create_base_app(config, checks=checks, shipper=shipper)
+    app = create_service_app(config, checks=checks, shipper=shipper)
     app[PROVIDER_KEY] = provider
     registry = app[METRICS_REGISTRY_KEY]
     registry.register(SenderCollector(app, config.channel.value))

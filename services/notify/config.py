@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from contracts.otp import SEAL_KEY_BYTES, Channel
 from services.common.config import DEFAULT_PORTS, ConfigError, ServiceConfig, secret, setting
-from services.otp.config import SEAL_KEY_BYTES
-from services.otp.domain import Channel
 
 __all__ = ["EmailSenderConfig", "SenderConfig", "SmsSenderConfig"]
 
@@ -156,14 +155,14 @@ class SmsSenderConfig(SenderConfig):
     channel: ClassVar[Channel] = Channel.SMS
 
     port: int = setting(DEFAULT_PORTS["sms-sender"], help="HTTP port of /healthz, /readyz, /metrics, /deliveries")
-    database_path: Path = setting(Path("data/sms-sender.db"), help="SQLite database file")  # noqa: RUF009
+    database_path: Path = setting(Path("data/sms-sender.db"), help="SQLite database file")
     group_id: str = setting("sms-sender", help="consumer group (each sender group gets every request)")
     provider: str = setting("webhook", choices=("webhook", "sink"), help="webhook: HTTP POST; sink: a local file")
     webhook_url: str = setting(
         f"http://127.0.0.1:{DEFAULT_PORTS['catcher']}/sms", help="SMS provider endpoint (default: the catcher's sink)"
     )
     webhook_token: str | None = secret(help="sent as 'Authorization: Bearer <token>' when set")
-    sink_path: Path = setting(Path("data/sms-sink.jsonl"), help="JSON lines file of the sink provider")  # noqa: RUF009
+    sink_path: Path = setting(Path("data/sms-sink.jsonl"), help="JSON lines file of the sink provider")
 
     def problems(self) -> list[str]:
         out = super().problems()
@@ -180,7 +179,7 @@ class EmailSenderConfig(SenderConfig):
     channel: ClassVar[Channel] = Channel.EMAIL
 
     port: int = setting(DEFAULT_PORTS["email-sender"], help="HTTP port of /healthz, /readyz, /metrics, /deliveries")
-    database_path: Path = setting(Path("data/email-sender.db"), help="SQLite database file")  # noqa: RUF009
+    database_path: Path = setting(Path("data/email-sender.db"), help="SQLite database file")
     group_id: str = setting("email-sender", help="consumer group (each sender group gets every request)")
     smtp_host: str = setting("127.0.0.1", help="SMTP server (default: the local catcher)")
     smtp_port: int = setting(DEFAULT_PORTS["smtp"], help="SMTP port")

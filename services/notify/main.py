@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from services.common.runner import add_port_database_arguments, run_from_args
+from services.common.runner import PORT_DATABASE, add_port_database_arguments, run_service
 from services.notify.app import create_app
 from services.notify.config import EmailSenderConfig, SenderConfig, SmsSenderConfig
 
@@ -20,7 +20,7 @@ __all__ = ["main", "run_email", "run_sms"]
 
 
 def _run(args: argparse.Namespace, config_cls: type[SenderConfig]) -> int:
-    return run_from_args(args, config_cls, lambda c, shipper: create_app(c, shipper=shipper))
+    return run_service(config_cls, lambda c, shipper: create_app(c, shipper=shipper), args, PORT_DATABASE)
 
 
 def run_sms(args: argparse.Namespace) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.common.openapi import document, obj, operation, path_parameter
+from kit.openapi import document, obj, operation, path_parameter
 
 __all__ = ["sender_openapi"]
 

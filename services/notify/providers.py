@@ -38,8 +38,8 @@ from typing import Any, Protocol
 import aiohttp
 import aiosmtplib
 
-from services.common.tracing import current_context
-from services.otp.domain import Channel
+from contracts.otp import Channel
+from kit.tracing import current_context
 
 __all__ = [
     "ERROR_INVALID_DESTINATION",

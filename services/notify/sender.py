@@ -44,11 +44,9 @@ from typing import Any
 
 from cryptography.exceptions import InvalidTag
 
-from services.common.consumer import IdempotentHandler, Message, PermanentError
-from services.common.db import Database, Transaction
-from services.common.logging import get_logger
-from services.common.outbox import Outbox
-from services.common.tracing import (
+from contracts.otp import CODE_DIGITS, Channel, open_sealed_code
+from kit.logging import get_logger
+from kit.tracing import (
     REQUEST_ID_HEADER,
     TRACEPARENT_HEADER,
     RequestContext,
@@ -58,8 +56,10 @@ from services.common.tracing import (
     kafka_headers,
     use_context,
 )
+from services.common.consumer import IdempotentHandler, Message, PermanentError
+from services.common.db import Database, Transaction
+from services.common.outbox import Outbox
 from services.notify.providers import DeliveryError, OutgoingMessage, Provider, ProviderResult
-from services.otp.domain import CODE_DIGITS, Channel, open_sealed_code
 
 __all__ = [
     "MIGRATIONS",

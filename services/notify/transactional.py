@@ -42,11 +42,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
+from kit.logging import get_logger
+from kit.tracing import kafka_headers
 from schemas.serde import AvroDeserializer, SerdeError, frame
 from services.common.consumer import Message, PermanentError, decode_record, dlq_headers
-from services.common.logging import get_logger
 from services.common.outbox import PreparedEvent, stored_headers
-from services.common.tracing import kafka_headers
 from services.notify.sender import OtpRequest, Sender, _Outcome
 
 __all__ = ["TransactionalLoop", "TransactionalSender", "transactional_id"]

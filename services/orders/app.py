@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from kit.logging import get_logger
+from kit.openapi import serve_openapi
 from schemas.catalog import default_catalog
-from services.common.app import create_base_app, default_checks
+from services.common.app import create_service_app, default_checks
 from services.common.log_shipper import LogShipper
-from services.common.logging import get_logger
-from services.common.openapi import serve_openapi
 from services.common.outbox_service import RELAY_KEY, ensure_topic, open_outbox_service
 from services.orders import handlers
 from services.orders.config import OrdersConfig
@@ -31,7 +31,7 @@ log = get_logger(__name__)
 def create_app(config: OrdersConfig, *, shipper: LogShipper | None = None) -> web.Application:
     """The orders app: routes, readiness (broker, registry, database) and its lifecycle; with
     a `shipper`, the service's own logs go to the logs.* topics through its producer."""
-    app = create_base_app(config, checks=default_checks(config), shipper=shipper)
+    app = create_service_app(config, checks=default_checks(config), shipper=shipper)
     app[handlers.LIST_LIMIT_KEY] = config.list_limit_max
     catalog = default_catalog()
 

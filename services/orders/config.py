@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from services.common.config import DEFAULT_PORTS, setting
-from services.common.outbox_service import OutboxServiceConfig
+from services.common.config import DEFAULT_PORTS, OutboxServiceConfig, setting
 
 __all__ = ["OrdersConfig"]
 
@@ -19,6 +18,6 @@ class OrdersConfig(OutboxServiceConfig):
     service_name: ClassVar[str] = "orders"
 
     port: int = setting(DEFAULT_PORTS["orders"], help="HTTP port")
-    database_path: Path = setting(Path("data/orders.db"), help="SQLite database file")  # noqa: RUF009
+    database_path: Path = setting(Path("data/orders.db"), help="SQLite database file")
     topic: str = setting("orders", help="topic of the order events")
     list_limit_max: int = setting(500, help="largest page of GET /orders")

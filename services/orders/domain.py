@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, ClassVar, NewType
 
-from services.common.errors import Conflict, ServiceError
-from services.common.validation import DecimalStr, Enum, Int, List, Object, Str
+from kit.errors import Conflict, ServiceError
+from kit.validation import DecimalStr, Enum, Int, List, Object, Str
 from services.orders.currencies import ISO_4217
 
 __all__ = [

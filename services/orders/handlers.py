@@ -7,8 +7,8 @@ import uuid
 
 from aiohttp import web
 
-from services.common.app import read_json
-from services.common.errors import NotFound, ValidationError
+from kit.app import read_json
+from kit.errors import NotFound, ValidationError
 from services.orders.domain import CREATE_ORDER, LIST_QUERY, STATUS_CHANGE, NewOrder, OrderId, OrderStatus
 from services.orders.store import OrderStore
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from services.common.runner import add_port_database_arguments, run_from_args
+from services.common.runner import PORT_DATABASE, add_port_database_arguments, run_service
 from services.orders.app import create_app
 from services.orders.config import OrdersConfig
 
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; 2 on invalid configuration."""
-    return run_from_args(args, OrdersConfig, lambda c, shipper: create_app(c, shipper=shipper))
+    return run_service(OrdersConfig, lambda c, shipper: create_app(c, shipper=shipper), args, PORT_DATABASE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.common.openapi import document, json_body, obj, operation, path_parameter
+from kit.openapi import document, json_body, obj, operation, path_parameter
 from services.orders.domain import CREATE_ORDER, LIST_QUERY, STATUS_CHANGE, OrderStatus
 from services.orders.handlers import IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER
 

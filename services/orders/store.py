@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from kit.tracing import current_context, kafka_headers
 from services.common.db import Database
 from services.common.outbox import Outbox
-from services.common.tracing import current_context, kafka_headers
 from services.orders.domain import (
     IdempotencyKeyReused,
     LineItem,

@@ -16,11 +16,11 @@ from datetime import timedelta
 
 from aiohttp import web
 
+from kit.logging import get_logger
+from kit.openapi import serve_openapi
 from schemas.catalog import default_catalog
-from services.common.app import create_base_app, default_checks
+from services.common.app import create_service_app, default_checks
 from services.common.log_shipper import LogShipper
-from services.common.logging import get_logger
-from services.common.openapi import serve_openapi
 from services.common.outbox_service import RELAY_KEY, ensure_topic, open_outbox_service
 from services.otp import handlers
 from services.otp.config import OtpConfig
@@ -58,7 +58,7 @@ def create_app(config: OtpConfig, *, shipper: LogShipper | None = None) -> web.A
     """The otp app: routes, readiness (broker, registry, database) and its lifecycle; with a
     `shipper`, the service's own logs go to the logs.* topics through its producer."""
     policy = policy_of(config)
-    app = create_base_app(config, checks=default_checks(config), shipper=shipper)
+    app = create_service_app(config, checks=default_checks(config), shipper=shipper)
     catalog = default_catalog()
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:

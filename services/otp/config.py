@@ -9,12 +9,10 @@ from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 from typing import ClassVar
 
-from services.common.config import DEFAULT_PORTS, ConfigError, secret, setting
-from services.common.outbox_service import OutboxServiceConfig
+from contracts.otp import SEAL_KEY_BYTES
+from services.common.config import DEFAULT_PORTS, ConfigError, OutboxServiceConfig, secret, setting
 
 __all__ = ["SEAL_KEY_BYTES", "OtpConfig"]
-
-SEAL_KEY_BYTES = 32  # AES-256-GCM
 
 
 @dataclass(frozen=True, repr=False)
@@ -24,7 +22,7 @@ class OtpConfig(OutboxServiceConfig):
     service_name: ClassVar[str] = "otp"
 
     port: int = setting(DEFAULT_PORTS["otp"], help="HTTP port")
-    database_path: Path = setting(Path("data/otp.db"), help="SQLite database file")  # noqa: RUF009
+    database_path: Path = setting(Path("data/otp.db"), help="SQLite database file")
     topic: str = setting("otp.requests", help="topic of the OtpRequested events")
     code_ttl: float = setting(300.0, help="seconds a code is accepted after it was requested")
     max_attempts: int = setting(5, help="verification attempts per request before it is locked")

@@ -13,18 +13,15 @@ The code is 6 decimal digits from `secrets`.  It is never stored or published in
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import hmac
 import secrets
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, NewType
 
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-from services.common.errors import Conflict, NotFound, ServiceError, ValidationError
-from services.common.validation import Enum, List, Object, Str
+from contracts.otp import CODE_DIGITS, E164, SEAL_ALGORITHM, Channel, open_sealed_code, seal_code
+from kit.errors import Conflict, NotFound, ServiceError, ValidationError
+from kit.validation import Enum, List, Object, Str
 
 __all__ = [
     "CODE_DIGITS",
@@ -50,19 +47,8 @@ __all__ = [
 
 RequestId = NewType("RequestId", str)
 
-CODE_DIGITS = 6
 HASH_ALGORITHM = "hmac-sha256"
-SEAL_ALGORITHM = "AES-256-GCM"
-NONCE_BYTES = 12
-E164 = r"\+[1-9][0-9]{6,14}"
 EMAIL = r"[^@\s]+@[^@\s]+\.[^@\s]+"
-
-
-class Channel(enum.StrEnum):
-    """Delivery channels, spelled as the Avro enum symbols (``unknown`` is never written)."""
-
-    SMS = "sms"
-    EMAIL = "email"
 
 
 # -- errors ------------------------------------------------------------------------------------
@@ -161,22 +147,6 @@ def code_hash(key: bytes, request_id: str, code: str) -> str:
 def code_matches(key: bytes, request_id: str, code: str, stored_hash: str) -> bool:
     """Whether `code` is the one hashed as `stored_hash`, compared in constant time."""
     return hmac.compare_digest(code_hash(key, request_id, code).encode(), stored_hash.encode())
-
-
-def seal_code(key: bytes, key_id: str, request_id: str, code: str) -> dict[str, Any]:
-    """The Avro `SealedCode` record of `code`: AES-256-GCM, a fresh random nonce, the request id
-    as associated data."""
-    nonce = secrets.token_bytes(NONCE_BYTES)
-    ciphertext = AESGCM(key).encrypt(nonce, code.encode(), request_id.encode())
-    return {"algorithm": SEAL_ALGORITHM, "key_id": key_id, "nonce": nonce, "ciphertext": ciphertext}
-
-
-def open_sealed_code(key: bytes, request_id: str, sealed: Mapping[str, Any]) -> str:
-    """The code inside a `SealedCode` (what a sender does); `cryptography.exceptions.InvalidTag`
-    when the key, the request id or the ciphertext do not match."""
-    if sealed["algorithm"] != SEAL_ALGORITHM:
-        raise ValueError(f"unsupported sealing algorithm {sealed['algorithm']!r}")
-    return AESGCM(key).decrypt(sealed["nonce"], sealed["ciphertext"], request_id.encode()).decode()
 
 
 # -- input -------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from services.common.app import read_json
+from kit.app import read_json
 from services.otp.domain import VERIFY_OTP, NewOtpRequest
 from services.otp.store import OtpStore
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.common.openapi import document, json_body, obj, operation
+from kit.openapi import document, json_body, obj, operation
 from services.otp.domain import REQUEST_OTP, VERIFY_OTP
 
 __all__ = ["OTP_OPENAPI"]

@@ -19,9 +19,9 @@ from datetime import UTC, datetime, timedelta
 from ipaddress import IPv4Network, IPv6Network, ip_address
 from typing import Any
 
+from kit.tracing import current_context, kafka_headers
 from services.common.db import Database
 from services.common.outbox import Outbox
-from services.common.tracing import current_context, kafka_headers
 from services.otp.domain import (
     AlreadyVerified,
     CodeExpired,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # imported when a subcommand runs: `streamshop --help` loads no cryptography
     from streamshop.stack.secure import SecureStack
 
-__all__ = ["compose_env", "register", "setup"]
+__all__ = ["compose_env", "run", "setup"]
 
 BROKER_HOST = "broker"
 REGISTRY_HOST = "registry"
@@ -43,9 +43,9 @@ def compose_env(stack: SecureStack) -> dict[str, dict[str, str]]:
     }
     out = {
         "broker": {
-            "STREAMSHOP_BROKER_SET": ",".join(f"{k}={v}" for k, v in broker.items()),
+            "BROKER_SET": ",".join(f"{k}={v}" for k, v in broker.items()),
             # The admin API has no login: in the secured run only the healthcheck reaches it.
-            "STREAMSHOP_BROKER_ADMIN_LISTEN": "127.0.0.1:9644",
+            "BROKER_ADMIN_LISTEN": "127.0.0.1:9644",
         },
         "registry": stack.registry_env(),
     }
@@ -103,7 +103,7 @@ def grant(directory: Path, bootstrap: str, timeout: float) -> None:
             time.sleep(2)
 
 
-def _run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
     if args.secure_action == "setup":
         if args.bootstrap != f"{BROKER_HOST}:{PORT}":
@@ -121,17 +121,3 @@ def _run(args: argparse.Namespace) -> int:
     grant(directory, args.bootstrap, args.timeout)
     print(f"streamshop secure grant: {len(ACCESS)} principals and their ACLs on {args.bootstrap}")
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("secure", help="the compose file's secured stack: set-up and ACLs (one-shots)")
-    actions = p.add_subparsers(dest="secure_action", required=True, metavar="{setup,grant}")
-    s = actions.add_parser("setup", help="certificates, logins, keys and every process's settings file")
-    s.add_argument("--dir", required=True, help="where the secured stack's material is kept (a shared volume)")
-    s.add_argument("--broker-data", help="the stopped bundled broker's data directory: the operator is written there")
-    s.add_argument("--bootstrap", default=f"{BROKER_HOST}:{PORT}", help="the stack's bootstrap servers (checked)")
-    g = actions.add_parser("grant", help="as the operator: every other user and the ACLs, through the Admin API")
-    g.add_argument("--dir", required=True, help="the directory `setup` wrote")
-    g.add_argument("--bootstrap", default=f"{BROKER_HOST}:{PORT}", help="the broker, over SASL_SSL")
-    g.add_argument("--timeout", type=float, default=60.0, help="seconds to keep retrying (default 60)")
-    p.set_defaults(func=_run)

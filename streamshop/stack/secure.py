@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from schemas.kafka_security import KafkaSecurity
-from schemas.registry.auth import hash_password
-from services.common.auth import key_line, new_key
+from contracts.kafka_security import KafkaSecurity
+from kit.api_keys import key_line, new_key
+from kit.users import hash_password
 from streamshop.pki import LocalCA
 from streamshop.stack.state import write_private
 
@@ -238,10 +238,10 @@ class SecureStack:
     def registry_env(self) -> dict[str, str]:
         cert, key = self.certificate("registry")
         return {
-            **self.kafka("registry").env("STREAMSHOP_REGISTRY_"),
-            "STREAMSHOP_REGISTRY_USERS_FILE": str(self.directory / "registry.users"),
-            "STREAMSHOP_REGISTRY_SSL_CERTFILE": str(cert),
-            "STREAMSHOP_REGISTRY_SSL_KEYFILE": str(key),
+            **self.kafka("registry").env("REGISTRY_"),
+            "REGISTRY_USERS_FILE": str(self.directory / "registry.users"),
+            "REGISTRY_SSL_CERTFILE": str(cert),
+            "REGISTRY_SSL_KEYFILE": str(key),
         }
 
     def service_env(self, name: str, prefix: str) -> dict[str, str]:

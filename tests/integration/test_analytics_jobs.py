@@ -25,7 +25,8 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from analytics.results import read_metrics, read_quarantine
-from analytics.runner import AnalyticsConfig, replay_jobs, run_jobs
+from analytics.runner import replay_jobs, run_jobs
+from analytics.settings import AnalyticsConfig
 from schemas.serde import encode, frame
 from tests.support.analytics import (
     CATALOG,

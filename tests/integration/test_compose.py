@@ -28,17 +28,18 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from analytics.runner import ENV as ANALYTICS_ENV
-from analytics.runner import AnalyticsConfig
+from analytics.settings import ENV as ANALYTICS_ENV
+from analytics.settings import AnalyticsConfig
+from contracts.otp import SEAL_KEY_BYTES
 from loadtest.targets import LoadTargets
-from schemas.registry.config import RegistryConfig, parse_host_port
+from registry.config import RegistryConfig, parse_host_port
 from services.catcher.config import CatcherConfig
 from services.common.config import ServiceConfig
 from services.dashboard.config import DashboardConfig
 from services.logs.config import LogsConfig
 from services.notify.config import EmailSenderConfig, SenderConfig, SmsSenderConfig
 from services.orders.config import OrdersConfig
-from services.otp.config import SEAL_KEY_BYTES, OtpConfig
+from services.otp.config import OtpConfig
 from streamshop.cli import build_parser
 from streamshop.env_file import ENV_FILE
 from streamshop.stack.plan import CHILDREN
@@ -338,7 +339,7 @@ def _effective(sub: str, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> An
         return vars(parse(argv, env, monkeypatch))
 
     def registry(env: Mapping[str, str]) -> Any:
-        args = parse(argv, env, monkeypatch)  # as schemas.registry.app.main builds its config
+        args = parse(argv, env, monkeypatch)  # as registry.app.main builds its config
         return RegistryConfig.from_env(env, bootstrap=args.bootstrap, listen=parse_host_port(args.listen))
 
     return {"broker": broker, "registry": registry}[sub]
@@ -658,7 +659,7 @@ def test_kafka_setup_creates_every_topic_the_registry_and_services_would_create_
     acks=all writes would be refused, so these exist first with replication factor 3."""
     expected: dict[str, tuple[int, dict[str, str]]] = {}
     registry = RegistryConfig.from_env(environment(one_service("registry")))
-    expected[registry.topic] = (1, {"cleanup.policy": "compact"})  # schemas.registry.store creates it so
+    expected[registry.topic] = (1, {"cleanup.policy": "compact"})  # registry.store creates it so
     for sub in ("orders", "otp"):
         config = config_of(one_service(sub))
         assert isinstance(config, (OrdersConfig, OtpConfig))

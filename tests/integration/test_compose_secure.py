@@ -28,9 +28,9 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from cryptography import x509
 
-from analytics.runner import AnalyticsConfig
+from analytics.settings import AnalyticsConfig
 from loadtest.targets import LoadTargets
-from schemas.registry.config import RegistryConfig, parse_host_port
+from registry.config import RegistryConfig, parse_host_port
 from streamshop.broker_process import parse_ready_line, parse_registry_ready_line
 from streamshop.env_file import ENV_FILE, read_env_file
 from streamshop.stack.secure import ACCESS, ADMIN, HTTP_SERVICES, LOADTEST
@@ -273,7 +273,7 @@ def _produce(bootstrap: str, login: Mapping[str, str], topic: str) -> KafkaError
 
 
 def _login(volumes: Volumes, service: str, prefix: str) -> dict[str, str]:
-    from schemas.kafka_security import KafkaSecurity
+    from contracts.kafka_security import KafkaSecurity
 
     return KafkaSecurity.from_env(volumes.settings(service), prefix).librdkafka_config()
 

@@ -18,7 +18,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
-from schemas.registry.app import RunningRegistry
+from registry.app import RunningRegistry
 from services.common.consumer import ConsumerRunner, Handler, Message, PermanentError
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import create_topic

@@ -38,11 +38,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Producer as ConfluentProducer
 
 from analytics.metrics import window_key
+from kit.logging import configure_logging
 from schemas.catalog import default_catalog
 from schemas.client import RegistryClient
 from schemas.serde import AvroDeserializer, encode, frame
 from services.common.log_shipper import LogShipper
-from services.common.logging import configure_logging
 from services.dashboard.app import create_app
 from services.dashboard.config import DashboardConfig
 from services.logs.app import TAILS_KEY
@@ -665,7 +665,7 @@ async def test_with_log_shipping_its_own_access_log_goes_to_logs_ingress_as_avro
         flush_interval=0.05,
         exclude_loggers=("services.common.log_shipper", "aiokafka", "kafka", "broker", "schemas"),
     )
-    configure_logging(stream=io.StringIO(), fmt="json", shipper=shipper)
+    configure_logging(stream=io.StringIO(), fmt="json", tap=shipper)
     try:
         async with serve_app(create_app(config, shipper=shipper)) as (url, session):
             async with session.get(url + "/", headers={"X-Request-ID": "req-dash"}) as r:

@@ -14,8 +14,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message
 
-from analytics.commit_note import note_text
 from analytics.kafka import KafkaClients
+from contracts.commit_note import note_text
 from tests.support.harness import ThreadBroker, streamshop_cli
 from tests.support.kafka_clients import confluent_produce, create_topic
 

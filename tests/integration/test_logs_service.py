@@ -27,14 +27,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
+from kit.logging import configure_logging
+from registry.app import RunningRegistry
 from schemas.catalog import default_catalog
 from schemas.client import RegistryClient
-from schemas.registry.app import RunningRegistry
 from schemas.serde import AvroSerializer
 from services.common.db import Database
 from services.common.kafka import EventProducer
 from services.common.log_shipper import ACCESS_LOGGER, LogShipper, SendRawAdapter, avro_log_encoder
-from services.common.logging import configure_logging
 from services.logs.app import INDEXER_KEY, RUNNER_KEY, create_app
 from services.logs.config import LOG_TOPICS, LogsConfig
 from streamshop.cli import build_parser
@@ -500,7 +500,7 @@ async def test_the_database_work_of_a_service_goes_to_logs_db(
     create_topic(broker.bootstrap, "logs.db", 3)
     try:
         async with services_shipper(broker, running_registry.url, level="info", batch_size=64) as (shipper, _):
-            configure_logging(stream=io.StringIO(), fmt="json", shipper=shipper)
+            configure_logging(stream=io.StringIO(), fmt="json", tap=shipper)
             async with Database(tmp_path / "work.db", slow_ms=1.0) as db:
                 await db.migrate("work", ["CREATE TABLE t (x INTEGER)"])
                 async with db.transaction() as tx:
@@ -531,7 +531,7 @@ async def test_a_tail_whose_client_left_ends_within_one_keepalive_interval(
 ) -> None:
     """A quiet tail (no matching records) notices its client left: its slot is free again within
     one keepalive interval, whether the client closed cleanly or its connection was reset.  Served
-    as `services.common.runner` serves it (aiohttp does not cancel a handler whose client left)."""
+    as `kit.process` serves it (aiohttp does not cancel a handler whose client left)."""
     keepalive = 0.5
     config = LogsConfig(
         bootstrap_servers=broker.bootstrap,

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from services.common.tracing import RequestContext, TraceContext, use_context
+from kit.tracing import RequestContext, TraceContext, use_context
 from services.notify.providers import (
     DeliveryError,
     FileSinkSmsProvider,

@@ -28,7 +28,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
-from schemas.registry.app import RunningRegistry
+from registry.app import RunningRegistry
 from services.common.config import ConfigError
 from services.notify.config import EmailSenderConfig, SmsSenderConfig
 from services.notify.main import run_sms

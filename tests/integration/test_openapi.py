@@ -11,9 +11,9 @@ from pathlib import Path
 
 import aiosmtplib
 
-from schemas.registry.app import RESPONSE_TYPES, RunningRegistry
-from schemas.registry.openapi import registry_openapi
-from services.common.openapi import OPENAPI_KEY
+from kit.openapi import OPENAPI_KEY
+from registry.app import RESPONSE_TYPES, RunningRegistry
+from registry.openapi import registry_openapi
 from services.logs.app import create_app as logs_app
 from services.logs.config import LogsConfig
 from services.notify.config import EmailSenderConfig, SmsSenderConfig

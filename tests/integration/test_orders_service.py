@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import structlog
 
+from kit.logging import configure_logging
+from registry.app import RunningRegistry
 from schemas.client import RegistryClient
-from schemas.registry.app import RunningRegistry
 from schemas.serde import AvroDeserializer, Decoded
 from services.common.db import Database
 from services.common.log_shipper import LogShipper
-from services.common.logging import configure_logging
 from services.common.outbox import Outbox
 from services.orders.app import RELAY_KEY, create_app
 from services.orders.config import OrdersConfig
@@ -330,7 +330,7 @@ async def test_with_log_shipping_the_services_own_access_log_reaches_logs_ingres
         flush_interval=0.05,
         exclude_loggers=("services.common.log_shipper", "aiokafka", "kafka", "broker", "schemas"),
     )
-    configure_logging(stream=io.StringIO(), fmt="json", shipper=shipper)
+    configure_logging(stream=io.StringIO(), fmt="json", tap=shipper)
     try:
         async with serve_app(create_app(config, shipper=shipper)) as (base_url, session):
             url = f"{base_url}/orders/00000000-0000-4000-8000-000000000000"

@@ -19,8 +19,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from registry.app import RunningRegistry
 from schemas.client import RegistryClient
-from schemas.registry.app import RunningRegistry
 from schemas.serde import AvroDeserializer
 from services.common.config import ConfigError
 from services.otp.app import create_app

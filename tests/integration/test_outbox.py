@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from registry.app import RunningRegistry
 from schemas.client import RegistryClient
-from schemas.registry.app import RunningRegistry
 from schemas.serde import AvroSerializer, RecordValidationError
 from services.common.consumer import ConsumerRunner
 from services.common.db import Database

@@ -18,10 +18,10 @@ from confluent_kafka.admin import ResourceType as Rt
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from contracts.kafka_security import KafkaSecurity
+from kit.users import Users, UsersFileError, hash_password
+from registry.app import RunningRegistry
 from schemas.client import RegistryClient
-from schemas.kafka_security import KafkaSecurity
-from schemas.registry.app import RunningRegistry
-from schemas.registry.auth import RegistryUsers, UsersFileError, hash_password
 from streamshop.pki import LocalCA
 from tests.integration.test_security_clients import add_user, grant
 from tests.support.harness import ThreadBroker
@@ -164,8 +164,8 @@ async def test_clients_register_over_https_with_credentials(running: RunningRegi
 
 def test_a_bad_users_file_is_refused_by_line() -> None:
     with pytest.raises(UsersFileError, match="line 2: unknown role 'root'"):
-        RegistryUsers.parse("a: pw,read\nb: pw,root\n")
+        Users.parse("a: pw,read\nb: pw,root\n")
     with pytest.raises(UsersFileError, match="line 1: malformed PBKDF2"):
-        RegistryUsers.parse("a: PBKDF2:sha256:0:AAAA:AAAA,read\n")
+        Users.parse("a: PBKDF2:sha256:0:AAAA:AAAA,read\n")
     with pytest.raises(UsersFileError, match="line 1: expected"):
-        RegistryUsers.parse("a pw read\n")
+        Users.parse("a pw read\n")

@@ -17,7 +17,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from schemas.registry.store import StoreUnavailable
+from registry.store import StoreUnavailable
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import create_topic
 from tests.support.registry import V1, Api, RegistryProcess, registry

@@ -19,13 +19,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from aiokafka import AIOKafkaProducer
 
-from services.common.app import CHECKS_KEY, create_base_app, default_checks, read_json
+from kit.app import CHECKS_KEY, create_base_app, default_checks, read_json
+from kit.errors import Conflict, NotFound
+from kit.logging import configure_logging
+from kit.tracing import kafka_headers
+from kit.validation import Int, Object, Str
 from services.common.config import ServiceConfig
-from services.common.errors import Conflict, NotFound
 from services.common.log_shipper import LogShipper
-from services.common.logging import configure_logging
-from services.common.tracing import kafka_headers
-from services.common.validation import Int, Object, Str
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import aiokafka_consume
 from tests.support.registry import registry
@@ -409,7 +409,7 @@ async def test_the_shipper_delivers_service_logs_to_a_real_logs_topic(
         # The in-process test broker logs through the same structlog setup: keep its lines out.
         exclude_loggers=("services.common.log_shipper", "aiokafka", "kafka", "broker", "schemas"),
     )
-    configure_logging(stream=io.StringIO(), fmt="json", shipper=ship)
+    configure_logging(stream=io.StringIO(), fmt="json", tap=ship)
     producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", enable_idempotence=True)
     await producer.start()
     try:

@@ -12,9 +12,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from schemas.registry.auth import hash_password
+from kit.api_keys import ApiKeys, ApiKeysError, key_line, new_key
+from kit.users import hash_password
 from services.catcher.config import CatcherConfig
-from services.common.auth import ApiKeys, ApiKeysError, key_line, new_key
 from services.dashboard.app import create_app as create_dashboard
 from services.dashboard.config import DashboardConfig
 from services.dashboard.login import COOKIE, Sessions

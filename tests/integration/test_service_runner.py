@@ -1,4 +1,4 @@
-"""`serve_app` (services.common.runner) in a real process: the ready line with the bound port
+"""`serve_app` (kit.process) in a real process: the ready line with the bound port
 and the fields the app announced, then a graceful shutdown on SIGTERM or SIGINT."""
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer as ConfluentAvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from analytics import commit_note
+from contracts import commit_note
 from schemas.client import RegistryClient
 from schemas.serde import AvroDeserializer
 from streamshop import kafka_cluster

@@ -31,13 +31,13 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from kit.logging import configure_logging
 from schemas.catalog import default_catalog
 from schemas.client import RegistryClient
 from schemas.serde import AvroDeserializer, AvroSerializer
 from services.common.consumer import ConsumerRunner, IdempotentHandler, Message
 from services.common.db import Database, Transaction
 from services.common.kafka import EventProducer
-from services.common.logging import configure_logging
 from services.common.outbox import Outbox, OutboxRelay, PendingRow
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,10 +11,10 @@ from typing import ClassVar
 
 from aiohttp import web
 
-from services.common.app import create_base_app
+from kit.app import create_base_app
+from kit.process import READY_FIELDS_KEY, serve_app
 from services.common.config import ServiceConfig
 from services.common.log_shipper import LogShipper
-from services.common.runner import READY_FIELDS_KEY, serve_app
 
 
 @dataclass(frozen=True, repr=False)

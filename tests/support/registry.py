@@ -21,8 +21,8 @@ from typing import Any
 
 import aiohttp
 
-from schemas.registry.app import RunningRegistry, start_registry
-from schemas.registry.config import RegistryConfig
+from registry.app import RunningRegistry, start_registry
+from registry.config import RegistryConfig
 from streamshop.broker_process import parse_registry_ready_line
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ V1 = "application/vnd.schemaregistry.v1+json"
 
 
 def config(bootstrap: str, **overrides: Any) -> RegistryConfig:
-    return RegistryConfig(bootstrap=bootstrap, listen=("127.0.0.1", 0), startup_timeout=30, **overrides)
+    return RegistryConfig(bootstrap_servers=bootstrap, listen="127.0.0.1", port=0, startup_timeout=30, **overrides)
 
 
 @asynccontextmanager

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from analytics.runner import AnalyticsConfig, ConfigError, _wait
+from analytics.runner import _wait
+from analytics.settings import AnalyticsConfig, ConfigError
 from streamshop.cli import build_parser
 
 

@@ -24,8 +24,8 @@ from fastavro.utils import generate_many
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from schemas.registry import compatibility
-from schemas.registry.compatibility import InvalidSchemaError, Level, can_read, check
+from registry import compatibility
+from registry.compatibility import InvalidSchemaError, Level, can_read, check
 
 # ----------------------------------------------------------------------------------------------
 # helpers

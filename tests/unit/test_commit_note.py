@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from analytics.commit_note import newest, note_text, parse
+from contracts.commit_note import newest, note_text, parse
 
 
 def test_a_note_round_trips_and_says_alive_within_three_intervals() -> None:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.kafka_security import KafkaSecurity
+from contracts.kafka_security import KafkaSecurity
 from streamshop.env_file import ENV_FILE, MAX_BYTES, EnvFileError, apply_env_file, format_env_file, read_env_file
 
 

@@ -20,8 +20,9 @@ from broker.security.scram import (
     make_credential,
     parse_plain,
 )
-from schemas.registry.auth import RegistryUsers, UsersFileError, hash_password, parse_basic, required_role
-from services.common.auth import ApiKeys, ApiKeysError, key_line
+from kit.api_keys import ApiKeys, ApiKeysError, key_line
+from kit.users import Users, UsersFileError, hash_password, parse_basic
+from registry.auth import required_role
 from services.dashboard.login import Sessions
 
 MECHANISM = "SCRAM-SHA-256"
@@ -95,7 +96,7 @@ def test_every_request_needs_a_known_role(method: str, path: str) -> None:
 @given(st.text(max_size=2000))
 def test_users_files_load_or_are_refused_by_line(text: str) -> None:
     try:
-        users = RegistryUsers.parse(text)
+        users = Users.parse(text)
     except UsersFileError as e:
         refused = str(e)
     else:
@@ -105,7 +106,7 @@ def test_users_files_load_or_are_refused_by_line(text: str) -> None:
 
 
 def test_a_users_file_authenticates_only_the_right_password() -> None:
-    users = RegistryUsers.parse(f"ops: {hash_password('pw', iterations=1000)},admin\nplain: secret,read,write\n")
+    users = Users.parse(f"ops: {hash_password('pw', iterations=1000)},admin\nplain: secret,read,write\n")
     assert asyncio.run(users.authenticate("ops", "pw")) == "admin"
     assert asyncio.run(users.authenticate("ops", "pw ")) is None
     assert asyncio.run(users.authenticate("plain", "secret")) == "write"
@@ -151,6 +152,6 @@ def test_users_and_key_files_that_cannot_be_used_are_refused_naming_the_file(tmp
     binary.write_bytes(b"\xff\xfe: x,read\n")
     for path, problem in ((missing, "cannot read"), (large, "larger than"), (binary, "not UTF-8")):
         with pytest.raises(UsersFileError, match=problem):
-            RegistryUsers.load(path)
+            Users.load(path)
         with pytest.raises(ApiKeysError, match=problem):
             ApiKeys.load(path)

@@ -13,11 +13,8 @@ from typing import Any
 import pytest
 import structlog
 
-from schemas.catalog import default_catalog
-from schemas.serde import encode
-from services.common.log_shipper import LogShipper
-from services.common.logging import ACCESS_LOGGER, configure_logging
-from services.common.tracing import (
+from kit.logging import ACCESS_LOGGER, configure_logging
+from kit.tracing import (
     TraceContext,
     context_from_headers,
     context_from_http,
@@ -26,6 +23,9 @@ from services.common.tracing import (
     parse_traceparent,
     use_context,
 )
+from schemas.catalog import default_catalog
+from schemas.serde import encode
+from services.common.log_shipper import LogShipper
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
@@ -214,7 +214,7 @@ def shipper(**kw: Any) -> LogShipper:
 @pytest.mark.usefixtures("reset_logging")
 async def test_shipped_records_follow_the_log_record_schema_and_route_by_stream() -> None:
     ship = shipper(level="info")
-    configure_logging(stream=io.StringIO(), fmt="json", shipper=ship)
+    configure_logging(stream=io.StringIO(), fmt="json", tap=ship)
     with use_context(context_from_http({"X-Request-ID": "req-9", "traceparent": TRACEPARENT})):
         structlog.get_logger(ACCESS_LOGGER).info("http request", status=201, duration_ms=3.4, tags=["a"], ua=None)
     structlog.get_logger("services.orders.db").warning("slow statement", sql="SELECT 1", big=2**70)
@@ -232,7 +232,7 @@ async def test_shipped_records_follow_the_log_record_schema_and_route_by_stream(
     assert json.loads(producer.sent[1][2])["fields"]["big"] == str(2**70)  # beyond Avro long: text
     # The same record, before JSON encoding, is valid Avro for schemas/LogRecord.avsc.
     ship2 = shipper()
-    configure_logging(stream=io.StringIO(), fmt="json", shipper=ship2)
+    configure_logging(stream=io.StringIO(), fmt="json", tap=ship2)
     with use_context(context_from_http({"traceparent": TRACEPARENT})):
         structlog.get_logger("services.orders.api").error("failed", n=1, f=1.5, ok=True, obj=object())
     ((_, record),) = list(ship2._buffer)
@@ -244,7 +244,7 @@ async def test_shipped_records_follow_the_log_record_schema_and_route_by_stream(
 @pytest.mark.usefixtures("reset_logging")
 async def test_a_full_buffer_drops_and_counts_lines_without_blocking_the_loop() -> None:
     ship = shipper(capacity=50, batch_size=10, flush_interval=0.01)
-    configure_logging(stream=io.StringIO(), fmt="json", shipper=ship)
+    configure_logging(stream=io.StringIO(), fmt="json", tap=ship)
     await ship.start(Stalled())
     log = structlog.get_logger("services.orders.api")
     start = time.perf_counter()
@@ -263,7 +263,7 @@ async def test_a_full_buffer_drops_and_counts_lines_without_blocking_the_loop() 
 async def test_lines_logged_by_the_producer_or_the_shipper_itself_are_not_shipped() -> None:
     ship = shipper(flush_interval=0.01)
     out = io.StringIO()
-    configure_logging(stream=out, fmt="json", shipper=ship)
+    configure_logging(stream=out, fmt="json", tap=ship)
     producer = Recorder(log_while_sending=True)
     await ship.start(producer)
     structlog.get_logger("services.orders.api").info("one")
@@ -288,7 +288,7 @@ def test_lines_from_other_threads_are_buffered_too() -> None:
     import threading
 
     ship = shipper()
-    configure_logging(stream=io.StringIO(), fmt="json", shipper=ship)
+    configure_logging(stream=io.StringIO(), fmt="json", tap=ship)
     threads = [
         threading.Thread(target=lambda: [structlog.get_logger("t").info("x") for _ in range(100)]) for _ in range(4)
     ]

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from services.common.errors import ValidationError
-from services.common.validation import Bool, DecimalStr, Enum, Int, List, Object, Str
+from kit.errors import ValidationError
+from kit.validation import Bool, DecimalStr, Enum, Int, List, Object, Str
 
 ORDER = Object(
     {

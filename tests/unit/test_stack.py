@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from kit.process import base_url, ready_line
 from services.common.config import DEFAULT_PORTS, ServiceConfig
-from services.common.runner import base_url, ready_line
 from services.orders.domain import CREATE_ORDER, NewOrder, order_total
 from streamshop.broker_process import parse_service_ready_line
 from streamshop.clients import CommandError
@@ -393,7 +393,7 @@ def test_report_lists_failures_and_is_not_ok_with_any() -> None:
 
 
 def test_analytics_reads_the_stack_broker_registry_and_data_dir(tmp_path: Path) -> None:
-    from analytics.runner import AnalyticsConfig
+    from analytics.settings import AnalyticsConfig
     from streamshop.cli import build_parser
 
     launch = BY_NAME["analytics"].launch(context(tmp_path), {})

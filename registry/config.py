@@ -1,0 +1,87 @@
+"""Settings of the schema registry, from ``REGISTRY_*`` variables (kit.settings), the same scheme
+as every other process: ``REGISTRY_LISTEN`` and ``REGISTRY_PORT``, ``REGISTRY_BOOTSTRAP_SERVERS``,
+the ``REGISTRY_KAFKA_*`` client security settings, ``REGISTRY_SSL_CERTFILE``/``KEYFILE`` for HTTPS.
+
+The names it read before (``STREAMSHOP_REGISTRY_*``, ``STREAMSHOP_REGISTRY_BOOTSTRAP``, and
+``STREAMSHOP_REGISTRY_LISTEN`` as ``HOST:PORT``) still work and are logged as deprecated.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+from contracts.ports import DEFAULT_PORTS
+from kit.settings import ConfigError, HttpSettings, KafkaClientSettings, parse_bootstrap, parse_host_port, setting
+from registry.compatibility import Level
+
+__all__ = ["DEFAULT_TOPIC", "ConfigError", "RegistryConfig"]
+
+DEFAULT_TOPIC = "_schemas"
+_OLD_LISTEN = "STREAMSHOP_REGISTRY_LISTEN"
+
+
+@dataclass(frozen=True, repr=False)
+class RegistryConfig(HttpSettings, KafkaClientSettings):
+    """`RegistryConfig.from_env()` reads REGISTRY_PORT, REGISTRY_BOOTSTRAP_SERVERS, REGISTRY_TOPIC..."""
+
+    service_name: ClassVar[str] = "registry"
+    env_prefix: ClassVar[str] = "REGISTRY"
+    deprecated_prefixes: ClassVar[tuple[str, ...]] = ("STREAMSHOP_REGISTRY",)
+
+    port: int = setting(DEFAULT_PORTS["registry"], minimum=0, maximum=65535, help="HTTP port (0: any free port)")
+    bootstrap_servers: str = setting(
+        f"127.0.0.1:{DEFAULT_PORTS['broker']}",
+        parse=parse_bootstrap,
+        aliases=("STREAMSHOP_REGISTRY_BOOTSTRAP",),
+        help="Kafka bootstrap servers, comma list",
+    )
+    topic: str = setting(DEFAULT_TOPIC, help="the compacted topic holding every schema, config and mode record")
+    # As Confluent's kafkastore.topic.replication.factor: the topic gets this many replicas, or
+    # as many as there are live brokers when fewer (one on the bundled broker).
+    topic_replication_factor: int = setting(3, minimum=1, help="replicas of the schemas topic (at most the brokers)")
+    default_compatibility: Level = setting(Level.BACKWARD, help="compatibility level of subjects without their own")
+    startup_timeout: float = setting(60.0, minimum=0.001, help="seconds start-up may wait for the broker")
+    write_timeout: float = setting(15.0, minimum=0.001, help="seconds one write may take (produce, read back)")
+    write_attempts: int = setting(20, minimum=1, help="attempts of a write that loses an id race")
+    client_id: str = setting("streamshop-registry", help="the Kafka clients' client.id")
+    # HTTP basic auth: a users file (kit.users) turns it on; None serves everyone.
+    users_file: Path | None = setting(None, help="users file for HTTP basic auth (none: open)")
+
+    def check(self) -> None:
+        if not self.topic:
+            raise ConfigError([f"{self.env_name('topic')}: must not be empty"])
+
+    @property
+    def url(self) -> str:
+        return self.http_url
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        prefix: str | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> Self:
+        """As `Settings.from_env`; the old ``STREAMSHOP_REGISTRY_LISTEN=HOST:PORT`` fills
+        ``LISTEN`` and ``PORT`` where these are unset."""
+        env = os.environ if environ is None else environ
+        old = env.get(_OLD_LISTEN, "").strip()
+        notes: list[str] = []
+        if old:
+            try:
+                address = parse_host_port(old)
+            except ValueError as e:
+                raise ConfigError([f"{_OLD_LISTEN}: {e}"]) from None
+            env = {**env}
+            env.setdefault(cls.env_name("listen", prefix), address.host)
+            env.setdefault(cls.env_name("port", prefix), str(address.port))
+            notes.append(f"{_OLD_LISTEN} is deprecated: set {cls.env_name('listen')} and {cls.env_name('port')}")
+        settings = super().from_env(env, prefix=prefix, overrides=overrides)
+        if notes:
+            object.__setattr__(settings, "deprecations", (*settings.deprecations, *notes))
+        return settings

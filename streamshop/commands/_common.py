@@ -1,0 +1,103 @@
+"""What the command modules share: the sub-parser type, running a command's implementation
+(imported when it runs, so `streamshop broker` never loads the services), and the options of
+the console tools that are Kafka clients."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from typing import TypeAlias
+
+from kit.settings import Settings
+from streamshop.settings import CliSettings
+
+__all__ = ["SubParsers", "client_options", "lazy", "registry_option", "setting_flag", "setting_help"]
+
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Command = Callable[[argparse.Namespace], int]
+
+
+def lazy(module: str, function: str, command: str, *, needs_broker: bool = False) -> Command:
+    """Run `module.function(args)`, imported when the command runs; a `CommandError` is one
+    line on stderr and exit status 1.  `needs_broker`: fail fast, with a clear message, when
+    ``--bootstrap`` does not answer."""
+
+    def run(args: argparse.Namespace) -> int:
+        from streamshop.clients import CommandError, check_reachable, warn
+
+        implementation = getattr(importlib.import_module(module), function)
+        try:
+            if needs_broker and isinstance(getattr(args, "bootstrap", None), str):
+                check_reachable(args.bootstrap)
+            return int(implementation(args))
+        except CommandError as e:
+            warn(command, str(e))
+            return 1
+        except KeyboardInterrupt:
+            warn(command, "interrupted")
+            return 130
+
+    return run
+
+
+def setting_flag(
+    parser: argparse.ArgumentParser,
+    cls: type[Settings],
+    field: str,
+    *flags: str,
+    metavar: str | None = None,
+    dest: str | None = None,
+    text: str | None = None,
+) -> None:
+    """A flag overriding setting `field` of `cls`: parsed and checked as its variable is (a bad
+    value is argparse's usage error), its help from the setting's."""
+
+    def parse(raw: str) -> object:
+        try:
+            return cls.parse_value(field, raw)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = field  # argparse names the type in "invalid <type> value"
+    names = flags or (f"--{field.replace('_', '-')}",)
+    options: dict[str, object] = {"dest": dest} if dest else {}
+    parser.add_argument(
+        *names, type=parse, default=None, metavar=metavar, help=setting_help(cls, field, text), **options
+    )
+
+
+def setting_help(cls: type[Settings], field: str, text: str | None = None) -> str:
+    """A flag's help from the setting it overrides: its help text, variable and default."""
+    info = next(i for i in cls.describe() if i.field == field)
+    default = info.default if info.default not in ("", "None") else "none"
+    return f"{text or info.help} (env {info.variable}; default {default})"
+
+
+def client_options(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
+    """--bootstrap and -X; `suppress` for a sub-action that may repeat them after its name."""
+    default = CliSettings.from_env().bootstrap_servers if not suppress else argparse.SUPPRESS
+    parser.add_argument(
+        "--bootstrap",
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        default=default,
+        help=setting_help(CliSettings, "bootstrap_servers", "bootstrap servers"),
+    )
+    parser.add_argument(
+        "-X",
+        dest="client_config",
+        action="append",
+        metavar="KEY=VALUE",
+        default=argparse.SUPPRESS if suppress else [],
+        help="extra librdkafka setting, e.g. -X security.protocol=SSL (repeatable)",
+    )
+
+
+def registry_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--registry",
+        metavar="URL",
+        default=CliSettings.from_env().registry_url,
+        help=setting_help(CliSettings, "registry_url", "schema registry"),
+    )
