@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -30,84 +29,21 @@ from pathlib import Path
 
 from streamshop import kafka_tools
 from streamshop.clients import CommandError
+from streamshop.kafka_jars import KAFKA_VERSION, kafka_java, resolve
 from streamshop.stack.state import pid_alive, write_private
 
 __all__ = [
-    "KAFKA_VERSION",
     "Cluster",
     "ClusterSecurity",
     "Node",
-    "kafka_java",
     "quorum",
-    "resolve",
     "start",
     "status",
     "stop",
 ]
 
-PROJECT = Path(__file__).resolve().parents[1]
-POM = PROJECT / "apache-kafka" / "pom.xml"
-KAFKA_VERSION = "4.1.0"  # as apache-kafka/pom.xml and docker-compose.yml's kafka profile
-DEFAULT_CACHE = PROJECT / ".cache" / "apache-kafka"
-CACHE_ENV = "STREAMSHOP_KAFKA_CACHE"
 MAX_VOTERS = 3
 STOP_GRACE_S = 60.0
-
-_LOG4J2 = """status = error
-appender.file.type = RollingFile
-appender.file.name = file
-appender.file.fileName = ${sys:kafka.logs.dir}/server.log
-appender.file.filePattern = ${sys:kafka.logs.dir}/server.log.%i
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-appender.file.policies.type = Policies
-appender.file.policies.size.type = SizeBasedTriggeringPolicy
-appender.file.policies.size.size = 20MB
-appender.file.strategy.type = DefaultRolloverStrategy
-appender.file.strategy.max = 2
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = file
-logger.state.name = state.change.logger
-logger.state.level = WARN
-"""
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE) / KAFKA_VERSION
-
-
-def resolve(cache: Path | None = None, *, quiet: bool = True) -> Path:
-    """The directory of Kafka's jars, copied there by Maven the first time."""
-    lib = (cache or cache_dir()) / "lib"
-    if (lib / ".complete").exists():
-        return lib
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise CommandError("Maven (mvn) is needed to fetch Apache Kafka's jars: apt-get install maven")
-    partial = lib.with_name("lib.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    command = [mvn, "-B", "-f", str(POM), "dependency:copy-dependencies", f"-DoutputDirectory={partial}"]
-    if quiet:
-        command.insert(1, "-q")
-    done = subprocess.run(command, capture_output=quiet, text=True, check=False)
-    if done.returncode != 0:
-        tail = (done.stdout or "")[-2000:] + (done.stderr or "")[-2000:]
-        raise CommandError(f"mvn could not resolve Apache Kafka {KAFKA_VERSION}'s jars:\n{tail}")
-    if not any(partial.glob("kafka_2.13-*.jar")):
-        raise CommandError(f"mvn copied no kafka_2.13 jar into {partial}")
-    shutil.rmtree(lib, ignore_errors=True)
-    partial.rename(lib)
-    (lib / ".complete").write_text(KAFKA_VERSION + "\n")
-    (lib.parent / "log4j2.properties").write_text(_LOG4J2)
-    return lib
-
-
-def kafka_java(lib: Path, main: str, *args: str, heap_mb: int = 256) -> list[str]:
-    """The command that runs one of Kafka's main classes, as its bin/*.sh scripts do."""
-    java = shutil.which("java")
-    if java is None:
-        raise CommandError("Java 17 is needed to run Apache Kafka (apt-get install openjdk-17-jre-headless)")
-    return [java, f"-Xmx{heap_mb}m", f"-Xms{heap_mb}m", "-cp", f"{lib}/*", main, *args]
 
 
 @dataclass

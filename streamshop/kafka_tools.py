@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from streamshop.kafka_jars import kafka_java, resolve
+
 _T = "org.apache.kafka.tools"
 # Each script's main class in Kafka 4.1 (the last line of bin/NAME.sh).
 TOOLS: dict[str, str] = {
@@ -32,9 +34,7 @@ TOOLS: dict[str, str] = {
 
 def command(name: str, *args: str, lib: Path | None = None, heap_mb: int = 192) -> list[str]:
     """The java command line of tool `name` (a key of TOOLS) with `args`."""
-    from streamshop import kafka_cluster
-
     main = TOOLS[name]
-    line = kafka_cluster.kafka_java(lib or kafka_cluster.resolve(), main, *args, heap_mb=heap_mb)
+    line = kafka_java(lib or resolve(), main, *args, heap_mb=heap_mb)
     line[1:1] = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]  # a short-lived JVM starts faster
     return line

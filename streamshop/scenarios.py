@@ -24,7 +24,7 @@ from typing import Any
 from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
-from streamshop import kafka_cluster
+from streamshop import kafka_cluster, kafka_jars
 from streamshop.clients import CommandError
 from streamshop.kafka_cluster import Cluster
 
@@ -90,7 +90,7 @@ class Scenario:
         return values
 
     def restart(self, node_id: int) -> None:
-        self.cluster.launch(kafka_cluster.resolve(), self.cluster.node(node_id))
+        self.cluster.launch(kafka_jars.resolve(), self.cluster.node(node_id))
 
 
 class KeyedTraffic:

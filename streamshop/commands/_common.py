@@ -61,10 +61,9 @@ def setting_flag(
 
     parse.__name__ = field  # argparse names the type in "invalid <type> value"
     names = flags or (f"--{field.replace('_', '-')}",)
-    options: dict[str, object] = {"dest": dest} if dest else {}
-    parser.add_argument(
-        *names, type=parse, default=None, metavar=metavar, help=setting_help(cls, field, text), **options
-    )
+    action = parser.add_argument(*names, type=parse, default=None, metavar=metavar, help=setting_help(cls, field, text))
+    if dest:
+        action.dest = dest
 
 
 def setting_help(cls: type[Settings], field: str, text: str | None = None) -> str:

@@ -21,7 +21,7 @@ def register(sub: SubParsers) -> None:
     def action(name: str, help_text: str, function: str, module: str = "streamshop.groups") -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = actions.add_parser(name, help=help_text, description=help_text)
         client_options(parser, suppress=True)
-        parser.set_defaults(func=lazy(module, function, "groups"))
+        parser.set_defaults(func=lazy(module, function, "groups", needs_broker=True))
         return parser
 
     list_ = action("list", "list groups with their state and protocol type", "list_")

@@ -92,11 +92,12 @@ def _run_tool(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from streamshop import kafka_cluster as kc
+    from streamshop import kafka_jars
     from streamshop.clients import CommandError, warn
 
     try:
         if args.kafka_action == "fetch":
-            print(kc.resolve(quiet=False))
+            print(kafka_jars.resolve(quiet=False))
             return 0
         if args.kafka_action == "start":
             settings = {}
@@ -121,7 +122,8 @@ def _run(args: argparse.Namespace) -> int:
                 settings=settings,
                 security=security,
             )
-            print(f"Apache Kafka {kc.KAFKA_VERSION}: {len(cluster.nodes)} nodes ready, bootstrap {cluster.bootstrap}")
+            nodes = len(cluster.nodes)
+            print(f"Apache Kafka {kafka_jars.KAFKA_VERSION}: {nodes} nodes ready, bootstrap {cluster.bootstrap}")
             return 0
         if args.kafka_action == "stop":
             cluster = kc.stop(args.dir)

@@ -24,6 +24,7 @@ def register(sub: SubParsers) -> None:
         "--bootstrap",
         "--bootstrap-server",
         metavar="HOST:PORT",
+        dest="bootstrap_servers",
         text="the broker",
     )
     p.add_argument(

@@ -16,7 +16,7 @@ def register(sub: SubParsers) -> None:
     def action(name: str, help_text: str, function: str | None = None) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
         client_options(parser, suppress=True)
-        parser.set_defaults(func=lazy("streamshop.topics", function or name, "topics"))
+        parser.set_defaults(func=lazy("streamshop.topics", function or name, "topics", needs_broker=True))
         return parser
 
     create = action("create", "create a topic")

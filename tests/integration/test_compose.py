@@ -609,7 +609,8 @@ def test_the_kafka_profile_is_three_kraft_brokers_with_replication_3_and_min_isr
 def test_the_kafka_profile_runs_the_release_and_settings_of_streamshop_kafka_cluster() -> None:
     """The tests' Apache Kafka (`streamshop kafka-cluster`) and the compose profile are one
     release with one set of cluster settings."""
-    from streamshop.kafka_cluster import KAFKA_VERSION, POM, Cluster, Node
+    from streamshop.kafka_cluster import Cluster, Node
+    from streamshop.kafka_jars import KAFKA_VERSION, POM
 
     pom_version = re.search(r"<kafka.version>([^<]+)</kafka.version>", POM.read_text())
     assert pom_version is not None

@@ -18,7 +18,6 @@ from confluent_kafka.admin import ResourceType as Rt
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from contracts.kafka_security import KafkaSecurity
 from kit.users import Users, UsersFileError, hash_password
 from registry.app import RunningRegistry
 from schemas.client import RegistryClient
@@ -65,16 +64,13 @@ async def running(secure: SecureBroker, tmp_path: Path) -> AsyncIterator[Running
         f"ops: {PASSWORDS['ops']},read,admin\n"
     )
     cert = secure.ca.issue("registry", hosts=("127.0.0.1",))
-    kafka = KafkaSecurity(
-        protocol="SASL_SSL",
-        mechanism="SCRAM-SHA-512",
-        username="registry",
-        password="registry-pw",
-        cafile=secure.ca.cert_path,
-    )
     async with registry(
         secure.address("SASL_SSL"),
-        kafka=kafka,
+        kafka_security_protocol="SASL_SSL",
+        kafka_sasl_mechanism="SCRAM-SHA-512",
+        kafka_sasl_username="registry",
+        kafka_sasl_password="registry-pw",
+        kafka_ssl_cafile=secure.ca.cert_path,
         users_file=users,
         ssl_certfile=cert.certificate,
         ssl_keyfile=cert.key,

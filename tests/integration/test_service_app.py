@@ -19,11 +19,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from aiokafka import AIOKafkaProducer
 
-from kit.app import CHECKS_KEY, create_base_app, default_checks, read_json
+from kit.app import CHECKS_KEY, read_json
 from kit.errors import Conflict, NotFound
 from kit.logging import configure_logging
 from kit.tracing import kafka_headers
 from kit.validation import Int, Object, Str
+from services.common.app import create_service_app, default_checks
 from services.common.config import ServiceConfig
 from services.common.log_shipper import LogShipper
 from tests.support.harness import ThreadBroker
@@ -88,7 +89,7 @@ def log_output() -> Iterator[io.StringIO]:
 
 def make_app(**kw: Any) -> web.Application:
     config = DemoConfig(client_max_size=kw.pop("client_max_size", 1024))
-    app = create_base_app(config, checks=kw.pop("checks", {"ok": ok_check}), **kw)
+    app = create_service_app(config, checks=kw.pop("checks", {"ok": ok_check}), **kw)
     app.router.add_get("/items/{id}", get_item)
     app.router.add_post("/items", post_item)
     app.router.add_post("/raw", raw_json)
@@ -176,7 +177,7 @@ async def test_default_checks_reach_a_real_broker_registry_and_database(
     sqlite3.connect(db).close()
     async with registry(broker.bootstrap) as running:
         config = DemoConfig(bootstrap_servers=broker.bootstrap, registry_url=running.url, database_path=db)
-        client: Client = await client_for(create_base_app(config, checks=default_checks(config)))
+        client: Client = await client_for(create_service_app(config, checks=default_checks(config)))
         r = await client.get("/readyz")
         assert r.status == 200, await r.text()
         # Dependencies going away flips readiness, naming each one.

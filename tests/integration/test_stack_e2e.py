@@ -38,7 +38,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from contracts import commit_note
 from schemas.client import RegistryClient
 from schemas.serde import AvroDeserializer
-from streamshop import kafka_cluster
+from streamshop import kafka_cluster, kafka_jars
 from tests.integration.test_cli import cli
 from tests.support.stack import Stack, running_stack
 
@@ -452,7 +452,7 @@ async def _kill_a_broker(stack: Stack) -> tuple[int, Callable[[], Any]]:
 
     async def back() -> Any:
         assert kafka_cluster.wait_gone(pid, 10)
-        cluster.launch(kafka_cluster.resolve(), node)
+        cluster.launch(kafka_jars.resolve(), node)
         return await eventually("every replica back in sync", lambda: _in_sync(stack), within=90, every=1)
 
     return pid, back

@@ -1,4 +1,4 @@
-"""`python -m tests.support.ready_app`: the smallest service run by `serve_app`, for the runner
+"""`python -m tests.support.ready_app`: the smallest service run by `run_service`, for the runner
 tests.  Its startup announces ``smtp=127.0.0.1:2525`` on the ready line through
 `READY_FIELDS_KEY`; its cleanup prints ``cleaned up`` (stdout, flushed).  Settings from
 ``READY_DEMO_*`` (``READY_DEMO_PORT=0``: any free port)."""
@@ -12,9 +12,10 @@ from typing import ClassVar
 from aiohttp import web
 
 from kit.app import create_base_app
-from kit.process import READY_FIELDS_KEY, serve_app
+from kit.process import READY_FIELDS_KEY
 from services.common.config import ServiceConfig
 from services.common.log_shipper import LogShipper
+from services.common.runner import run_service
 
 
 @dataclass(frozen=True, repr=False)
@@ -36,4 +37,4 @@ def create_app(config: ReadyDemoConfig, shipper: LogShipper | None) -> web.Appli
 
 
 if __name__ == "__main__":
-    raise SystemExit(serve_app(ReadyDemoConfig.from_env(), create_app))
+    raise SystemExit(run_service(ReadyDemoConfig, create_app))
