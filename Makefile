@@ -19,15 +19,17 @@ $(STAMP): pyproject.toml requirements.lock
 setup: $(STAMP)
 
 # Re-resolves the lower bounds to the newest releases with uv (from PyPI, in a scratch venv).
-# The image lock is constrained by the full one, so both pin the same versions.
+# The image locks are constrained by the full one, so all three pin the same versions:
+# requirements.lock (every extra and the dev tools: `make setup`), requirements-image.lock (every
+# runtime extra: the application image), requirements-broker.lock (the broker alone: its image).
 LOCK_HEADER = \# Resolved by `make lock` from the lower bounds in pyproject.toml, with hashes; do not edit.
+UV_COMPILE = .lock-venv/bin/uv pip compile --quiet --no-header --no-annotate --generate-hashes --python-version 3.11
 lock:
 	python3 -m venv .lock-venv
 	.lock-venv/bin/python -m pip install --quiet uv
-	{ echo '$(LOCK_HEADER)'; .lock-venv/bin/uv pip compile --quiet --no-header --no-annotate --generate-hashes \
-	  --python-version 3.11 --extra dev pyproject.toml; } > requirements.lock.new
-	{ echo '$(LOCK_HEADER)'; .lock-venv/bin/uv pip compile --quiet --no-header --no-annotate --generate-hashes \
-	  --python-version 3.11 --constraint requirements.lock.new pyproject.toml; } > requirements-image.lock
+	{ echo '$(LOCK_HEADER)'; $(UV_COMPILE) $(LOCK_CONSTRAINT) --extra dev pyproject.toml; } > requirements.lock.new
+	{ echo '$(LOCK_HEADER)'; $(UV_COMPILE) --constraint requirements.lock.new --extra all pyproject.toml; } > requirements-image.lock
+	{ echo '$(LOCK_HEADER)'; $(UV_COMPILE) --constraint requirements.lock.new --extra broker pyproject.toml; } > requirements-broker.lock
 	mv requirements.lock.new requirements.lock
 	rm -rf .lock-venv
 
@@ -55,10 +57,12 @@ demo: setup
 test: setup browser kafka lint
 	$(PY) -m pytest -q
 
+# ruff, then mypy --strict, then the layers (docs/adr/008-layers.md): an import against them fails here.
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 bench: setup
 	$(PY) -m loadtest.bench_broker

@@ -27,6 +27,7 @@ from types import FrameType
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kit.settings import parse_host_port
 from streamshop.broker_process import ReadyLine, broker_command, parse_ready_line
 
 STARTUP_TIMEOUT = 60.0
@@ -200,8 +201,8 @@ def apache_kafka_broker(workdir: Path) -> Iterator[BrokerProcess]:
 
 
 def connect(bootstrap: str, timeout: float = 10) -> socket.socket:
-    host, port = bootstrap.rsplit(":", 1)
-    return socket.create_connection((host, int(port)), timeout=timeout)
+    server = parse_host_port(bootstrap)
+    return socket.create_connection((server.host, server.port), timeout=timeout)
 
 
 def recv_exactly(sock: socket.socket, n: int) -> bytes:

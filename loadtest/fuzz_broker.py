@@ -31,6 +31,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kit.settings import parse_host_port
 from loadtest.brokers import connect, recv_exactly, rss_mib, streamshop_broker
 from loadtest.fuzz_seeds import Frame, record_seeds, relabel
 
@@ -332,9 +333,9 @@ def _fuzz_and_check(bootstrap: str, proc: subprocess.Popen[bytes] | None, report
     report.seeds, report.apis = len(seeds), len(advertised)
     control = Control(bootstrap)
     control.start()
-    host, port = bootstrap.rsplit(":", 1)
+    server = parse_host_port(bootstrap)
     started = time.monotonic()
-    target = _Target(host, int(port), seeds, advertised, report, started + plan.seconds, [plan.frames])
+    target = _Target(server.host, server.port, seeds, advertised, report, started + plan.seconds, [plan.frames])
     asyncio.run(_fuzz(target, plan.connections, plan.seed))
     report.seconds = time.monotonic() - started
     control.stop()

@@ -28,6 +28,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from kit.settings import parse_host_port
+
 Frame = bytes  # a request without its 4-byte size prefix: header then body
 
 
@@ -190,8 +192,8 @@ SESSIONS: list[Callable[[str], None]] = [_confluent_session, _aiokafka_session, 
 
 
 def record_seeds(bootstrap: str) -> list[Frame]:
-    host, port = bootstrap.rsplit(":", 1)
-    with _Recorder((host, int(port))) as recorder:
+    server = parse_host_port(bootstrap)
+    with _Recorder((server.host, server.port)) as recorder:
         for session in SESSIONS:
             session(f"127.0.0.1:{recorder.port}")
         return list(recorder.frames)

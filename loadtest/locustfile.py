@@ -45,8 +45,8 @@ from locust.env import Environment
 from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
 from loadtest.targets import FINAL_STATS_SUFFIX, LoadTargets
-from streamshop.demo import CANCEL_REASONS, CURRENCIES, PRODUCTS, api_key_headers
 from streamshop.env_file import apply_env_file
+from streamshop.stack.demo import CANCEL_REASONS, CURRENCIES, PRODUCTS, api_key_headers
 
 apply_env_file()  # the compose file's secure profile: the Kafka login and the API key
 TARGETS = LoadTargets.from_env()

@@ -12,15 +12,14 @@ orders URL (it overrides the host of every user class, so the other users use ab
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
-from contracts.kafka_security import KafkaSecurity
-from services.common.config import DEFAULT_PORTS
+from contracts.ports import DEFAULT_PORTS
+from kit.settings import ConfigError, KafkaClientSettings, setting
 from streamshop.stack.state import running_stack
 
 __all__ = ["ENV_PREFIX", "FINAL_STATS_SUFFIX", "STACK_ENV", "LoadTargets"]
@@ -36,46 +35,50 @@ def _local(name: str) -> str:
     return f"http://127.0.0.1:{DEFAULT_PORTS[name]}"
 
 
-@dataclass(frozen=True)
-class LoadTargets:
-    orders_url: str = _local("orders")
-    otp_url: str = _local("otp")
-    catcher_url: str = _local("catcher")  # the SMS sink the OTP users read their codes from
-    bootstrap_servers: str = f"127.0.0.1:{DEFAULT_PORTS['broker']}"
-    kafka_topic: str = "loadtest.e2e"  # the Kafka users' own topic, auto-created on first use
-    otp_timeout: float = 30.0  # seconds an OTP user waits for its SMS before counting a failure
-    e2e_timeout: float = 10.0  # seconds a produced record may take to be consumed before it counts as lost
+@dataclass(frozen=True, repr=False)
+class LoadTargets(KafkaClientSettings):
+    """`LoadTargets.from_env()` reads LOADTEST_ORDERS_URL, LOADTEST_BOOTSTRAP_SERVERS, the
+    ``LOADTEST_KAFKA_*`` login of the Kafka users (as the services' ``<PREFIX>_KAFKA_*``)..."""
+
+    env_prefix: ClassVar[str] = "LOADTEST"
+
+    stack: Path | None = setting(None, help="data directory of the `streamshop up` to load (default ./data/stack)")
+    orders_url: str = setting(_local("orders"), help="orders service (Locust's --host overrides it)")
+    otp_url: str = setting(_local("otp"), help="otp service")
+    catcher_url: str = setting(_local("catcher"), help="the SMS sink the OTP users read their codes from")
+    kafka_topic: str = setting("loadtest.e2e", help="the Kafka users' own topic, auto-created on first use")
+    otp_timeout: float = setting(30.0, minimum=0.001, help="seconds an OTP user waits for its SMS")
+    e2e_timeout: float = setting(10.0, minimum=0.001, help="seconds a produced record may take to be consumed")
 
     @classmethod
     def settings(cls) -> frozenset[str]:
-        """Every variable `from_env` and `kafka_config` read."""
-        fields = {ENV_PREFIX + f.name.upper() for f in dataclasses.fields(cls)}
-        return frozenset({STACK_ENV} | fields | KafkaSecurity.settings(ENV_PREFIX))
-
-    @staticmethod
-    def kafka_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The Kafka users' login (``LOADTEST_KAFKA_*``, as the services' ``<PREFIX>_KAFKA_*``)
-        as librdkafka properties; none for a PLAINTEXT broker."""
-        return KafkaSecurity.from_env(os.environ if environ is None else environ, ENV_PREFIX).librdkafka_config()
+        """Every variable `from_env` reads."""
+        return frozenset(info.variable for info in cls.describe())
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> LoadTargets:
+    def kafka_config(cls, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The Kafka users' login as librdkafka properties; none for a PLAINTEXT broker."""
+        return cls.from_env(environ, stack_urls=False).kafka_security.librdkafka_config()
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        prefix: str | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        stack_urls: bool = True,
+    ) -> Self:
+        """The variables; the URLs nobody set from the running stack (`stack_urls`)."""
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
         stack_dir = env.get(STACK_ENV)
-        document = running_stack(Path(stack_dir) if stack_dir else DEFAULT_STACK_DIR)
-        if stack_dir and document is None:
-            raise RuntimeError(f"{STACK_ENV}={stack_dir}: no `streamshop up` runs from there")
-        if document is not None:
-            values.update(cls.from_stack(document))
-        for f in dataclasses.fields(cls):
-            raw = env.get(ENV_PREFIX + f.name.upper())
-            if raw:
-                try:
-                    values[f.name] = float(raw) if isinstance(f.default, float) else raw
-                except ValueError:
-                    raise ValueError(f"{ENV_PREFIX}{f.name.upper()}: expected a number, got {raw!r}") from None
-        return cls(**values)
+        document = running_stack(Path(stack_dir) if stack_dir else DEFAULT_STACK_DIR) if stack_urls else None
+        if stack_urls and stack_dir and document is None:
+            raise ConfigError(f"{STACK_ENV}={stack_dir}: no `streamshop up` runs from there")
+        found = cls.from_stack(document) if document is not None else {}
+        own = {name: value for name, value in (overrides or {}).items() if value is not None}
+        defaults = {name: value for name, value in found.items() if not env.get(cls.env_name(name, prefix))}
+        return super().from_env(env, prefix=prefix, overrides=defaults | own)
 
     @staticmethod
     def from_stack(document: Mapping[str, Any]) -> dict[str, str]:
@@ -96,4 +99,5 @@ class LoadTargets:
 
     def environment(self) -> dict[str, str]:
         """These targets as ``LOADTEST_*`` variables, for a Locust child process."""
-        return {ENV_PREFIX + f.name.upper(): str(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        names = ("orders_url", "otp_url", "catcher_url", "bootstrap_servers", "kafka_topic", "otp_timeout")
+        return {self.env_name(name): str(getattr(self, name)) for name in (*names, "e2e_timeout")}

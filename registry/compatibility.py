@@ -42,12 +42,13 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, NamedTuple, TypeAlias
 
 import fastavro
 
-__all__ = ["DECIMAL_STRICT", "InvalidSchemaError", "Level", "can_read", "check", "validate"]
+from registry.levels import Level
+
+__all__ = ["DECIMAL_STRICT", "InvalidSchemaError", "can_read", "check", "validate"]
 
 # The Avro specification: "two schemas that are decimal logical types match if their scales and
 # precisions match". Apache Avro's Java SchemaCompatibility (used by Confluent) does not check it;
@@ -58,19 +59,6 @@ DECIMAL_STRICT = True
 # Most reasons kept per record pair (and returned); the rest are counted, not listed. Keeps
 # pathological schemas (records referencing records twice, many levels deep) linear.
 _MAX_REASONS = 100
-
-
-class Level(StrEnum):
-    """Schema registry compatibility levels (Confluent's names and meanings); a ``str`` enum
-    whose values, and ``str()``, are the upper-case names."""
-
-    NONE = "NONE"
-    BACKWARD = "BACKWARD"
-    BACKWARD_TRANSITIVE = "BACKWARD_TRANSITIVE"
-    FORWARD = "FORWARD"
-    FORWARD_TRANSITIVE = "FORWARD_TRANSITIVE"
-    FULL = "FULL"
-    FULL_TRANSITIVE = "FULL_TRANSITIVE"
 
 
 class InvalidSchemaError(ValueError):

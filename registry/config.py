@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Self
 
 from contracts.ports import DEFAULT_PORTS
 from kit.settings import ConfigError, HttpSettings, KafkaClientSettings, parse_bootstrap, parse_host_port, setting
-from registry.compatibility import Level
+from registry.levels import Level
 
 __all__ = ["DEFAULT_TOPIC", "ConfigError", "RegistryConfig"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from registry.compatibility import Level
+from registry.levels import Level
 from registry.state import Mode
 
 __all__ = ["registry_openapi"]

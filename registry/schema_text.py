@@ -16,8 +16,9 @@ from typing import Any
 
 from contracts import bounded_json
 from registry import errors
-from registry.compatibility import InvalidSchemaError, Level, check, validate
+from registry.compatibility import InvalidSchemaError, check, validate
 from registry.errors import RegistryError
+from registry.levels import Level
 
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _NAMED = frozenset({"record", "error", "enum", "fixed"})

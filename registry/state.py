@@ -21,8 +21,8 @@ from typing import Any
 import structlog
 
 from registry import log_records
-from registry.compatibility import Level
 from registry.errors import RegistryError
+from registry.levels import Level
 from registry.schema_text import ParsedSchema, parse_avro
 
 log = structlog.get_logger(__name__)

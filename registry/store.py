@@ -47,9 +47,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from registry import errors
-from registry.compatibility import Level
 from registry.config import RegistryConfig
 from registry.errors import RegistryError
+from registry.levels import Level
 from registry.log_records import (
     Record,
     config_key,

@@ -49,7 +49,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("settings from file", path=str(applied))
     for message in settings.deprecations:
         log.warning("deprecated setting", problem=message)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except ModuleNotFoundError as e:
+        from streamshop.commands._common import EXTRA_OF
+
+        package = (e.name or "").partition(".")[0]
+        if package not in EXTRA_OF:
+            raise  # a module of the project itself: a bug, never hidden
+        print(
+            f"streamshop {args.command}: needs {package!r}, which this installation lacks: "
+            f"pip install 'streamshop[{EXTRA_OF[package]}]'",
+            file=sys.stderr,
+        )
+        return 2
 
 
 if __name__ == "__main__":

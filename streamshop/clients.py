@@ -80,13 +80,16 @@ def check_reachable(bootstrap: str, timeout: float = 3.0) -> None:
     whole timeout)."""
     import socket
 
+    from kit.settings import parse_host_ports
+
+    try:
+        servers = parse_host_ports(bootstrap)
+    except ValueError as e:
+        raise CommandError(f"bootstrap servers: {e}") from None
     tried: list[str] = []
-    for server in (s.strip() for s in bootstrap.split(",")):
-        host, sep, port = server.rpartition(":")
-        if not server or not sep or not port.isdigit():
-            raise CommandError(f"bootstrap server {server!r} is not HOST:PORT")
+    for server in servers:
         try:
-            with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout):
+            with socket.create_connection((server.host, server.port), timeout=timeout):
                 return
         except OSError as e:
             tried.append(f"{server} ({e.strerror or e})")

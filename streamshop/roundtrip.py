@@ -24,6 +24,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from contracts.ports import DEFAULT_PORTS
+from kit.settings import parse_host_port
 from streamshop.broker_process import (
     ReadyLine,
     broker_command,
@@ -220,9 +222,12 @@ def _report(broker: ChildBroker, registry_url: str) -> bool:
 
 
 def roundtrip(args: argparse.Namespace) -> int:
-    host, _, port = args.listen.rpartition(":")
-    admin_listen = args.admin_listen or f"{host or '127.0.0.1'}:{0 if port == '0' else 9644}"
-    registry_listen = args.registry_listen or f"{host or '127.0.0.1'}:{0 if port == '0' else 8081}"
+    try:
+        listen = parse_host_port(args.listen, default_host="127.0.0.1")
+    except ValueError as e:
+        raise CommandError(f"--listen: {e}") from None
+    admin_listen = args.admin_listen or f"{listen.host}:{0 if listen.port == 0 else DEFAULT_PORTS['broker-admin']}"
+    registry_listen = args.registry_listen or f"{listen.host}:{0 if listen.port == 0 else DEFAULT_PORTS['registry']}"
     data_dir = Path(args.data_dir)
     broker = ChildBroker.start(data_dir, args.listen, admin_listen)
     registry: ChildProcess[str] | None = None

@@ -8,9 +8,9 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from registry import errors
-from registry.compatibility import Level
 from registry.errors import RegistryError
 from registry.http import flag, json_body, read_synced, reply, store_of
+from registry.levels import Level
 from registry.state import Mode, RegistryState
 
 Setting = TypeVar("Setting", Level, Mode)

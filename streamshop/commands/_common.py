@@ -12,10 +12,29 @@ from typing import TypeAlias
 from kit.settings import Settings
 from streamshop.settings import CliSettings
 
-__all__ = ["SubParsers", "client_options", "lazy", "registry_option", "setting_flag", "setting_help"]
+__all__ = ["EXTRA_OF", "SubParsers", "client_options", "lazy", "registry_option", "setting_flag", "setting_help"]
 
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 Command = Callable[[argparse.Namespace], int]
+
+# The extra of pyproject.toml that brings each third-party package a command may need: an image
+# installs only some extras (the broker's has no Spark), and a command of another one says so.
+EXTRA_OF = {
+    "kio": "broker",
+    "crc32c": "broker",
+    "cramjam": "broker",
+    "msgpack": "broker",
+    "aiokafka": "services",
+    "fastavro": "services",
+    "aiosmtplib": "services",
+    "aiosmtpd": "services",
+    "pycountry": "services",
+    "pyspark": "analytics",
+    "pyarrow": "analytics",
+    "confluent_kafka": "tools",
+    "kafka": "tools",
+    "locust": "load",
+}
 
 
 def lazy(module: str, function: str, command: str, *, needs_broker: bool = False) -> Command:

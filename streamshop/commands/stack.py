@@ -97,7 +97,7 @@ def _demo(sub: SubParsers) -> None:
         "--otp-timeout", type=float, default=30.0, metavar="S", help="seconds to wait for an SMS or e-mail (30)"
     )
     p.add_argument("--seed", type=int, help="random seed (reproducible baskets and lifecycles)")
-    p.set_defaults(func=lazy("streamshop.demo", "demo", "demo"))
+    p.set_defaults(func=lazy("streamshop.stack.demo", "demo", "demo"))
 
 
 def register(sub: SubParsers) -> None:

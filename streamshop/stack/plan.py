@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from kit.settings import parse_host_port
 from services.common.config import DEFAULT_PORTS
 from streamshop.broker_process import (
     broker_command,
@@ -278,14 +279,13 @@ def _sms_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
 
 
 def _email_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
-    smtp = ctx.url("catcher", "smtp")
-    host, _, port = smtp.rpartition(":")
+    smtp = parse_host_port(ctx.url("catcher", "smtp"))
     return _with(
         service_env("email-sender", ctx, ports),
         {
             **_sender("EMAIL_SENDER", "email-sender", ctx.secrets),
-            "EMAIL_SENDER_SMTP_HOST": host,
-            "EMAIL_SENDER_SMTP_PORT": port,
+            "EMAIL_SENDER_SMTP_HOST": smtp.host,
+            "EMAIL_SENDER_SMTP_PORT": str(smtp.port),
         },
     )
 

@@ -50,7 +50,7 @@ from streamshop.stack.secure import ACCESS, ADMIN, SecureStack, apply_access
 from streamshop.stack.state import FILE_NAME, VERSION, iso_now, running_stack, write_stack
 
 if TYPE_CHECKING:
-    from streamshop.demo import Targets
+    from streamshop.stack.demo import Targets
 
 __all__ = ["StackOptions", "Supervisor", "up"]
 
@@ -582,7 +582,7 @@ def _secure_stack(data_dir: Path, args: argparse.Namespace, children: Sequence[C
     secure = SecureStack.load_or_create(data_dir / "secure", hosts)
     if any(c.name == "broker" and c.external is None for c in children):
         set_offline(data_dir / "broker", ADMIN, secure.kafka_passwords[ADMIN])
-    # The in-process demo calls the services as the operator (streamshop.demo reads this).
+    # The in-process demo calls the services as the operator (streamshop.stack.demo reads this).
     os.environ["STREAMSHOP_API_KEY"] = secure.api_keys[ADMIN]
     return secure
 
@@ -593,7 +593,7 @@ def _demo_after_ready(args: argparse.Namespace, console: Console) -> Callable[[S
     keep moving; its lines are prefixed ``demo``."""
 
     async def run(supervisor: Supervisor) -> None:
-        from streamshop.demo import Progress, Targets, run_traffic
+        from streamshop.stack.demo import Progress, Targets, run_traffic
 
         urls = {c.name: c.announced.urls for c in supervisor.children.values() if c.announced is not None}
         targets = Targets.from_endpoints(urls)
@@ -629,7 +629,7 @@ _TRICKLE_QUIET = 60.0  # at most one line per this many seconds about failing ro
 async def _trickle(targets: Targets, rate: float, say: Callable[[str], None]) -> None:
     """Rounds of `rate` x `_TRICKLE_ROUND` orders and one OTP, one round per `_TRICKLE_ROUND`
     seconds, until cancelled.  A failing round (a service restarting) is reported, then retried."""
-    from streamshop.demo import Progress, run_traffic
+    from streamshop.stack.demo import Progress, run_traffic
 
     orders = max(1, round(rate * _TRICKLE_ROUND))
     last_said = -_TRICKLE_QUIET

@@ -25,7 +25,8 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from registry import compatibility
-from registry.compatibility import InvalidSchemaError, Level, can_read, check
+from registry.compatibility import InvalidSchemaError, can_read, check
+from registry.levels import Level
 
 # ----------------------------------------------------------------------------------------------
 # helpers

@@ -19,8 +19,8 @@ from services.common.config import DEFAULT_PORTS, ServiceConfig
 from services.orders.domain import CREATE_ORDER, NewOrder, order_total
 from streamshop.broker_process import parse_service_ready_line
 from streamshop.clients import CommandError
-from streamshop.demo import Progress, Report, Stats, Targets, Traffic, percentile
 from streamshop.stack.console import Console, use_color
+from streamshop.stack.demo import Progress, Report, Stats, Targets, Traffic, percentile
 from streamshop.stack.plan import (
     CHILDREN,
     Backoff,

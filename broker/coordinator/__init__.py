@@ -1,0 +1,1 @@
+"""Consumer groups: membership (the classic protocol state machine) and committed offsets."""
