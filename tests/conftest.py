@@ -1,13 +1,102 @@
+"""The suite's tiers and shared fixtures.
+
+Markers say what a test needs beyond Python (registered in pyproject.toml, `--strict-markers`):
+``kafka`` (Apache Kafka's JVM), ``spark`` (PySpark's JVM), ``browser`` (Chromium), ``stack`` (a
+whole `streamshop up`), ``fuzz`` (a fuzzer bounded by inputs), ``slow``.  `make test-fast` runs
+the tests that need none of them; `make test` runs everything, in parallel (pytest-xdist): the
+tests that share an expensive fixture (a module's stack, the run's Apache Kafka cluster) are one
+xdist group, so each such fixture starts once per run, on one worker.
+
+Every process the run starts carries the run's mark (tests.support.processes); one still alive
+when the run ends fails it, after being killed.
+"""
+
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
+import hypothesis
 import pytest
 
 from registry.app import RunningRegistry
+from streamshop import kafka_cluster
+from streamshop.kafka_cluster import Cluster
+from tests.support import processes
 from tests.support.harness import BrokerProcess, ThreadBroker
 from tests.support.registry import registry
+
+# A heavy test's own timeout (pytest-timeout's default, 120 s, is for the rest): a JVM cluster or
+# a stack with Spark starts within minutes on a busy 2-core machine, and the waits inside the
+# tests are on conditions, so this only ends a test that hangs.
+HEAVY = {"kafka": 900, "spark": 900, "stack": 900, "browser": 600, "fuzz": 600, "slow": 600}
+# Session fixtures shared across modules: the tests that use one run on one worker.
+SHARED = ("apache_kafka",)
+
+# Property tests count examples, never time: a loaded machine must not turn into failures.
+hypothesis.settings.register_profile("streamshop", deadline=None)
+hypothesis.settings.load_profile("streamshop")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    processes.mark_run()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        limits = [seconds for name, seconds in HEAVY.items() if item.get_closest_marker(name)]
+        if limits and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(max(limits)))
+        if item.get_closest_marker("xdist_group"):
+            continue
+        group = _group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that shares a fixture wider than itself: the run's shared
+    fixture's name, else its module's (a module- or class-scoped fixture)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    scopes = {name: defs[-1].scope for name, defs in info.name2fixturedefs.items() if defs}
+    for name in SHARED:
+        if name in scopes:
+            return name
+    if any(scope in ("module", "class", "package") for scope in scopes.values()):
+        return item.module.__name__ if item.module is not None else None
+    return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):
+        return  # a worker of a parallel run: the controller checks once they are all gone
+    import os
+
+    left = processes.leftovers(os.environ[processes.RUN_MARK], processes.ancestors())
+    if not left:
+        return
+    processes.kill(set(left))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"{len(left)} process(es) the run started were still running, now killed:"]
+    lines += [f"  {pid}: {command}" for pid, command in sorted(left.items())]
+    if reporter is not None:
+        for line in lines:
+            reporter.write_line(line, red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The run's 3-node Apache Kafka cluster (KRaft, `streamshop kafka-cluster`): replication
+    factor 3, min.insync.replicas 2.  A test that stops a node starts it again."""
+    directory = tmp_path_factory.mktemp("kafka-cluster")
+    try:
+        yield kafka_cluster.start(directory, nodes=3, heap_mb=320, timeout=300)
+    finally:
+        kafka_cluster.stop(directory, grace=30)
 
 
 @pytest.fixture

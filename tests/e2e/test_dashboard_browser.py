@@ -20,6 +20,8 @@ from playwright.sync_api import Browser, Page, sync_playwright
 from tests.support.harness import REPO
 from tests.support.stack import Stack, http, running_stack
 
+pytestmark = [pytest.mark.browser, pytest.mark.stack, pytest.mark.spark]
+
 ARTIFACTS = Path(os.environ.get("STREAMSHOP_TEST_ARTIFACTS", REPO / "test-artifacts"))
 # Chromium as root needs --no-sandbox; the others keep it from calling Google's services, which
 # the closed network here refuses (and which a test has no business calling anyway).

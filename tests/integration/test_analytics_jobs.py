@@ -47,6 +47,8 @@ from tests.support.harness import ThreadBroker
 from tests.support.registry import ThreadRegistry
 from tests.support.spark import committed, planned_end, start_spark
 
+pytestmark = pytest.mark.spark
+
 REPO = Path(__file__).resolve().parents[2]
 BATCH = 30  # records per micro-batch of the SIGKILL tests' jobs (--max-records-per-trigger)
 JOB_TOPICS = {"orders", "otp.deliveries", "logs.app", "logs.ingress", "logs.db"}
@@ -358,7 +360,6 @@ def assert_read_what_the_group_had_left(output: str, unread: int, *, exact: bool
         )
 
 
-@pytest.mark.timeout(300)
 def test_sigkill_mid_stream_then_restart_gives_exact_totals_with_or_without_the_checkpoint(
     broker: ThreadBroker, tmp_path: Path
 ) -> None:
@@ -421,7 +422,6 @@ def test_sigkill_mid_stream_then_restart_gives_exact_totals_with_or_without_the_
     assert orders_only(latest) == parquet_values(data)
 
 
-@pytest.mark.timeout(240)
 def test_sigkill_after_spark_planned_a_batch_before_the_sink_wrote_it_leaves_the_group_behind_the_sink(
     broker: ThreadBroker, tmp_path: Path
 ) -> None:

@@ -31,6 +31,8 @@ from tests.support.spark import (
     start_spark,
 )
 
+pytestmark = pytest.mark.spark
+
 CATALOG = default_catalog()
 ORDER_CREATED = CATALOG.schema("OrderCreated")
 STATUS_CHANGED = CATALOG.schema("OrderStatusChanged")

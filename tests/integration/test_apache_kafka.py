@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,14 @@ from confluent_kafka.admin import ConfigResource, NewTopic
 from streamshop import kafka_cluster, scenarios
 from streamshop.kafka_cluster import Cluster
 
+pytestmark = pytest.mark.kafka
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    directory = tmp_path_factory.mktemp("kafka-cluster")
-    running = kafka_cluster.start(directory, nodes=3, heap_mb=320, timeout=180)
-    try:
-        yield running
-    finally:
-        kafka_cluster.stop(directory, grace=30)
+
+@pytest.fixture
+def cluster(apache_kafka: Cluster) -> Cluster:
+    """The run's 3-node cluster (conftest), as its directory says now: a node restarted by a
+    scenario's own process has a new pid.  The scenarios put back every node they stop."""
+    return Cluster.load(apache_kafka.directory)
 
 
 def test_three_kraft_nodes_elect_a_controller_and_replicate_every_partition_three_times_with_min_isr_2(

@@ -30,9 +30,11 @@ import yaml
 
 from analytics.settings import ENV as ANALYTICS_ENV
 from analytics.settings import AnalyticsConfig
+from broker.settings import BrokerSettings
 from contracts.otp import SEAL_KEY_BYTES
+from kit.settings import Settings
 from loadtest.targets import LoadTargets
-from registry.config import RegistryConfig, parse_host_port
+from registry.config import RegistryConfig
 from services.catcher.config import CatcherConfig
 from services.common.config import ServiceConfig
 from services.dashboard.config import DashboardConfig
@@ -59,10 +61,13 @@ SERVICE_CONFIGS: dict[str, type[ServiceConfig]] = {
     "catcher": CatcherConfig,
     "dashboard": DashboardConfig,
 }
+PROCESS_SETTINGS: dict[str, type[Settings]] = {"broker": BrokerSettings, "registry": RegistryConfig}
 BOOTSTRAP_REF = "${BOOTSTRAP_SERVERS:-broker:9092}"  # the one switch between the bundled broker and Kafka
 KAFKA_BOOTSTRAP = "kafka-1:9092,kafka-2:9092,kafka-3:9092"
 STREAMSHOP_ENV_PREFIXES = (
     "STREAMSHOP_",
+    "BROKER_",
+    "REGISTRY_",
     "ANALYTICS_",
     "LOADTEST_",
     *(c.prefix() + "_" for c in SERVICE_CONFIGS.values()),
@@ -221,9 +226,11 @@ def http_port(service: str) -> int:
     if argv[:1] == ["streamshop"] and argv[1] in SERVICE_CONFIGS:
         return config_of(service).port
     if argv[:2] == ["streamshop", "registry"]:
-        return parse_host_port(environment(service)["STREAMSHOP_REGISTRY_LISTEN"])[1]
+        return RegistryConfig.from_env(environment(service)).port
     if argv[:2] == ["streamshop", "broker"]:
-        return parse_host_port(environment(service)["STREAMSHOP_BROKER_ADMIN_LISTEN"])[1]
+        admin = BrokerSettings.from_env(environment(service)).admin_listen
+        assert admin is not None, f"{service}: the admin API is off"
+        return admin.port
     if runs_locust(service):
         return int(argv[argv.index("--web-port") + 1])
     raise AssertionError(f"{service} serves no HTTP")
@@ -279,9 +286,14 @@ def test_the_stack_runs_every_process_of_streamshop_up() -> None:
 
 
 def test_every_service_runs_the_project_image_or_apache_kafka() -> None:
+    """The broker its own image (the Dockerfile's broker target: no Spark), every other process
+    of the project the app image."""
     for name, service in SERVICES.items():
-        if runs_streamshop(name) or runs_locust(name):
-            assert service.get("build") == ".", name
+        if runs_streamshop(name) and command_of(name)[1] == "broker":
+            assert service.get("build") == {"context": ".", "target": "broker"}, name
+            assert service["image"] == "streamshop-broker:local", name
+        elif runs_streamshop(name) or runs_locust(name):
+            assert service.get("build") == {"context": ".", "target": "app"}, name
             assert service["image"] == "streamshop:local", name
         else:
             assert str(service["image"]).startswith("apache/kafka:"), name
@@ -325,7 +337,10 @@ def test_every_variable_a_service_sets_is_a_setting_of_that_service(monkeypatch:
             unknown = {k for k in env if k not in settings and not k.startswith(ANALYTICS_ENV + "KAFKA_")}
             assert not unknown, f"{name}: {sorted(unknown)} are not analytics settings"
         else:
-            # broker and registry: a variable is a setting when leaving it out changes what runs
+            # broker and registry: each variable is a setting of the process's own, by its current
+            # name, and leaving it out changes what runs
+            declared = {info.variable for info in PROCESS_SETTINGS[sub].describe()}
+            assert set(env) <= declared, f"{name}: {sorted(set(env) - declared)} are not {sub} settings"
             effective = _effective(sub, argv, monkeypatch)
             for key in env:
                 without = {k: v for k, v in env.items() if k != key}
@@ -336,11 +351,13 @@ def test_every_variable_a_service_sets_is_a_setting_of_that_service(monkeypatch:
 
 def _effective(sub: str, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> Any:
     def broker(env: Mapping[str, str]) -> Any:
-        return vars(parse(argv, env, monkeypatch))
+        args = parse(argv, env, monkeypatch)  # as broker.app.main builds its config
+        overrides = {name: getattr(args, name) for name in ("data_dir", "listen", "advertise", "admin_listen")}
+        return BrokerSettings.from_env(env, overrides=overrides).to_config()
 
     def registry(env: Mapping[str, str]) -> Any:
         args = parse(argv, env, monkeypatch)  # as registry.app.main builds its config
-        return RegistryConfig.from_env(env, bootstrap=args.bootstrap, listen=parse_host_port(args.listen))
+        return RegistryConfig.from_env(env, overrides={"bootstrap_servers": args.bootstrap_servers})
 
     return {"broker": broker, "registry": registry}[sub]
 
@@ -357,11 +374,12 @@ def test_every_service_setting_loads_and_passes_the_service_checks() -> None:
 
 def test_the_broker_listens_everywhere_and_advertises_its_service_name(monkeypatch: pytest.MonkeyPatch) -> None:
     name = one_service("broker")
-    args = parse(streamshop_services()[name], environment(name), monkeypatch)
-    assert args.listen == ("0.0.0.0", 9092)
-    assert args.advertise == (name, args.listen[1])
-    assert parse_host_port(args.admin_listen)[0] == "0.0.0.0"
-    assert interpolate(BOOTSTRAP_REF, {}) == f"{name}:{args.listen[1]}", "the default bootstrap is the broker"
+    settings = _effective("broker", streamshop_services()[name], monkeypatch)(environment(name))
+    assert settings.listen == ("0.0.0.0", 9092)
+    assert settings.advertise == (name, settings.listen[1])
+    assert settings.admin_listen is not None
+    assert settings.admin_listen[0] == "0.0.0.0"
+    assert interpolate(BOOTSTRAP_REF, {}) == f"{name}:{settings.listen[1]}", "the default bootstrap is the broker"
 
 
 def test_every_kafka_client_takes_its_bootstrap_servers_from_one_variable() -> None:
@@ -551,7 +569,7 @@ def test_named_volumes_are_declared_used_and_each_holds_one_process_state(monkey
         elif argv[1] == "analytics":
             state = AnalyticsConfig.from_args(argparse.Namespace(), env).data_dir
         else:
-            state = Path(parse(argv[1:], env, monkeypatch).data_dir)
+            state = _effective(argv[1], argv[1:], monkeypatch)(env).data_dir
         assert state == Path(target), f"{name} keeps its state in {state}, the volume is at {target}"
 
 
@@ -681,24 +699,44 @@ def _dockerfile_lines() -> Iterator[str]:
     yield from "\n".join(lines).replace("\\\n", " ").splitlines()
 
 
-def test_the_image_is_python_3_11_slim_with_java_17_and_the_project_installed() -> None:
-    lines = list(_dockerfile_lines())
-    (base,) = [line.split()[1] for line in lines if line.startswith("FROM ")]
-    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm@sha256:[0-9a-f]{64}", base), "pin the base image by digest"
-    (deps,) = [line for line in lines if "requirements-image.lock" in line and line.startswith("RUN ")]
-    assert "--require-hashes" in deps.split()
-    assert any("apt-get install" in line and "openjdk-17-jre-headless" in line.split() for line in lines)
-    (install,) = [line for line in lines if re.search(r"pip install .*\.$", line.strip())]
+def _stages() -> dict[str, list[str]]:
+    """The Dockerfile's lines by stage (`FROM ... AS name`), the ARGs before the first under ""."""
+    stages: dict[str, list[str]] = {"": []}
+    current = ""
+    for line in _dockerfile_lines():
+        if line.startswith("FROM "):
+            current = line.split()[-1]
+            stages[current] = []
+        stages[current].append(line)
+    return stages
+
+
+def test_the_images_are_python_3_11_slim_the_app_with_java_17_and_the_project_installed() -> None:
+    stages = _stages()
+    (arg,) = [line for line in stages[""] if line.startswith("ARG BASE=")]
+    assert re.fullmatch(r"ARG BASE=python:3\.11\.\d+-slim-bookworm@sha256:[0-9a-f]{64}", arg), (
+        "pin the base image by digest"
+    )
+    assert stages["base"][0] == "FROM ${BASE} AS base"
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     package_data = pyproject["tool"]["setuptools"].get("package-data", {})
-    # the services load schemas/*.avsc at start: an installed copy of the packages must have them
-    assert " -e ." in install or "*.avsc" in package_data.get("schemas", []), "schemas/*.avsc missing from the image"
-    (user,) = [line.split()[1] for line in lines if line.startswith("USER ")]
-    assert user not in ("root", "0")
-    assert "streamshop" in pyproject["project"]["scripts"], "services run the `streamshop` console script"
-    copied = {source for line in lines if line.startswith("COPY ") for source in line.split()[1:-1]}
     packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
-    assert packages | {"requirements-image.lock", "pyproject.toml", "README.md", "loadtest"} <= copied
+    assert "streamshop" in pyproject["project"]["scripts"], "services run the `streamshop` console script"
+    for target, lock in (("broker", "requirements-broker.lock"), ("app", "requirements-image.lock")):
+        lines = stages[target]
+        assert lines[0] == f"FROM base AS {target}"
+        (deps,) = [line for line in lines if lock in line and line.startswith("RUN ")]
+        assert "--require-hashes" in deps.split()
+        java = any("apt-get install" in line and "openjdk-17-jre-headless" in line.split() for line in lines)
+        assert java == (target == "app"), f"{target}: Java is for Spark, in the app image only"
+        (install,) = [line for line in lines if re.search(r"pip install .*\.$", line.strip())]
+        # the services load schemas/*.avsc at start: an installed copy of the packages must have them
+        assert " -e ." in install or "*.avsc" in package_data.get("schemas", []), "schemas/*.avsc missing"
+        (user,) = [line.split()[1] for line in lines if line.startswith("USER ")]
+        assert user not in ("root", "0")
+        copied = {source for line in lines if line.startswith("COPY ") for source in line.split()[1:-1]}
+        assert packages | {lock, "pyproject.toml", "README.md"} <= copied, target
+    assert "loadtest" in {s for line in stages["app"] if line.startswith("COPY ") for s in line.split()[1:-1]}
 
 
 def test_the_image_lock_pins_with_hashes_what_the_full_lock_pins() -> None:
@@ -712,13 +750,24 @@ def test_the_image_lock_pins_with_hashes_what_the_full_lock_pins() -> None:
         assert all("--hash=sha256:" in block for block in blocks[1:]), f"{name}: a package without hashes"
         return {k.lower().replace("_", "-"): v for k, v in found.items()}
 
-    image, full = pins("requirements-image.lock"), pins("requirements.lock")
-    assert image
-    assert {name: full.get(name) for name in image} == image
-    runtime = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    for requirement in runtime:
-        name = re.split(r"[<>=\[;! ]", requirement, maxsplit=1)[0].lower()
-        assert name in image, f"{name} missing from the image lock"
+    full = pins("requirements.lock")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    for lock, runtime in (
+        (
+            "requirements-image.lock",
+            [*project["dependencies"], *(r for e in extras if e not in ("dev", "all") for r in extras[e])],
+        ),
+        ("requirements-broker.lock", [*project["dependencies"], *extras["broker"]]),
+    ):
+        image = pins(lock)
+        assert image
+        assert {name: full.get(name) for name in image} == image, lock
+        for requirement in runtime:
+            name = re.split(r"[<>=\[;! ]", requirement, maxsplit=1)[0].lower()
+            assert name in image, f"{name} missing from {lock}"
+    broker = pins("requirements-broker.lock")
+    assert not {"pyspark", "pyarrow", "confluent-kafka", "aiokafka", "kafka-python", "locust"} & set(broker)
 
 
 def test_the_build_context_keeps_the_sources_and_leaves_out_environments_and_data() -> None:

@@ -30,7 +30,7 @@ from cryptography import x509
 
 from analytics.settings import AnalyticsConfig
 from loadtest.targets import LoadTargets
-from registry.config import RegistryConfig, parse_host_port
+from registry.config import RegistryConfig
 from streamshop.broker_process import parse_ready_line, parse_registry_ready_line
 from streamshop.env_file import ENV_FILE, read_env_file
 from streamshop.stack.secure import ACCESS, ADMIN, HTTP_SERVICES, LOADTEST
@@ -139,16 +139,15 @@ def test_analytics_the_registry_the_broker_and_locust_are_secured(
     assert Path(volumes.settings("analytics")["SSL_CERT_FILE"]).is_file()  # urllib in Spark's workers
 
     env = volumes.settings("registry")
-    registry = RegistryConfig.from_env(
-        env, bootstrap=env["STREAMSHOP_REGISTRY_BOOTSTRAP"], listen=parse_host_port(env["STREAMSHOP_REGISTRY_LISTEN"])
-    )
+    registry = RegistryConfig.from_env(env)
+    assert registry.deprecations == ()
     assert registry.scheme == "https"
     assert registry.users_file is not None
     assert registry.users_file.is_file()
-    assert (registry.kafka.protocol, registry.kafka.username) == ("SASL_SSL", "registry")
+    assert (registry.kafka_security.protocol, registry.kafka_security.username) == ("SASL_SSL", "registry")
 
     broker = volumes.settings("broker")
-    sets = broker["STREAMSHOP_BROKER_SET"]
+    sets = broker["BROKER_SET"]
     for setting in (
         "listeners=SASL_SSL://0.0.0.0:9092",
         "advertised.listeners=SASL_SSL://broker:9092",
@@ -157,7 +156,7 @@ def test_analytics_the_registry_the_broker_and_locust_are_secured(
     ):
         assert setting in sets.split(",") or f",{setting}," in f",{sets},", setting
     # The admin API has no login: in the secured run it leaves the container's loopback never.
-    assert broker["STREAMSHOP_BROKER_ADMIN_LISTEN"] == "127.0.0.1:9644"
+    assert broker["BROKER_ADMIN_LISTEN"] == "127.0.0.1:9644"
 
     locust = volumes.settings("locust")
     assert LoadTargets.kafka_config(locust)["sasl.username"] == LOADTEST
@@ -238,10 +237,10 @@ def running(volumes: Volumes, tmp_path_factory: pytest.TempPathFactory) -> Itera
     logs = tmp_path_factory.mktemp("compose-secure-logs")
     # The broker: its compose settings and file, bound to a free loopback port instead of broker:9092.
     env = volumes.settings("broker")
-    sets = [s for s in env["STREAMSHOP_BROKER_SET"].split(",") if not s.startswith("advertised.listeners=")]
-    env["STREAMSHOP_BROKER_SET"] = ",".join(sets).replace("0.0.0.0:9092", "127.0.0.1:0")
-    env |= {"STREAMSHOP_BROKER_LISTEN": "127.0.0.1:0", "STREAMSHOP_BROKER_ADMIN_LISTEN": "127.0.0.1:0"}
-    env.pop("STREAMSHOP_BROKER_ADVERTISE")
+    sets = [s for s in env["BROKER_SET"].split(",") if not s.startswith("advertised.listeners=")]
+    env["BROKER_SET"] = ",".join(sets).replace("0.0.0.0:9092", "127.0.0.1:0")
+    env |= {"BROKER_LISTEN": "127.0.0.1:0", "BROKER_ADMIN_LISTEN": "127.0.0.1:0"}
+    env.pop("BROKER_ADVERTISE")
     loopback_file = volumes.secure.parent / "broker-loopback.env"
     loopback_file.write_text("".join(f"{k}={v}\n" for k, v in env.items() if k != ENV_FILE))
     broker = Child(command("broker"), {**env, ENV_FILE: str(loopback_file)}, logs / "broker.log")
@@ -252,7 +251,7 @@ def running(volumes: Volumes, tmp_path_factory: pytest.TempPathFactory) -> Itera
         done = run([sys.executable, "-m", "streamshop.cli", *grant[1:]])
         assert done.returncode == 0, done.stderr
         renv = {k: v.replace("broker:9092", bootstrap) for k, v in volumes.settings("registry").items()}
-        renv["STREAMSHOP_REGISTRY_LISTEN"] = "127.0.0.1:0"
+        renv |= {"REGISTRY_LISTEN": "127.0.0.1", "REGISTRY_PORT": "0"}
         registry = Child(command("registry"), renv, logs / "registry.log")
         children.append(registry)
         url = registry.ready(parse_registry_ready_line)

@@ -4,7 +4,11 @@ control client's acks=all keyed records must all come back exactly once, in orde
 
 from __future__ import annotations
 
+import pytest
+
 from loadtest.fuzz_broker import run
+
+pytestmark = pytest.mark.fuzz
 
 
 def test_50000_mutated_frames_neither_crash_the_broker_nor_cost_an_acknowledged_record() -> None:

@@ -7,7 +7,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.harness import REPO
+
+pytestmark = pytest.mark.fuzz
 
 
 def test_the_decoding_path_survives_a_bounded_coverage_guided_run() -> None:

@@ -20,7 +20,7 @@ from tests.support import kafka_tools as kt
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import confluent_consume, confluent_produce, create_topic
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.kafka
 
 
 def _partition_of(key: bytes, partitions: int) -> int:

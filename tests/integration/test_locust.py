@@ -26,7 +26,7 @@ def load(*args: object, timeout: float = 120) -> subprocess.CompletedProcess[str
     )
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.stack
 def test_a_short_run_reports_all_three_user_classes_and_fails_an_impossible_threshold(tmp_path: Path) -> None:
     out = tmp_path / "report"
     with running_stack(tmp_path / "stack") as stack:

@@ -328,7 +328,7 @@ async def test_retention_keeps_only_the_newest_max_records(
 def test_streamshop_logs_command_maps_options_to_the_service_settings() -> None:
     """`streamshop logs --port 9103 --database x.db` parses to the logs service's runner."""
     args = build_parser().parse_args(["logs", "--port", "9103", "--database", "x.db", "--max-records", "10"])
-    assert (args.port, args.database, args.max_records) == (9103, "x.db", 10)
+    assert (args.port, args.database, args.max_records) == (9103, Path("x.db"), 10)
     assert callable(args.func)
 
 

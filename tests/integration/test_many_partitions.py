@@ -8,11 +8,14 @@ import json
 import urllib.request
 from collections.abc import Callable
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.integration.test_topic_limits import _create
 from tests.support.harness import BrokerProcess
 from tests.support.kafka_wire import batch, connect
+
+pytestmark = pytest.mark.slow
 
 TOPICS = {"wide-a": 8_400, "wide-b": 8_400, "wide-c": 8_400}
 STEP = 97  # partitions written: every 97th of each topic, and the last

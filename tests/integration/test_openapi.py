@@ -10,6 +10,7 @@ from email.message import EmailMessage
 from pathlib import Path
 
 import aiosmtplib
+import pytest
 
 from kit.openapi import OPENAPI_KEY
 from registry.app import RESPONSE_TYPES, RunningRegistry
@@ -25,6 +26,8 @@ from tests.support.api_fuzz import fuzz
 from tests.support.harness import ThreadBroker
 from tests.support.notify import serve_catcher, serve_sender
 from tests.support.services import serve_app
+
+pytestmark = pytest.mark.fuzz
 
 
 def _common(tmp_path: Path, broker: ThreadBroker, registry: RunningRegistry, name: str) -> dict[str, object]:

@@ -14,6 +14,8 @@ from tests.support import kafka_tools as kt
 from tests.support.harness import ThreadBroker
 from tests.support.secure import ADMIN, ADMIN_PASSWORD, SecureBroker, make_admin_user, secure_settings
 
+pytestmark = pytest.mark.kafka
+
 
 @pytest.fixture
 def secure(tmp_path: Path, broker_factory: Callable[..., ThreadBroker]) -> SecureBroker:

@@ -23,6 +23,8 @@ import pytest
 from tests.support.harness import REPO
 from tests.support.stack import Stack, alive, http, running_stack
 
+pytestmark = pytest.mark.stack
+
 CHILDREN = ["broker", "registry", "catcher", "orders", "otp", "logs", "sms-sender", "email-sender", "dashboard"]
 SERVICES = [name for name in CHILDREN if name not in ("broker", "registry")]  # the ones with /readyz
 

@@ -39,28 +39,27 @@ from contracts import commit_note
 from schemas.client import RegistryClient
 from schemas.serde import AvroDeserializer
 from streamshop import kafka_cluster, kafka_jars
+from streamshop.kafka_cluster import Cluster
 from tests.integration.test_cli import cli
 from tests.support.stack import Stack, running_stack
 
+pytestmark = [pytest.mark.stack, pytest.mark.spark]
 
-@pytest.fixture(scope="module", params=["bundled", "apache-kafka"])
+
+@pytest.fixture(scope="module", params=["bundled", pytest.param("apache-kafka", marks=pytest.mark.kafka)])
 def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """The stack on the bundled broker, then on a 3-node Apache Kafka cluster (`up --bootstrap`):
-    the same tests on both, the analytics job included."""
+    """The stack on the bundled broker, then on the run's 3-node Apache Kafka cluster (`up
+    --bootstrap`): the same tests on both, the analytics job included."""
     if request.param == "bundled":
         with running_stack(tmp_path_factory.mktemp("e2e"), without=()) as running:
             yield running
         return
-    directory = tmp_path_factory.mktemp("e2e-kafka-cluster")
-    cluster = kafka_cluster.start(directory, nodes=3, heap_mb=320, timeout=180)
-    try:
-        with running_stack(
-            tmp_path_factory.mktemp("e2e-on-kafka"), without=(), bootstrap=cluster.bootstrap, within=180
-        ) as running:
-            running.kafka = cluster
-            yield running
-    finally:
-        kafka_cluster.stop(directory, grace=30)
+    cluster: Cluster = request.getfixturevalue("apache_kafka")
+    with running_stack(
+        tmp_path_factory.mktemp("e2e-on-kafka"), without=(), bootstrap=cluster.bootstrap, within=300
+    ) as running:
+        running.kafka = cluster
+        yield running
 
 
 def url(stack: Stack, child: str, role: str = "http") -> str:
@@ -442,7 +441,7 @@ async def _kill_a_broker(stack: Stack) -> tuple[int, Callable[[], Any]]:
             return await eventually("the broker restarted", lambda: _restarted(stack, "broker", pid), within=30)
 
         return pid, restarted
-    cluster = stack.kafka
+    cluster = Cluster.load(stack.kafka.directory)  # its nodes' pids as they are now
     metadata = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics("orders", timeout=10)
     leader = metadata.topics["orders"].partitions[0].leader
     node = cluster.node(leader)

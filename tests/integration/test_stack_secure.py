@@ -30,14 +30,16 @@ from streamshop import kafka_cluster
 from streamshop.stack.secure import ADMIN, SecureStack
 from tests.support.stack import REPO, Stack, running_stack
 
+pytestmark = [pytest.mark.stack, pytest.mark.spark]
 
-@pytest.fixture(scope="module", params=["bundled", "apache-kafka"])
+
+@pytest.fixture(scope="module", params=["bundled", pytest.param("apache-kafka", marks=pytest.mark.kafka)])
 def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """The secured stack on the bundled broker, then on a 3-node Apache Kafka cluster secured the
     same way (SASL_SSL between brokers too) with the stack's certificates and operator login."""
     data = tmp_path_factory.mktemp(f"secure-{request.param}")
     if request.param == "bundled":
-        with running_stack(data, without=(), secure=True, within=120) as running:
+        with running_stack(data, without=(), secure=True, within=300) as running:
             yield running
         return
     material = SecureStack.load_or_create(data / "secure")
@@ -45,9 +47,9 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         str(material.keystore("broker")), str(material.ca.cert_path), ADMIN, material.kafka_passwords[ADMIN]
     )
     directory = tmp_path_factory.mktemp("secure-kafka-cluster")
-    cluster = kafka_cluster.start(directory, nodes=3, heap_mb=320, timeout=180, security=security)
+    cluster = kafka_cluster.start(directory, nodes=3, heap_mb=320, timeout=300, security=security)
     try:
-        with running_stack(data, without=(), bootstrap=cluster.bootstrap, secure=True, within=180) as running:
+        with running_stack(data, without=(), bootstrap=cluster.bootstrap, secure=True, within=300) as running:
             running.kafka = cluster
             yield running
     finally:

@@ -1,0 +1,74 @@
+"""Every process a test run starts carries the run's mark in its environment (children inherit
+it: brokers, stacks, Kafka's and Spark's JVMs, Chromium).  At the end of the run `leftovers`
+finds those still alive, so that a fixture that leaks one fails the run instead of leaving it
+behind, and `kill` stops them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+__all__ = ["RUN_MARK", "kill", "leftovers", "mark_run"]
+
+RUN_MARK = "STREAMSHOP_TEST_RUN"
+
+
+def mark_run() -> str:
+    """The run's mark, set in this process's environment (kept when it is already set: the
+    workers of a parallel run share their controller's)."""
+    return os.environ.setdefault(RUN_MARK, uuid.uuid4().hex)
+
+
+def _marked(pid: int, needle: bytes) -> bool:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:  # gone, or a zombie
+        return False
+    return needle in environ.split(b"\0")
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+    except OSError:
+        return "?"
+
+
+def leftovers(mark: str, spare: set[int], settle: float = 10.0) -> dict[int, str]:
+    """Processes carrying `mark` other than `spare` (this process and its ancestors), given
+    `settle` seconds to finish exiting; pid -> command line."""
+    needle = f"{RUN_MARK}={mark}".encode()
+    deadline = time.monotonic() + settle
+    while True:
+        found = {
+            pid: _command(pid)
+            for pid in (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
+            if pid not in spare and _marked(pid, needle)
+        }
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.2)
+
+
+def kill(pids: set[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def ancestors() -> set[int]:
+    """This process and every process above it."""
+    out = set()
+    pid = os.getpid()
+    while pid > 1:
+        out.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return out
