@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lock browser kafka demo test lint bench load clean
+.PHONY: setup lock browser kafka demo test test-fast lint bench load clean
 
 # requirements.lock pins every package (with the dev tools) to the version the lower bounds in
 # pyproject.toml resolved to when it was last refreshed (`make lock`), each with the sha256 of
@@ -54,8 +54,16 @@ kafka: setup
 demo: setup
 	$(VENV)/bin/streamshop up --demo
 
+# The whole suite, in parallel (tests sharing a fixture run on one worker: tests/conftest.py),
+# with the 25 slowest tests at the end.  PYTEST_ARGS adds to it, e.g. PYTEST_ARGS='-k stack'.
+TEST_WORKERS ?= 4
 test: setup browser kafka lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
+
+# The fast tier, for development: no JVM (Kafka, Spark), no browser, no stack, no fuzzer; needs
+# nothing but `make setup`.
+test-fast: setup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not (kafka or spark or browser or stack or fuzz or slow)" $(PYTEST_ARGS)
 
 # ruff, then mypy --strict, then the layers (docs/adr/008-layers.md): an import against them fails here.
 lint: setup

@@ -335,7 +335,8 @@ def _fuzz_and_check(bootstrap: str, proc: subprocess.Popen[bytes] | None, report
     control.start()
     server = parse_host_port(bootstrap)
     started = time.monotonic()
-    target = _Target(server.host, server.port, seeds, advertised, report, started + plan.seconds, [plan.frames])
+    deadline = started + plan.seconds if plan.seconds else float("inf")  # 0: bounded by frames alone
+    target = _Target(server.host, server.port, seeds, advertised, report, deadline, [plan.frames])
     asyncio.run(_fuzz(target, plan.connections, plan.seed))
     report.seconds = time.monotonic() - started
     control.stop()
@@ -360,7 +361,12 @@ async def _fuzz(target: _Target, connections: int, seed: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.fuzz_broker", description=__doc__.split("\n\n")[0])
     parser.add_argument("--frames", type=int, default=1_000_000, help="frames to send (default 1,000,000)")
-    parser.add_argument("--seconds", type=float, default=600, help="stop after this long (default 600)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=600,
+        help="stop after this long even with frames left (0: no limit; default 600)",
+    )
     parser.add_argument("--connections", type=int, default=8, help="concurrent fuzzing connections (default 8)")
     parser.add_argument("--seed", type=int, default=int(time.time()), help="random seed (default: the time)")
     parser.add_argument("--bootstrap", help="fuzz a running broker instead of starting one")

@@ -215,6 +215,7 @@ async def test_a_topic_shows_its_partitions_end_offsets_sizes_and_a_positive_in_
         assert len(snap["history"]) <= 50
 
 
+@pytest.mark.slow  # a rate over a 10 s window of real traffic: it takes that long
 async def test_the_in_rate_of_a_topic_under_steady_bursty_traffic_stays_within_30_percent_between_refreshes(
     cluster: Cluster, tmp_path: Path
 ) -> None:

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.fuzz
 
 
 def test_50000_mutated_frames_neither_crash_the_broker_nor_cost_an_acknowledged_record() -> None:
-    report = run(frames=50_000, seconds=120, connections=8, seed=20261125)
+    report = run(frames=50_000, seconds=0, connections=8, seed=20261125)  # bounded by frames, not time
     print("\n".join(report.lines()))
     assert report.frames == 50_000
     assert report.apis >= 20
