@@ -45,7 +45,10 @@ class BrokerSettings(ProcessSettings):
     """`BrokerSettings.from_env()` reads BROKER_DATA_DIR, BROKER_LISTEN, BROKER_SET..."""
 
     env_prefix: ClassVar[str] = "BROKER"
-    deprecated_prefixes: ClassVar[tuple[str, ...]] = ("STREAMSHOP_BROKER",)
+    renamed: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        name: (f"STREAMSHOP_BROKER_{name.upper()}",)
+        for name in ("data_dir", "listen", "advertise", "admin_listen", "set")
+    }
 
     data_dir: Path = setting(Path("./data/broker"), help="log directory")
     listen: HostPort = setting(

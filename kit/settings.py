@@ -15,9 +15,9 @@ broker ``BROKER_<FIELD>``, the registry ``REGISTRY_<FIELD>``, the ``streamshop``
 defaults ``STREAMSHOP_<FIELD>``.  Each field is parsed by its type hint (str, int, float, bool,
 Path, `HostPort`, an `enum.Enum`, tuple[str, ...] as a comma list, ``X | None``) or by its own
 `parse`; every bad variable is reported at once, by name, in one `ConfigError`.  Fields made
-with `secret()` never appear in repr() or in `as_log_dict()`.  Names a class used to read
-(`deprecated_prefixes`, a field's `aliases`) keep working and are reported in `deprecations`,
-which the process logs once it has a logger.  Command-line flags override variables through
+with `secret()` never appear in repr() or in `as_log_dict()`.  Variables a process read before
+(its class's `renamed`) keep working and are reported in `deprecations`, which the process logs
+once it has a logger.  Command-line flags override variables through
 `from_env(overrides=...)`, so a flag and its variable are checked by the same code.
 """
 
@@ -139,22 +139,19 @@ def setting(
     minimum: float | None = None,
     maximum: float | None = None,
     parse: Callable[[str], Any] | None = None,
-    aliases: tuple[str, ...] = (),
     fallbacks: tuple[str, ...] = (),
     default_factory: Callable[[], Any] | None = None,
 ) -> Any:
     """A field with its help text and checks: `choices` (compared case-insensitively, given back
     in their own spelling), `minimum`/`maximum` for numbers, a `parse` of its own for a type the
-    loader does not know.  `aliases` are full variable names it was read from before
-    (deprecated); `fallbacks` are variables read when its own is unset (another process's
-    setting of the same meaning, e.g. ``STREAMSHOP_BOOTSTRAP_SERVERS``)."""
+    loader does not know.  `fallbacks` are variables read when its own is unset (another
+    process's setting of the same meaning, e.g. ``STREAMSHOP_BOOTSTRAP_SERVERS``)."""
     metadata = {
         "help": help,
         "choices": choices,
         "minimum": minimum,
         "maximum": maximum,
         "parse": parse,
-        "aliases": aliases,
         "fallbacks": fallbacks,
     }
     if default_factory is not None:
@@ -162,10 +159,10 @@ def setting(
     return field(default=default, metadata=metadata)
 
 
-def secret(default: str | None = None, *, help: str = "", aliases: tuple[str, ...] = ()) -> Any:
+def secret(default: str | None = None, *, help: str = "") -> Any:
     """A field whose value is never shown: repr=False keeps it out of the dataclass repr of
     subclasses too, and `as_log_dict()` masks it."""
-    return field(default=default, repr=False, metadata={"secret": True, "help": help, "aliases": aliases})
+    return field(default=default, repr=False, metadata={"secret": True, "help": help})
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +186,9 @@ class Settings:
     """A process's settings; subclasses add fields and set `env_prefix`."""
 
     env_prefix: ClassVar[str] = ""
-    # Prefixes this process read before the one scheme (``STREAMSHOP_BROKER``): still read, reported.
-    deprecated_prefixes: ClassVar[tuple[str, ...]] = ()
+    # Variables a field was read from before the one scheme (``STREAMSHOP_BROKER_LISTEN``), by
+    # field: still read when the field's own is unset, and reported.
+    renamed: ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
     # What the loader noticed: deprecated names in use.  Not a setting (init=False).
     deprecations: tuple[str, ...] = field(default=(), init=False, compare=False, metadata={"internal": True})
@@ -270,8 +268,7 @@ class Settings:
     ) -> tuple[str, str] | None:
         if (raw := env.get(name)) is not None:
             return name, raw
-        old_names = [*f.metadata.get("aliases", ()), *(cls.env_name(f.name, p) for p in cls.deprecated_prefixes)]
-        for old in old_names:
+        for old in cls.renamed.get(f.name, ()):
             if (raw := env.get(old)) is not None:
                 deprecations.append(f"{old} is deprecated: set {name}")
                 return old, raw
@@ -313,17 +310,16 @@ class Settings:
         for f in cls.setting_fields():
             if f.default is not dataclasses.MISSING:
                 default = _shown(f.default, bool(f.metadata.get("secret")))
+            elif f.default_factory in (dict, tuple, list):
+                default = None
             else:
                 default = "(computed)"
-            deprecated = (
-                *f.metadata.get("aliases", ()),
-                *(cls.env_name(f.name, p) for p in cls.deprecated_prefixes),
-            )
+            deprecated = tuple(cls.renamed.get(f.name, ()))
             out.append(
                 SettingInfo(
                     variable=cls.env_name(f.name, prefix),
                     field=f.name,
-                    type=_type_name(hints[f.name]),
+                    type=_type_name(hints[f.name], f.metadata.get("choices")),
                     default=""
                     if default is None
                     else str(default)
@@ -351,12 +347,16 @@ def _shown(value: Any, is_secret: bool) -> Any:
     return value
 
 
-def _type_name(hint: Any) -> str:
+def _type_name(hint: Any, choices: tuple[str, ...] | None = None) -> str:
+    if choices:
+        return "one of " + ", ".join(choices)
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         inner = [a for a in typing.get_args(hint) if a is not type(None)]
         return _type_name(inner[0]) + " (optional)"
     if typing.get_origin(hint) is tuple:
         return "comma list"
+    if typing.get_origin(hint) in (Mapping, dict):
+        return "KEY=VALUE list"
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return "one of " + ", ".join(str(m.value) for m in hint)
     names = {str: "text", int: "integer", float: "number", bool: "boolean", Path: "path", HostPort: "HOST:PORT"}
@@ -466,6 +466,10 @@ class HttpSettings(ProcessSettings):
     ssl_keyfile: Path | None = setting(None, help="HTTPS: the server's private key (PEM)")
 
     def __post_init__(self) -> None:
+        # Checked here, not by the field: a process that redeclares `port` with its own default
+        # keeps the bound.
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"{self.env_name('port')}: must be from 0 to 65535, got {self.port}")
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ValueError(f"{self.env_name('ssl_certfile')}: HTTPS needs both a certificate file and a key file")
 

@@ -6,7 +6,7 @@ settings from here without that side effect.
 
 Each field ``name`` is read from ``LOADTEST_<NAME>``.  The URLs nobody set come from a running
 `streamshop up`: the one whose data directory ``LOADTEST_STACK`` names, else ``./data/stack``
-when a stack runs there, else the default ports of DESIGN.md.  Locust's own ``--host`` sets the
+when a stack runs there, else the default ports (contracts.ports).  Locust's own ``--host`` sets the
 orders URL (it overrides the host of every user class, so the other users use absolute URLs).
 """
 

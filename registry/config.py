@@ -8,6 +8,7 @@ The names it read before (``STREAMSHOP_REGISTRY_*``, ``STREAMSHOP_REGISTRY_BOOTS
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,13 +31,25 @@ class RegistryConfig(HttpSettings, KafkaClientSettings):
 
     service_name: ClassVar[str] = "registry"
     env_prefix: ClassVar[str] = "REGISTRY"
-    deprecated_prefixes: ClassVar[tuple[str, ...]] = ("STREAMSHOP_REGISTRY",)
+    renamed: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "bootstrap_servers": ("STREAMSHOP_REGISTRY_BOOTSTRAP",),
+        # HOST:PORT in one variable before: read apart (from_env), listed here for the docs.
+        "listen": (_OLD_LISTEN,),
+        "port": (_OLD_LISTEN,),
+        **{
+            name: (f"STREAMSHOP_REGISTRY_{name.upper()}",)
+            for name in (
+                *("topic", "topic_replication_factor", "default_compatibility", "startup_timeout", "write_timeout"),
+                *("users_file", "ssl_certfile", "ssl_keyfile"),
+                *(f.name for f in dataclasses.fields(KafkaClientSettings) if f.name.startswith("kafka_")),
+            )
+        },
+    }
 
     port: int = setting(DEFAULT_PORTS["registry"], minimum=0, maximum=65535, help="HTTP port (0: any free port)")
     bootstrap_servers: str = setting(
         f"127.0.0.1:{DEFAULT_PORTS['broker']}",
         parse=parse_bootstrap,
-        aliases=("STREAMSHOP_REGISTRY_BOOTSTRAP",),
         help="Kafka bootstrap servers, comma list",
     )
     topic: str = setting(DEFAULT_TOPIC, help="the compacted topic holding every schema, config and mode record")

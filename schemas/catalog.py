@@ -6,7 +6,7 @@ by inlining each referenced definition at its first use, and parses the result w
 Every schema in the catalog is therefore self-contained: its `text` is what gets registered,
 and what Confluent's clients, the Spark job and any other Avro reader can use on its own.
 
-The topic table below is the data flow of DESIGN.md: which events go to which topic, what the
+The topic table below is the data flow of docs/architecture.md: which events go to which topic, what the
 Kafka key is (always a plain UTF-8 string, never Avro, see schemas/README.md), and which subject
 naming strategy the topic's values are registered with.
 """

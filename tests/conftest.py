@@ -4,8 +4,9 @@ Markers say what a test needs beyond Python (registered in pyproject.toml, `--st
 ``kafka`` (Apache Kafka's JVM), ``spark`` (PySpark's JVM), ``browser`` (Chromium), ``stack`` (a
 whole `streamshop up`), ``fuzz`` (a fuzzer bounded by inputs), ``slow``.  `make test-fast` runs
 the tests that need none of them; `make test` runs everything, in parallel (pytest-xdist): the
-tests that share an expensive fixture (a module's stack, the run's Apache Kafka cluster) are one
-xdist group, so each such fixture starts once per run, on one worker.
+`kafka` tier on one worker (with the run's Apache Kafka cluster, started once), the `spark` tier
+on another, and the tests that share a module's fixture (a stack) together, so that each
+expensive fixture starts once per run.
 
 Every process the run starts carries the run's mark (tests.support.processes); one still alive
 when the run ends fails it, after being killed.
@@ -30,7 +31,7 @@ from tests.support.registry import registry
 # a stack with Spark starts within minutes on a busy 2-core machine, and the waits inside the
 # tests are on conditions, so this only ends a test that hangs.
 HEAVY = {"kafka": 900, "spark": 900, "stack": 900, "browser": 600, "fuzz": 600, "slow": 600}
-# Session fixtures shared across modules: the tests that use one run on one worker.
+# Session fixtures shared across modules: the tests that use one run on the kafka tier's worker.
 SHARED = ("apache_kafka",)
 
 # Property tests count examples, never time: a loaded machine must not turn into failures.
@@ -42,6 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
     processes.mark_run()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         limits = [seconds for name, seconds in HEAVY.items() if item.get_closest_marker(name)]
@@ -55,15 +57,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _group(item: pytest.Item) -> str | None:
-    """The xdist group of a test that shares a fixture wider than itself: the run's shared
-    fixture's name, else its module's (a module- or class-scoped fixture)."""
+    """The xdist group of a test: the JVM tiers each on one worker, in turn (2 cores run one
+    Kafka cluster and one Spark job beside the light tests, not four of each), the run's
+    Apache Kafka cluster with them; else a test sharing a module- or class-scoped fixture with
+    its module's others."""
+    if item.get_closest_marker("kafka"):
+        return "kafka"
+    if item.get_closest_marker("spark"):
+        return "spark"
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return None
     scopes = {name: defs[-1].scope for name, defs in info.name2fixturedefs.items() if defs}
-    for name in SHARED:
-        if name in scopes:
-            return name
+    if any(name in scopes for name in SHARED):
+        return "kafka"
     if any(scope in ("module", "class", "package") for scope in scopes.values()):
         return item.module.__name__ if item.module is not None else None
     return None

@@ -5,6 +5,7 @@ service's API key (kit.api_keys)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from registry.config import RegistryConfig
 from streamshop.commands._common import SubParsers, setting_flag
@@ -60,7 +61,8 @@ def _run_registry(args: argparse.Namespace) -> int:
         try:
             address = parse_host_port(args.listen)
         except ValueError as e:
-            raise SystemExit(f"streamshop registry: --listen: {e}") from None
+            print(f"streamshop registry: invalid configuration: --listen: {e}", file=sys.stderr)
+            return 2
         overrides |= {"listen": address.host, "port": address.port}
     return main(overrides)
 

@@ -1,0 +1,78 @@
+"""The layers of docs/adr/008-layers.md are held by `make lint` (lint-imports, with the contracts
+in pyproject.toml): the tree as it is keeps them, and a copy of it with one forbidden import
+added fails, naming the contract it breaks."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.harness import REPO
+
+PACKAGES = ("contracts", "kit", "schemas", "broker", "registry", "services", "analytics", "streamshop", "loadtest")
+LINT = str(Path(sys.executable).with_name("lint-imports"))
+
+
+def lint(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [LINT, "--no-cache"],
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the project's packages and pyproject.toml."""
+    root = tmp_path_factory.mktemp("tree")
+    for package in PACKAGES:
+        shutil.copytree(REPO / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def test_the_tree_keeps_every_contract() -> None:
+    done = lint(REPO)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "BROKEN" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "contract"),
+    [
+        ("contracts/_forbidden.py", "import kit.settings\n", "Layers"),
+        ("kit/_forbidden.py", "import services.common.db\n", "Layers"),
+        ("broker/_forbidden.py", "import registry.state\n", "Layers"),
+        ("services/orders/_forbidden.py", "import services.otp.domain\n", "Services"),
+        ("broker/log/_forbidden.py", "import broker.server\n", "never import the server"),
+        ("broker/_forbidden.py", "import aiokafka\n", "no Kafka client library"),
+        ("services/common/_forbidden.py", "import pyspark\n", "Only the analytics job loads Spark"),
+        ("streamshop/_forbidden.py", "import streamshop.cli\n", "No import circles"),
+    ],
+)
+def test_a_forbidden_import_fails_the_lint_naming_the_contract(
+    tree: Path, module: str, source: str, contract: str
+) -> None:
+    path = tree / module
+    path.write_text('"""A forbidden import, added by the test."""\n\n' + source)
+    if module.startswith("streamshop/"):
+        # a circle: the command line's entry point imports the module back
+        (tree / "streamshop/cli.py").write_text((REPO / "streamshop/cli.py").read_text() + "\nimport streamshop._forbidden\n")
+    try:
+        done = lint(tree)
+    finally:
+        path.unlink()
+        shutil.copy(REPO / "streamshop/cli.py", tree / "streamshop/cli.py")
+    assert done.returncode != 0, done.stdout[-3000:]
+    broken = [line for line in done.stdout.splitlines() if line.endswith("BROKEN")]
+    assert any(contract in line for line in broken) or contract in done.stdout.split("Broken contracts")[-1], (
+        done.stdout[-3000:]
+    )
