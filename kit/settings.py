@@ -176,6 +176,7 @@ class SettingInfo:
     help: str
     secret: bool
     deprecated: tuple[str, ...]
+    fallbacks: tuple[str, ...] = ()
 
 
 # -- the base ----------------------------------------------------------------------------------
@@ -328,6 +329,7 @@ class Settings:
                     help=f.metadata.get("help", ""),
                     secret=bool(f.metadata.get("secret")),
                     deprecated=deprecated,
+                    fallbacks=tuple(f.metadata.get("fallbacks", ())),
                 )
             )
         return out

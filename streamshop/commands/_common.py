@@ -89,7 +89,8 @@ def setting_help(cls: type[Settings], field: str, text: str | None = None) -> st
     """A flag's help from the setting it overrides: its help text, variable and default."""
     info = next(i for i in cls.describe() if i.field == field)
     default = info.default if info.default not in ("", "None") else "none"
-    return f"{text or info.help} (env {info.variable}; default {default})"
+    variables = ", then ".join((info.variable, *info.fallbacks))
+    return f"{text or info.help} (env {variables}; default {default})"
 
 
 def client_options(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:

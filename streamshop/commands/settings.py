@@ -94,6 +94,8 @@ def markdown(names: Sequence[str] = PROCESSES) -> str:
         for info in _rows(name):
             default = "(secret)" if info.secret and info.default else f"`{info.default}`" if info.default else ""
             meaning = info.help
+            if info.fallbacks:
+                meaning += " (when unset: " + ", ".join(f"`{v}`" for v in info.fallbacks) + ")"
             if info.deprecated:
                 meaning += " (deprecated names still read: " + ", ".join(f"`{d}`" for d in info.deprecated) + ")"
             out.append(f"| `{info.variable}` | {info.type} | {default} | {meaning} |\n")
