@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.create_partitions.v3.request import CreatePartitionsRequest, CreatePartitionsTopic
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
@@ -62,6 +63,7 @@ def test_one_create_topics_of_25000_partitions_is_a_policy_violation_and_nothing
         assert c.create_topic("after", 1).error_code == ErrorCode.none
 
 
+@pytest.mark.slow  # ten thousand partitions on disk
 def test_a_10000_partition_topic_is_created_off_the_event_loop(broker: ThreadBroker) -> None:
     """While the partitions are being made, another client is answered (the loop is free),
     and the creating connection's next request waits for the creation."""

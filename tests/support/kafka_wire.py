@@ -50,7 +50,9 @@ from broker.protocol.records import Record, build_batch, decode_records
 _I32 = struct.Struct(">i")
 API_VERSIONS_KEY = 18
 CLIENT_ID = "streamshop-tests"
-DEFAULT_TIMEOUT = 15.0
+# How long a read may wait for the broker: a guard against a hang, never the thing measured, so
+# generous enough for a loaded machine (a test that expects no answer uses `wait_closed`).
+DEFAULT_TIMEOUT = 60.0
 
 
 def now_ms() -> int:

@@ -65,14 +65,14 @@ def test_a_forbidden_import_fails_the_lint_naming_the_contract(
     path.write_text('"""A forbidden import, added by the test."""\n\n' + source)
     if module.startswith("streamshop/"):
         # a circle: the command line's entry point imports the module back
-        (tree / "streamshop/cli.py").write_text((REPO / "streamshop/cli.py").read_text() + "\nimport streamshop._forbidden\n")
+        (tree / "streamshop/cli.py").write_text(
+            (REPO / "streamshop/cli.py").read_text() + "\nimport streamshop._forbidden\n"
+        )
     try:
         done = lint(tree)
     finally:
         path.unlink()
         shutil.copy(REPO / "streamshop/cli.py", tree / "streamshop/cli.py")
     assert done.returncode != 0, done.stdout[-3000:]
-    broken = [line for line in done.stdout.splitlines() if line.endswith("BROKEN")]
-    assert any(contract in line for line in broken) or contract in done.stdout.split("Broken contracts")[-1], (
-        done.stdout[-3000:]
-    )
+    report = " ".join(done.stdout.split("Broken contracts")[-1].split())  # lint-imports wraps long names
+    assert contract in report, done.stdout[-3000:]

@@ -1,0 +1,117 @@
+"""Each image's lock runs what the image offers: a venv built from requirements-image.lock alone
+(the application image) answers every console command's --help and has every package any module
+of the application imports, even inside a function; one from requirements-broker.lock (the
+broker's image: no Spark, no Kafka client) runs the broker's commands and says which extra to
+install for the others.  The project is installed as the Dockerfile installs it, without its
+dependencies, so the lock alone must carry them."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streamshop.cli import build_parser
+from tests.support.harness import REPO
+
+pytestmark = pytest.mark.slow
+
+APPLICATION = ("contracts", "kit", "schemas", "broker", "registry", "services", "analytics", "streamshop")
+BROKER = ("contracts", "kit", "broker")
+# What Locust runs in the application image (the rest of loadtest/ is benchmarks, run from a checkout).
+LOCUST = ("loadtest/locustfile.py", "loadtest/targets.py", "loadtest/load.py")
+
+
+def venv(root: Path, lock: str) -> Path:
+    """A virtualenv with `lock` (hashes required) and the project without its dependencies."""
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
+    python = root / "bin" / "python"
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run([*pip, "--require-hashes", "-r", str(REPO / lock)], check=True)
+    subprocess.run([*pip, "--no-deps", str(REPO)], check=True, cwd=root)
+    return root
+
+
+def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    return subprocess.run(
+        [str(root / "bin" / "streamshop"), *args],
+        cwd=root,
+        env={**env, "PATH": f"{root / 'bin'}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def command_paths(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    yield path
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from command_paths(sub, (*path, name))
+
+
+def third_party_imports(files: list[Path]) -> set[str]:
+    """The top-level packages imported anywhere in `files`, functions included, but the
+    standard library's and the project's."""
+    found: set[str] = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module.split(".")[0])
+    own = {*APPLICATION, "loadtest", "tests"}
+    return {name for name in found if name not in sys.stdlib_module_names and name not in own}
+
+
+def importable(root: Path, names: set[str]) -> subprocess.CompletedProcess[str]:
+    """Import each of `names` in the venv at `root`."""
+    check = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
+    return subprocess.run(
+        [str(root / "bin" / "python"), "-c", check, *sorted(names)], capture_output=True, text=True, check=False
+    )
+
+
+def sources(packages: tuple[str, ...]) -> list[Path]:
+    return [path for package in packages for path in sorted((REPO / package).rglob("*.py"))]
+
+
+def test_the_application_image_lock_runs_every_command(tmp_path: Path) -> None:
+    root = venv(tmp_path / "app", "requirements-image.lock")
+    for path in command_paths(build_parser()):
+        done = run(root, *path, "--help")
+        assert done.returncode == 0, (path, done.stderr[-2000:])
+        assert done.stdout.startswith("usage: streamshop"), path
+    needed = third_party_imports(sources(APPLICATION) + [REPO / p for p in LOCUST])
+    done = importable(root, needed)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_broker_image_lock_runs_the_broker_and_names_the_extra_of_the_rest(tmp_path: Path) -> None:
+    root = venv(tmp_path / "broker", "requirements-broker.lock")
+    for path in (("broker",), ("broker", "verify"), ("broker", "users"), ("probe",), ("settings",)):
+        done = run(root, *path, "--help")
+        assert done.returncode == 0, (path, done.stderr[-2000:])
+    assert run(root, "settings", "broker").returncode == 0
+    data = tmp_path / "data"
+    data.mkdir()
+    assert run(root, "broker", "verify", "--data-dir", str(data)).returncode == 0
+    needed = third_party_imports(sources(BROKER))
+    done = importable(root, needed)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not {"pyspark", "confluent_kafka", "aiokafka", "kafka"} & needed
+    for command, extra in (("orders", "services"), ("analytics", "analytics")):
+        args = (command, "run", "--once") if command == "analytics" else (command,)
+        done = run(root, *args)
+        assert done.returncode == 2, (command, done.stderr[-2000:])
+        assert f"pip install 'streamshop[{extra}]'" in done.stderr, done.stderr[-2000:]
+        assert "Traceback" not in done.stderr
