@@ -113,7 +113,8 @@ from pyspark.sql.types import (
 )
 
 from analytics import offsets as off
-from analytics.avro_columns import EventColumns, SchemaResolutionError
+from analytics.avro_column_plan import SchemaResolutionError
+from analytics.avro_columns import EventColumns
 from analytics.kafka import KafkaClients, read_range
 from analytics.offsets import OffsetRange, Offsets, Partition
 from contracts import commit_note

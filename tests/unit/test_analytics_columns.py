@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from analytics.avro_columns import EventColumns, SchemaResolutionError, UnsupportedSchemaError, spark_type
+from analytics.avro_column_plan import SchemaResolutionError, UnsupportedSchemaError, spark_type
+from analytics.avro_columns import EventColumns
 from schemas.catalog import default_catalog
 from schemas.serde import AvroSchema, encode
 
