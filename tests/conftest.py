@@ -90,6 +90,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     lines = [f"{len(left)} process(es) the run started were still running, now killed:"]
     lines += [f"  {pid}: {command}" for pid, command in sorted(left.items())]
     if reporter is not None:
+        reporter.write_sep("=", "processes left behind", red=True)
         for line in lines:
             reporter.write_line(line, red=True)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
