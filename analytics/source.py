@@ -129,6 +129,7 @@ _METADATA = ("topic", "partition", "offset", "timestamp", "key")
 _TRAILER = ("headers", "error", "value")
 _ARROW_CHUNK = 16_384  # records per Arrow batch handed to Spark
 
+# Spark workers: stdlib logging to stderr, not structlog's stdout; "event key=value" text, as no handler shows extra=
 log = logging.getLogger(__name__)
 
 # Unchanged positions are committed again this often (each commit notes when): the group's last
@@ -634,7 +635,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             self.planner.clients.commit(positions, note)
         except Exception:
-            log.warning("commit to group %s failed; the next commit catches up", self.settings.group_id, exc_info=True)
+            log.warning("group commit failed group=%s retry=next_commit", self.settings.group_id, exc_info=True)
         else:
             self._committed, self._committed_at = positions, now
 

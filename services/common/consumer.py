@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -62,6 +61,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from kit.logging import get_logger
 from schemas.client import RegistryError
 from schemas.serde import AvroDeserializer, SerdeError
 from services.common.config import ServiceConfig
@@ -84,7 +84,7 @@ __all__ = [
     "runner_for_service",
 ]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 MIGRATIONS: Sequence[str] = (
     """
@@ -316,7 +316,7 @@ class ConsumerRunner:
             try:
                 batches = await consumer.getmany(timeout_ms=200, max_records=self.max_records)
             except KafkaError as e:
-                log.warning("consumer %s: fetch failed: %r", self.group_id, e)
+                log.warning("fetch failed", group=self.group_id, error=repr(e))
                 await self._sleep(self.backoff_initial)
                 continue
             try:
@@ -387,7 +387,7 @@ class ConsumerRunner:
         except Exception as e:
             self._count(e)
             log.warning(
-                "consumer %s: a batch of %d failed (%r); processing it record by record", self.group_id, len(run), e
+                "batch failed; replaying record by record", group=self.group_id, records=len(run), error=repr(e)
             )
             for record, _ in run:
                 if self._stopping:
@@ -415,7 +415,7 @@ class ConsumerRunner:
                 return
             except RegistryError as e:  # registry unreachable: not the record's fault
                 self._count(e)
-                log.warning("consumer %s: registry error, retrying in %.2fs: %s", self.group_id, infra_delay, e)
+                log.warning("registry error", group=self.group_id, retry_in_s=round(infra_delay, 2), error=str(e))
                 await self._backoff(infra_delay)
                 infra_delay = min(infra_delay * 2, self.backoff_max)
             except Exception as e:
@@ -449,18 +449,18 @@ class ConsumerRunner:
                 await future
                 break
             except KafkaError as e:
-                log.warning("consumer %s: DLQ write failed, retrying in %.2fs: %r", self.group_id, delay, e)
+                log.warning("DLQ write failed", group=self.group_id, retry_in_s=round(delay, 2), error=repr(e))
                 await self._backoff(delay)
                 delay = min(delay * 2, self.backoff_max)
         self.stats.dead_lettered += 1
         log.warning(
-            "consumer %s: dead-lettered %s[%d]@%d after %d attempt(s): %r",
-            self.group_id,
-            record.topic,
-            record.partition,
-            record.offset,
-            attempts,
-            error,
+            "record dead-lettered",
+            group=self.group_id,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            attempts=attempts,
+            error=repr(error),
         )
 
     # -- offsets --------------------------------------------------------------------------------
@@ -487,7 +487,9 @@ class ConsumerRunner:
             except (CommitFailedError, KafkaError) as e:
                 # Rebalanced away or broker unreachable: the records will be redelivered (idempotent handlers).
                 self.stats.commit_failures += 1
-                log.warning("consumer %s: commit of %s failed: %r", self.group_id, offsets, e)
+                # JSON log lines need string keys: TopicPartition keys as "topic/partition".
+                positions = {f"{tp.topic}/{tp.partition}": o for tp, o in offsets.items()}
+                log.warning("commit failed", group=self.group_id, offsets=positions, error=repr(e))
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         self._revocations += 1
@@ -601,7 +603,7 @@ async def prune_forever(handler: IdempotentHandler, older_than_ms: int, interval
         try:
             await handler.prune(older_than_ms)
         except Exception as e:  # a busy database now is no reason to stop pruning later
-            log.warning("consumer %s: pruning processed event ids failed: %r", handler.name, e)
+            log.warning("event id pruning failed", consumer=handler.name, error=repr(e))
 
 
 @asynccontextmanager

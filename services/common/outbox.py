@@ -38,7 +38,6 @@ import base64
 import contextlib
 import hashlib
 import json
-import logging
 import random
 import sqlite3
 import time
@@ -46,13 +45,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kit.logging import get_logger
 from schemas.serde import AvroSchema, encode, frame
 from services.common.db import Database, Transaction
 from services.common.kafka import EventProducer, Headers, encode_headers
 
 __all__ = ["MIGRATIONS", "Outbox", "OutboxEntry", "OutboxRelay", "PendingRow", "PreparedEvent", "event_id_of"]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 MIGRATIONS: Sequence[str] = (
     """
@@ -350,7 +350,7 @@ class OutboxRelay:
                 raise
             except Exception as e:
                 self.failures += 1
-                log.warning("outbox relay: publish failed, retrying in %.2fs: %r", delay, e)
+                log.warning("relay publish failed", retry_in_s=round(delay, 2), error=repr(e))
                 await self._sleep(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, self.backoff_max)
                 continue
