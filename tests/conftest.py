@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hypothesis
 import pytest
@@ -27,12 +28,15 @@ from tests.support import processes
 from tests.support.harness import BrokerProcess, ThreadBroker
 from tests.support.registry import registry
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 # A heavy test's own timeout (pytest-timeout's default, 120 s, is for the rest): a JVM cluster or
 # a stack with Spark starts within minutes on a busy 2-core machine, and the waits inside the
 # tests are on conditions, so this only ends a test that hangs.
 HEAVY = {"kafka": 900, "spark": 900, "stack": 900, "browser": 600, "fuzz": 600, "slow": 600}
 # Session fixtures shared across modules: the tests that use one run on the kafka tier's worker.
-SHARED = ("apache_kafka",)
+SHARED = ("apache_kafka", "spark")
 
 # Property tests count examples, never time: a loaded machine must not turn into failures.
 hypothesis.settings.register_profile("streamshop", deadline=None)
@@ -69,8 +73,10 @@ def _group(item: pytest.Item) -> str | None:
     if info is None:
         return None
     scopes = {name: defs[-1].scope for name, defs in info.name2fixturedefs.items() if defs}
-    if any(name in scopes for name in SHARED):
+    if "apache_kafka" in scopes:
         return "kafka"
+    if "spark" in scopes:
+        return "spark"
     if any(scope in ("module", "class", "package") for scope in scopes.values()):
         return item.module.__name__ if item.module is not None else None
     return None
@@ -94,6 +100,18 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         for line in lines:
             reporter.write_line(line, red=True)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """The run's SparkSession (local[2]), its JVM stopped at the end."""
+    from tests.support.spark import start_spark, stop_spark
+
+    session = start_spark()
+    try:
+        yield session
+    finally:
+        stop_spark(session)
 
 
 @pytest.fixture(scope="session")

@@ -45,20 +45,13 @@ from tests.support.analytics import (
 )
 from tests.support.harness import ThreadBroker
 from tests.support.registry import ThreadRegistry
-from tests.support.spark import committed, planned_end, start_spark
+from tests.support.spark import committed, planned_end
 
 pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
 BATCH = 30  # records per micro-batch of the SIGKILL tests' jobs (--max-records-per-trigger)
 JOB_TOPICS = {"orders", "otp.deliveries", "logs.app", "logs.ingress", "logs.db"}
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = start_spark()
-    yield session
-    session.stop()
 
 
 def config(bootstrap: str, registry_url: str, data_dir: Path, **overrides: Any) -> AnalyticsConfig:

@@ -28,7 +28,6 @@ from tests.support.spark import (
     produce_avro,
     register,
     run_available_now,
-    start_spark,
 )
 
 pytestmark = pytest.mark.spark
@@ -37,13 +36,6 @@ CATALOG = default_catalog()
 ORDER_CREATED = CATALOG.schema("OrderCreated")
 STATUS_CHANGED = CATALOG.schema("OrderStatusChanged")
 BASE_TIME = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = start_spark()
-    yield session
-    session.stop()
 
 
 @pytest.fixture

@@ -20,8 +20,26 @@ V1 = "application/vnd.schemaregistry.v1+json"
 
 
 def start_spark() -> SparkSession:
-    # One core per task slot is plenty for tests; the session is shared by a whole module.
+    # One core per task slot is plenty for tests; the session is shared by the whole run.
     return spark_session("streamshop-tests", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+
+
+def stop_spark(session: SparkSession) -> None:
+    """Stop the session and its JVM: `stop()` alone leaves the JVM running until this Python
+    process exits, and the run checks that nothing it started outlives it."""
+    from pyspark import SparkContext
+
+    session.stop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    gateway.shutdown()
+    proc = getattr(gateway, "proc", None)
+    if proc is not None:
+        proc.stdin.close()  # the launcher's JVM exits when its stdin closes
+        proc.wait(timeout=60)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
 
 
 def register(registry_url: str, subject: str, schema: AvroSchema | str) -> int:
