@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -37,7 +38,14 @@ def venv(root: Path, lock: str) -> Path:
     subprocess.run([UV, "venv", "--quiet", "--python", sys.executable, str(root)], check=True)
     install = [UV, "pip", "install", "--quiet", "--python", str(root / "bin" / "python")]
     subprocess.run([*install, "--require-hashes", "-r", str(REPO / lock)], check=True)
-    subprocess.run([*install, "--no-deps", str(REPO)], check=True, cwd=root)
+    # From a copy of what the image copies: a build leaves build/ and *.egg-info where it runs.
+    source = root / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    for package in APPLICATION:
+        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([*install, "--no-deps", str(source)], check=True, cwd=root)
     return root
 
 
