@@ -15,8 +15,8 @@ from broker.admin import create_admin_app
 from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.core import Broker
+from broker.listeners import ListenerError
 from broker.lock import DataDirInUse, lock_data_dir
-from broker.security.listeners import ListenerError
 from broker.server import KafkaServer
 from broker.settings import BrokerSettings
 from kit import process

@@ -21,14 +21,15 @@ import asyncio
 import collections
 import struct
 import time
-from typing import TYPE_CHECKING, Any, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from broker.handlers.base import NO_RESPONSE
+from broker.handlers.base import NO_RESPONSE, Api
+from broker.netlimits import RequestMemory
 from broker.security.session import Session
 
 if TYPE_CHECKING:
-    from broker.security.listeners import Listener
-    from broker.server import KafkaServer, Pending
+    from broker.listeners import Listener
 
 _SIZE = struct.Struct(">i")
 BASE_BUFFER = 64 * 1024  # every connection's own buffer, not drawn from the pool
@@ -40,8 +41,43 @@ FETCH = 1  # rendered response bytes not yet handed to the transport
 _EMPTY = bytearray()
 
 
+@dataclass(slots=True)
+class Pending:
+    """A dispatched request whose response is (or will be) written in order."""
+
+    correlation_id: int
+    api: Api
+    started: float
+    header_v0: bool
+    result: Any = None  # the response, when complete at dispatch
+    future: asyncio.Future[Any] | None = None  # or the handler's awaitable
+    serial: bool = False  # later requests of the connection wait for this one
+    size: int = 0  # bytes of the response, when known
+
+
+class Server(Protocol):
+    """What a connection needs of the server that accepted it (`server.KafkaServer`): stated
+    here, so that this module does not import the server, which imports it."""
+
+    max_request: int
+    failed_auth_delay_s: float
+    memory: RequestMemory
+
+    def admit(self, conn: Connection) -> bool: ...
+
+    def forget(self, conn: Connection) -> None: ...
+
+    def reject(self, conn: Connection, reason: str) -> None: ...
+
+    def dispatch(self, frame: memoryview, conn: Connection) -> Pending | Any | None: ...
+
+    def render(self, pending: Pending, conn: Connection) -> list[Any] | None: ...
+
+    def log_failure(self, conn: Connection, api: str, error: BaseException | None) -> None: ...
+
+
 class Connection(asyncio.BufferedProtocol):
-    def __init__(self, server: KafkaServer, listener: Listener) -> None:
+    def __init__(self, server: Server, listener: Listener) -> None:
         self.server = server
         self.listener = listener
         self.session = Session.open(listener.name, listener.protocol, "")

@@ -21,40 +21,25 @@ import ssl
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from broker.connection import Connection
+from broker.connection import Connection, Pending
 from broker.core import Broker
 from broker.handlers import APIS, BY_KEY
 from broker.handlers.api_versions import API_KEY as API_VERSIONS
 from broker.handlers.api_versions import unsupported_version_response
-from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE, Api, Serial
+from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE, Serial
+from broker.listeners import Listener
 from broker.netlimits import ConnectionCounts, RequestMemory, ThrottledLog
 from broker.protocol.codec import MalformedRequest, decode_request, encode_response, frame_raw_response, peek_header
 from broker.protocol.fetch_codec import RawResponse
-from broker.security.listeners import Listener
 from broker.security.tls import TlsLayer
 
 log = structlog.get_logger(__name__)
 
 _DESCRIPTORS_KEPT = 256  # never handed to sockets: log files, snapshots, the admin API
-
-
-@dataclass(slots=True)
-class Pending:
-    """A dispatched request whose response is (or will be) written in order."""
-
-    correlation_id: int
-    api: Api
-    started: float
-    header_v0: bool
-    result: Any = None  # the response, when complete at dispatch
-    future: asyncio.Future[Any] | None = None  # or the handler's awaitable
-    serial: bool = False  # later requests of the connection wait for this one
-    size: int = 0  # bytes of the response, when known
 
 
 def descriptor_headroom(kept: int) -> int:

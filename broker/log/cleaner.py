@@ -29,7 +29,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -47,12 +47,33 @@ from broker.protocol.batch import (
 from broker.protocol.records import Record, build_batch, decode_records
 
 if TYPE_CHECKING:
-    from broker.log.partition_log import PartitionLog
+    from broker.clock import Clock
+    from broker.config import LogConfig
+    from broker.log.txn_index import AbortedTxn
 
 log_ = structlog.get_logger("broker.cleaner")
 
 CHECKPOINT = "cleaner-offset-checkpoint"
 STAGING = ".cleaner-staging"
+
+
+class CleanableLog(Protocol):
+    """What a pass reads and changes of a partition's log.  `PartitionLog` is one; it is
+    described here rather than imported, as the log calls on this module to recover an
+    interrupted swap when it opens."""
+
+    directory: Path
+    topic: str
+    partition: int
+    config: LogConfig
+    clock: Clock
+    segments: list[LogSegment]
+    log_start_offset: int
+
+    @property
+    def last_stable_offset(self) -> int: ...
+
+    def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]: ...
 
 
 @dataclass(frozen=True)
@@ -153,7 +174,7 @@ def _decoded(raw: bytes) -> list[Record] | None:
         return None
 
 
-def first_dirty_offset(log: PartitionLog) -> int:
+def first_dirty_offset(log: CleanableLog) -> int:
     path = log.directory / CHECKPOINT
     try:
         return int(path.read_text())
@@ -161,7 +182,7 @@ def first_dirty_offset(log: PartitionLog) -> int:
         return log.log_start_offset
 
 
-def dirty_ratio(log: PartitionLog) -> float:
+def dirty_ratio(log: CleanableLog) -> float:
     closed = log.segments[:-1]
     total = sum(s.size for s in closed)
     if total == 0:
@@ -171,11 +192,11 @@ def dirty_ratio(log: PartitionLog) -> float:
     return dirty / total
 
 
-def needs_cleaning(log: PartitionLog) -> bool:
+def needs_cleaning(log: CleanableLog) -> bool:
     return log.config.compact and len(log.segments) > 1 and dirty_ratio(log) >= log.config.min_cleanable_dirty_ratio
 
 
-def plan(log: PartitionLog) -> CleanPlan | None:
+def plan(log: CleanableLog) -> CleanPlan | None:
     """The closed segments to clean (loop thread).  Records younger than
     min.compaction.lag.ms stay untouched: stop at the first segment that holds any."""
     now = log.clock.now_ms()
@@ -313,7 +334,7 @@ def _stage(plan: BuildSpec, staging: Path, members: list[int], data: bytearray) 
     return BuiltGroup(members=members, base_offset=base, next_offset=next_offset, size=len(data))
 
 
-def _members_in_place(log: PartitionLog, group: StagedGroup) -> int | None:
+def _members_in_place(log: CleanableLog, group: StagedGroup) -> int | None:
     """Where the group's segments still are in the log, or None if retention changed them."""
     members = group.members
     try:
@@ -325,7 +346,7 @@ def _members_in_place(log: PartitionLog, group: StagedGroup) -> int | None:
     return i
 
 
-def begin_install(log: PartitionLog, group: StagedGroup, staging: Path) -> Path | None:
+def begin_install(log: CleanableLog, group: StagedGroup, staging: Path) -> Path | None:
     """First step of swapping a staged group in (loop thread): its log file renamed to a
     `.swap` beside the segments.  The caller makes that rename durable (`fsync_dir`, off the
     loop if it likes) before `commit_install`.  None, changing nothing, when the group's
@@ -337,7 +358,7 @@ def begin_install(log: PartitionLog, group: StagedGroup, staging: Path) -> Path 
     return swap
 
 
-def commit_install(log: PartitionLog, group: StagedGroup, staging: Path, swap: Path) -> bool:
+def commit_install(log: CleanableLog, group: StagedGroup, staging: Path, swap: Path) -> bool:
     """Second step (loop thread): the old segments go, the new one takes their place, in the
     files and in the log; a crash from here on finishes the swap at the next start.  If the
     segments changed while the rename was made durable, the swap is dropped instead and
@@ -364,7 +385,7 @@ def commit_install(log: PartitionLog, group: StagedGroup, staging: Path, swap: P
     return True
 
 
-def install(log: PartitionLog, group: StagedGroup, staging: Path) -> bool:
+def install(log: CleanableLog, group: StagedGroup, staging: Path) -> bool:
     """Swap one staged group in, all at once (the synchronous `clean`).  Returns False,
     leaving the partition as it was, when its segments changed meanwhile."""
     swap = begin_install(log, group, staging)
@@ -376,7 +397,7 @@ def install(log: PartitionLog, group: StagedGroup, staging: Path) -> bool:
     return installed
 
 
-def finish(log: PartitionLog, result: CleanResult, installed: int) -> CleanStats:
+def finish(log: CleanableLog, result: CleanResult, installed: int) -> CleanStats:
     """Record how far the partition is clean and drop the staging directory (loop thread)."""
     shutil.rmtree(result.staging, ignore_errors=True)
     if installed == len(result.groups):
@@ -405,7 +426,7 @@ def discard(result: CleanResult) -> None:
     shutil.rmtree(result.staging, ignore_errors=True)
 
 
-def clean(log: PartitionLog) -> CleanStats | None:
+def clean(log: CleanableLog) -> CleanStats | None:
     """One whole compaction pass at once (tests, and the synchronous `run_cleaner`)."""
     chosen = plan(log)
     if chosen is None:

@@ -1,1 +1,2 @@
-"""Listeners, TLS, SASL and ACLs: who may connect and what each principal may do."""
+"""TLS, SASL and ACLs on the broker's listeners (broker/listeners.py): who may connect and
+what each principal may do."""

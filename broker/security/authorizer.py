@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import structlog
 
 from broker.config import BrokerConfig
+from broker.listeners import Listener, parse_endpoints, resolve
 from broker.security.acls import ANONYMOUS, CLUSTER_NAME, OPERATIONS_OF, AclIndex, Operation, ResourceType
-from broker.security.listeners import Listener, parse_endpoints, resolve
 from broker.security.scram import MECHANISMS
 from broker.security.session import Session
 from broker.security.store import SecurityStore

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from broker.listeners import ListenerError, resolve
 from broker.security.acls import (
     AclBinding,
     AclFilter,
@@ -17,7 +18,6 @@ from broker.security.acls import (
     ResourceType,
     validate_binding,
 )
-from broker.security.listeners import ListenerError, resolve
 from broker.security.tls import PrincipalRules, TlsConfigError, distinguished_name
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
