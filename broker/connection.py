@@ -22,9 +22,9 @@ import collections
 import struct
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, cast
 
-from broker.handlers.base import NO_RESPONSE, Api
+from broker.handlers.base import NO_RESPONSE, Api, Outcome, Response, Signal
 from broker.netlimits import RequestMemory
 from broker.security.session import Session
 
@@ -41,6 +41,9 @@ FETCH = 1  # rendered response bytes not yet handed to the transport
 _EMPTY = bytearray()
 
 
+Frames: TypeAlias = list[bytes | bytearray | memoryview]  # a response as written
+
+
 @dataclass(slots=True)
 class Pending:
     """A dispatched request whose response is (or will be) written in order."""
@@ -49,8 +52,8 @@ class Pending:
     api: Api
     started: float
     header_v0: bool
-    result: Any = None  # the response, when complete at dispatch
-    future: asyncio.Future[Any] | None = None  # or the handler's awaitable
+    result: Response | None = None  # the response, when complete at dispatch
+    future: asyncio.Future[Outcome] | None = None  # or the handler's awaitable
     serial: bool = False  # later requests of the connection wait for this one
     size: int = 0  # bytes of the response, when known
 
@@ -69,9 +72,9 @@ class Server(Protocol):
 
     def reject(self, conn: Connection, reason: str) -> None: ...
 
-    def dispatch(self, frame: memoryview, conn: Connection) -> Pending | Any | None: ...
+    def dispatch(self, frame: memoryview, conn: Connection) -> Pending | Literal[Signal.NO_RESPONSE] | None: ...
 
-    def render(self, pending: Pending, conn: Connection) -> list[Any] | None: ...
+    def render(self, pending: Pending, conn: Connection) -> Frames | None: ...
 
     def log_failure(self, conn: Connection, api: str, error: BaseException | None) -> None: ...
 
@@ -89,7 +92,7 @@ class Connection(asyncio.BufferedProtocol):
         self.queue: collections.deque[Pending] = collections.deque()
         self.pending_bytes = 0
         self.sender: asyncio.Task[None] | None = None
-        self.barrier: asyncio.Future[Any] | None = None
+        self.barrier: asyncio.Future[Outcome] | None = None
         self.transport: asyncio.Transport | None = None
         self.peer: Any = None
         self.host = ""
@@ -184,7 +187,7 @@ class Connection(asyncio.BufferedProtocol):
     def _process(self) -> None:
         """Dispatch every complete frame the gate lets through, then make room to read."""
         server = self.server
-        direct: list[Any] = []
+        direct: Frames = []
         while not self.closing and not self._gated():
             available = self.end - self.start
             if available < 4:
@@ -317,7 +320,7 @@ class Connection(asyncio.BufferedProtocol):
         if self.sender is None:
             self.sender = asyncio.get_running_loop().create_task(self._send())
 
-    def _barrier_done(self, future: asyncio.Future[Any]) -> None:
+    def _barrier_done(self, future: asyncio.Future[Outcome]) -> None:
         if self.barrier is future:
             self.barrier = None
             if not self.closing:
@@ -360,7 +363,7 @@ class Connection(asyncio.BufferedProtocol):
         transport = self.transport
         assert transport is not None
         while self.queue:
-            frames: list[Any] = []
+            frames: Frames = []
             written = 0
             while self.queue:
                 pending = self.queue[0]

@@ -29,7 +29,6 @@ from broker.log.segment import fsync_dir
 from broker.metadata import METADATA_TOPIC, MetadataStore, Topic
 from broker.metrics import BrokerMetrics
 from broker.producer_ids import ProducerIdAllocator
-from broker.protocol.codec import RequestHeader
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.authorizer import Security
 from broker.txn.coordinator import TransactionCoordinator, TxnConfig
@@ -144,13 +143,11 @@ class Broker:
         path.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
         return cluster_id
 
-    def endpoint(self, header: RequestHeader) -> tuple[str, int]:
+    def endpoint(self, listener: str) -> tuple[str, int]:
         """The address to tell a client: that of the listener it connected to."""
-        session = header.session
-        name = session.listener if session is not None else self.first_listener
-        if name == self.first_listener:
+        if listener == self.first_listener:
             return self.advertised
-        return self.endpoints.get(name, self.advertised)
+        return self.endpoints.get(listener, self.advertised)
 
     # --- lifecycle -------------------------------------------------------------------
 

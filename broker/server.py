@@ -21,16 +21,16 @@ import ssl
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Literal
 
 import structlog
 
-from broker.connection import Connection, Pending
+from broker.connection import Connection, Frames, Pending
 from broker.core import Broker
 from broker.handlers import APIS, BY_KEY
 from broker.handlers.api_versions import API_KEY as API_VERSIONS
 from broker.handlers.api_versions import unsupported_version_response
-from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE, Serial
+from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE, Outcome, RequestContext, Serial, Signal
 from broker.listeners import Listener
 from broker.netlimits import ConnectionCounts, RequestMemory, ThrottledLog
 from broker.protocol.codec import MalformedRequest, decode_request, encode_response, frame_raw_response, peek_header
@@ -202,7 +202,7 @@ class KafkaServer:
 
     # --- requests --------------------------------------------------------------------
 
-    def dispatch(self, frame: memoryview, conn: Connection) -> Pending | Any | None:
+    def dispatch(self, frame: memoryview, conn: Connection) -> Pending | Literal[Signal.NO_RESPONSE] | None:
         """Decode and handle one frame: a Pending response, NO_RESPONSE, or None to close."""
         started = time.perf_counter()
         try:
@@ -225,12 +225,12 @@ class KafkaServer:
             self._warn.warning("closing connection: authentication", peer=str(conn.peer), reason=refused, api=api.name)
             return None
         try:
-            header, request = decode_request(frame, conn.host, self.max_elements, conn.session)
+            header, request = decode_request(frame, conn.host, self.max_elements)
         except MalformedRequest as e:
             self.reject(conn, str(e))
             return None
         try:
-            result = api.handler(self.broker, header, request)
+            result = api.handler(self.broker, RequestContext.of(header, conn.session), request)
         except Exception as e:
             self.log_failure(conn, api.name, e)
             return None
@@ -247,13 +247,13 @@ class KafkaServer:
         if inspect.isawaitable(result):
             # Start now: an acks=all produce joins the current fsync round and a long
             # poll registers for appends, without waiting for earlier responses to go out.
-            future = asyncio.ensure_future(result)
+            future: asyncio.Future[Outcome] = asyncio.ensure_future(result)
             future.add_done_callback(_retrieve)
             return Pending(correlation_id, api, started, header_v0, future=future, serial=serial)
         size = sum(len(p) for p in result.parts) if isinstance(result, RawResponse) else 0
         return Pending(correlation_id, api, started, header_v0, result=result, size=size)
 
-    def render(self, pending: Pending, conn: Connection) -> list[Any] | None:
+    def render(self, pending: Pending, conn: Connection) -> Frames | None:
         """The response frames, or None when the handler failed (close the connection)."""
         result = pending.result
         future = pending.future
@@ -264,17 +264,19 @@ class KafkaServer:
             if error is not None:
                 self.log_failure(conn, pending.api.name, error)
                 return None
-            result = future.result()
-            if result is NO_RESPONSE:  # acks=0 work that finished off the event loop
+            outcome = future.result()
+            if outcome is NO_RESPONSE:  # acks=0 work that finished off the event loop
                 self._observe(pending.api.name, pending.started)
                 return []
-            if result is CLOSE_CONNECTION:
+            if outcome is CLOSE_CONNECTION:
                 self._warn.warning("closing connection after a failed acks=0 produce", peer=str(conn.peer))
                 return None
+            result = outcome
         try:
             if isinstance(result, RawResponse):
-                frames: list[Any] = frame_raw_response(pending.correlation_id, result)
+                frames = frame_raw_response(pending.correlation_id, result)
             else:
+                assert result is not None  # a Pending holds its response or the awaitable of it
                 frames = [encode_response(pending.correlation_id, result, header_v0=pending.header_v0)]
         except Exception as e:
             self.log_failure(conn, pending.api.name, e)
@@ -287,7 +289,7 @@ class KafkaServer:
         self.broker.metrics.latency.labels(api).observe(time.perf_counter() - started)
 
 
-def _retrieve(future: asyncio.Future[Any]) -> None:
+def _retrieve(future: asyncio.Future[Outcome]) -> None:
     """Mark a failure as seen when the connection closed before its response was sent."""
     if not future.cancelled():
         future.exception()

@@ -8,10 +8,11 @@ log before they are acknowledged and apply to the next request of every connecti
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from broker.core import Broker
-from broker.protocol.codec import RequestHeader, build, nested, response_type
+from broker.handlers.base import Messages, RequestContext
+from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
 from broker.security.acls import (
     CLUSTER_NAME,
@@ -25,8 +26,45 @@ from broker.security.acls import (
     validate_binding,
 )
 
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
+if TYPE_CHECKING:
+    from broker.handlers.kio_types import (
+        CreateAclsRequest,
+        CreateAclsResponse,
+        DeleteAclsRequest,
+        DeleteAclsResponse,
+        DescribeAclsRequest,
+        DescribeAclsResponse,
+    )
+
+DESCRIBE_ACLS: Messages[DescribeAclsRequest, DescribeAclsResponse] = Messages(29, 1, 3)
+CREATE_ACLS: Messages[CreateAclsRequest, CreateAclsResponse] = Messages(30, 1, 3)
+DELETE_ACLS: Messages[DeleteAclsRequest, DeleteAclsResponse] = Messages(31, 1, 3)
 _E = TypeVar("_E", bound=IntEnum)
+
+
+class _FilterFields(Protocol):
+    """An ACL filter as DescribeAcls and each DeleteAcls filter carry it (v1+)."""
+
+    @property
+    def resource_type_filter(self) -> int: ...
+
+    @property
+    def resource_name_filter(self) -> str | None: ...
+
+    @property
+    def pattern_type_filter(self) -> int: ...
+
+    @property
+    def principal_filter(self) -> str | None: ...
+
+    @property
+    def host_filter(self) -> str | None: ...
+
+    @property
+    def operation(self) -> int: ...
+
+    @property
+    def permission_type(self) -> int: ...
 
 
 def _enum(kind: type[_E], value: int) -> _E:
@@ -40,20 +78,20 @@ def _order(b: AclBinding) -> tuple[int, str, int, str, str, int, int]:
     return (b.resource_type, b.name, b.pattern, b.principal, b.host, b.operation, b.permission)
 
 
-def _refusal(broker: Broker, header: RequestHeader, op: Operation) -> tuple[ErrorCode, str] | None:
+def _refusal(broker: Broker, ctx: RequestContext, op: Operation) -> tuple[ErrorCode, str] | None:
     security = broker.security
     if not security.enabled:
         return ErrorCode.security_disabled, "no authorizer is configured on the broker (authorizer.class.name)"
-    if not security.allowed(header.session, op, ResourceType.CLUSTER, CLUSTER_NAME):
+    if not security.allowed(ctx.session, op, ResourceType.CLUSTER, CLUSTER_NAME):
         return ErrorCode.cluster_authorization_failed, f"{op.name} on the cluster is required"
     return None
 
 
-def _filter(f: Any, name_field: str = "resource_name_filter") -> AclFilter:
+def _filter(f: _FilterFields) -> AclFilter:
     return AclFilter(
         _enum(ResourceType, f.resource_type_filter),
-        getattr(f, name_field),
-        _enum(PatternType, f.pattern_type_filter) if hasattr(f, "pattern_type_filter") else PatternType.LITERAL,
+        f.resource_name_filter,
+        _enum(PatternType, f.pattern_type_filter),
         f.principal_filter,
         f.host_filter,
         _enum(Operation, f.operation),
@@ -61,10 +99,10 @@ def _filter(f: Any, name_field: str = "resource_name_filter") -> AclFilter:
     )
 
 
-async def create_acls(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(CREATE_ACLS, header.api_version)
+async def create_acls(broker: Broker, ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
+    cls = CREATE_ACLS.response(ctx.api_version)
     result = nested(cls, "AclCreationResult")
-    refused = _refusal(broker, header, Operation.ALTER)
+    refused = _refusal(broker, ctx, Operation.ALTER)
     if refused is not None:
         results = [build(result, error_code=refused[0], error_message=refused[1]) for _ in request.creations]
         return build(cls, throttle_time=0, results=tuple(results))
@@ -95,9 +133,9 @@ async def create_acls(broker: Broker, header: RequestHeader, request: Any) -> An
     return build(cls, throttle_time=0, results=tuple(results))
 
 
-def describe_acls(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(DESCRIBE_ACLS, header.api_version)
-    refused = _refusal(broker, header, Operation.DESCRIBE)
+def describe_acls(broker: Broker, ctx: RequestContext, request: DescribeAclsRequest) -> DescribeAclsResponse:
+    cls = DESCRIBE_ACLS.response(ctx.api_version)
+    refused = _refusal(broker, ctx, Operation.DESCRIBE)
     if refused is not None:
         return build(cls, throttle_time=0, error_code=refused[0], error_message=refused[1], resources=())
     acl_filter = _filter(request)
@@ -128,10 +166,10 @@ def describe_acls(broker: Broker, header: RequestHeader, request: Any) -> Any:
     return build(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, resources=resources)
 
 
-async def delete_acls(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(DELETE_ACLS, header.api_version)
+async def delete_acls(broker: Broker, ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
+    cls = DELETE_ACLS.response(ctx.api_version)
     filter_result, matching = nested(cls, "DeleteAclsFilterResult"), nested(cls, "DeleteAclsMatchingAcl")
-    refused = _refusal(broker, header, Operation.ALTER)
+    refused = _refusal(broker, ctx, Operation.ALTER)
     if refused is not None:
         results = [
             build(filter_result, error_code=refused[0], error_message=refused[1], matching_acls=())

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from broker.core import Broker
-from broker.handlers.base import Api
-from broker.protocol.codec import RequestHeader, build, nested, response_type
+from broker.handlers.base import Api, Messages, RequestContext
+from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.handlers.kio_types import ApiVersionsRequest, ApiVersionsResponse
 
 API_KEY = 18
 MIN_VERSION, MAX_VERSION = 0, 4
+MESSAGES: Messages[ApiVersionsRequest, ApiVersionsResponse] = Messages(API_KEY, MIN_VERSION, MAX_VERSION)
 
 
-def response(apis: list[Api], version: int, error: ErrorCode = ErrorCode.none) -> Any:
-    cls = response_type(API_KEY, version)
+def response(apis: list[Api], version: int, error: ErrorCode = ErrorCode.none) -> ApiVersionsResponse:
+    cls = MESSAGES.response(version)
     entry = nested(cls, "ApiVersion")
     return build(
         cls,
@@ -28,14 +33,14 @@ def response(apis: list[Api], version: int, error: ErrorCode = ErrorCode.none) -
     )
 
 
-def unsupported_version_response(apis: list[Api]) -> Any:
+def unsupported_version_response(apis: list[Api]) -> ApiVersionsResponse:
     """A client asked for an ApiVersions version newer than ours: answer in v0 with
     UNSUPPORTED_VERSION and our list, so it retries with a version we speak."""
     return response(apis, 0, ErrorCode.unsupported_version)
 
 
-def make_handler(apis: list[Api]) -> Any:
-    def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
-        return response(apis, header.api_version)
+def make_handler(apis: list[Api]) -> Callable[[Broker, RequestContext, ApiVersionsRequest], ApiVersionsResponse]:
+    def handle(broker: Broker, ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
+        return response(apis, ctx.api_version)
 
     return handle

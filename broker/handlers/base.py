@@ -1,30 +1,68 @@
-"""What every handler shares: the signature, the registry entry and small builders."""
+"""What every handler shares: the request context, what a handler returns, the API table
+entry, and the typing that ties each handler to kio's classes of the versions it serves."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Final, Generic, TypeAlias, TypeVar, cast
+
+from kio.static.protocol import Entity
 
 from broker.core import Broker
-from broker.protocol.codec import RequestHeader
-
-# A handler runs its synchronous part immediately, in request order, and returns the
-# response entity, an awaitable of it (long poll, fsync), or NO_RESPONSE (acks=0).
-Result = Any | Awaitable[Any]
-Handler = Callable[[Broker, RequestHeader, Any], Result]
+from broker.protocol.codec import RequestHeader, response_type
+from broker.protocol.fetch_codec import RawResponse
+from broker.security.session import Session
 
 
-class _NoResponse:
-    """acks=0: Kafka sends nothing back."""
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """One request as its handler sees it: its header and who sent it.
+
+    `principal` and `listener` are the session's as the request arrived: what the request
+    is authorized as.  `session` is the connection's own, which the SASL handlers change."""
+
+    session: Session
+    principal: str
+    listener: str
+    client_id: str | None
+    client_host: str
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+    @classmethod
+    def of(cls, header: RequestHeader, session: Session) -> RequestContext:
+        return cls(
+            session,
+            session.principal,
+            session.listener,
+            header.client_id,
+            header.client_host,
+            header.api_key,
+            header.api_version,
+            header.correlation_id,
+        )
 
 
-class _CloseConnection:
-    """acks=0 produce that failed: Kafka closes the connection so the client notices."""
+class Signal(enum.Enum):
+    """What a handler returns instead of a response."""
+
+    NO_RESPONSE = "acks=0: Kafka sends nothing back"
+    CLOSE_CONNECTION = "an acks=0 produce failed: Kafka closes the connection so the client notices"
 
 
-NO_RESPONSE = _NoResponse()
-CLOSE_CONNECTION = _CloseConnection()
+NO_RESPONSE: Final = Signal.NO_RESPONSE
+CLOSE_CONNECTION: Final = Signal.CLOSE_CONNECTION
+
+T = TypeVar("T")
+# A response: a kio entity, or one encoded already (Fetch, Metadata).
+Response: TypeAlias = Entity | RawResponse
+Outcome: TypeAlias = Response | Signal
+# A handler runs its synchronous part at once, in request order, and returns its answer or
+# an awaitable of it (long poll, fsync).
+Answer: TypeAlias = T | Awaitable[T]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,16 +71,50 @@ class Serial:
     left the event loop, e.g. opening a large compressed batch, must not let a later batch
     of the same producer overtake it)."""
 
-    awaitable: Awaitable[Any]
+    awaitable: Awaitable[Outcome]
+
+
+Result: TypeAlias = Answer[Outcome] | Serial
+Handler: TypeAlias = Callable[[Broker, RequestContext, Entity], Result]
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+
+class Messages(Generic[Req, Resp]):
+    """An API's key and the versions the broker serves, typed with kio's request and response
+    classes of those versions: `Messages[ProduceRequest, ProduceResponse]`, with the unions
+    of broker/handlers/kio_types.py.  tests/unit/test_handler_types.py checks that each
+    union holds exactly the classes of the versions served."""
+
+    __slots__ = ("key", "max_version", "min_version")
+
+    def __init__(self, key: int, min_version: int, max_version: int) -> None:
+        self.key = key
+        self.min_version = min_version
+        self.max_version = max_version
+
+    def response(self, version: int) -> type[Resp]:
+        """The response class of one version (loaded by kio's index on first use)."""
+        return cast("type[Resp]", response_type(self.key, version))
 
 
 @dataclass(frozen=True, slots=True)
 class Api:
+    """An entry of the API table."""
+
     key: int
     name: str
     min_version: int
     max_version: int
     handler: Handler
+
+
+def serve(name: str, messages: Messages[Req, Resp], handler: Callable[[Broker, RequestContext, Req], Result]) -> Api:
+    """The table entry of one API.  The dispatcher hands `handler` kio's decoding of a frame
+    of this API, an instance of the class of the frame's version, which is one of `Req`'s:
+    the cast only forgets, for the table, which request type each entry takes."""
+    return Api(messages.key, name, messages.min_version, messages.max_version, cast(Handler, handler))
 
 
 # Kafka's ACL operation bits of a topic: READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE,

@@ -2,24 +2,40 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from broker.core import Broker
 from broker.handlers import transactions
-from broker.handlers.base import NOT_REQUESTED_OPERATIONS
-from broker.protocol.codec import RequestHeader, build, nested, response_type
+from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext
+from broker.handlers.transactions import INIT_PRODUCER_ID
+from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
 from broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 
-DESCRIBE_CLUSTER, INIT_PRODUCER_ID = 60, 22
+if TYPE_CHECKING:
+    from kio.schema.describe_cluster import v1 as describe_cluster_v1
+    from typing_extensions import TypeIs
+
+    from broker.handlers.kio_types import (
+        DescribeClusterRequest,
+        DescribeClusterResponse,
+        InitProducerIdRequest,
+        InitProducerIdResponse,
+    )
+
+DESCRIBE_CLUSTER: Messages[DescribeClusterRequest, DescribeClusterResponse] = Messages(60, 0, 1)
 BROKERS_ENDPOINT = 1
 
 
-def describe_cluster(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(DESCRIBE_CLUSTER, header.api_version)
+def _with_endpoint_type(request: DescribeClusterRequest) -> TypeIs[describe_cluster_v1.DescribeClusterRequest]:
+    return request.__version__ >= 1  # KIP-919: controllers answer it too
+
+
+def describe_cluster(broker: Broker, ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
+    cls = DESCRIBE_CLUSTER.response(ctx.api_version)
     broker_cls = nested(cls, "DescribeClusterBroker")
-    endpoint_type = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
-    host, port = broker.endpoint(header)
+    endpoint_type = request.endpoint_type if _with_endpoint_type(request) else BROKERS_ENDPOINT
+    host, port = broker.endpoint(ctx.listener)
     if endpoint_type != BROKERS_ENDPOINT:
         return build(
             cls,
@@ -41,18 +57,20 @@ def describe_cluster(broker: Broker, header: RequestHeader, request: Any) -> Any
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
         brokers=(build(broker_cls, broker_id=broker.node_id, host=host, port=port, rack=None),),
-        cluster_authorized_operations=broker.security.operations(header.session, ResourceType.CLUSTER, CLUSTER_NAME)
+        cluster_authorized_operations=broker.security.operations(ctx.session, ResourceType.CLUSTER, CLUSTER_NAME)
         if request.include_cluster_authorized_operations
         else NOT_REQUESTED_OPERATIONS,
     )
 
 
-def init_producer_id(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(INIT_PRODUCER_ID, header.api_version)
+def init_producer_id(
+    broker: Broker, ctx: RequestContext, request: InitProducerIdRequest
+) -> Answer[InitProducerIdResponse]:
+    cls = INIT_PRODUCER_ID.response(ctx.api_version)
     if request.transactional_id is not None:
-        return transactions.init_transactional(broker, header, request)
+        return transactions.init_transactional(broker, ctx, request)
     # As Kafka (KIP-679): IDEMPOTENT_WRITE on the cluster, or WRITE on at least one topic.
-    security, session = broker.security, header.session
+    security, session = broker.security, ctx.session
     if not (
         security.cluster(session, Operation.IDEMPOTENT_WRITE)
         or security.allowed_any(session, Operation.WRITE, ResourceType.TOPIC)

@@ -2,18 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from kio.static.protocol import Entity
 
 from broker.config import BROKER_SETTINGS, TOPIC_CONFIGS, validate_topic_configs
 from broker.core import Broker
-from broker.protocol.codec import RequestHeader, build, nested, response_type
+from broker.handlers.base import Answer, Messages, RequestContext
+from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation
 from kit.settings import ConfigError
 
-DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
+if TYPE_CHECKING:
+    from kio.schema.describe_configs import v3 as describe_configs_v3
+    from kio.schema.describe_configs import v4 as describe_configs_v4
+    from typing_extensions import TypeIs
+
+    from broker.handlers.kio_types import (
+        AlterConfigsRequest,
+        AlterConfigsResponse,
+        DescribeConfigsRequest,
+        DescribeConfigsResponse,
+        IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResponse,
+    )
+
+DESCRIBE_CONFIGS: Messages[DescribeConfigsRequest, DescribeConfigsResponse] = Messages(32, 1, 4)
+ALTER_CONFIGS: Messages[AlterConfigsRequest, AlterConfigsResponse] = Messages(33, 0, 2)
+INCREMENTAL_ALTER_CONFIGS: Messages[IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse] = Messages(
+    44, 0, 1
+)
 TOPIC, BROKER = 2, 4
 # ConfigSource values of DescribeConfigs v1+.
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
@@ -29,6 +50,59 @@ _TYPES = {
     "max.message.bytes": 3,
     "min.insync.replicas": 3,
 }
+
+
+class _Resource(Protocol):
+    """A config resource named in any of the three APIs."""
+
+    @property
+    def resource_type(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+
+class _Change(Protocol):
+    """One IncrementalAlterConfigs change."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def config_operation(self) -> int: ...
+
+    @property
+    def value(self) -> str | None: ...
+
+
+class _Setting(Protocol):
+    """One AlterConfigs value."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def value(self) -> str | None: ...
+
+
+class _Changes(_Resource, Protocol):
+    """An IncrementalAlterConfigs resource."""
+
+    @property
+    def configs(self) -> Sequence[_Change]: ...
+
+
+class _Settings(_Resource, Protocol):
+    """An AlterConfigs resource."""
+
+    @property
+    def configs(self) -> Sequence[_Setting]: ...
+
+
+def _with_documentation(
+    request: DescribeConfigsRequest,
+) -> TypeIs[describe_configs_v3.DescribeConfigsRequest | describe_configs_v4.DescribeConfigsRequest]:
+    return request.__version__ >= 3  # KIP-569
 
 
 @dataclass(frozen=True)
@@ -72,19 +146,19 @@ def _broker_entries(broker: Broker) -> list[ConfigEntry]:
     return entries
 
 
-def describe_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(DESCRIBE_CONFIGS, header.api_version)
+def describe_configs(broker: Broker, ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+    cls = DESCRIBE_CONFIGS.response(ctx.api_version)
     result_cls = nested(cls, "DescribeConfigsResult")
     entry_cls = nested(cls, "DescribeConfigsResourceResult")
     synonym_cls = nested(cls, "DescribeConfigsSynonym")
-    with_synonyms = getattr(request, "include_synonyms", False)
-    with_docs = getattr(request, "include_documentation", False)
+    with_synonyms = request.include_synonyms
+    with_docs = _with_documentation(request) and request.include_documentation
     results = []
     for resource in request.resources:
         entries: list[ConfigEntry] = []
         error, message = ErrorCode.none, None
         try:
-            _authorize(broker, header, resource, Operation.DESCRIBE_CONFIGS)
+            _authorize(broker, ctx, resource, Operation.DESCRIBE_CONFIGS)
             if resource.resource_type == TOPIC:
                 topic = broker.store.get(resource.resource_name)
                 if topic is None:
@@ -133,7 +207,9 @@ def describe_configs(broker: Broker, header: RequestHeader, request: Any) -> Any
     return build(cls, throttle_time=0, results=tuple(results))
 
 
-def _apply(current: dict[str, str], ops: Any) -> dict[str, str]:
+def _apply(current: dict[str, str], resource: _Changes) -> dict[str, str]:
+    """IncrementalAlterConfigs: each change applied to the topic's current configs."""
+    ops = resource.configs
     out = dict(current)
     seen = set()
     for op in ops:
@@ -163,8 +239,9 @@ def _apply(current: dict[str, str], ops: Any) -> dict[str, str]:
     return out
 
 
-def _replace(ops: Any) -> dict[str, str]:
+def _replace(_: dict[str, str], resource: _Settings) -> dict[str, str]:
     """AlterConfigs (the legacy API): the request's set is the topic's whole new set."""
+    ops = resource.configs
     out: dict[str, str] = {}
     for op in ops:
         if op.name in out:
@@ -177,41 +254,54 @@ def _replace(ops: Any) -> dict[str, str]:
     return out
 
 
-def _authorize(broker: Broker, header: RequestHeader, resource: Any, op: Operation) -> None:
+def _authorize(broker: Broker, ctx: RequestContext, resource: _Resource, op: Operation) -> None:
     """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for the broker."""
     security = broker.security
     if resource.resource_type == TOPIC:
-        if not security.topic(header.session, op, resource.resource_name):
+        if not security.topic(ctx.session, op, resource.resource_name):
             raise KafkaError(
                 ErrorCode.topic_authorization_failed, f"{op.name} on topic {resource.resource_name} denied"
             )
-    elif resource.resource_type == BROKER and not security.cluster(header.session, op):
+    elif resource.resource_type == BROKER and not security.cluster(ctx.session, op):
         raise KafkaError(ErrorCode.cluster_authorization_failed, f"{op.name} on the cluster denied")
 
 
-def incremental_alter_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    return _alter(broker, header, response_type(INCREMENTAL_ALTER_CONFIGS, header.api_version), request, _apply)
+def incremental_alter_configs(
+    broker: Broker, ctx: RequestContext, request: IncrementalAlterConfigsRequest
+) -> Answer[IncrementalAlterConfigsResponse]:
+    cls = INCREMENTAL_ALTER_CONFIGS.response(ctx.api_version)
+    resources: Sequence[_Changes] = request.resources
+    return _alter(broker, ctx, cls, resources, validate_only=request.validate_only, change=_apply)
 
 
-def alter_configs(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(ALTER_CONFIGS, header.api_version)
-    return _alter(broker, header, cls, request, lambda _, ops: _replace(ops))
+def alter_configs(broker: Broker, ctx: RequestContext, request: AlterConfigsRequest) -> Answer[AlterConfigsResponse]:
+    cls = ALTER_CONFIGS.response(ctx.api_version)
+    resources: Sequence[_Settings] = request.resources
+    return _alter(broker, ctx, cls, resources, validate_only=request.validate_only, change=_replace)
+
+
+_R = TypeVar("_R", bound=Entity)
+_Res = TypeVar("_Res", bound=_Resource)
 
 
 def _alter(
     broker: Broker,
-    header: RequestHeader,
-    cls: Any,
-    request: Any,
-    change: Callable[[dict[str, str], Any], dict[str, str]],
-) -> Any:
+    ctx: RequestContext,
+    cls: type[_R],
+    resources: Sequence[_Res],
+    *,
+    validate_only: bool,
+    change: Callable[[dict[str, str], _Res], dict[str, str]],
+) -> Answer[_R]:
+    """AlterConfigs and IncrementalAlterConfigs: `change` makes a topic's new configs from its
+    current ones and the resource's entry."""
     result_cls = nested(cls, "AlterConfigsResourceResponse")
     results = []
     changed = False
-    for resource in request.resources:
+    for resource in resources:
         error, message = ErrorCode.none, None
         try:
-            _authorize(broker, header, resource, Operation.ALTER_CONFIGS)
+            _authorize(broker, ctx, resource, Operation.ALTER_CONFIGS)
             if resource.resource_type != TOPIC:
                 raise KafkaError(
                     ErrorCode.invalid_request,
@@ -222,12 +312,12 @@ def _alter(
                 raise KafkaError(
                     ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist"
                 )
-            new = change(topic.configs, resource.configs)
+            new = change(topic.configs, resource)
             try:
                 validate_topic_configs(new)
             except ConfigError as e:
                 raise KafkaError(ErrorCode.invalid_config, str(e)) from None
-            if not request.validate_only:
+            if not validate_only:
                 broker.store.set_configs(topic.name, new)
                 changed = True
         except KafkaError as e:
@@ -245,7 +335,7 @@ def _alter(
     if not changed:
         return response
 
-    async def durable() -> Any:
+    async def durable() -> _R:
         await broker.sync_metadata()
         return response
 

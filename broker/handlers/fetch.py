@@ -12,21 +12,69 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from broker.core import Broker
+from broker.handlers.base import Answer, Messages, RequestContext
 from broker.log.partition_log import PartitionLog
+from broker.metadata import Topic
 from broker.protocol.batch import iter_headers
-from broker.protocol.codec import RequestHeader, timedelta_ms
+from broker.protocol.codec import timedelta_ms
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.fetch_codec import FetchPartition, FetchTopic, RawResponse, encode_fetch_response
 from broker.security.acls import Operation
 
+if TYPE_CHECKING:
+    from kio.schema.fetch import v4 as fetch_v4
+    from kio.schema.fetch import v5 as fetch_v5
+    from kio.schema.fetch import v6 as fetch_v6
+    from kio.schema.fetch import v13 as fetch_v13
+    from kio.schema.fetch import v14 as fetch_v14
+    from kio.schema.fetch import v15 as fetch_v15
+    from kio.schema.fetch import v16 as fetch_v16
+    from kio.schema.fetch import v17 as fetch_v17
+    from typing_extensions import TypeIs
+
+    from broker.handlers.kio_types import FetchRequest, FetchResponse
+
+    FetchByTopicId: TypeAlias = (
+        fetch_v13.FetchRequest
+        | fetch_v14.FetchRequest
+        | fetch_v15.FetchRequest
+        | fetch_v16.FetchRequest
+        | fetch_v17.FetchRequest
+    )
+
 API_KEY = 1
 MIN_VERSION, MAX_VERSION = 4, 17
+MESSAGES: Messages[FetchRequest, FetchResponse] = Messages(API_KEY, MIN_VERSION, MAX_VERSION)
 
 
 READ_COMMITTED = 1
+
+
+def _by_topic_id(request: FetchRequest) -> TypeIs[FetchByTopicId]:
+    return request.__version__ >= 13  # KIP-516: topics are named by id
+
+
+def _without_sessions(
+    request: FetchRequest,
+) -> TypeIs[fetch_v4.FetchRequest | fetch_v5.FetchRequest | fetch_v6.FetchRequest]:
+    return request.__version__ < 7  # v7 added fetch sessions (KIP-227)
+
+
+class _Partition(Protocol):
+    """A partition to fetch, in any version's request."""
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def fetch_offset(self) -> int: ...
+
+    @property
+    def partition_max_bytes(self) -> int: ...
 
 
 class _Slot:
@@ -46,27 +94,29 @@ class _Slot:
         self.aborted: list[tuple[int, int]] | None = None
 
 
-def _resolve(broker: Broker, header: RequestHeader, request: Any, version: int) -> list[_Slot]:
+def _resolve(broker: Broker, ctx: RequestContext, request: FetchRequest) -> list[_Slot]:
     """One slot per partition named; a partition named twice is fetched once, as Kafka's
     map of fetch data does (the later entry wins, in the first one's place)."""
-    slots: dict[tuple[object, int], _Slot] = {}
-    security, session = broker.security, header.session
-    for topic in request.topics:
-        if version >= 13:
-            found = broker.store.by_id.get(topic.topic_id)
-            name = found.name if found else None
-            missing = ErrorCode.unknown_topic_id
-            key: object = topic.topic_id
-        else:
-            name = topic.topic
-            found = broker.store.get(name)
-            missing = ErrorCode.unknown_topic_or_partition
-            key = name
-        readable = name is not None and security.topic(session, Operation.READ, name)
-        for part in topic.partitions:
-            slot = _Slot(
-                name, getattr(topic, "topic_id", None), part.partition, part.fetch_offset, part.partition_max_bytes
+    # (name, topic id, the topic found, its error when missing, partitions), in request order
+    named: list[tuple[str | None, uuid.UUID | None, Topic | None, ErrorCode, Sequence[_Partition]]] = []
+    if _by_topic_id(request):
+        for by_id in request.topics:
+            found = broker.store.by_id.get(by_id.topic_id) if by_id.topic_id is not None else None
+            named.append(
+                (found.name if found else None, by_id.topic_id, found, ErrorCode.unknown_topic_id, by_id.partitions)
             )
+    else:
+        named.extend(
+            (t.topic, None, broker.store.get(t.topic), ErrorCode.unknown_topic_or_partition, t.partitions)
+            for t in request.topics
+        )
+    slots: dict[tuple[object, int], _Slot] = {}
+    security, session = broker.security, ctx.session
+    for name, topic_id, found, missing, partitions in named:
+        key: object = name if topic_id is None else topic_id
+        readable = name is not None and security.topic(session, Operation.READ, name)
+        for part in partitions:
+            slot = _Slot(name, topic_id, part.partition, part.fetch_offset, part.partition_max_bytes)
             slot.plog = broker.store.partition_log(name, part.partition) if readable and name else None
             if slot.plog is None:
                 slot.error = missing if found is None else ErrorCode.unknown_topic_or_partition
@@ -115,15 +165,14 @@ def _aborted(plog: PartitionLog, offset: int, data: bytes) -> list[tuple[int, in
     return [(t.producer_id, t.first_offset) for t in plog.aborted_transactions(offset, end)]
 
 
-def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    version = header.api_version
-    session_id = getattr(request, "session_id", 0)
-    if session_id != 0:
+def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> Answer[RawResponse]:
+    version = ctx.api_version
+    if not _without_sessions(request) and request.session_id != 0:
         return _response(broker, version, [], ErrorCode.fetch_session_id_not_found)
-    slots = _resolve(broker, header, request, version)
+    slots = _resolve(broker, ctx, request)
     # fetch.max.bytes bounds the whole response whatever the client asks for.
-    max_bytes = min(getattr(request, "max_bytes", 0x7FFFFFFF), broker.config.get("fetch.max.bytes"))
-    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    max_bytes = min(request.max_bytes, broker.config.get("fetch.max.bytes"))
+    committed = request.isolation_level == READ_COMMITTED
     total, error = _gather(slots, max_bytes, committed)
     max_wait = min(timedelta_ms(request.max_wait), broker.config.get("fetch.max.wait.ms")) / 1000
     min_bytes = max(request.min_bytes, 1)
@@ -134,7 +183,7 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
     # Registered now, not when the task first runs, so an append in between is counted.
     watch = broker.watch_appends(logs, min_bytes - total)
 
-    async def long_poll() -> Any:
+    async def long_poll() -> RawResponse:
         # The partitions are read again only once enough bytes arrived (or at the
         # deadline), not on every append.
         with contextlib.suppress(TimeoutError):

@@ -3,28 +3,41 @@ or the first offset whose record timestamp is at or after a given time."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from broker.core import Broker
-from broker.protocol.codec import RequestHeader, build, nested, response_type
+from broker.handlers.base import Messages, RequestContext
+from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation
 
+if TYPE_CHECKING:
+    from kio.schema.list_offsets import v1 as list_offsets_v1
+    from typing_extensions import TypeIs
+
+    from broker.handlers.kio_types import ListOffsetsRequest, ListOffsetsResponse
+
 API_KEY = 2
 MIN_VERSION, MAX_VERSION = 1, 8
+MESSAGES: Messages[ListOffsetsRequest, ListOffsetsResponse] = Messages(API_KEY, MIN_VERSION, MAX_VERSION)
 
 READ_COMMITTED = 1
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 
 
-def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(API_KEY, header.api_version)
+def _reads_all(request: ListOffsetsRequest) -> TypeIs[list_offsets_v1.ListOffsetsRequest]:
+    return request.__version__ < 2  # v2 added the isolation level (KIP-98)
+
+
+def handle(broker: Broker, ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    cls = MESSAGES.response(ctx.api_version)
+    committed = not _reads_all(request) and request.isolation_level == READ_COMMITTED
     topic_cls = nested(cls, "ListOffsetsTopicResponse")
     part_cls = nested(cls, "ListOffsetsPartitionResponse")
     topics = []
     for topic in request.topics:
         parts = []
-        described = broker.security.topic(header.session, Operation.DESCRIBE, topic.name)
+        described = broker.security.topic(ctx.session, Operation.DESCRIBE, topic.name)
         for part in topic.partitions:
             error, offset, timestamp = ErrorCode.none, -1, -1
             plog = broker.store.partition_log(topic.name, part.partition_index) if described else None
@@ -35,7 +48,6 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
                 elif plog is None:
                     error = ErrorCode.unknown_topic_or_partition
                 elif ts == LATEST:
-                    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
                     offset = plog.last_stable_offset if committed else plog.high_watermark
                 elif ts in (EARLIEST, EARLIEST_LOCAL):
                     offset = plog.log_start_offset

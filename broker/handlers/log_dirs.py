@@ -7,24 +7,29 @@ The broker has one log directory, its data dir, so every answer holds one result
 from __future__ import annotations
 
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING
 
 from broker.core import Broker
-from broker.protocol.codec import RequestHeader, build, nested, response_type
+from broker.handlers.base import Messages, RequestContext
+from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
 from broker.security.acls import Operation
+
+if TYPE_CHECKING:
+    from broker.handlers.kio_types import DescribeLogDirsRequest, DescribeLogDirsResponse
 
 API_KEY = 35
 # Kafka 4.0 removed v0 (KIP-896); v5 (IsCordoned) is newer than the 4.x baseline.
 MIN_VERSION, MAX_VERSION = 1, 4
+MESSAGES: Messages[DescribeLogDirsRequest, DescribeLogDirsResponse] = Messages(API_KEY, MIN_VERSION, MAX_VERSION)
 
 
-def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(API_KEY, header.api_version)
+def handle(broker: Broker, ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    cls = MESSAGES.response(ctx.api_version)
     result_cls = nested(cls, "DescribeLogDirsResult")
     topic_cls = nested(cls, "DescribeLogDirsTopic")
     partition_cls = nested(cls, "DescribeLogDirsPartition")
-    if not broker.security.cluster(header.session, Operation.DESCRIBE):
+    if not broker.security.cluster(ctx.session, Operation.DESCRIBE):
         # v3+ carries the error; older versions answer with no log directories, as Kafka does
         return build(cls, throttle_time=0, error_code=ErrorCode.cluster_authorization_failed, results=())
     wanted: dict[str, set[int]] | None = None

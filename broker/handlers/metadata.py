@@ -5,33 +5,88 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
+
+from kio.static.protocol import Entity
 
 from broker.config import validate_topic_name
 from broker.core import Broker
-from broker.handlers.base import NOT_REQUESTED_OPERATIONS
+from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext
 from broker.metadata import Topic
-from broker.protocol.codec import RequestHeader, build, encode_body, nested, response_type, uvarint
+from broker.protocol.codec import build, encode_body, nested, uvarint
 from broker.protocol.errors import ErrorCode
 from broker.protocol.fetch_codec import RawResponse
 from broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 
+if TYPE_CHECKING:
+    from kio.schema.metadata import v0 as metadata_v0
+    from kio.schema.metadata import v1 as metadata_v1
+    from kio.schema.metadata import v2 as metadata_v2
+    from kio.schema.metadata import v3 as metadata_v3
+    from kio.schema.metadata import v8 as metadata_v8
+    from kio.schema.metadata import v9 as metadata_v9
+    from kio.schema.metadata import v10 as metadata_v10
+    from kio.schema.metadata import v11 as metadata_v11
+    from kio.schema.metadata import v12 as metadata_v12
+    from typing_extensions import TypeIs
+
+    from broker.handlers.kio_types import MetadataRequest, MetadataResponse
+
 API_KEY = 3
 MIN_VERSION, MAX_VERSION = 0, 12
+MESSAGES: Messages[MetadataRequest, MetadataResponse] = Messages(API_KEY, MIN_VERSION, MAX_VERSION)
 _ZERO_UUID = uuid.UUID(int=0)
 _I32 = struct.Struct(">i")
+# A topic of the response: name, id, error, and the topic when it exists.
+_Entry: TypeAlias = tuple[str | None, uuid.UUID | None, ErrorCode, Topic | None]
 
 
-def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    version = header.api_version
+def _always_auto_creates(
+    request: MetadataRequest,
+) -> TypeIs[
+    metadata_v0.MetadataRequest
+    | metadata_v1.MetadataRequest
+    | metadata_v2.MetadataRequest
+    | metadata_v3.MetadataRequest
+]:
+    return request.__version__ < 4  # v4 let the client say (KIP-204)
+
+
+def _asks_operations(
+    request: MetadataRequest,
+) -> TypeIs[
+    metadata_v8.MetadataRequest
+    | metadata_v9.MetadataRequest
+    | metadata_v10.MetadataRequest
+    | metadata_v11.MetadataRequest
+    | metadata_v12.MetadataRequest
+]:
+    return request.__version__ >= 8  # KIP-430
+
+
+def _asks_cluster_operations(
+    request: MetadataRequest,
+) -> TypeIs[metadata_v8.MetadataRequest | metadata_v9.MetadataRequest | metadata_v10.MetadataRequest]:
+    return 8 <= request.__version__ <= 10  # v11 moved them to DescribeCluster (KIP-700)
+
+
+def _by_topic_id(
+    request: MetadataRequest,
+) -> TypeIs[metadata_v10.MetadataRequest | metadata_v11.MetadataRequest | metadata_v12.MetadataRequest]:
+    return request.__version__ >= 10  # KIP-516
+
+
+def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Answer[RawResponse]:
+    version = ctx.api_version
     requested = request.topics
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     all_topics = requested is None or (version == 0 and not requested)
-    allow_auto = getattr(request, "allow_auto_topic_creation", True)
-    include_ops = getattr(request, "include_topic_authorized_operations", False)
-    entries: list[tuple[str | None, uuid.UUID | None, ErrorCode, Topic | None]] = []
+    allow_auto = True if _always_auto_creates(request) else request.allow_auto_topic_creation
+    include_ops = _asks_operations(request) and request.include_topic_authorized_operations
+    include_cluster_ops = _asks_cluster_operations(request) and request.include_cluster_authorized_operations
+    entries: list[_Entry] = []
     created = False
-    security, session = broker.security, header.session
+    security, session = broker.security, ctx.session
     if all_topics:
         # Kafka lists only the topics the principal may describe.
         entries = [
@@ -40,9 +95,12 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
             if security.topic(session, Operation.DESCRIBE, t.name)
         ]
     else:
-        for item in requested:
-            topic_id = getattr(item, "topic_id", None)
-            name = item.name
+        asked: list[tuple[str | None, uuid.UUID | None]] = (
+            [(t.name, t.topic_id) for t in request.topics or ()]
+            if _by_topic_id(request)
+            else [(t.name, None) for t in requested or ()]
+        )
+        for name, topic_id in asked:
             if name is None and topic_id not in (None, _ZERO_UUID):
                 topic = broker.store.by_id.get(topic_id)
                 code = ErrorCode.none if topic else ErrorCode.unknown_topic_id
@@ -66,16 +124,16 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
             else:
                 entries.append((name, topic.topic_id, ErrorCode.none, topic))
 
-    def respond() -> Any:
+    def respond() -> RawResponse:
         cluster_ops = NOT_REQUESTED_OPERATIONS
-        if getattr(request, "include_cluster_authorized_operations", False):
+        if include_cluster_ops:
             cluster_ops = security.operations(session, ResourceType.CLUSTER, CLUSTER_NAME)
         ops = (lambda name: security.operations(session, ResourceType.TOPIC, name)) if include_ops else None
-        return _response(broker, header, entries, ops, cluster_ops)
+        return _response(broker, version, ctx.listener, entries, ops=ops, cluster_ops=cluster_ops)
 
     if created:
 
-        async def durable() -> Any:
+        async def durable() -> RawResponse:
             await broker.sync_metadata()
             return respond()
 
@@ -89,8 +147,10 @@ _TOPIC_CACHE_SIZE = 4096
 
 def _response(
     broker: Broker,
-    header: RequestHeader,
-    entries: list[Any],
+    version: int,
+    listener: str,
+    entries: list[_Entry],
+    *,
     ops: Callable[[str], int] | None,
     cluster_ops: int,
 ) -> RawResponse:
@@ -98,11 +158,10 @@ def _response(
     100,000 partitions is encoded once, not on every Metadata request.  The envelope is
     kio's encoding of the response without topics, with the topics spliced in where its
     empty array is (`test_metadata_codec` checks every version against kio)."""
-    version = header.api_version
-    cls = response_type(API_KEY, version)
+    cls = MESSAGES.response(version)
     broker_cls = nested(cls, "MetadataResponseBroker")
     node = broker.node_id
-    host, port = broker.endpoint(header)
+    host, port = broker.endpoint(listener)
     envelope = encode_body(
         build(
             cls,
@@ -139,10 +198,10 @@ def _partitions(version: int, flexible: bool, node: int, count: int) -> bytes:
     return b"".join(before + pack(p) + after for p in range(count))
 
 
-def _topic_bytes(broker: Broker, cls: type[Any], entry: Any, operations: int) -> bytes:
+def _topic_bytes(broker: Broker, cls: type[Entity], entry: _Entry, operations: int) -> bytes:
     name, topic_id, code, topic = entry
     key = (cls, name, topic_id, code, topic.partitions if topic else 0, bool(topic and topic.internal), operations)
-    cache: dict[Any, bytes] = broker.response_cache
+    cache = broker.response_cache
     cached = cache.pop(key, None)
     if cached is not None:
         cache[key] = cached  # most recently used last

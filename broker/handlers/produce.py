@@ -10,21 +10,25 @@ from __future__ import annotations
 import asyncio
 import inspect
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 
 from broker.core import INTERNAL_TOPICS, Broker
-from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE, Serial
+from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE, Answer, Messages, RequestContext, Serial, Signal
 from broker.log.partition_log import OpenedBatch, PartitionLog
 from broker.log.validator import PayloadTooLarge
 from broker.protocol.batch import InvalidBatch, split_batches
-from broker.protocol.codec import RequestHeader, build, nested, response_type
+from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation, ResourceType
 
+if TYPE_CHECKING:
+    from broker.handlers.kio_types import ProduceRequest, ProduceResponse
+
 API_KEY = 0
 MIN_VERSION, MAX_VERSION = 3, 12
+MESSAGES: Messages[ProduceRequest, ProduceResponse] = Messages(API_KEY, MIN_VERSION, MAX_VERSION)
 
 log = structlog.get_logger(__name__)
 
@@ -97,7 +101,7 @@ def _append(broker: Broker, out: _Outcome, transactional_id: str | None) -> bool
     return not result.duplicate
 
 
-def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Answer[ProduceResponse | Signal] | Serial:
     """Validate every batch; those small enough are opened here, on the event loop.  If any
     needs more work (a large or highly compressed payload, recompression), every batch of
     the request is opened in a worker thread and appended afterwards, and the connection
@@ -107,7 +111,7 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
     ready: list[_Outcome] = []
     later: list[_Outcome] = []
     limit = broker.config.get("message.max.decompressed.bytes")
-    security, session = broker.security, header.session
+    security, session = broker.security, ctx.session
     for topic_data in request.topic_data:
         outcomes = []
         writable = security.topic(session, Operation.WRITE, topic_data.name)
@@ -148,9 +152,9 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
                 out.fail(e)
         results.append((topic_data.name, outcomes))
     if not later:
-        return _finish(broker, header.api_version, acks, results, ready, transactional_id=request.transactional_id)
+        return _finish(broker, ctx.api_version, acks, results, ready, transactional_id=request.transactional_id)
 
-    async def opened_in_worker() -> Any:
+    async def opened_in_worker() -> ProduceResponse | Signal:
         loop = asyncio.get_running_loop()
         for out in later:
             assert out.plog is not None
@@ -162,7 +166,7 @@ def handle(broker: Broker, header: RequestHeader, request: Any) -> Any:
             except KafkaError as e:
                 out.fail(e)
         outcome = _finish(
-            broker, header.api_version, acks, results, [*ready, *later], transactional_id=request.transactional_id
+            broker, ctx.api_version, acks, results, [*ready, *later], transactional_id=request.transactional_id
         )
         return await outcome if inspect.isawaitable(outcome) else outcome
 
@@ -177,7 +181,7 @@ def _finish(
     opened: list[_Outcome],
     *,
     transactional_id: str | None,
-) -> Any:
+) -> Answer[ProduceResponse | Signal]:
     """Append the opened batches, then answer as `acks` says."""
     touched: list[PartitionLog] = []
     for out in opened:
@@ -200,7 +204,7 @@ def _finish(
         return CLOSE_CONNECTION if failed else NO_RESPONSE
     if acks == -1 and touched:
 
-        async def durable() -> Any:
+        async def durable() -> ProduceResponse:
             try:
                 await broker.sync(touched)
             except OSError as e:
@@ -215,8 +219,8 @@ def _finish(
     return _response(version, results)
 
 
-def _response(version: int, results: list[tuple[str, list[_Outcome]]]) -> Any:
-    cls = response_type(API_KEY, version)
+def _response(version: int, results: list[tuple[str, list[_Outcome]]]) -> ProduceResponse:
+    cls = MESSAGES.response(version)
     topic_cls = nested(cls, "TopicProduceResponse")
     part_cls = nested(cls, "PartitionProduceResponse")
     return build(

@@ -10,10 +10,11 @@ framing) is not offered.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from broker.core import Broker
-from broker.protocol.codec import RequestHeader, build, response_type
+from broker.handlers.base import Messages, RequestContext
+from broker.protocol.codec import build
 from broker.protocol.errors import ErrorCode
 from broker.security.acls import parse_principal
 from broker.security.scram import (
@@ -26,17 +27,26 @@ from broker.security.scram import (
 )
 from broker.security.session import Session
 
-HANDSHAKE, AUTHENTICATE = 17, 36
+if TYPE_CHECKING:
+    from broker.handlers.kio_types import (
+        SaslAuthenticateRequest,
+        SaslAuthenticateResponse,
+        SaslHandshakeRequest,
+        SaslHandshakeResponse,
+    )
+
+HANDSHAKE: Messages[SaslHandshakeRequest, SaslHandshakeResponse] = Messages(17, 1, 1)
+AUTHENTICATE: Messages[SaslAuthenticateRequest, SaslAuthenticateResponse] = Messages(36, 0, 2)
 _DUMMY = make_credential("SCRAM-SHA-256", "not a password", salt=b"streamshop")  # for unknown PLAIN users
 
 
-def handshake(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(HANDSHAKE, header.api_version)
+def handshake(broker: Broker, ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
+    cls = HANDSHAKE.response(ctx.api_version)
     security = broker.security
-    session: Session = header.session
+    session = ctx.session
     enabled = tuple(security.mechanisms)
 
-    def answer(error: ErrorCode) -> Any:
+    def answer(error: ErrorCode) -> SaslHandshakeResponse:
         if error != ErrorCode.none:
             session.close_after_response = True
             broker.metrics.authentications.labels(str(request.mechanism)[:32], "malformed").inc()
@@ -53,14 +63,14 @@ def handshake(broker: Broker, header: RequestHeader, request: Any) -> Any:
     return answer(ErrorCode.none)
 
 
-def authenticate(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(AUTHENTICATE, header.api_version)
+def authenticate(broker: Broker, ctx: RequestContext, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
+    cls = AUTHENTICATE.response(ctx.api_version)
     security = broker.security
-    session: Session = header.session
+    session = ctx.session
     mechanism = session.mechanism
     token = bytes(request.auth_bytes)
 
-    def fail(error: ErrorCode, message: str, result: str = "failed") -> Any:
+    def fail(error: ErrorCode, message: str, result: str = "failed") -> SaslAuthenticateResponse:
         session.close_after_response = True
         broker.metrics.authentications.labels(mechanism or "none", result).inc()
         return build(cls, error_code=error, error_message=message, auth_bytes=b"", session_lifetime=0)

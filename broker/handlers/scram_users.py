@@ -7,10 +7,11 @@ ServerKey derived from it.  Describing needs DESCRIBE on the cluster, altering n
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from broker.core import Broker
-from broker.protocol.codec import RequestHeader, build, nested, response_type
+from broker.handlers.base import Messages, RequestContext
+from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
 from broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 from broker.security.scram import (
@@ -22,13 +23,27 @@ from broker.security.scram import (
     credential_from_salted,
 )
 
-DESCRIBE, ALTER = 50, 51
+if TYPE_CHECKING:
+    from broker.handlers.kio_types import (
+        AlterUserScramCredentialsRequest,
+        AlterUserScramCredentialsResponse,
+        DescribeClientQuotasRequest,
+        DescribeClientQuotasResponse,
+        DescribeUserScramCredentialsRequest,
+        DescribeUserScramCredentialsResponse,
+    )
+
+DESCRIBE: Messages[DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse] = Messages(50, 0, 0)
+ALTER: Messages[AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse] = Messages(51, 0, 0)
+DESCRIBE_CLIENT_QUOTAS: Messages[DescribeClientQuotasRequest, DescribeClientQuotasResponse] = Messages(48, 0, 1)
 
 
-def describe(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(DESCRIBE, header.api_version)
+def describe(
+    broker: Broker, ctx: RequestContext, request: DescribeUserScramCredentialsRequest
+) -> DescribeUserScramCredentialsResponse:
+    cls = DESCRIBE.response(ctx.api_version)
     result, info = nested(cls, "DescribeUserScramCredentialsResult"), nested(cls, "CredentialInfo")
-    if not broker.security.allowed(header.session, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+    if not broker.security.allowed(ctx.session, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         return build(
             cls,
             throttle_time=0,
@@ -72,12 +87,14 @@ def describe(broker: Broker, header: RequestHeader, request: Any) -> Any:
     return build(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, results=tuple(results))
 
 
-async def alter(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(ALTER, header.api_version)
+async def alter(
+    broker: Broker, ctx: RequestContext, request: AlterUserScramCredentialsRequest
+) -> AlterUserScramCredentialsResponse:
+    cls = ALTER.response(ctx.api_version)
     result = nested(cls, "AlterUserScramCredentialsResult")
     store = broker.security.store
     users = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
-    if not broker.security.allowed(header.session, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+    if not broker.security.allowed(ctx.session, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
         results = [
             build(
                 result,
@@ -145,15 +162,14 @@ async def alter(broker: Broker, header: RequestHeader, request: Any) -> Any:
     return build(cls, throttle_time=0, results=tuple(results))
 
 
-DESCRIBE_CLIENT_QUOTAS = 48
-
-
-def describe_client_quotas(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def describe_client_quotas(
+    broker: Broker, ctx: RequestContext, request: DescribeClientQuotasRequest
+) -> DescribeClientQuotasResponse:
     """The broker enforces no client quotas, so every filter matches no entry; `kafka-configs
     --describe --entity-type users` asks for them before it lists SCRAM credentials.  Kafka
     needs DESCRIBE_CONFIGS on the cluster."""
-    cls = response_type(DESCRIBE_CLIENT_QUOTAS, header.api_version)
-    if not broker.security.allowed(header.session, Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+    cls = DESCRIBE_CLIENT_QUOTAS.response(ctx.api_version)
+    if not broker.security.allowed(ctx.session, Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
         return build(
             cls,
             throttle_time=0,

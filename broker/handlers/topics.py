@@ -4,24 +4,82 @@ the response, so an acknowledged topic survives a crash."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from kio.static.protocol import Entity
 
 from broker.core import Broker
-from broker.handlers.base import Serial
+from broker.handlers.base import Answer, Messages, RequestContext, Serial
 from broker.handlers.configs import topic_config_entries
 from broker.metadata import Topic
-from broker.protocol.codec import RequestHeader, build, nested, nested_or_none, response_type
+from broker.protocol.codec import build, nested, nested_or_none
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation
 
-CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+if TYPE_CHECKING:
+    from kio.schema.delete_topics import v6 as delete_topics_v6
+    from typing_extensions import TypeIs
+
+    from broker.handlers.kio_types import (
+        CreatePartitionsRequest,
+        CreatePartitionsResponse,
+        CreateTopicsRequest,
+        CreateTopicsResponse,
+        DeleteTopicsRequest,
+        DeleteTopicsResponse,
+    )
+
+CREATE_TOPICS: Messages[CreateTopicsRequest, CreateTopicsResponse] = Messages(19, 2, 7)
+DELETE_TOPICS: Messages[DeleteTopicsRequest, DeleteTopicsResponse] = Messages(20, 1, 6)
+CREATE_PARTITIONS: Messages[CreatePartitionsRequest, CreatePartitionsResponse] = Messages(37, 0, 3)
 _ZERO_UUID = uuid.UUID(int=0)
 
 
 _TOO_MANY = "Excessively large number of partitions per request."
+_R = TypeVar("_R", bound=Entity)
 
 
-async def _durable(broker: Broker, response: Any) -> Any:
+class _Assignment(Protocol):
+    @property
+    def partition_index(self) -> int: ...
+
+    @property
+    def broker_ids(self) -> Sequence[int]: ...
+
+
+class _Config(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def value(self) -> str | None: ...
+
+
+class _NewTopic(Protocol):
+    """A CreateTopics entry, in any version's request."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def num_partitions(self) -> int: ...
+
+    @property
+    def replication_factor(self) -> int: ...
+
+    @property
+    def assignments(self) -> Sequence[_Assignment]: ...
+
+    @property
+    def configs(self) -> Sequence[_Config]: ...
+
+
+def _by_topic_id(request: DeleteTopicsRequest) -> TypeIs[delete_topics_v6.DeleteTopicsRequest]:
+    return request.__version__ >= 6  # KIP-516: topics by name or id
+
+
+async def _durable(broker: Broker, response: _R) -> _R:
     await broker.sync_metadata()
     return response
 
@@ -31,7 +89,7 @@ class _Creation:
 
     __slots__ = ("configs", "error", "item", "message", "partitions", "reserved", "topic")
 
-    def __init__(self, item: Any) -> None:
+    def __init__(self, item: _NewTopic) -> None:
         self.item = item
         self.partitions = -1
         self.configs: dict[str, str] = {}
@@ -44,7 +102,7 @@ class _Creation:
         self.error, self.message = error.code, error.message
 
 
-def _requested_partitions(broker: Broker, item: Any) -> int:
+def _requested_partitions(broker: Broker, item: _NewTopic) -> int:
     """Partitions an entry asks for, counted as Kafka counts them against its per-request cap."""
     if item.assignments:
         return len(item.assignments)
@@ -79,17 +137,19 @@ def _validate_creation(broker: Broker, c: _Creation, names: list[str], budget_us
     broker.check_partition_budget(budget_used + c.partitions)
 
 
-def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    validate_only = getattr(request, "validate_only", False)
+def create_topics(
+    broker: Broker, ctx: RequestContext, request: CreateTopicsRequest
+) -> Answer[CreateTopicsResponse] | Serial:
+    validate_only = request.validate_only
     creations = [_Creation(item) for item in request.topics]
     # As Kafka's controller: more partitions than the cap in one request fails every entry.
     if sum(_requested_partitions(broker, c.item) for c in creations) > broker.config.get("max.partitions.per.request"):
         for c in creations:
             c.fail(KafkaError(ErrorCode.policy_violation, _TOO_MANY))
-        return _creation_response(broker, header, creations)
+        return _creation_response(broker, ctx, creations)
     names = [c.item.name for c in creations]
     planned = 0
-    security, session = broker.security, header.session
+    security, session = broker.security, ctx.session
     cluster_create = security.cluster(session, Operation.CREATE)
     for c in creations:
         try:
@@ -104,7 +164,7 @@ def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
             broker.reserve_topic(c.item.name, c.partitions)
             c.reserved = True
     if validate_only:
-        return _creation_response(broker, header, creations)
+        return _creation_response(broker, ctx, creations)
     todo = [c for c in creations if c.reserved]
     if planned <= broker.INLINE_PARTITIONS:
         for c in todo:
@@ -114,9 +174,9 @@ def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
                 c.fail(e)
             finally:
                 broker.release_topic(c.item.name, c.partitions)
-        return _durable(broker, _creation_response(broker, header, creations))
+        return _durable(broker, _creation_response(broker, ctx, creations))
 
-    async def create_off_loop() -> Any:
+    async def create_off_loop() -> CreateTopicsResponse:
         try:
             for c in todo:
                 try:
@@ -130,23 +190,23 @@ def create_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
             for c in todo:
                 if c.reserved:  # cancelled before its turn
                     broker.release_topic(c.item.name, c.partitions)
-        return await _durable(broker, _creation_response(broker, header, creations))
+        return await _durable(broker, _creation_response(broker, ctx, creations))
 
     # Later requests of this connection (a produce to the new topic, say) wait for it.
     return Serial(create_off_loop())
 
 
-def _creation_response(broker: Broker, header: RequestHeader, creations: list[_Creation]) -> Any:
-    cls = response_type(CREATE_TOPICS, header.api_version)
+def _creation_response(broker: Broker, ctx: RequestContext, creations: list[_Creation]) -> CreateTopicsResponse:
+    cls = CREATE_TOPICS.response(ctx.api_version)
     result_cls = nested(cls, "CreatableTopicResult")
     config_cls = nested_or_none(cls, "CreatableTopicConfigs")
     results = []
     for c in creations:
         ok = c.error == ErrorCode.none
-        configs_out: tuple[Any, ...] = ()
+        configs_out: tuple[Entity, ...] = ()
         # The created topic's configs are shown only to who may describe them.
         config_error = ErrorCode.none
-        if ok and not broker.security.topic(header.session, Operation.DESCRIBE_CONFIGS, c.item.name):
+        if ok and not broker.security.topic(ctx.session, Operation.DESCRIBE_CONFIGS, c.item.name):
             config_error = ErrorCode.topic_authorization_failed
         if ok and config_cls is not None and config_error == ErrorCode.none:
             values = {**broker.config.topic_defaults(), **c.configs}
@@ -177,18 +237,18 @@ def _creation_response(broker: Broker, header: RequestHeader, creations: list[_C
     return build(cls, throttle_time=0, topics=tuple(results))
 
 
-def delete_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    version = header.api_version
-    cls = response_type(DELETE_TOPICS, version)
+def delete_topics(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequest) -> Answer[DeleteTopicsResponse]:
+    cls = DELETE_TOPICS.response(ctx.api_version)
     result_cls = nested(cls, "DeletableTopicResult")
-    if version >= 6:
+    wanted: list[tuple[str | None, uuid.UUID | None]]
+    if _by_topic_id(request):
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, None) for name in request.topic_names]
     results = []
-    security, session = broker.security, header.session
+    security, session = broker.security, ctx.session
 
-    def refuse(name: str | None, topic_id: Any, code: ErrorCode, message: str) -> None:
+    def refuse(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode, message: str) -> None:
         results.append(
             build(result_cls, name=name, topic_id=topic_id or _ZERO_UUID, error_code=code, error_message=message)
         )
@@ -241,8 +301,10 @@ def delete_topics(broker: Broker, header: RequestHeader, request: Any) -> Any:
     return _durable(broker, build(cls, throttle_time=0, responses=tuple(results)))
 
 
-def create_partitions(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(CREATE_PARTITIONS, header.api_version)
+def create_partitions(
+    broker: Broker, ctx: RequestContext, request: CreatePartitionsRequest
+) -> Answer[CreatePartitionsResponse] | Serial:
+    cls = CREATE_PARTITIONS.response(ctx.api_version)
     result_cls = nested(cls, "CreatePartitionsTopicResult")
     outcomes: list[tuple[str, ErrorCode, str | None]] = []
     growths: list[tuple[int, str, int, int]] = []  # (outcome index, topic, new count, added)
@@ -255,7 +317,7 @@ def create_partitions(broker: Broker, header: RequestHeader, request: Any) -> An
         try:
             if too_many:
                 raise KafkaError(ErrorCode.policy_violation, _TOO_MANY)
-            if not broker.security.topic(header.session, Operation.ALTER, item.name):
+            if not broker.security.topic(ctx.session, Operation.ALTER, item.name):
                 raise KafkaError(ErrorCode.topic_authorization_failed, f"ALTER on topic {item.name} denied")
             topic = broker.store.get(item.name)
             if topic is None:
@@ -284,7 +346,7 @@ def create_partitions(broker: Broker, header: RequestHeader, request: Any) -> An
         except KafkaError as e:
             outcomes.append((item.name, e.code, e.message))
 
-    def respond() -> Any:
+    def respond() -> CreatePartitionsResponse:
         results = tuple(build(result_cls, name=n, error_code=code, error_message=m) for n, code, m in outcomes)
         return build(cls, throttle_time=0, results=results)
 
@@ -301,7 +363,7 @@ def create_partitions(broker: Broker, header: RequestHeader, request: Any) -> An
                 broker.release_topic(name, added)
         return _durable(broker, respond())
 
-    async def grow_off_loop() -> Any:
+    async def grow_off_loop() -> CreatePartitionsResponse:
         todo = list(growths)
         try:
             while todo:

@@ -4,25 +4,114 @@ protocol glue and Kafka's ACL checks live here; the behaviour in broker/txn."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from kio.static.protocol import Entity
 
 from broker.core import INTERNAL_TOPICS, Broker
-from broker.protocol.codec import RequestHeader, build, ms_to_datetime, nested, response_type
+from broker.handlers.base import Answer, Messages, RequestContext
+from broker.protocol.codec import build, ms_to_datetime, nested
 from broker.protocol.control import ControlType
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation, ResourceType
-from broker.txn.state import PendingOffsets, TxnState
+from broker.txn.state import PendingOffsets, TxnMetadata, TxnState
 
-INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
-WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 27, 61, 65, 66
+if TYPE_CHECKING:
+    from kio.schema.add_partitions_to_txn import v4 as add_partitions_to_txn_v4
+    from kio.schema.init_producer_id import v3 as init_producer_id_v3
+    from kio.schema.init_producer_id import v4 as init_producer_id_v4
+    from kio.schema.init_producer_id import v5 as init_producer_id_v5
+    from kio.schema.list_transactions import v1 as list_transactions_v1
+    from kio.schema.txn_offset_commit import v2 as txn_offset_commit_v2
+    from kio.schema.txn_offset_commit import v3 as txn_offset_commit_v3
+    from kio.schema.txn_offset_commit import v4 as txn_offset_commit_v4
+    from typing_extensions import TypeIs
+
+    from broker.handlers.kio_types import (
+        AddOffsetsToTxnRequest,
+        AddOffsetsToTxnResponse,
+        AddPartitionsToTxnRequest,
+        AddPartitionsToTxnResponse,
+        DescribeProducersRequest,
+        DescribeProducersResponse,
+        DescribeTransactionsRequest,
+        DescribeTransactionsResponse,
+        EndTxnRequest,
+        EndTxnResponse,
+        InitProducerIdRequest,
+        InitProducerIdResponse,
+        ListTransactionsRequest,
+        ListTransactionsResponse,
+        TxnOffsetCommitRequest,
+        TxnOffsetCommitResponse,
+        WriteTxnMarkersRequest,
+        WriteTxnMarkersResponse,
+    )
+
+INIT_PRODUCER_ID: Messages[InitProducerIdRequest, InitProducerIdResponse] = Messages(22, 0, 5)
+ADD_PARTITIONS_TO_TXN: Messages[AddPartitionsToTxnRequest, AddPartitionsToTxnResponse] = Messages(24, 0, 4)
+ADD_OFFSETS_TO_TXN: Messages[AddOffsetsToTxnRequest, AddOffsetsToTxnResponse] = Messages(25, 0, 4)
+END_TXN: Messages[EndTxnRequest, EndTxnResponse] = Messages(26, 0, 4)
+WRITE_TXN_MARKERS: Messages[WriteTxnMarkersRequest, WriteTxnMarkersResponse] = Messages(27, 1, 1)
+TXN_OFFSET_COMMIT: Messages[TxnOffsetCommitRequest, TxnOffsetCommitResponse] = Messages(28, 0, 4)
+DESCRIBE_PRODUCERS: Messages[DescribeProducersRequest, DescribeProducersResponse] = Messages(61, 0, 0)
+DESCRIBE_TRANSACTIONS: Messages[DescribeTransactionsRequest, DescribeTransactionsResponse] = Messages(65, 0, 0)
+LIST_TRANSACTIONS: Messages[ListTransactionsRequest, ListTransactionsResponse] = Messages(66, 0, 1)
+
+# Fields some versions lack: each guard narrows a request to the versions that have them
+# (kio's class of a version carries its number, `__version__`).
 
 
-def _may(broker: Broker, header: RequestHeader, op: Operation, transactional_id: str) -> bool:
-    return broker.security.allowed(header.session, op, ResourceType.TRANSACTIONAL_ID, transactional_id)
+def _resumes_producer(
+    request: InitProducerIdRequest,
+) -> TypeIs[
+    init_producer_id_v3.InitProducerIdRequest
+    | init_producer_id_v4.InitProducerIdRequest
+    | init_producer_id_v5.InitProducerIdRequest
+]:
+    return request.__version__ >= 3  # KIP-360: the producer id and epoch it had
 
 
-async def _outcome(work: Awaitable[Any]) -> ErrorCode:
+def _batched(request: AddPartitionsToTxnRequest) -> TypeIs[add_partitions_to_txn_v4.AddPartitionsToTxnRequest]:
+    return request.__version__ >= 4  # KIP-890: several transactions, from brokers
+
+
+def _with_leader_epochs(
+    request: TxnOffsetCommitRequest,
+) -> TypeIs[
+    txn_offset_commit_v2.TxnOffsetCommitRequest
+    | txn_offset_commit_v3.TxnOffsetCommitRequest
+    | txn_offset_commit_v4.TxnOffsetCommitRequest
+]:
+    return request.__version__ >= 2
+
+
+def _from_member(
+    request: TxnOffsetCommitRequest,
+) -> TypeIs[txn_offset_commit_v3.TxnOffsetCommitRequest | txn_offset_commit_v4.TxnOffsetCommitRequest]:
+    return request.__version__ >= 3  # KIP-447: the group member's generation
+
+
+def _with_duration(request: ListTransactionsRequest) -> TypeIs[list_transactions_v1.ListTransactionsRequest]:
+    return request.__version__ >= 1  # KIP-994
+
+
+class _Topic(Protocol):
+    """A topic and partitions to add to a transaction, in any version's request."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def partitions(self) -> Sequence[int]: ...
+
+
+def _may(broker: Broker, ctx: RequestContext, op: Operation, transactional_id: str) -> bool:
+    return broker.security.allowed(ctx.session, op, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+async def _outcome(work: Awaitable[object]) -> ErrorCode:
     try:
         await work
     except KafkaError as e:
@@ -33,23 +122,24 @@ async def _outcome(work: Awaitable[Any]) -> ErrorCode:
 # --- InitProducerId ------------------------------------------------------------------
 
 
-def init_transactional(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(INIT_PRODUCER_ID, header.api_version)
+def init_transactional(
+    broker: Broker, ctx: RequestContext, request: InitProducerIdRequest
+) -> Answer[InitProducerIdResponse]:
+    cls = INIT_PRODUCER_ID.response(ctx.api_version)
 
-    def respond(error: ErrorCode, producer_id: int = -1, epoch: int = -1) -> Any:
+    def respond(error: ErrorCode, producer_id: int = -1, epoch: int = -1) -> InitProducerIdResponse:
         return build(cls, throttle_time=0, error_code=error, producer_id=producer_id, producer_epoch=epoch)
 
     transactional_id = request.transactional_id
-    if not _may(broker, header, Operation.WRITE, transactional_id):
+    assert transactional_id is not None  # InitProducerId without one is cluster.init_producer_id's
+    if not _may(broker, ctx, Operation.WRITE, transactional_id):
         return respond(ErrorCode.transactional_id_authorization_failed)
+    previous = (request.producer_id, request.producer_epoch) if _resumes_producer(request) else (-1, -1)
 
-    async def init() -> Any:
+    async def init() -> InitProducerIdResponse:
         try:
             pid, epoch = await broker.transactions.init_producer_id(
-                transactional_id,
-                int(request.transaction_timeout.total_seconds() * 1000),
-                getattr(request, "producer_id", -1),
-                getattr(request, "producer_epoch", -1),
+                transactional_id, int(request.transaction_timeout.total_seconds() * 1000), *previous
             )
         except KafkaError as e:
             return respond(e.code)
@@ -61,13 +151,14 @@ def init_transactional(broker: Broker, header: RequestHeader, request: Any) -> A
 # --- AddPartitionsToTxn --------------------------------------------------------------
 
 
-def add_partitions_to_txn(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    version = header.api_version
-    cls = response_type(ADD_PARTITIONS_TO_TXN, version)
+def add_partitions_to_txn(
+    broker: Broker, ctx: RequestContext, request: AddPartitionsToTxnRequest
+) -> Answer[AddPartitionsToTxnResponse]:
+    cls = ADD_PARTITIONS_TO_TXN.response(ctx.api_version)
     topic_cls = nested(cls, "AddPartitionsToTxnTopicResult")
     part_cls = nested(cls, "AddPartitionsToTxnPartitionResult")
 
-    def topic_results(errors: dict[str, dict[int, ErrorCode]]) -> tuple[Any, ...]:
+    def topic_results(errors: dict[str, dict[int, ErrorCode]]) -> tuple[Entity, ...]:
         return tuple(
             build(
                 topic_cls,
@@ -79,12 +170,14 @@ def add_partitions_to_txn(broker: Broker, header: RequestHeader, request: Any) -
             for name, parts in errors.items()
         )
 
-    async def one(transactional_id: str, producer_id: int, epoch: int, topics: Any, verify_only: bool) -> Any:
+    async def one(
+        transactional_id: str, producer_id: int, epoch: int, topics: Sequence[_Topic], verify_only: bool
+    ) -> tuple[Entity, ...]:
         wanted = {t.name: list(t.partitions) for t in topics}
         errors: dict[str, dict[int, ErrorCode]] = {n: {} for n in wanted}
         refused = False
         for name, partitions in wanted.items():
-            writable = broker.security.topic(header.session, Operation.WRITE, name)
+            writable = broker.security.topic(ctx.session, Operation.WRITE, name)
             for p in partitions:
                 if not writable:
                     errors[name][p] = ErrorCode.topic_authorization_failed
@@ -93,7 +186,7 @@ def add_partitions_to_txn(broker: Broker, header: RequestHeader, request: Any) -
                 else:
                     continue
                 refused = True
-        if not _may(broker, header, Operation.WRITE, transactional_id):
+        if not _may(broker, ctx, Operation.WRITE, transactional_id):
             error = ErrorCode.transactional_id_authorization_failed
         elif refused:
             error = ErrorCode.operation_not_attempted
@@ -110,8 +203,8 @@ def add_partitions_to_txn(broker: Broker, header: RequestHeader, request: Any) -
                 errors[name].setdefault(p, error)
         return topic_results(errors)
 
-    async def answer() -> Any:
-        if version < 4:
+    async def answer() -> AddPartitionsToTxnResponse:
+        if not _batched(request):
             results = await one(
                 request.v3_and_below_transactional_id,
                 request.v3_and_below_producer_id,
@@ -122,7 +215,7 @@ def add_partitions_to_txn(broker: Broker, header: RequestHeader, request: Any) -
             return build(cls, throttle_time=0, results_by_topic_v3_and_below=results)
         # v4+: the batched form brokers use to verify (KIP-890); Kafka requires CLUSTER_ACTION.
         result_cls = nested(cls, "AddPartitionsToTxnResult")
-        if not broker.security.cluster(header.session, Operation.CLUSTER_ACTION):
+        if not broker.security.cluster(ctx.session, Operation.CLUSTER_ACTION):
             return build(
                 cls, throttle_time=0, error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=()
             )
@@ -144,32 +237,32 @@ async def _verify(
 
 # --- AddOffsetsToTxn / TxnOffsetCommit -----------------------------------------------
 
+_Resp = TypeVar("_Resp", bound=Entity)
 
-def _error_only(
-    api_key: int, header: RequestHeader, refused: ErrorCode | None, work: Callable[[], Awaitable[None]]
-) -> Any:
+
+def _error_only(cls: type[_Resp], refused: ErrorCode | None, work: Callable[[], Awaitable[None]]) -> Answer[_Resp]:
     """The answer of an API whose response is one error code: `refused` at once, or `work`'s outcome."""
-    cls = response_type(api_key, header.api_version)
     if refused is not None:
         return build(cls, throttle_time=0, error_code=refused)
 
-    async def run() -> Any:
+    async def run() -> _Resp:
         return build(cls, throttle_time=0, error_code=await _outcome(work()))
 
     return run()
 
 
-def add_offsets_to_txn(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def add_offsets_to_txn(
+    broker: Broker, ctx: RequestContext, request: AddOffsetsToTxnRequest
+) -> Answer[AddOffsetsToTxnResponse]:
     refused = None
-    if not _may(broker, header, Operation.WRITE, request.transactional_id):
+    if not _may(broker, ctx, Operation.WRITE, request.transactional_id):
         refused = ErrorCode.transactional_id_authorization_failed
     elif not request.group_id:
         refused = ErrorCode.invalid_group_id
-    elif not broker.security.group(header.session, Operation.READ, request.group_id):
+    elif not broker.security.group(ctx.session, Operation.READ, request.group_id):
         refused = ErrorCode.group_authorization_failed
     return _error_only(
-        ADD_OFFSETS_TO_TXN,
-        header,
+        ADD_OFFSETS_TO_TXN.response(ctx.api_version),
         refused,
         lambda: broker.transactions.add_offsets(
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
@@ -177,34 +270,39 @@ def add_offsets_to_txn(broker: Broker, header: RequestHeader, request: Any) -> A
     )
 
 
-def txn_offset_commit(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(TXN_OFFSET_COMMIT, header.api_version)
+def txn_offset_commit(
+    broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRequest
+) -> Answer[TxnOffsetCommitResponse]:
+    cls = TXN_OFFSET_COMMIT.response(ctx.api_version)
     topic_cls = nested(cls, "TxnOffsetCommitResponseTopic")
     part_cls = nested(cls, "TxnOffsetCommitResponsePartition")
     group_id = request.group_id
     top = ErrorCode.none
-    if not _may(broker, header, Operation.WRITE, request.transactional_id):
+    if not _may(broker, ctx, Operation.WRITE, request.transactional_id):
         top = ErrorCode.transactional_id_authorization_failed
     elif not group_id:
         top = ErrorCode.invalid_group_id
-    elif not broker.security.group(header.session, Operation.READ, group_id):
+    elif not broker.security.group(ctx.session, Operation.READ, group_id):
         top = ErrorCode.group_authorization_failed
-    else:
-        generation = getattr(request, "generation_id", -1)
-        member_id = getattr(request, "member_id", "") or ""
+    elif _from_member(request):
+        generation, member_id = request.generation_id, request.member_id or ""
         if generation >= 0 or member_id:  # KIP-447: a member commits for its generation
             try:
-                broker.coordinator.validate_commit(
-                    group_id, generation, member_id, getattr(request, "group_instance_id", None)
-                )
+                broker.coordinator.validate_commit(group_id, generation, member_id, request.group_instance_id)
             except KafkaError as e:
                 top = e.code
+    # v2+ carries the leader epoch each offset was read at
+    epochs = (
+        {(t.name, p.partition_index): p.committed_leader_epoch for t in request.topics for p in t.partitions}
+        if _with_leader_epochs(request)
+        else {}
+    )
     limit = broker.coordinator.config.max_metadata_bytes
     errors: dict[str, dict[int, ErrorCode]] = {}
     accepted: PendingOffsets = {}
     for topic in request.topics:
         parts = errors.setdefault(topic.name, {})
-        readable = broker.security.topic(header.session, Operation.READ, topic.name)
+        readable = broker.security.topic(ctx.session, Operation.READ, topic.name)
         for p in topic.partitions:
             metadata = p.committed_metadata or ""
             if top != ErrorCode.none:
@@ -216,10 +314,10 @@ def txn_offset_commit(broker: Broker, header: RequestHeader, request: Any) -> An
             elif len(metadata.encode()) > limit:
                 parts[p.partition_index] = ErrorCode.offset_metadata_too_large
             else:
-                epoch = getattr(p, "committed_leader_epoch", -1)
+                epoch = epochs.get((topic.name, p.partition_index), -1)
                 accepted[(topic.name, p.partition_index)] = (p.committed_offset, epoch, metadata)
 
-    def respond() -> Any:
+    def respond() -> TxnOffsetCommitResponse:
         return build(
             cls,
             throttle_time=0,
@@ -233,7 +331,7 @@ def txn_offset_commit(broker: Broker, header: RequestHeader, request: Any) -> An
             ),
         )
 
-    async def commit() -> Any:
+    async def commit() -> TxnOffsetCommitResponse:
         error = await _outcome(
             broker.transactions.commit_offsets(
                 request.transactional_id, request.producer_id, request.producer_epoch, group_id, accepted
@@ -249,11 +347,10 @@ def txn_offset_commit(broker: Broker, header: RequestHeader, request: Any) -> An
 # --- EndTxn --------------------------------------------------------------------------
 
 
-def end_txn(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    allowed = _may(broker, header, Operation.WRITE, request.transactional_id)
+def end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> Answer[EndTxnResponse]:
+    allowed = _may(broker, ctx, Operation.WRITE, request.transactional_id)
     return _error_only(
-        END_TXN,
-        header,
+        END_TXN.response(ctx.api_version),
         None if allowed else ErrorCode.transactional_id_authorization_failed,
         lambda: broker.transactions.end_transaction(
             request.transactional_id, request.producer_id, request.producer_epoch, request.committed
@@ -264,21 +361,23 @@ def end_txn(broker: Broker, header: RequestHeader, request: Any) -> Any:
 # --- DescribeTransactions / ListTransactions -----------------------------------------
 
 
-def describe_transactions(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(DESCRIBE_TRANSACTIONS, header.api_version)
+def describe_transactions(
+    broker: Broker, ctx: RequestContext, request: DescribeTransactionsRequest
+) -> DescribeTransactionsResponse:
+    cls = DESCRIBE_TRANSACTIONS.response(ctx.api_version)
     state_cls = nested(cls, "TransactionState")
     topic_cls = nested(cls, "TopicData")
     states = []
     for transactional_id in request.transactional_ids:
         meta = broker.transactions.txns.get(transactional_id)
         error = ErrorCode.none
-        if not _may(broker, header, Operation.DESCRIBE, transactional_id):
+        if not _may(broker, ctx, Operation.DESCRIBE, transactional_id):
             error, meta = ErrorCode.transactional_id_authorization_failed, None
         elif meta is None:
             error = ErrorCode.transactional_id_not_found
         topics: dict[str, list[int]] = {}
         for t, p in sorted(meta.partitions if meta else ()):
-            if broker.security.topic(header.session, Operation.DESCRIBE, t):
+            if broker.security.topic(ctx.session, Operation.DESCRIBE, t):
                 topics.setdefault(t, []).append(p)
         states.append(
             build(
@@ -298,25 +397,30 @@ def describe_transactions(broker: Broker, header: RequestHeader, request: Any) -
     return build(cls, throttle_time=0, transaction_states=tuple(states))
 
 
-def list_transactions(broker: Broker, header: RequestHeader, request: Any) -> Any:
-    cls = response_type(LIST_TRANSACTIONS, header.api_version)
+def list_transactions(
+    broker: Broker, ctx: RequestContext, request: ListTransactionsRequest
+) -> ListTransactionsResponse:
+    cls = LIST_TRANSACTIONS.response(ctx.api_version)
     state_cls = nested(cls, "TransactionState")
     known = {s.value for s in TxnState}
     wanted = set(request.state_filters)
     pids = set(request.producer_id_filters)
-    min_duration = getattr(request, "duration_filter", -1)
+    min_duration = request.duration_filter if _with_duration(request) else -1
     now = broker.clock.now_ms()
-    keep: Callable[[Any], bool] = lambda m: (  # noqa: E731
-        (not wanted or m.state.value in wanted)
-        and (not pids or m.producer_id in pids)
-        and (min_duration < 0 or (m.start_ms >= 0 and now - m.start_ms >= min_duration))
-    )
+
+    def keep(m: TxnMetadata) -> bool:
+        return (
+            (not wanted or m.state.value in wanted)
+            and (not pids or m.producer_id in pids)
+            and (min_duration < 0 or (m.start_ms >= 0 and now - m.start_ms >= min_duration))
+        )
+
     states = tuple(
         build(
             state_cls, transactional_id=m.transactional_id, producer_id=m.producer_id, transaction_state=m.state.value
         )
         for m in sorted(broker.transactions.txns.values(), key=lambda m: m.transactional_id)
-        if keep(m) and _may(broker, header, Operation.DESCRIBE, m.transactional_id)
+        if keep(m) and _may(broker, ctx, Operation.DESCRIBE, m.transactional_id)
     )
     return build(
         cls,
@@ -330,14 +434,16 @@ def list_transactions(broker: Broker, header: RequestHeader, request: Any) -> An
 # --- DescribeProducers / WriteTxnMarkers (kafka-transactions find-hanging and abort) -------
 
 
-def describe_producers(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def describe_producers(
+    broker: Broker, ctx: RequestContext, request: DescribeProducersRequest
+) -> DescribeProducersResponse:
     """Each partition's active producers: epoch, last sequence and timestamp, and the first
     offset of the transaction each has open there (what reveals a hanging transaction)."""
-    cls = response_type(DESCRIBE_PRODUCERS, header.api_version)
+    cls = DESCRIBE_PRODUCERS.response(ctx.api_version)
     topic_cls, part_cls, state_cls = (nested(cls, n) for n in ("TopicResponse", "PartitionResponse", "ProducerState"))
     topics = []
     for topic in request.topics:
-        readable = broker.security.topic(header.session, Operation.READ, topic.name)
+        readable = broker.security.topic(ctx.session, Operation.READ, topic.name)
         parts = []
         for index in topic.partition_indexes:
             plog = broker.store.partition_log(topic.name, index) if readable else None
@@ -346,7 +452,7 @@ def describe_producers(broker: Broker, header: RequestHeader, request: Any) -> A
                 error = ErrorCode.topic_authorization_failed
             elif plog is None:
                 error = ErrorCode.unknown_topic_or_partition
-            producers = plog.producer_state.producers.items() if plog is not None else ()
+            producers = sorted(plog.producer_state.producers.items()) if plog is not None else []
             parts.append(
                 build(
                     part_cls,
@@ -363,7 +469,7 @@ def describe_producers(broker: Broker, header: RequestHeader, request: Any) -> A
                             coordinator_epoch=-1,
                             current_txn_start_offset=-1 if entry.txn_first_offset is None else entry.txn_first_offset,
                         )
-                        for pid, entry in sorted(producers)
+                        for pid, entry in producers
                     ),
                 )
             )
@@ -371,15 +477,17 @@ def describe_producers(broker: Broker, header: RequestHeader, request: Any) -> A
     return build(cls, throttle_time=0, topics=tuple(topics))
 
 
-def write_txn_markers(broker: Broker, header: RequestHeader, request: Any) -> Any:
+def write_txn_markers(
+    broker: Broker, ctx: RequestContext, request: WriteTxnMarkersRequest
+) -> Answer[WriteTxnMarkersResponse]:
     """Markers written on request: Kafka's inter-broker call, which its admin client also uses
     to abort a hanging transaction partition by partition (`kafka-transactions abort`)."""
-    cls = response_type(WRITE_TXN_MARKERS, header.api_version)
+    cls = WRITE_TXN_MARKERS.response(ctx.api_version)
     result_cls, topic_cls, part_cls = (
         nested(cls, n)
         for n in ("WritableTxnMarkerResult", "WritableTxnMarkerTopicResult", "WritableTxnMarkerPartitionResult")
     )
-    allowed = broker.security.cluster(header.session, Operation.CLUSTER_ACTION)
+    allowed = broker.security.cluster(ctx.session, Operation.CLUSTER_ACTION)
     touched = []
     results = []
     for marker in request.markers:
@@ -413,7 +521,7 @@ def write_txn_markers(broker: Broker, header: RequestHeader, request: Any) -> An
     if not touched:
         return response
 
-    async def durable() -> Any:
+    async def durable() -> WriteTxnMarkersResponse:
         await broker.sync(touched)
         return response
 

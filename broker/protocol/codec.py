@@ -11,13 +11,15 @@ import datetime
 import io
 import struct
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from functools import cache
 from types import ModuleType
-from typing import Any
+from typing import NamedTuple, TypeVar
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
+from kio.serial.readers import Reader
+from kio.serial.writers import Writer
 from kio.static.protocol import Entity
 
 from broker.protocol.errors import ErrorCode
@@ -35,15 +37,18 @@ class MalformedRequest(Exception):
     """The frame cannot be parsed: Kafka closes the connection; so do we."""
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+E = TypeVar("E", bound=Entity)
+
+
+class RequestHeader(NamedTuple):
+    """A request's header as parsed (a tuple: made for every request, and cheap to make)."""
+
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
     size: int  # bytes of the header within the frame
-    client_host: str = ""  # the peer's address, for group membership reports
-    session: Any = None  # the connection's broker.security.session.Session
+    client_host: str = ""  # the peer's address
 
 
 def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
@@ -68,9 +73,7 @@ def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
             raise MalformedRequest("varint too long in request header")
 
 
-def parse_header(
-    frame: bytes | memoryview, flexible: bool, client_host: str = "", session: Any = None
-) -> RequestHeader:
+def parse_header(frame: bytes | memoryview, flexible: bool, client_host: str = "") -> RequestHeader:
     api_key, api_version, correlation_id = peek_header(frame)
     pos = 8
     if len(frame) < pos + 2:
@@ -91,7 +94,7 @@ def parse_header(
             pos += size
         if pos > len(frame):
             raise MalformedRequest("truncated tagged fields in request header")
-    return RequestHeader(api_key, api_version, correlation_id, client_id, pos, client_host, session)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos, client_host)
 
 
 @cache
@@ -105,12 +108,12 @@ def response_type(api_key: int, version: int) -> type[Entity]:
 
 
 @cache
-def _reader(cls: type[Entity]) -> Any:
+def _reader(cls: type[Entity]) -> Reader[Entity]:
     return entity_reader(cls)
 
 
 @cache
-def _writer(cls: type[Entity]) -> Any:
+def _writer(cls: type[Entity]) -> Writer[Entity]:
     return entity_writer(cls)
 
 
@@ -118,15 +121,14 @@ def decode_request(
     frame: bytes | memoryview,
     client_host: str = "",
     max_elements: int = DEFAULT_MAX_ELEMENTS,
-    session: Any = None,
-) -> tuple[RequestHeader, Any]:
+) -> tuple[RequestHeader, Entity]:
     """Parse header and body of a request whose api key and version are supported.
 
     The body is checked against its schema first (`frame_check`): kio's reader is only ever
     given a frame whose declared counts and lengths fit in the bytes present."""
     api_key, api_version, _ = peek_header(frame)
     cls = request_type(api_key, api_version)
-    header = parse_header(frame, cls.__flexible__, client_host, session)
+    header = parse_header(frame, cls.__flexible__, client_host)
     try:
         check_body(cls, frame, header.size, max_elements)
     except FrameError as e:
@@ -203,11 +205,11 @@ def timedelta_ms(value: datetime.timedelta | int) -> int:
     return int(value)
 
 
-def build(cls: type[Any], **values: Any) -> Any:
+def build(cls: type[E], **values: object) -> E:
     """Construct a kio entity from plain values, dropping fields this version lacks and
     converting ints to the timedelta / datetime / ErrorCode the field expects."""
     info = _field_info(cls)
-    kwargs = {}
+    kwargs: dict[str, object] = {}
     for name, raw in values.items():
         kafka_type = info.get(name)
         if kafka_type is None:
@@ -224,14 +226,16 @@ def build(cls: type[Any], **values: Any) -> Any:
     return cls(**kwargs)
 
 
-def nested(cls: type[Any], name: str) -> type[Any]:
-    """A nested entity type of the same message and version as `cls`."""
-    module: ModuleType = sys.modules[cls.__module__]
-    found = getattr(module, name)
-    assert isinstance(found, type)
+def nested(cls: type[Entity], name: str) -> type[Entity]:
+    """A nested entity type of the same message and version as `cls` (found by name: each
+    version's module has its own classes)."""
+    found = nested_or_none(cls, name)
+    assert found is not None, f"{cls.__module__} has no {name}"
     return found
 
 
-def nested_or_none(cls: type[Any], name: str) -> type[Any] | None:
+def nested_or_none(cls: type[Entity], name: str) -> type[Entity] | None:
     """Like `nested`, for types that only some versions have."""
-    return getattr(sys.modules[cls.__module__], name, None)
+    module: ModuleType = sys.modules[cls.__module__]
+    found: object = getattr(module, name, None)
+    return found if isinstance(found, type) else None

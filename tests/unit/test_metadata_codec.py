@@ -13,7 +13,7 @@ from broker.config import BrokerConfig
 from broker.core import Broker
 from broker.handlers.base import ALL_TOPIC_OPERATIONS, NOT_REQUESTED_OPERATIONS
 from broker.handlers.metadata import MAX_VERSION, MIN_VERSION, _response
-from broker.protocol.codec import RequestHeader, build, encode_body, nested, response_type
+from broker.protocol.codec import build, encode_body, nested, response_type
 from broker.protocol.errors import ErrorCode
 
 _ZERO = uuid.UUID(int=0)
@@ -87,13 +87,13 @@ def test_spliced_metadata_equals_kios_encoding(broker: Broker, version: int, inc
     ]
     if version >= 12:
         entries.append((None, uuid.uuid4(), ErrorCode.unknown_topic_id, None))
-    header = RequestHeader(3, version, 0, None, 0)
+    listener = broker.first_listener
     ops = (lambda name: ALL_TOPIC_OPERATIONS) if include_ops else None
     for _ in range(2):  # the second time from the cache
-        raw = _response(broker, header, entries, ops, NOT_REQUESTED_OPERATIONS)
+        raw = _response(broker, version, listener, entries, ops=ops, cluster_ops=NOT_REQUESTED_OPERATIONS)
         assert b"".join(raw.parts) == _kio_response(broker, version, entries, include_ops)
         assert raw.flexible == (version >= 9)
     for empty in ([], [entries[2]]):
-        assert b"".join(_response(broker, header, empty, ops, NOT_REQUESTED_OPERATIONS).parts) == _kio_response(
-            broker, version, empty, include_ops
-        )
+        assert b"".join(
+            _response(broker, version, listener, empty, ops=ops, cluster_ops=NOT_REQUESTED_OPERATIONS).parts
+        ) == _kio_response(broker, version, empty, include_ops)
