@@ -119,6 +119,8 @@ def check(header: BatchHeader, batch: memoryview, *, limit: int, need_keys: bool
             ErrorCode.message_too_large,
             f"the batch decompresses to more than message.max.decompressed.bytes={limit}",
         ) from None
+    # Each path keeps the checks it had: an uncompressed batch's records read field by field,
+    # a compressed payload's framed.
     try:
         if header.compression == 0:
             check_records(bytes(records), header.records_count, need_keys=need_keys)
