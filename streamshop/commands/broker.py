@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from broker.settings import BrokerSettings, parse_sets
-from streamshop.commands._common import SubParsers, setting_flag
+from streamshop.commands._common import SubParsers, setting_flag, setting_help
 
 __all__ = ["register"]
 
@@ -19,7 +19,8 @@ def register(sub: SubParsers) -> None:
     setting_flag(p, BrokerSettings, "data_dir")
     setting_flag(p, BrokerSettings, "listen", metavar="HOST:PORT")
     setting_flag(p, BrokerSettings, "advertise", metavar="HOST:PORT")
-    setting_flag(p, BrokerSettings, "admin_listen", metavar="HOST:PORT|off")
+    # Given as text and parsed with the settings: "off" (None) must not read as "not given".
+    p.add_argument("--admin-listen", metavar="HOST:PORT|off", help=setting_help(BrokerSettings, "admin_listen"))
     p.add_argument(
         "--set",
         action="append",
@@ -83,10 +84,15 @@ def _run_verify(args: argparse.Namespace) -> int:
     return 1 if verify(data_dir, deep=args.deep) else 0
 
 
+def broker_overrides(args: argparse.Namespace) -> dict[str, object]:
+    """The settings the flags of `streamshop broker` give (None: not given)."""
+    return {name: getattr(args, name) for name in ("data_dir", "listen", "advertise", "admin_listen", "log_level")}
+
+
 def _run_broker(args: argparse.Namespace) -> int:
     from broker.app import main
 
-    overrides = {name: getattr(args, name) for name in ("data_dir", "listen", "advertise", "admin_listen", "log_level")}
+    overrides = broker_overrides(args)
     try:
         extra = parse_sets(",".join(args.set))
     except ValueError as e:

@@ -17,6 +17,8 @@ from broker.settings import BrokerSettings
 from kit.settings import ConfigError, HostPort, HttpSettings, KafkaClientSettings, parse_host_port, secret, setting
 from registry.config import RegistryConfig
 from services.orders.config import OrdersConfig
+from streamshop.cli import build_parser
+from streamshop.commands.broker import broker_overrides
 from streamshop.commands.settings import PROCESSES, markdown
 from streamshop.settings import CliSettings
 from tests.support.harness import REPO
@@ -149,3 +151,10 @@ def test_docs_settings_md_is_what_streamshop_settings_prints() -> None:
     """docs/settings.md is generated (`streamshop settings --markdown > docs/settings.md`): it
     lists every variable every process reads, so it cannot drift from the code."""
     assert (REPO / "docs" / "settings.md").read_text() == markdown(PROCESSES)
+
+
+def test_admin_listen_off_turns_the_admin_api_off_from_the_flag_and_the_variable() -> None:
+    args = build_parser().parse_args(["broker", "--admin-listen", "off"])
+    assert BrokerSettings.from_env({}, overrides=broker_overrides(args)).admin_listen is None
+    assert BrokerSettings.from_env({"BROKER_ADMIN_LISTEN": "off"}).admin_listen is None
+    assert BrokerSettings.from_env({}).admin_listen == HostPort("127.0.0.1", 9644)
