@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # pyproject.toml resolved to when it was last refreshed (`make lock`), each with the sha256 of
 # its files, so a fresh clone installs exactly what the suite last passed with, or nothing.
 # requirements-image.lock is the same for the runtime packages alone: the Dockerfile installs it.
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml requirements.lock setup.py broker/protocol/_recordwalk.c
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --require-hashes -r requirements.lock

@@ -17,6 +17,7 @@ from broker.config import BrokerConfig
 from broker.core import Broker
 from broker.listeners import ListenerError
 from broker.lock import DataDirInUse, lock_data_dir
+from broker.protocol import record_walk
 from broker.server import KafkaServer
 from broker.settings import BrokerSettings
 from kit import process
@@ -80,7 +81,13 @@ async def serve(config: BrokerConfig) -> None:
     gc.freeze()
     # The one line scripts wait for.
     print(f"streamshop broker ready on {host}:{port}{admin} data {config.data_dir}{others}", flush=True)
-    log.info("broker ready", listen=f"{host}:{port}", admin_port=running.admin_port, data_dir=str(config.data_dir))
+    log.info(
+        "broker ready",
+        listen=f"{host}:{port}",
+        admin_port=running.admin_port,
+        data_dir=str(config.data_dir),
+        record_walk="compiled" if record_walk.COMPILED else "python (built without a C compiler: slower produce)",
+    )
     await stop.wait()
     log.info("shutting down")
     await running.stop()

@@ -52,14 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ModuleNotFoundError as e:
-        from streamshop.commands._common import EXTRA_OF
+        from streamshop.commands._common import COMMAND_EXTRA, EXTRA_OF
 
         package = (e.name or "").partition(".")[0]
         if package not in EXTRA_OF:
             raise  # a module of the project itself: a bug, never hidden
         print(
             f"streamshop {args.command}: needs {package!r}, which this installation lacks: "
-            f"pip install 'streamshop[{EXTRA_OF[package]}]'",
+            f"pip install 'streamshop[{COMMAND_EXTRA.get(args.command, EXTRA_OF[package])}]'",
             file=sys.stderr,
         )
         return 2

@@ -9,7 +9,7 @@ The header and CRC are checked by `batch.validate_batch`.  Here the payload:
   `MESSAGE_TOO_LARGE` (a 16 KB zstd batch can claim 512 MiB);
 - the records must frame the payload exactly, as many as the header counts
   (`CORRUPT_MESSAGE` otherwise); an uncompressed batch's records are also read field by
-  field (`records.check_records`): each record's fields must add up to its length and its
+  field (`record_walk.check_records`): each record's fields must add up to its length and its
   header keys must be UTF-8;
 - on a compacted topic every record needs a key (`INVALID_RECORD`, as Kafka).
 
@@ -26,7 +26,7 @@ import cramjam
 
 from broker.protocol.batch import HEADER_SIZE, BatchHeader, InvalidBatch
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.protocol.records import check_records, frame_records
+from broker.protocol.record_walk import check_records, frame_records
 
 INLINE_BYTES = 1 << 20  # decompressed bytes handled on the event loop
 DEFAULT_LIMIT = 64 << 20  # message.max.decompressed.bytes
@@ -123,9 +123,9 @@ def check(header: BatchHeader, batch: memoryview, *, limit: int, need_keys: bool
     # a compressed payload's framed.
     try:
         if header.compression == 0:
-            check_records(bytes(records), header.records_count, need_keys=need_keys)
+            check_records(records, header.records_count, need_keys=need_keys)
         else:
-            frame_records(bytes(records), header.records_count, need_keys=need_keys)
+            frame_records(records, header.records_count, need_keys=need_keys)
     except InvalidBatch as e:
         code = ErrorCode.invalid_record if e.kind == "invalid" else ErrorCode.corrupt_message
         raise KafkaError(code, str(e)) from None

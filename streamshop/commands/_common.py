@@ -12,7 +12,16 @@ from typing import TypeAlias
 from kit.settings import Settings
 from streamshop.settings import CliSettings
 
-__all__ = ["EXTRA_OF", "SubParsers", "client_options", "lazy", "registry_option", "setting_flag", "setting_help"]
+__all__ = [
+    "COMMAND_EXTRA",
+    "EXTRA_OF",
+    "SubParsers",
+    "client_options",
+    "lazy",
+    "registry_option",
+    "setting_flag",
+    "setting_help",
+]
 
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 Command = Callable[[argparse.Namespace], int]
@@ -35,6 +44,10 @@ EXTRA_OF = {
     "kafka": "tools",
     "locust": "load",
 }
+
+# A command whose own extra brings all it needs names that one, whichever package was missed
+# first: `analytics` lacks Spark in the broker's image, though confluent-kafka is imported first.
+COMMAND_EXTRA = {"analytics": "analytics", "registry": "registry"}
 
 
 def lazy(module: str, function: str, command: str, *, needs_broker: bool = False) -> Command:

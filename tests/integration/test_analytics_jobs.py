@@ -51,6 +51,9 @@ pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
 BATCH = 30  # records per micro-batch of the SIGKILL tests' jobs (--max-records-per-trigger)
+# How long a job may take to reach a point (a bound, not a sleep): a Spark driver starting beside
+# other JVMs on 2 cores has taken a minute to start and half a minute for its first batch.
+JOB_TIMEOUT = 300.0
 JOB_TOPICS = {"orders", "otp.deliveries", "logs.app", "logs.ingress", "logs.db"}
 
 
@@ -290,7 +293,7 @@ class Job:
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def wait(self, timeout: float = 120) -> int:
+    def wait(self, timeout: float = JOB_TIMEOUT) -> int:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -305,7 +308,7 @@ class Job:
         return self.log.read_text()
 
 
-def kill_after_batches(job: Job, generation: Path, batches: int, timeout: float = 120) -> None:
+def kill_after_batches(job: Job, generation: Path, batches: int, timeout: float = JOB_TIMEOUT) -> None:
     """SIGKILL the job as soon as the sink has recorded `batches` batches in this generation:
     most likely before Spark has committed the last one, which the restart then reads again."""
     deadline = time.monotonic() + timeout
@@ -317,7 +320,7 @@ def kill_after_batches(job: Job, generation: Path, batches: int, timeout: float 
 
 
 def kill_between_plan_and_ledger(
-    job: Job, data_dir: Path, generation: Path, batch_id: int, timeout: float = 120
+    job: Job, data_dir: Path, generation: Path, batch_id: int, timeout: float = JOB_TIMEOUT
 ) -> bool:
     """SIGKILL the job once Spark has planned batch `batch_id` (`offsets/<id>` in the orders
     checkpoint: written after the source was asked for offsets, before the sink runs) and before

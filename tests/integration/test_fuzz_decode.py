@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,9 +17,16 @@ pytestmark = pytest.mark.fuzz
 RUNS = 300_000  # bounded by inputs (about 20 s here): the same work on a fast or a busy machine
 
 
-def test_the_decoding_path_survives_a_bounded_coverage_guided_run() -> None:
+def test_the_decoding_path_survives_a_bounded_coverage_guided_run(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "loadtest.fuzz_decode", f"-runs={RUNS}", "-seed=20261125"],
+        [
+            sys.executable,
+            "-m",
+            "loadtest.fuzz_decode",
+            f"-runs={RUNS}",
+            f"-artifact_prefix={tmp_path}/",
+            "-seed=20261125",
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""The produce-time record walk (`records.check_records`): it accepts what a consumer can
+"""The produce-time record walk (`record_walk.check_records`): it accepts what a consumer can
 read back and nothing else.  Its inline reading of the common record shape must agree with
 the general reader on every input, and both with aiokafka's compiled batch reader (what the
 validator used before), but for two cases where that reader is wrong: a record whose
@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from aiokafka.record.default_records import DefaultRecordBatch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from broker.protocol import record_walk
 from broker.protocol.batch import HEADER_SIZE, InvalidBatch
-from broker.protocol.records import Record, _check_record, build_batch, check_records, frame_records
+from broker.protocol.record_walk import _check_record, check_records, frame_records, python_check_records
+from broker.protocol.records import Record, build_batch
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -63,9 +66,9 @@ def damaged(draw: st.DrawFn) -> tuple[bytes, int]:
     return bytes(body), count
 
 
-def outcome(data: bytes, count: int, need_keys: bool) -> tuple[str, str]:
+def outcome(data: bytes, count: int, need_keys: bool, walk: record_walk.Walk = check_records) -> tuple[str, str]:
     try:
-        check_records(data, count, need_keys=need_keys)
+        walk(data, count, need_keys=need_keys)
     except InvalidBatch as e:
         return e.kind, str(e)
     return "ok", ""
@@ -111,7 +114,7 @@ def test_valid_records_pass_and_a_missing_key_is_invalid_only_where_keys_are_nee
 @given(case=damaged(), need_keys=st.booleans())
 def test_the_inline_reading_agrees_with_the_general_reader(case: tuple[bytes, int], need_keys: bool) -> None:
     data, count = case
-    assert outcome(data, count, need_keys) == general_reader(data, count, need_keys)
+    assert outcome(data, count, need_keys, python_check_records) == general_reader(data, count, need_keys)
 
 
 @SETTINGS
@@ -131,3 +134,67 @@ def test_an_attributes_byte_of_0x80_or_more_is_corrupt() -> None:
     data = bytearray(build_batch([Record(0, 0, b"k", b"v")])[HEADER_SIZE:])
     data[1] = 0x80
     assert outcome(bytes(data), 1, need_keys=False)[0] == "corrupt"
+
+
+# --- the compiled walk (_recordwalk.c) against the Python walk, input for input -----------
+# (loadtest/fuzz_record_walk.py does the same, coverage-guided: tests/integration/test_fuzz_record_walk.py)
+
+
+def accepts(name: str, data: bytes, count: int, need_keys: bool) -> tuple[bool, bool]:
+    """What the compiled and the Python walk `name` say of the records: (compiled, python)."""
+    try:
+        getattr(record_walk, f"python_{name}")(data, count, need_keys=need_keys)
+        python = True
+    except InvalidBatch:
+        python = False
+    return getattr(record_walk._compiled, name)(data, count, need_keys), python
+
+
+def test_the_compiled_walk_is_built_and_validation_uses_it() -> None:
+    # `make setup` builds it; an install without a C compiler falls back to the Python walk.
+    assert record_walk.COMPILED, "broker.protocol._recordwalk is not built: reinstall with a C compiler"
+
+
+@SETTINGS
+@given(recs=records(), need_keys=st.booleans())
+def test_the_compiled_walk_accepts_what_the_python_walk_accepts(recs: list[Record], need_keys: bool) -> None:
+    data = build_batch(recs)[HEADER_SIZE:]
+    for name in ("check_records", "frame_records"):
+        compiled, python = accepts(name, data, len(recs), need_keys)
+        assert compiled == python, name
+
+
+@SETTINGS
+@given(case=damaged(), need_keys=st.booleans())
+def test_the_compiled_walk_refuses_what_the_python_walk_refuses(case: tuple[bytes, int], need_keys: bool) -> None:
+    data, count = case
+    for name in ("check_records", "frame_records"):
+        compiled, python = accepts(name, data, count, need_keys)
+        assert compiled == python, name
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        # a key length of ten bytes, its value beyond 64 bits: negative (null) or positive (past the end)
+        bytes([0xFF] * 9 + [0x7F]),
+        bytes([0xFE] * 9 + [0x7F]),
+        bytes([0x81] + [0x80] * 8 + [0x01]),  # ten bytes, the value within 64 bits
+        bytes([0x80] * 10 + [0x00]),  # eleven bytes: too long
+    ],
+)
+@pytest.mark.parametrize("need_keys", [False, True])
+def test_the_walks_agree_on_varints_of_ten_bytes_and_more(tail: bytes, need_keys: bool) -> None:
+    # attributes, timestamp delta, offset delta, then the long key length, a null value, no headers
+    fields = bytes([0, 0, 0]) + tail + bytes([1, 0])
+    record = bytes([len(fields) * 2]) + fields
+    for name in ("check_records", "frame_records"):
+        compiled, python = accepts(name, record, 1, need_keys)
+        assert compiled == python, name
+
+
+def test_the_compiled_walk_reads_any_buffer_in_place() -> None:
+    data = build_batch([Record(0, 0, b"k", b"v")])[HEADER_SIZE:]
+    for view in (data, bytearray(data), memoryview(b"xx" + data)[2:]):
+        check_records(view, 1, need_keys=True)
+        frame_records(view, 1, need_keys=True)
