@@ -50,9 +50,10 @@ kafka: setup
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends maven openjdk-17-jre-headless; }
 	$(VENV)/bin/streamshop kafka-cluster fetch
 
-# The whole local stack, supervised, with one round of demo traffic; Ctrl-C stops it.
+# The whole local stack, supervised, with one round of demo traffic; Ctrl-C stops it.  ARGS adds
+# options of `streamshop up`, e.g. make demo ARGS='--jvm-start-timeout 600 --verbose'.
 demo: setup
-	$(VENV)/bin/streamshop up --demo
+	$(VENV)/bin/streamshop up --demo $(ARGS)
 
 # The whole suite, in parallel (tests sharing a fixture run on one worker: tests/conftest.py),
 # with the 25 slowest tests at the end.  PYTEST_ARGS adds to it, e.g. PYTEST_ARGS='-k stack'.

@@ -48,6 +48,12 @@ from schemas.blocking_registry import shown
 
 __all__ = ["AnalyticsConfig", "replay", "run", "run_jobs"]
 
+# Seconds a stop waits for the batch in progress to finish: within the 10 s a supervisor
+# (`streamshop up`, Docker) gives before SIGKILL, leaving time for Spark's own shutdown.
+STOP_GRACE = 5.0
+# Seconds a query may take to its first batch before the next query starts anyway.
+FIRST_BATCH_WAIT = 120.0
+
 # -- progress ----------------------------------------------------------------------------------
 
 
@@ -268,7 +274,9 @@ def run_jobs(
         sinks = [JobSink(JOBS[name], config, progress, topics[name]) for name in config.jobs]
         queries: list[tuple[JobSink, StreamingQuery]] = []
         try:
-            queries.extend((sink, _start_query(session, sink.job, config, sink)) for sink in sinks)
+            for sink in sinks:
+                queries.append((sink, _start_query(session, sink.job, config, sink)))
+                _first_batch(queries[-1][1], stop)
             print(
                 f"streamshop analytics ready: jobs {','.join(config.jobs)}, group {config.group_id}, "
                 f"data {config.data_dir}, results topic {config.results_topic}"
@@ -278,8 +286,7 @@ def run_jobs(
             )
             _wait(queries, stop)
         finally:
-            for _, query in queries:
-                query.stop()
+            _stop_between_batches([query for _, query in queries])
             status = _report(queries, progress, out)
             session.streams.removeListener(progress)
             for topic in topics.values():
@@ -287,6 +294,16 @@ def run_jobs(
             if own_session:
                 session.stop()
     return status
+
+
+def _first_batch(query: StreamingQuery, stop: threading.Event, limit: float = FIRST_BATCH_WAIT) -> None:
+    """Wait until `query` has run its first batch (or failed, or `limit` passed) before the next
+    starts.  Each query of a Python data source makes Spark start Python processes that must
+    connect back to the JVM within Spark's fixed ten seconds; started all at once on a busy
+    machine, they compete for the cores and some miss it.  One at a time, they do not."""
+    deadline = time.monotonic() + limit
+    while not stop.is_set() and query.isActive and query.lastProgress is None and time.monotonic() < deadline:
+        stop.wait(0.1)
 
 
 def _wait(queries: Sequence[tuple[Any, StreamingQuery]], stop: threading.Event, poll: float = 0.25) -> None:
@@ -298,6 +315,17 @@ def _wait(queries: Sequence[tuple[Any, StreamingQuery]], stop: threading.Event, 
         if any(q.exception() is not None for _, q in queries) or not any(q.isActive for _, q in queries):
             return
         stop.wait(poll)
+
+
+def _stop_between_batches(queries: Sequence[StreamingQuery], grace: float = STOP_GRACE) -> None:
+    """Stop each query between two batches when one finishes within `grace` seconds: a stop in
+    the middle of a batch interrupts its Spark job, which is safe (the batch is planned again
+    from the checkpoint) but fills the log with the interrupted job's stack traces."""
+    deadline = time.monotonic() + grace
+    for query in queries:
+        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        query.stop()
 
 
 def _session(config: AnalyticsConfig) -> SparkSession:

@@ -34,6 +34,7 @@ __all__ = ["echo_request_id", "error_body", "error_middleware", "json_error", "r
 
 log = structlog.get_logger(__name__)
 access_log = structlog.get_logger(ACCESS_LOGGER)
+_WARN_STATUSES = frozenset({401, 403, 413, 429})  # logged as warnings; other 4xx as info
 
 # Probes and scrapes arrive every few seconds: log them at debug so they do not bury real traffic.
 _QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -100,11 +101,13 @@ def request_context_middleware(metrics: HttpMetrics, quiet_paths: Iterable[str] 
             finally:
                 seconds = time.perf_counter() - start
                 metrics.observe(request.method, _route(request), status, seconds)
-                # Failures stand out in the log: the client's (4xx) as warnings, ours (5xx) as
-                # errors, so `?level=warning` shows them; probes and polled paths stay quiet.
+                # What needs a look stands out in the log: ours (5xx) as errors, refusals that
+                # may be abuse or a misconfigured client (401, 403, 413, 429) as warnings, so
+                # `?level=warning` shows them.  A 404, 409 or 422 is an answer the API gives by
+                # design (an unknown order, a transition its state forbids, a bad field): info.
                 if status >= 500:
                     write = access_log.error
-                elif status >= 400:
+                elif status in _WARN_STATUSES:
                     write = access_log.warning
                 else:
                     write = access_log.debug if request.path in quiet_set else access_log.info

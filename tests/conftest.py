@@ -5,7 +5,8 @@ Markers say what a test needs beyond Python (registered in pyproject.toml, `--st
 whole `streamshop up`), ``fuzz`` (a fuzzer bounded by inputs), ``slow``.  `make test-fast` runs
 the tests that need none of them; `make test` runs everything, in parallel (pytest-xdist): the
 `kafka` tier on one worker (with the run's Apache Kafka cluster, started once), the `spark` tier
-on another, and the tests that share a module's fixture (a stack) together, so that each
+in two queues (the tests of the run's SparkSession; jobs and stacks with a Spark JVM of their
+own), and the tests that share a module's fixture (a stack) together, so that each
 expensive fixture starts once per run.
 
 Every process the run starts carries the run's mark (tests.support.processes); one still alive
@@ -62,21 +63,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _group(item: pytest.Item) -> str | None:
     """The xdist group of a test: the JVM tiers each on one worker, in turn (2 cores run one
-    Kafka cluster and one Spark job beside the light tests, not four of each), the run's
-    Apache Kafka cluster with them; else a test sharing a module- or class-scoped fixture with
-    its module's others."""
+    Kafka cluster, one SparkSession's tests and one stack with its Spark job beside the light
+    tests, not four of each), the run's Apache Kafka cluster with them; else a test sharing a
+    module- or class-scoped fixture with its module's others."""
     if item.get_closest_marker("kafka"):
         return "kafka"
-    if item.get_closest_marker("spark"):
-        return "spark"
     info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    scopes = {name: defs[-1].scope for name, defs in info.name2fixturedefs.items() if defs}
+    scopes = {name: defs[-1].scope for name, defs in info.name2fixturedefs.items() if defs} if info else {}
     if "apache_kafka" in scopes:
         return "kafka"
     if "spark" in scopes:
         return "spark"
+    if item.get_closest_marker("spark"):
+        # A stack whose analytics job runs Spark in its own JVM: the second Spark tier, beside
+        # the tests of the run's shared SparkSession.
+        return "spark-stack"
+    if info is None:
+        return None
     if any(scope in ("module", "class", "package") for scope in scopes.values()):
         return item.module.__name__ if item.module is not None else None
     return None

@@ -3,7 +3,7 @@
     GET /                 the page (static/index.html); it refreshes itself every ~2 s
     GET /static/...       its script, styles and chart helpers (no CDN, no build: works offline)
     GET /api/snapshot     -> 200 {"updated_at", "stale", "error", "refresh_interval",
-                                  "cluster", "groups", "history", "analytics"}
+                                  "cluster", "groups", "transactions", "problems", "history", "analytics"}
     GET /api/inbox        -> the catcher's latest mails (services.dashboard.proxy)
     GET /api/logs/tail    -> the logs service's live tail, Server-Sent Events (services.dashboard.proxy)
     GET /healthz, /readyz (the broker is reachable), /metrics

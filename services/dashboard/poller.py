@@ -28,6 +28,7 @@ from services.dashboard.model import (
     messages_out_rates,
     transactions_json,
 )
+from services.dashboard.problems import Problem, ProblemTracker
 
 __all__ = ["ObservationSource", "SnapshotPoller"]
 
@@ -67,6 +68,8 @@ class SnapshotPoller:
         self.timeout = timeout
         self.history = History(history_points)
         self.rebalances = RebalanceCounter()
+        self.tracker = ProblemTracker()
+        self.problems: list[Problem] = []
         self.previous: Observation | None = None
         self.cluster: dict[str, Any] | None = None
         self.groups: list[dict[str, Any]] = []
@@ -109,6 +112,7 @@ class SnapshotPoller:
             if error != self.error:
                 log.warning("poll failed", error=error)
             self.error = error
+            self.problems = self.tracker.unreadable(error, time.time())
             await self.source.close()
             return False
         if self.error is not None:
@@ -127,6 +131,7 @@ class SnapshotPoller:
         self.cluster = cluster_json(observation, in_rates)
         self.groups = groups_json(observation, out_rates, self.rebalances.counts)
         self.transactions = transactions_json(observation)
+        self.problems = self.tracker.observe(observation)
         self.history.add(history_point(observation, in_rates, out_rates))
         self.previous = observation
         self.updated_at = observation.wall
@@ -160,6 +165,7 @@ class SnapshotPoller:
             "cluster": self.cluster or _EMPTY_CLUSTER,
             "groups": self.groups,
             "transactions": self.transactions,
+            "problems": [p.to_json() for p in self.problems],
             "history": self.history.points(),
         }
 

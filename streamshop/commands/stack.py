@@ -28,7 +28,12 @@ def _up(sub: SubParsers) -> None:
         "until each is ready, print their URLs, restart a child that exits (with backoff) and stop everything "
         "in reverse order on Ctrl-C or SIGTERM. DIR/stack.json describes the running stack.",
     )
-    p.add_argument("--data-dir", default="./data/stack", metavar="DIR", help="default ./data/stack")
+    p.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="default ./data/stack; with --bootstrap, ./data/stack-HOST-PORT of its first server, so that the "
+        "bundled broker's runs (their offsets and Spark checkpoints) and each cluster's stay apart",
+    )
     p.add_argument(
         "--ephemeral-ports",
         action="store_true",
@@ -50,7 +55,24 @@ def _up(sub: SubParsers) -> None:
         "the bundled broker; the services create their topics with 3 replicas, or one per broker when fewer",
     )
     p.add_argument(
-        "--start-timeout", type=float, default=60.0, metavar="S", help="seconds a child may take to be ready (60)"
+        "--start-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds the broker, the registry or a service may take to be ready (60)",
+    )
+    p.add_argument(
+        "--jvm-start-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds a child that starts a JVM (the analytics job) may take to be ready before it is reported as "
+        "slow (300); the stack serves without it meanwhile and waits on for it unless it exits",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="stream every child's output to the console too (it always goes to DIR/output/CHILD.log)",
     )
     p.add_argument(
         "--stop-timeout", type=float, default=10.0, metavar="S", help="seconds after SIGTERM before SIGKILL (10)"

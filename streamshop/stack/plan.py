@@ -141,6 +141,10 @@ class ChildDef:
     parse_ready: Callable[[str], Announced | None]
     readyz: bool = False
     external: Mapping[str, str] | None = None  # endpoints of something already running: not started
+    # Nothing needs it: the stack is ready without it, and it is retried (not fatal) when its
+    # first start fails.
+    optional: bool = False
+    jvm: bool = False  # starts a JVM: its start may take `StackOptions.jvm_start_timeout`
 
 
 def external_broker(bootstrap: str) -> ChildDef:
@@ -354,7 +358,7 @@ CHILDREN: tuple[ChildDef, ...] = (
     _service("logs", _KAFKA),
     _service("sms-sender", (*_KAFKA, "catcher"), _sms_launch),
     _service("email-sender", (*_KAFKA, "catcher"), _email_launch),
-    ChildDef("analytics", _KAFKA, {}, _analytics_launch, _analytics_ready),
+    ChildDef("analytics", _KAFKA, {}, _analytics_launch, _analytics_ready, optional=True, jvm=True),
     _service("dashboard", (*_KAFKA, "catcher", "logs"), _dashboard_launch),
 )
 
@@ -393,6 +397,8 @@ def levels(children: Sequence[ChildDef]) -> list[list[ChildDef]]:
         missing = [n for n in c.needs if n not in by_name]
         if missing:
             raise ValueError(f"{c.name} needs {', '.join(missing)}, which is not in the stack")
+        if optional := [n for n in c.needs if by_name[n].optional]:
+            raise ValueError(f"{c.name} needs {', '.join(optional)}, which is optional")
         d = level(c.name)
         out.extend([] for _ in range(d + 1 - len(out)))
         out[d].append(c)

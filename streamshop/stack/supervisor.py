@@ -1,11 +1,14 @@
 """`streamshop up`: run the stack's children (streamshop.stack.plan) on one asyncio loop.
 
-Each child has one task that owns its process: start it, pump its stdout and stderr (prefixed
-to our stdout, verbatim to its log file), wait for its ready line and then for GET /readyz 200,
-wait for it to exit, and restart it after a backoff; on stop, SIGTERM it and SIGKILL it after
-the grace period.  The supervisor starts the children level by level (what a child needs must be
-ready first), prints the URL table, and stops them in reverse order on SIGINT, SIGTERM or SIGHUP
-(a second Ctrl-C kills whatever is left).  Children run in their own process group, so a terminal's
+Each child has one task that owns its process: start it, pump its stdout and stderr (verbatim
+to its log file; to our stdout too with --verbose), wait for its ready line and then for GET
+/readyz 200, wait for it to exit, and restart it after a backoff; on stop, SIGTERM it and SIGKILL
+it after the grace period.  The console gets one line per event that matters: a child ready, one
+that exited or failed (with its last error line and where the rest is).  The supervisor starts
+the children level by level (what a child needs must be ready first), prints the URL table, and
+stops them in reverse order on SIGINT, SIGTERM or SIGHUP (a second Ctrl-C kills whatever is
+left).  An optional child (the analytics job) is not waited for: the stack serves without it, a
+failed first start is retried, and it says when it is ready.  Children run in their own process group, so a terminal's
 Ctrl-C reaches only the supervisor and the stop order holds; on Linux they get SIGTERM if the
 supervisor dies without stopping them.
 """
@@ -14,14 +17,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import ctypes
+import json
 import os
+import re
 import shutil
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -55,6 +61,10 @@ if TYPE_CHECKING:
 __all__ = ["StackOptions", "Supervisor", "up"]
 
 _LINE_LIMIT = 1 << 20  # longest output line kept whole
+_RECENT_LINES = 200  # a child's last lines, kept to say why it failed
+_WORD_LIMIT = 240  # longest last line shown on the console
+_ERROR_WORDS = re.compile(r"error|exception|failed|fatal|critical|refused|cannot|must be|invalid", re.IGNORECASE)
+_JAVA_FRAME = re.compile(r"^[\w$.]+\([\w$.]*(:\d+)?\)$")
 _READYZ_INTERVAL = 0.2
 # SIGHUP too: closing the terminal stops the stack in order (its children, in their own process
 # groups, do not get the terminal's SIGHUP).
@@ -70,9 +80,11 @@ class StackOptions:
     data_dir: Path
     listen: str = "127.0.0.1"
     ephemeral_ports: bool = False
-    start_timeout: float = 60.0
+    start_timeout: float = 60.0  # a service, the broker, the registry
+    jvm_start_timeout: float = 300.0  # a child that starts a JVM (the analytics job's Spark)
     stop_timeout: float = 10.0
     log_format: str = "json"
+    verbose: bool = False  # every child's output on the console too, not only in its log file
 
 
 def _describe_exit(status: int | None) -> str:
@@ -127,6 +139,16 @@ class Child:
         self.task: asyncio.Task[None] | None = None
         self._log: IO[str] | None = None
         self._not_ready = ""
+        self._recent: collections.deque[str] = collections.deque(maxlen=_RECENT_LINES)
+        self.timed_out = False  # whether the last `_race` ended at its limit
+
+    @property
+    def start_timeout(self) -> float:
+        options = self.sup.options
+        return options.jvm_start_timeout if self.spec.jvm else options.start_timeout
+
+    def last_words(self) -> str:
+        return last_words(self._recent)
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -209,19 +231,28 @@ class Child:
             failure = await self._run_once()
             if self.stop_event.is_set() or self.sup.stop_requested.is_set():
                 break  # the stack is stopping: an exit now is no crash to restart
-            if not self.first_ready.done():
+            why = self.why(failure)
+            if not self.first_ready.done() and not self.spec.optional:
                 # While the stack starts, a failure is reported, not retried: a bad setting or a
                 # taken port would otherwise restart forever.
-                self.first_ready.set_exception(StartError(f"{self.name} {failure}; see {self.log_path}"))
+                self.first_ready.set_exception(StartError(why))
                 self.set_state("failed")
                 return
             uptime = time.monotonic() - began
             delay = self.backoff.next_delay(uptime)
             self.restarts += 1
-            self.note(f"{failure} after {uptime:.1f} s; restart {self.restarts} in {delay:g} s")
+            without = (
+                "; the rest of the stack serves without it" if self.spec.optional and self.state != "ready" else ""
+            )
+            self.note(f"{why.removeprefix(self.name + ' ')}{without}; restart {self.restarts} in {delay:g} s")
             self.set_state("backoff")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop_event.wait(), delay)
+
+    def why(self, failure: str) -> str:
+        """`failure` with the child's last error line and where the rest of its output is."""
+        words = self.last_words()
+        return f"{self.name} {failure}" + (f": {words}" if words else "") + f"; see {self.log_path}"
 
     async def _run_once(self) -> str:
         """Start the child, wait until it is ready, then until it exits or a stop is asked for;
@@ -234,11 +265,23 @@ class Child:
             return f"could not be started: {e}"
         ready_line: asyncio.Future[Announced | None] = asyncio.get_running_loop().create_future()
         pumps = asyncio.gather(self._pump(proc.stdout, ready_line), self._pump(proc.stderr, None))
-        failure = await self._race(self._become_ready(ready_line), proc, self.sup.options.start_timeout)
+        began = time.monotonic()
+        becoming = asyncio.ensure_future(self._become_ready(ready_line))
+        failure = await self._race(becoming, proc, self.start_timeout)
+        if failure is not None and self.timed_out and self.spec.optional:
+            # Slow, not broken (a JVM on a busy machine): said once, then waited for while the
+            # rest of the stack serves; it still fails if it exits.
+            self.note(f"{failure}: {self.last_words() or 'no output yet'}; still waiting for it")
+            failure = await self._race(becoming, proc, None)
+        becoming.cancel()
         if failure is None:
             self.set_state("ready")
+            urls = " ".join(self.announced.urls.values()) if self.announced else ""
+            self.note(f"ready in {time.monotonic() - began:.1f} s" + (f": {urls}" if urls else ""))
             if not self.first_ready.done():
                 self.first_ready.set_result(None)
+                if self.sup.state == "running":  # an optional child, ready after the rest
+                    self.sup.console.say(url_table(self.sup.rows(), Path.cwd()))
             await self._race(proc.wait(), proc, None)
         if proc.returncode is None:  # asked to stop, or not ready in time
             await self._terminate(proc)
@@ -280,7 +323,9 @@ class Child:
                 break
             text = raw.decode("utf-8", "replace").rstrip("\r\n")
             self._write_log(text)
-            self.sup.console.line(self.name, text)
+            self._recent.append(text)
+            if self.sup.options.verbose:
+                self.sup.console.line(self.name, text)
             if ready_line is not None and not ready_line.done():
                 announced = self.spec.parse_ready(text)
                 if announced is not None:
@@ -310,15 +355,18 @@ class Child:
 
     async def _race(self, work: Awaitable[Any], proc: asyncio.subprocess.Process, limit: float | None) -> str | None:
         """Run `work` until it is done (None), or the process exits, a stop is asked for, or
-        `limit` seconds pass: then what happened, as words."""
+        `limit` seconds pass: then what happened, as words (`timed_out` says whether the limit
+        passed; `work` is then left running, for the caller to wait on again or cancel)."""
         self._not_ready = ""
+        self.timed_out = False
         main = asyncio.ensure_future(work)
         exited = asyncio.ensure_future(proc.wait())
         stop = asyncio.ensure_future(self.stop_event.wait())
         try:
             done, _ = await asyncio.wait({main, exited, stop}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+            self.timed_out = not done
         finally:
-            for future in (main, exited, stop):
+            for future in (exited, stop) if self.timed_out else (main, exited, stop):
                 future.cancel()
         finished = main in done and not main.cancelled()
         error = main.exception() if finished else None  # retrieved in every case: no asyncio warning
@@ -346,6 +394,7 @@ class Child:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)
         grace = self.sup.options.stop_timeout
+        began = time.monotonic()
         try:
             await asyncio.wait_for(proc.wait(), grace)
         except TimeoutError:
@@ -353,7 +402,7 @@ class Child:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
-        self.note(f"stopped ({_describe_exit(proc.returncode)})")
+        self.note(f"stopped ({_describe_exit(proc.returncode)}) in {time.monotonic() - began:.1f} s")
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
@@ -446,7 +495,17 @@ class Supervisor:
                 dashboard = self.children.get("dashboard")
                 if dashboard is not None and dashboard.announced is not None:
                     self.console.say(f"dashboard: {dashboard.announced.urls['http']}")
-                self.console.say("Ctrl-C stops the stack; `streamshop demo` drives traffic against it")
+                for child in self.children.values():
+                    if child.spec.optional and child.state != "ready":
+                        self.console.say(f"{child.name} is still starting; the rest of the stack serves meanwhile")
+                if not self.options.verbose:
+                    self.console.say(
+                        f"each child's output: {self.options.data_dir / 'output'} (--verbose shows it here)"
+                    )
+                demo = "streamshop demo"
+                if self.options.data_dir != Path.cwd() / "data" / "stack":
+                    demo += f" --stack {self.options.data_dir}"
+                self.console.say(f"Ctrl-C stops the stack; `{demo}` drives traffic against it")
                 if self.after_ready is not None:
                     extra = asyncio.create_task(self.after_ready(self))
                 await self.stop_requested.wait()
@@ -468,7 +527,8 @@ class Supervisor:
             children = [self.children[spec.name] for spec in level]
             for child in children:
                 child.start()
-            ready = asyncio.gather(*(c.first_ready for c in children))
+            # Nothing needs an optional child (plan.levels holds that): the stack does not wait.
+            ready = asyncio.gather(*(c.first_ready for c in children if not c.spec.optional))
             stop = asyncio.ensure_future(self.stop_requested.wait())
             waiters: set[asyncio.Future[Any]] = {ready, stop}
             done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -518,6 +578,15 @@ def _cluster_brokers(bootstrap: str, timeout: float, settings: dict[str, str]) -
             time.sleep(0.5)
 
 
+def default_data_dir(bootstrap: str | None) -> Path:
+    """./data/stack; for a cluster the stack does not run, a directory of that cluster's own: its
+    consumer groups' offsets and the analytics job's checkpoints mean nothing on another."""
+    if not bootstrap:
+        return Path("data/stack")
+    first = bootstrap.split(",")[0].strip()
+    return Path("data") / ("stack-" + re.sub(r"[^A-Za-z0-9.]+", "-", first).strip("-"))
+
+
 def java_found() -> bool:
     """Whether Spark will find a JVM: JAVA_HOME's, else ``java`` on PATH (how spark-submit looks)."""
     home = os.environ.get("JAVA_HOME")
@@ -528,7 +597,7 @@ def java_found() -> bool:
 
 def up(args: argparse.Namespace) -> int:
     """`streamshop up`."""
-    data_dir = Path(args.data_dir).resolve()
+    data_dir = Path(args.data_dir or default_data_dir(args.bootstrap)).resolve()
     running = running_stack(data_dir)
     if running is not None:
         raise CommandError(f"a stack already runs from {data_dir} (pid {running['pid']}); stop it first")
@@ -551,7 +620,9 @@ def up(args: argparse.Namespace) -> int:
         listen=args.listen,
         ephemeral_ports=args.ephemeral_ports,
         start_timeout=args.start_timeout,
+        jvm_start_timeout=args.jvm_start_timeout,
         stop_timeout=args.stop_timeout,
+        verbose=args.verbose,
         # Readable lines in a terminal; JSON (what the logs service indexes anyway) otherwise.
         log_format="console" if sys.stdout.isatty() else "json",
     )
@@ -647,3 +718,34 @@ async def _trickle(targets: Targets, rate: float, say: Callable[[str], None]) ->
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             say(f"trickle round failed: {problems[0]}{more}")
         await asyncio.sleep(max(0.0, _TRICKLE_ROUND - (time.monotonic() - began)))
+
+
+def _shorten(line: str) -> str:
+    return line if len(line) <= _WORD_LIMIT else line[: _WORD_LIMIT - 1] + "…"
+
+
+def _readable(line: str) -> str:
+    """A JSON log line as its event and error (what a person reads first); any other line stripped."""
+    line = line.strip()
+    if line.startswith("{"):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return line
+        if isinstance(record, dict) and "event" in record:
+            extra = [str(record[k]) for k in ("error", "problem", "reason") if k in record]
+            exc = str(record.get("exception", "")).strip().splitlines()
+            return ": ".join([str(record["event"]), *extra, *exc[-1:]])
+    return line
+
+
+def last_words(lines: Iterable[str]) -> str:
+    """A child's last line that reads as an error (a Java stack trace's frames and Python's
+    traceback lines skipped), else its last line: what a person needs first."""
+    readable = [_readable(line) for line in lines if line.strip()]
+    for line in reversed(readable):
+        if line.startswith(("at ", "File ", "...", "Caused by")) or _JAVA_FRAME.match(line):
+            continue
+        if _ERROR_WORDS.search(line):
+            return _shorten(line)
+    return _shorten(readable[-1]) if readable else ""

@@ -8,9 +8,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -185,4 +186,54 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
     page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
     assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
     assert errors == []
+    page.close()
+
+
+def frozen(pid: int) -> Callable[[], None]:
+    """SIGSTOP a child's process group (the analytics job's includes its JVM): alive to its
+    supervisor, silent to everyone else, as a hung process is; the function resumes it."""
+    os.killpg(pid, signal.SIGSTOP)
+    return lambda: os.killpg(pid, signal.SIGCONT)
+
+
+def test_the_banner_says_what_is_wrong_the_job_stopped_or_the_broker_down_and_clears(
+    stack: Stack, browser: Browser
+) -> None:
+    url = stack.child("dashboard")["urls"]["http"]
+    page = browser.new_page(viewport={"width": 1440, "height": 1400})
+    page.goto(url)
+    page.wait_for_selector('[data-testid="groups-table"] tr[data-group="analytics"] [data-testid="committer"]')
+    # A normal stack: no banner, nothing orange for lag that is only work in progress, empty
+    # states that say so, each chart under its own heading.
+    page.wait_for_function("() => document.body.dataset.updated !== ''", timeout=30_000)
+    assert page.locator('[data-testid="problems"]').is_hidden()
+    assert page.locator('[data-testid="transactions-none"]').inner_text() == "none open"
+    assert page.locator('#groups-table .lag-positive, [data-testid="groups-table"] td.lag-positive').count() == 0
+    assert page.locator("#throughput h2").inner_text() == "Messages in"
+    assert page.locator('#throughput [data-testid="chart-messages-in"]').count() == 1
+    page.screenshot(path=str(ARTIFACTS / "dashboard-normal.png"))
+
+    # The analytics job hangs: the banner names it once it has missed three commits.
+    resume = frozen(stack.child("analytics")["pid"])
+    try:
+        problem = '[data-testid="problems"] li[data-problem="job"][data-subject="job analytics"]'
+        page.wait_for_selector(problem, timeout=90_000)
+        assert "stopped committing: last commit" in page.locator(problem).inner_text()
+        assert "since" in page.locator(f"{problem} .since").inner_text()
+        assert cell(page, "groups-table", 'data-group="analytics"', "state") == "Empty (job stopped)"
+        page.screenshot(path=str(ARTIFACTS / "dashboard-analytics-stopped.png"))
+    finally:
+        resume()
+    page.wait_for_selector(problem, state="detached", timeout=90_000)
+
+    # The broker hangs: the cluster cannot be read, said at the top with since when.
+    resume = frozen(stack.child("broker")["pid"])
+    try:
+        problem = '[data-testid="problems"] li[data-problem="cluster"]'
+        page.wait_for_selector(problem, timeout=60_000)
+        assert "cannot read the cluster" in page.locator(problem).inner_text()
+        page.screenshot(path=str(ARTIFACTS / "dashboard-broker-down.png"))
+    finally:
+        resume()
+    page.wait_for_selector('[data-testid="problems"]', state="hidden", timeout=60_000)
     page.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -60,12 +61,20 @@ def test_a_child_that_cannot_start_fails_up_naming_it_and_stops_the_others(tmp_p
     # an invalid setting: `streamshop otp` exits with status 2 before it listens
     result = streamshop(
         *("up", "--ephemeral-ports", "--data-dir", str(tmp_path), "--without", "catcher", "--without", "analytics"),
+        "--verbose",
         env={"OTP_CODE_TTL": "-1"},
     )
     assert result.returncode == 1, result.stdout
     log = tmp_path / "output" / "otp.log"
-    assert f"the stack did not start: otp exited (status 2) before it was ready; see {log}" in result.stdout
+    # the reason on the console, in one line: how it exited, its last error line, where the rest is
+    [failed] = [line for line in result.stdout.splitlines() if "the stack did not start" in line]
+    assert failed.startswith("up "), failed
+    assert "otp exited (status 2) before it was ready: " in failed, failed
+    assert "OTP_CODE_TTL: must be positive" in failed, failed
+    assert failed.endswith(f"; see {log}"), failed
     assert "OTP_CODE_TTL: must be positive" in log.read_text()
+    # --verbose: the child's own lines on the console too, prefixed with its name
+    assert any(line.startswith("otp ") and "OTP_CODE_TTL" in line for line in result.stdout.splitlines())
     document = json.loads((tmp_path / "stack.json").read_text())
     assert document["state"] == "failed"
     assert document["children"]["otp"]["state"] == "failed"
@@ -94,11 +103,13 @@ def test_up_starts_every_child_and_each_answers(stack: Stack) -> None:
     assert http("GET", stack.child("broker")["urls"]["admin"] + "/healthz")[0] == 200
     assert ":" in stack.child("catcher")["urls"]["smtp"]
 
-    # every child's output: prefixed in up's output, verbatim in its log file
+    # the console: one line per child ready; each child's own output only in its log file
     output = stack.output.read_text()
     orders = stack.child("orders")
-    assert f"orders       | streamshop orders ready on {orders['urls']['http']}\n" in output
+    assert re.search(rf"^up +\| orders ready in [0-9.]+ s: {re.escape(orders['urls']['http'])}$", output, re.M), output
+    assert "streamshop orders ready on" not in output
     assert f"streamshop orders ready on {orders['urls']['http']}\n" in Path(orders["log"]).read_text()
+    assert f"each child's output: {stack.data / 'output'} (--verbose shows it here)" in output
     assert stat.S_IMODE((stack.data / "secrets.json").stat().st_mode) == 0o600
     assert (stack.data / "orders" / "orders.db").exists()
 

@@ -35,6 +35,7 @@ from streamshop.stack.plan import (
     url_table,
 )
 from streamshop.stack.state import read_stack, running_stack, write_stack
+from streamshop.stack.supervisor import default_data_dir, last_words
 
 BY_NAME = {c.name: c for c in CHILDREN}
 SECRETS = Secrets("hash-key", base64.b64encode(bytes(range(32))).decode(), "k7")
@@ -214,6 +215,40 @@ def test_levels_refuse_a_cycle_and_a_missing_dependency() -> None:
         levels([a, b])
     with pytest.raises(ValueError, match="a needs b"):
         levels([a])
+
+
+def test_nothing_may_need_an_optional_child_and_only_the_analytics_job_is_one() -> None:
+    optional = ChildDef("opt", (), {}, BY_NAME["orders"].launch, BY_NAME["orders"].parse_ready, optional=True)
+    needs_it = ChildDef("x", ("opt",), {}, BY_NAME["orders"].launch, BY_NAME["orders"].parse_ready)
+    with pytest.raises(ValueError, match="x needs opt, which is optional"):
+        levels([optional, needs_it])
+    assert [c.name for c in CHILDREN if c.optional] == ["analytics"]
+    assert [c.name for c in CHILDREN if c.jvm] == ["analytics"]
+
+
+def test_a_stack_on_another_cluster_gets_a_data_directory_of_its_own() -> None:
+    assert default_data_dir(None) == Path("data/stack")
+    assert default_data_dir("127.0.0.1:19092,127.0.0.1:19093") == Path("data/stack-127.0.0.1-19092")
+    assert default_data_dir(" kafka-1.example:9092 ") == Path("data/stack-kafka-1.example-9092")
+
+
+def test_a_childs_last_words_are_its_last_error_line_not_a_stack_frame() -> None:
+    lines = [
+        '{"event": "config", "level": "info"}',
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in <module>',
+        "py4j.protocol.Py4JJavaError: An error occurred while calling o42.start.",
+        "\tat org.apache.spark.api.python.PythonWorkerFactory.createSimpleWorker(PythonWorkerFactory.scala:250)",
+        "\tat java.base/java.lang.Thread.run(Thread.java:840)",
+    ]
+    assert last_words(lines) == "py4j.protocol.Py4JJavaError: An error occurred while calling o42.start."
+    json_error = '{"event": "cannot reach the broker", "error": "timed out", "level": "error"}'
+    assert last_words([*lines, json_error]) == "cannot reach the broker: timed out"
+    assert last_words(["starting", "still starting"]) == "still starting"
+    long = last_words(["x" * 1000])
+    assert long.endswith("…")
+    assert len(long) == 240
+    assert last_words([]) == ""
 
 
 # -- backoff ----------------------------------------------------------------------------------------

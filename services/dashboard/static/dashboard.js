@@ -38,7 +38,11 @@ function rateText(value) {
 function renderHeader(snap) {
   const totals = snap.cluster.totals;
   const totalLag = snap.groups.reduce((sum, g) => sum + (g.lag ?? 0), 0);
-  $("#sum-brokers").textContent = snap.cluster.brokers.length || "–";
+  // "2 of 3" while a broker the dashboard has seen (or a replica names) is down.
+  const down = (snap.problems ?? []).filter((p) => p.kind === "broker").length;
+  const live = snap.cluster.brokers.length;
+  $("#sum-brokers").textContent = down ? `${live} of ${live + down}` : live || "–";
+  $("#sum-brokers").className = down ? "lag-positive" : "";
   $("#sum-topics").textContent = formatNumber(totals.topics);
   $("#sum-partitions").textContent = formatNumber(totals.partitions);
   $("#sum-messages").textContent = formatNumber(totals.messages);
@@ -49,6 +53,29 @@ function renderHeader(snap) {
     ? `updated ${formatTime(Date.parse(snap.updated_at))}`
     : "waiting for the first snapshot…";
   setStale(snap.stale, snap.error);
+}
+
+// -- problems: what needs a person's attention, at the top ------------------------------------
+
+function ago(iso) {
+  const seconds = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
+  if (seconds < 120) return `${seconds} s`;
+  if (seconds < 7200) return `${Math.round(seconds / 60)} min`;
+  return `${Math.round(seconds / 3600)} h`;
+}
+
+function renderProblems(problems) {
+  const box = $("[data-testid=problems]");
+  box.hidden = problems.length === 0;
+  const items = problems.map((p) =>
+    el(
+      "li",
+      { "data-problem": p.kind, "data-subject": p.subject },
+      p.text,
+      el("span", { class: "since", title: p.since }, `since ${formatTime(Date.parse(p.since))} (${ago(p.since)})`),
+    ),
+  );
+  box.querySelector("ul").replaceChildren(...items);
 }
 
 function setStale(stale, error) {
@@ -119,10 +146,22 @@ function renderReplication(cluster) {
           el("td", { "data-col": "state", class: cls }, state),
         ),
       );
+      if (cls) rows[rows.length - 1].classList.add("affected");
     }
   }
   $("[data-testid=replication-table] tbody").replaceChildren(...rows);
+  // Opened by itself while partitions are affected (unless the user closed it meanwhile).
+  const details = $("[data-testid=replication-details]");
+  const affected = totals.under_replicated + totals.offline > 0;
+  if (affected && !replicationClosedByUser) details.open = true;
+  if (!affected) replicationClosedByUser = false;
 }
+
+// (A module script runs once the page is parsed: the element is there.)
+let replicationClosedByUser = false;
+$("[data-testid=replication-details]").addEventListener("toggle", (event) => {
+  if (!event.target.open) replicationClosedByUser = true;
+});
 
 // -- groups ---------------------------------------------------------------------------------
 
@@ -199,7 +238,11 @@ function detailRow(group) {
 
 const detailsOpen = new Map();
 
-function renderGroups(groups) {
+function renderGroups(groups, problems) {
+  // Lag is normal for a group that is consuming (the analytics job reads in batches); it is
+  // marked only for a group the banner names: no consumers left, or a job that stopped.
+  const troubled = new Set(problems.filter((p) => p.kind === "group").map((p) => p.subject.slice("group ".length)));
+  for (const g of groups) if (g.committer && !g.committer.alive) troubled.add(g.group_id);
   const rows = [];
   for (const g of groups) {
     rows.push(
@@ -211,7 +254,7 @@ function renderGroups(groups) {
         numCell("members", g.members.length, String(g.members.length)),
         el("td", { "data-col": "topics" }, g.topics.join(", ")),
         el("td", { "data-col": "assignments" }, ...assignmentLines(g)),
-        numCell("lag", g.lag, formatCount(g.lag), { class: g.lag ? "num lag-positive" : "num" }),
+        numCell("lag", g.lag, formatCount(g.lag), { class: g.lag && troubled.has(g.group_id) ? "num lag-positive" : "num" }),
         numCell("out-rate", g.out_rate, rateText(g.out_rate)),
         numCell("rebalances", g.rebalances, String(g.rebalances)),
       ),
@@ -243,6 +286,7 @@ function renderTransactions(txns) {
     ),
   );
   $("[data-testid=transactions-table] tbody").replaceChildren(...rows);
+  $("[data-testid=transactions-none]").hidden = txns?.known === false || rows.length > 0;
 }
 
 // -- history charts -------------------------------------------------------------------------
@@ -331,10 +375,12 @@ function logsQuarantined(analytics) {
 let refreshMs = DEFAULT_REFRESH_MS;
 
 function render(snap) {
+  const problems = snap.problems ?? [];
   renderHeader(snap);
+  renderProblems(problems);
   renderTopics(snap.cluster);
   renderReplication(snap.cluster);
-  renderGroups(snap.groups);
+  renderGroups(snap.groups, problems);
   renderTransactions(snap.transactions);
   renderHistory(snap.history);
   renderAnalytics(snap.analytics);
