@@ -50,15 +50,18 @@ class ProblemTracker:
         live = {b.node_id for b in observation.brokers}
         for broker in observation.brokers:
             self.brokers[broker.node_id] = broker
-        found: list[tuple[str, str, str]] = []
+        found: list[tuple[str, str, str, float | None]] = []
         for node, (under, offline) in sorted(_down_brokers(observation, live, set(self.brokers)).items()):
             known = self.brokers.get(node)
             where = f" ({known.host}:{known.port})" if known else ""
             effect = f"{under} partition(s) under-replicated" + (f", {offline} offline" if offline else "")
-            found.append(("broker", f"broker {node}", f"broker {node}{where} is down: {effect}"))
+            found.append(("broker", f"broker {node}", f"broker {node}{where} is down: {effect}", None))
         for group_id, group in sorted(observation.groups.items()):
             found.extend(self._group_problems(group_id, group, observation))
-        problems = [self._since(kind, subject, text, observation.wall) for kind, subject, text in found]
+        problems = [
+            self._since(kind, subject, text, observation.wall if since is None else since)
+            for kind, subject, text, since in found
+        ]
         current = {(p.kind, p.subject) for p in problems}
         self.began = {key: at for key, at in self.began.items() if key in current}
         return problems
@@ -69,14 +72,17 @@ class ProblemTracker:
             self.unreadable_since = now
         return [Problem("cluster", "cluster", error, self.unreadable_since)]
 
-    def _group_problems(self, group_id: str, group: GroupInfo, observation: Observation) -> list[tuple[str, str, str]]:
+    def _group_problems(
+        self, group_id: str, group: GroupInfo, observation: Observation
+    ) -> list[tuple[str, str, str, float | None]]:
+        """A group's problems: (kind, subject, text, since when if known, else None: now)."""
         if group.members:
             self.had_members.add(group_id)
             return []
-        found = []
+        found: list[tuple[str, str, str, float | None]] = []
         lag = sum(p.lag or 0 for p in group_lags(group, observation.topics))
         if group_id in self.had_members and lag > 0 and group.committer is None:
-            found.append(("group", f"group {group_id}", f"group {group_id} has no consumers left ({lag} behind)"))
+            found.append(("group", f"group {group_id}", f"group {group_id} has no consumers left ({lag} behind)", None))
         note = group.committer
         now_ms = round(observation.wall * 1000)
         if note is not None and not note.alive(now_ms):
@@ -86,6 +92,7 @@ class ProblemTracker:
                     f"job {note.job}",
                     f"the {note.job} job ({note.client}) of group {group_id} stopped committing: last commit "
                     f"{note.age_s(now_ms):.0f} s ago, {lag} behind",
+                    note.committed_at_ms / 1000,  # silent since its last commit
                 )
             )
         return found

@@ -104,8 +104,15 @@ def running_stack(
         yield running
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            # A clean stop first: each child stops its own processes (the analytics job its JVM,
+            # which stops the Python processes Spark started); SIGKILL only what hangs.
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        running.document()  # the children's latest pids (a restart changes them)
         for pid in running.pids:  # only after a failure or a kill: a clean stop leaves none
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)

@@ -82,7 +82,7 @@ def test_a_job_that_commits_without_joining_is_a_problem_once_it_stops_committin
     tracker = ProblemTracker()
     assert tracker.observe(seen(10, {1, 2, 3}, [analytics(committed_at=8)])) == []
     [stopped] = tracker.observe(seen(60, {1, 2, 3}, [analytics(committed_at=8)]))
-    assert (stopped.kind, stopped.subject) == ("job", "job analytics")
+    assert (stopped.kind, stopped.subject, stopped.since) == ("job", "job analytics", T0 + 8)  # its last commit
     assert stopped.text == (
         "the analytics job (host:42) of group analytics stopped committing: last commit 52 s ago, 6 behind"
     )

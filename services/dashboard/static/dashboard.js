@@ -200,7 +200,7 @@ function assignmentLines(group) {
   });
 }
 
-function detailRow(group) {
+function detailRow(group, troubled) {
   const table = el(
     "table",
     {},
@@ -217,7 +217,7 @@ function detailRow(group) {
           el("td", {}, p.member ?? "–"),
           el("td", { class: "num" }, p.committed === null ? "none yet" : formatCount(p.committed)),
           el("td", { class: "num" }, formatCount(p.end_offset)),
-          el("td", { class: p.lag ? "num lag-positive" : "num" }, formatCount(p.lag)),
+          el("td", { class: p.lag && troubled ? "num lag-positive" : "num" }, formatCount(p.lag)),
         ),
       ),
     ),
@@ -259,7 +259,7 @@ function renderGroups(groups, problems) {
         numCell("rebalances", g.rebalances, String(g.rebalances)),
       ),
     );
-    if (g.partitions.length > 0 || g.error) rows.push(detailRow(g));
+    if (g.partitions.length > 0 || g.error) rows.push(detailRow(g, troubled.has(g.group_id)));
   }
   $("[data-testid=groups-table] tbody").replaceChildren(...rows);
 }
