@@ -109,8 +109,8 @@ def request_context_middleware(metrics: HttpMetrics, quiet_paths: Iterable[str] 
                     write = access_log.error
                 elif status in _WARN_STATUSES:
                     write = access_log.warning
-                else:
-                    write = access_log.debug if request.path in quiet_set else access_log.info
+                else:  # a probe or a polled path at debug, unless it was refused
+                    write = access_log.debug if request.path in quiet_set and status < 400 else access_log.info
                 write(
                     "http request",
                     method=request.method,

@@ -38,6 +38,7 @@ class Run:
     stop_s: float | None = None
     killed: int = 0
     restarts: int = 0
+    connect_back: int = 0  # Spark's "Python worker failed to connect back" in the job's log
 
     @property
     def ok(self) -> bool:
@@ -99,6 +100,9 @@ def one_run(limit: float) -> Run:
             out.close()
         text = (Path(scratch) / "up.out").read_text()
         run.killed = len(re.findall(r"did not stop within", text))
+        job_log = data / "output" / "analytics.log"
+        if job_log.exists():
+            run.connect_back = job_log.read_text(errors="replace").count("failed to connect back")
     return run
 
 
@@ -124,7 +128,8 @@ def main() -> int:
             print(
                 f"run {i + 1}: serving {run.serving_s or float('nan'):.1f} s, analytics ready "
                 f"{run.analytics_ready_s or float('nan'):.1f} s, committed {run.committed_s or float('nan'):.1f} s, "
-                f"stop {run.stop_s or float('nan'):.1f} s, SIGKILLs {run.killed}, restarts {run.restarts}",
+                f"stop {run.stop_s or float('nan'):.1f} s, SIGKILLs {run.killed}, restarts {run.restarts}, "
+                f"connect-back failures {run.connect_back}",
                 flush=True,
             )
     finally:
@@ -136,7 +141,9 @@ def main() -> int:
     print(f"analytics ready     {_figure([r.analytics_ready_s for r in runs])}")
     print(f"analytics committed {_figure([r.committed_s for r in runs])}")
     print(f"Ctrl-C to stopped   {_figure([r.stop_s for r in runs])}")
-    print(f"children SIGKILLed  {sum(r.killed for r in runs)}; runs complete {sum(r.ok for r in runs)}/{len(runs)}")
+    print(f"children SIGKILLed  {sum(r.killed for r in runs)}; child restarts {sum(r.restarts for r in runs)}")
+    print(f"Spark connect-back failures {sum(r.connect_back for r in runs)}")
+    print(f"runs complete       {sum(r.ok for r in runs)}/{len(runs)}")
     return 0 if all(r.ok for r in runs) else 1
 
 
