@@ -75,7 +75,11 @@ def _up(sub: SubParsers) -> None:
         help="stream every child's output to the console too (it always goes to DIR/output/CHILD.log)",
     )
     p.add_argument(
-        "--stop-timeout", type=float, default=10.0, metavar="S", help="seconds after SIGTERM before SIGKILL (10)"
+        "--stop-timeout",
+        type=float,
+        metavar="S",
+        help="seconds every child has after SIGTERM before SIGKILL (default: each its own, 5 for a service and "
+        "the registry, 10 for the broker, which closes its logs, 15 for the analytics job, which finishes its batch)",
     )
     p.add_argument(
         "--secure",

@@ -145,6 +145,7 @@ class ChildDef:
     # first start fails.
     optional: bool = False
     jvm: bool = False  # starts a JVM: its start may take `StackOptions.jvm_start_timeout`
+    stop_grace: float = 5.0  # seconds from SIGTERM to SIGKILL (`up --stop-timeout` overrides)
 
 
 def external_broker(bootstrap: str) -> ChildDef:
@@ -343,6 +344,7 @@ CHILDREN: tuple[ChildDef, ...] = (
         {"kafka": DEFAULT_PORTS["broker"], "admin": DEFAULT_PORTS["broker-admin"]},
         _broker_launch,
         _broker_ready,
+        stop_grace=10.0,  # it closes (and syncs) its logs
     ),
     ChildDef("registry", ("broker",), {"http": DEFAULT_PORTS["registry"]}, _registry_launch, _registry_ready),
     ChildDef(
@@ -358,7 +360,8 @@ CHILDREN: tuple[ChildDef, ...] = (
     _service("logs", _KAFKA),
     _service("sms-sender", (*_KAFKA, "catcher"), _sms_launch),
     _service("email-sender", (*_KAFKA, "catcher"), _email_launch),
-    ChildDef("analytics", _KAFKA, {}, _analytics_launch, _analytics_ready, optional=True, jvm=True),
+    # Its stop finishes the batch in progress (up to 5 s), then Spark's shutdown.
+    ChildDef("analytics", _KAFKA, {}, _analytics_launch, _analytics_ready, optional=True, jvm=True, stop_grace=15.0),
     _service("dashboard", (*_KAFKA, "catcher", "logs"), _dashboard_launch),
 )
 

@@ -82,7 +82,7 @@ class StackOptions:
     ephemeral_ports: bool = False
     start_timeout: float = 60.0  # a service, the broker, the registry
     jvm_start_timeout: float = 300.0  # a child that starts a JVM (the analytics job's Spark)
-    stop_timeout: float = 10.0
+    stop_timeout: float | None = None  # SIGTERM to SIGKILL for every child; None: each its own grace
     log_format: str = "json"
     verbose: bool = False  # every child's output on the console too, not only in its log file
 
@@ -393,7 +393,8 @@ class Child:
         self.set_state("stopping")
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)
-        grace = self.sup.options.stop_timeout
+        override = self.sup.options.stop_timeout
+        grace = self.spec.stop_grace if override is None else override
         began = time.monotonic()
         try:
             await asyncio.wait_for(proc.wait(), grace)

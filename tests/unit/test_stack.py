@@ -226,6 +226,13 @@ def test_nothing_may_need_an_optional_child_and_only_the_analytics_job_is_one() 
     assert [c.name for c in CHILDREN if c.jvm] == ["analytics"]
 
 
+def test_each_child_stops_within_its_own_grace() -> None:
+    graces = {c.name: c.stop_grace for c in CHILDREN}
+    assert graces.pop("broker") == 10.0  # closes its logs
+    assert graces.pop("analytics") == 15.0  # finishes its batch, then Spark's shutdown
+    assert set(graces.values()) == {5.0}  # the registry and every service
+
+
 def test_a_stack_on_another_cluster_gets_a_data_directory_of_its_own() -> None:
     assert default_data_dir(None) == Path("data/stack")
     assert default_data_dir("127.0.0.1:19092,127.0.0.1:19093") == Path("data/stack-127.0.0.1-19092")
