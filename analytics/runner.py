@@ -48,8 +48,8 @@ from schemas.blocking_registry import shown
 
 __all__ = ["AnalyticsConfig", "replay", "run", "run_jobs"]
 
-# Seconds a stop waits for the batch in progress to finish: within the 10 s a supervisor
-# (`streamshop up`, Docker) gives before SIGKILL, leaving time for Spark's own shutdown.
+# Seconds a stop waits for the batch in progress to finish: within the grace a supervisor gives
+# before SIGKILL (Docker's 10 s, `streamshop up`'s 15 s), leaving time for Spark's own shutdown.
 STOP_GRACE = 5.0
 # Seconds a query may take to its first batch before the next query starts anyway.
 FIRST_BATCH_WAIT = 120.0
@@ -300,7 +300,7 @@ def _first_batch(query: StreamingQuery, stop: threading.Event, limit: float = FI
     """Wait until `query` has run its first batch (or failed, or `limit` passed) before the next
     starts.  Each query of a Python data source makes Spark start Python processes that must
     connect back to the JVM within Spark's fixed ten seconds; started all at once on a busy
-    machine, they compete for the cores and some miss it.  One at a time, they do not."""
+    machine, they compete for the cores and some miss it.  One at a time, each starts alone."""
     deadline = time.monotonic() + limit
     while not stop.is_set() and query.isActive and query.lastProgress is None and time.monotonic() < deadline:
         stop.wait(0.1)
