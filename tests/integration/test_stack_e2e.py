@@ -415,9 +415,17 @@ async def test_the_dashboard_reads_the_cluster_with_its_replicas_and_its_control
         async with aiohttp.ClientSession() as session:
             snap: dict[str, Any] = await get(session, f"{url(stack, 'dashboard')}/api/snapshot")
         topics = {t["name"]: t for t in snap["cluster"]["topics"]}
-        return snap if "orders" in topics and snap["cluster"]["totals"]["under_replicated"] == 0 else None
+        in_sync = "orders" in topics and snap["cluster"]["totals"]["under_replicated"] == 0
+        # the analytics job's group appears with its first commit: the stack serves before that
+        committing = any(g["group_id"] == "analytics" and g["committer"] for g in snap["groups"])
+        return snap if in_sync and committing else None
 
-    snap = await eventually("the dashboard with the orders topic fully in sync", snapshot, within=60, every=1)
+    snap = await eventually(
+        "the dashboard with the orders topic fully in sync and the analytics job committing",
+        snapshot,
+        within=240,
+        every=1,
+    )
     assert snap, "no snapshot with orders in sync"
     cluster = snap["cluster"]
     assert sorted(b["node_id"] for b in cluster["brokers"]) == brokers

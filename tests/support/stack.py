@@ -22,10 +22,6 @@ from tests.support.harness import REPO
 
 __all__ = ["Stack", "alive", "http", "running_stack"]
 
-# The analytics job is ready once each of its queries has run a first batch, one after the
-# other: minutes on 2 cores shared with the rest of the suite.
-ANALYTICS_READY_WITHIN = 300.0
-
 
 @dataclass
 class Stack:
@@ -104,15 +100,9 @@ def running_stack(
         )
     running = Stack(proc, data, output)
     try:
-        # Every child ready, the optional analytics job too: the stack serves before it is, but
-        # the tests that run it look at what it does.
-        running.wait_for(
-            "running stack",
-            lambda d: (
-                d["state"] == "running" and all(c["state"] in ("ready", "external") for c in d["children"].values())
-            ),
-            within=within if "analytics" in without else max(within, ANALYTICS_READY_WITHIN),
-        )
+        # The stack serves before the analytics job is ready (it is optional): the tests that
+        # look at what the job does wait for it themselves, meanwhile the others run.
+        running.wait_for("running stack", lambda d: d["state"] == "running", within=within)
         yield running
     finally:
         if proc.poll() is None:
