@@ -41,6 +41,7 @@ from schemas.serde import AvroDeserializer
 from streamshop import kafka_cluster, kafka_jars
 from streamshop.kafka_cluster import Cluster
 from tests.integration.test_cli import cli
+from tests.support.kafka_clients import coordinator_moving
 from tests.support.stack import Stack, running_stack
 
 pytestmark = [pytest.mark.stack, pytest.mark.spark]
@@ -389,7 +390,7 @@ async def test_the_analytics_job_drains_the_orders_and_commits_its_progress_as_a
             try:
                 committed = consumer.committed(partitions, timeout=10)
             except KafkaException as e:
-                if e.args[0].retriable():  # e.g. NOT_COORDINATOR while the group's coordinator moves
+                if coordinator_moving(e):
                     return None
                 raise
             return committed if all(tp.offset >= ends[tp.partition] for tp in committed) else None

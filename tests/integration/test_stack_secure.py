@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from schemas.client import basic_authorization
 from streamshop import kafka_cluster
 from streamshop.stack.secure import ADMIN, SecureStack
+from tests.support.kafka_clients import coordinator_moving
 from tests.support.stack import REPO, Stack, running_stack
 
 pytestmark = [pytest.mark.stack, pytest.mark.spark]
@@ -198,7 +199,7 @@ async def test_the_analytics_job_commits_its_progress_under_its_own_login(stack:
             try:
                 return any(tp.offset > 0 for tp in consumer.committed(partitions, timeout=10))
             except KafkaException as e:
-                if e.args[0].retriable():  # e.g. NOT_COORDINATOR while the group's coordinator moves
+                if coordinator_moving(e):
                     return False
                 raise
 

@@ -12,7 +12,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord
 from aiokafka.structs import TopicPartition as AioTopicPartition
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -189,3 +189,17 @@ def by_partition(records: Iterable[Got]) -> dict[int, list[Got]]:
     for rec in records:
         out.setdefault(rec.partition, []).append(rec)
     return out
+
+
+# What a group read may meet while a cluster moves its group coordinator (a broker killed by
+# an earlier test): the client is told to ask again, and librdkafka does not mark all of these
+# retriable at the application's level.
+_COORDINATOR_MOVING = frozenset(
+    {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE}
+)
+
+
+def coordinator_moving(error: KafkaException) -> bool:
+    """Whether `error` (from `Consumer.committed` and the like) only says: ask again shortly."""
+    cause = error.args[0] if error.args else None
+    return isinstance(cause, KafkaError) and (cause.retriable() or cause.code() in _COORDINATOR_MOVING)
