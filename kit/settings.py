@@ -85,7 +85,7 @@ class HostPort:
 
     @property
     def connect_host(self) -> str:
-        """The host a client on this machine dials: a wildcard listen address is loopback."""
+        """The host a client on the same host dials: a wildcard listen address is loopback."""
         return "127.0.0.1" if self.host in _WILDCARDS else self.host
 
     def url(self, scheme: str = "http") -> str:
