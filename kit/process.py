@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -42,6 +43,7 @@ __all__ = [
     "ready_line",
     "run",
     "serve_app",
+    "signal_child",
     "start_logging",
 ]
 
@@ -55,6 +57,17 @@ _WILDCARDS = ("", "0.0.0.0", "::")
 class StartupError(Exception):
     """The process cannot start for a reason outside its settings (a data directory in use, a
     store that cannot be read); `main` prints it and exits 1."""
+
+
+def signal_child(proc: asyncio.subprocess.Process, signum: int) -> None:
+    """Send `signum` to a child the loop watches, if it has not exited.
+
+    Not `proc.send_signal`/`proc.kill`: on the standard loop they call `Popen.poll()` first,
+    which can reap a child that has just exited before the loop's watcher does; the watcher
+    then logs "Unknown child process" and reports exit status 255 instead of the real one."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signum)
 
 
 def main(program: str, body: Callable[[], int]) -> int:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import signal
 import struct
 import sys
 from typing import Any
 
 from broker.log.cleaner import BuildSpec, Built, build_files
+from kit.process import signal_child
 
 _LENGTH = struct.Struct(">Q")
 
@@ -41,6 +43,9 @@ class CleanerProcess:
     def __init__(self) -> None:
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
+        # Children given up on (a build cancelled or failed): killed at once, reaped by `stop`,
+        # so that no pipe or process handle outlives the broker's loop.
+        self._retired: list[asyncio.subprocess.Process] = []
 
     async def build(self, spec: BuildSpec) -> Built:
         async with self._lock:
@@ -54,12 +59,11 @@ class CleanerProcess:
                 (size,) = _LENGTH.unpack(await proc.stdout.readexactly(_LENGTH.size))
                 answer = pickle.loads(await proc.stdout.readexactly(size))
             except (OSError, asyncio.IncompleteReadError) as e:
-                self._proc = None
+                self._retire(proc)
                 raise OSError(f"the compaction process ended: {e}") from e
             except asyncio.CancelledError:
                 # Its answer would be read as the next build's: start afresh next time.
-                self._proc = None
-                proc.kill()
+                self._retire(proc)
                 raise
         if isinstance(answer, BaseException):
             raise answer
@@ -77,17 +81,34 @@ class CleanerProcess:
             )
         return self._proc
 
+    def _retire(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc = None
+        signal_child(proc, signal.SIGKILL)
+        self._retired.append(proc)
+
     async def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.returncode is not None:
-            return
-        assert proc.stdin is not None
-        proc.stdin.close()  # end of input: the child exits
-        try:
-            await asyncio.wait_for(proc.wait(), 10)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        if proc is not None:
+            assert proc.stdin is not None
+            proc.stdin.close()  # end of input: the child exits
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                self._retire(proc)
+            else:
+                await _drained(proc)
+        retired, self._retired = self._retired, []
+        for dead in retired:
+            await dead.wait()
+            await _drained(dead)
+
+
+async def _drained(proc: asyncio.subprocess.Process) -> None:
+    """Close the pipes of an exited child: its input, and its output read to the end."""
+    if proc.stdin is not None:
+        proc.stdin.close()
+    if proc.stdout is not None:
+        await proc.stdout.read()
 
 
 if __name__ == "__main__":

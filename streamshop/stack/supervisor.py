@@ -34,6 +34,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import aiohttp
 
+from kit.process import signal_child
 from streamshop.broker_users import set_offline
 from streamshop.clients import CommandError
 from streamshop.stack.console import Console, use_color
@@ -391,8 +392,7 @@ class Child:
         if proc.returncode is not None:
             return
         self.set_state("stopping")
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
+        signal_child(proc, signal.SIGTERM)
         override = self.sup.options.stop_timeout
         grace = self.spec.stop_grace if override is None else override
         began = time.monotonic()
@@ -400,15 +400,13 @@ class Child:
             await asyncio.wait_for(proc.wait(), grace)
         except TimeoutError:
             self.note(f"did not stop within {grace:g} s; killing it")
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            signal_child(proc, signal.SIGKILL)
             await proc.wait()
         self.note(f"stopped ({_describe_exit(proc.returncode)}) in {time.monotonic() - began:.1f} s")
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
+        if self.proc is not None:
+            signal_child(self.proc, signal.SIGKILL)
 
 
 class Supervisor:

@@ -66,8 +66,9 @@ def test_one_create_topics_of_25000_partitions_is_a_policy_violation_and_nothing
 @pytest.mark.slow  # ten thousand partitions on disk
 def test_a_10000_partition_topic_is_created_off_the_event_loop(broker: ThreadBroker) -> None:
     """While the partitions are being made, another client is answered (the loop is free),
-    and the creating connection's next request waits for the creation."""
-    with connect(broker.bootstrap) as creator, connect(broker.bootstrap) as other:
+    and the creating connection's next request waits for the creation (ten thousand directories
+    take seconds on an idle disk, minutes on a busy one: the creator waits as long)."""
+    with connect(broker.bootstrap, timeout=600) as creator, connect(broker.bootstrap) as other:
         created = creator.send(_create(("wide", 10_000)))
         after = creator.send(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
         time.sleep(0.05)
