@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lock browser kafka demo test test-fast lint bench load clean
+.PHONY: setup lock browser kafka postgres demo test test-fast lint bench load clean
 
 # requirements.lock pins every package (with the dev tools) to the version the lower bounds in
 # pyproject.toml resolved to when it was last refreshed (`make lock`), each with the sha256 of
@@ -50,6 +50,13 @@ kafka: setup
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends maven openjdk-17-jre-headless; }
 	$(VENV)/bin/streamshop kafka-cluster fetch
 
+# Debian's PostgreSQL server programs (initdb, pg_ctl), for `streamshop postgres` and the tests
+# of the PostgreSQL backend; through apt-get when missing.  No server is started here.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || command -v pg_ctl >/dev/null || { \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends postgresql; }
+
 # The whole local stack, supervised, with one round of demo traffic; Ctrl-C stops it.  ARGS adds
 # options of `streamshop up`, e.g. make demo ARGS='--jvm-start-timeout 600 --verbose'.
 demo: setup
@@ -58,12 +65,12 @@ demo: setup
 # The whole suite, in parallel (tests sharing a fixture run on one worker: tests/conftest.py),
 # with the 25 slowest tests at the end.  PYTEST_ARGS adds to it, e.g. PYTEST_ARGS='-k stack'.
 TEST_WORKERS ?= 4
-test: setup browser kafka lint
+test: setup browser kafka postgres lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 # The fast tier, for development: no JVM (Kafka, Spark), no browser, no stack, no fuzzer; needs
-# nothing but `make setup`.
-test-fast: setup
+# nothing but `make setup` and Debian's PostgreSQL programs (`make postgres`).
+test-fast: setup postgres
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not (kafka or spark or browser or stack or fuzz or slow)" $(PYTEST_ARGS)
 
 # ruff, then mypy --strict, then the layers (docs/adr/008-layers.md): an import against them fails here.

@@ -23,7 +23,7 @@ import hypothesis
 import pytest
 
 from registry.app import RunningRegistry
-from streamshop import kafka_cluster
+from streamshop import kafka_cluster, postgres
 from streamshop.kafka_cluster import Cluster
 from tests.support import processes
 from tests.support.harness import BrokerProcess, ThreadBroker
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 # tests are on conditions, so this only ends a test that hangs.
 HEAVY = {"kafka": 900, "spark": 900, "stack": 900, "browser": 600, "fuzz": 600, "slow": 600}
 # Session fixtures shared across modules: the tests that use one run on the kafka tier's worker.
-SHARED = ("apache_kafka", "spark")
+SHARED = ("apache_kafka", "spark", "pg_server")
 
 # Property tests count examples, never time: a loaded machine must not turn into failures.
 hypothesis.settings.register_profile("streamshop", deadline=None)
@@ -74,6 +74,8 @@ def _group(item: pytest.Item) -> str | None:
         return "kafka"
     if "spark" in scopes:
         return "spark"
+    if "pg_server" in scopes:
+        return "postgres"  # the run's PostgreSQL server, started once
     if item.get_closest_marker("spark"):
         # A stack whose analytics job runs Spark in its own JVM: the second Spark tier, beside
         # the tests of the run's shared SparkSession.
@@ -126,6 +128,17 @@ def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield kafka_cluster.start(directory, nodes=3, heap_mb=320, timeout=300)
     finally:
         kafka_cluster.stop(directory, grace=30)
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[postgres.Server]:
+    """The run's PostgreSQL server (`streamshop postgres`), stopped at the end; each test makes
+    its own database on it (tests.support.postgres.fresh_database)."""
+    directory = tmp_path_factory.mktemp("postgres")
+    try:
+        yield postgres.start(directory, timeout=120)
+    finally:
+        postgres.stop(directory)
 
 
 @pytest.fixture

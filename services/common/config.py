@@ -21,10 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from contracts.ports import DEFAULT_PORTS
 from kit.settings import ConfigError, HttpSettings, KafkaClientSettings, secret, setting
 from kit.tls import client_context
+from services.common.db import Database
+from services.common.db_postgres import PostgresDatabase
+from services.common.db_sqlite import SqliteDatabase
 
 __all__ = ["DEFAULT_PORTS", "ConfigError", "OutboxServiceConfig", "ServiceConfig", "secret", "setting"]
 
@@ -39,11 +43,34 @@ class ServiceConfig(HttpSettings, KafkaClientSettings):
     registry_username: str | None = setting(None, help="schema registry user (HTTP basic auth)")
     registry_password: str | None = secret(help="schema registry password")
     registry_ssl_cafile: Path | None = setting(None, help="a private CA for an https registry URL")
-    database_path: Path = setting(_DEFAULT_DATABASE, help="SQLite database file")
+    database_path: Path = setting(_DEFAULT_DATABASE, help="SQLite database file (when no DATABASE_URL)")
+    database_url: str | None = secret(
+        help="PostgreSQL instead of SQLite: postgresql://USER:PASSWORD@HOST:PORT/NAME (instances of a service share it)"
+    )
+    database_pool_size: int = setting(10, minimum=1, maximum=1000, help="PostgreSQL connections at most")
+    database_statement_timeout_ms: int = setting(5000, minimum=1, help="PostgreSQL statement_timeout, ms")
     log_shipping: bool = setting(True, help="ship own logs to the logs.* topics")
     log_buffer_size: int = setting(10_000, minimum=1, help="log records buffered for shipping before drops")
     # Callers admitted by API key (kit.api_keys); None: the service is open.
     api_keys_file: Path | None = setting(None, help="file of the API keys admitted (none: open)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.database_url is not None and urlsplit(self.database_url).scheme not in ("postgresql", "postgres"):
+            raise ValueError(
+                f"{self.env_name('database_url')}: must be a postgresql://USER:PASSWORD@HOST:PORT/NAME URL"
+            )
+
+    def open_database(self) -> Database:
+        """The service's database, not yet opened: PostgreSQL when `database_url` is set."""
+        if self.database_url is None:
+            return SqliteDatabase(self.database_path)
+        return PostgresDatabase(
+            self.database_url,
+            pool_max=self.database_pool_size,
+            statement_timeout_ms=self.database_statement_timeout_ms,
+            application_name=f"{self.service_name}-{self.instance_id}",
+        )
 
     def registry_options(self) -> dict[str, Any]:
         """`auth` and `ssl_context` for a `RegistryClient` (basic auth, a private CA)."""

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -65,7 +64,7 @@ from kit.logging import get_logger
 from schemas.client import RegistryError
 from schemas.serde import AvroDeserializer, SerdeError
 from services.common.config import ServiceConfig
-from services.common.db import Database, Transaction
+from services.common.db import Database, Migration, Session, Step
 from services.common.kafka import EventProducer
 from services.common.outbox import event_id_of
 
@@ -86,16 +85,27 @@ __all__ = [
 
 log = get_logger(__name__)
 
-MIGRATIONS: Sequence[str] = (
-    """
-    CREATE TABLE processed_events (
-        consumer TEXT NOT NULL,
-        event_id TEXT NOT NULL,
-        processed_at INTEGER NOT NULL,
-        PRIMARY KEY (consumer, event_id)
-    ) WITHOUT ROWID;
-    CREATE INDEX processed_events_age ON processed_events (processed_at);
-    """,
+MIGRATIONS: Sequence[Migration] = (
+    Step(
+        sqlite="""
+        CREATE TABLE processed_events (
+            consumer TEXT NOT NULL,
+            event_id TEXT NOT NULL,
+            processed_at INTEGER NOT NULL,
+            PRIMARY KEY (consumer, event_id)
+        ) WITHOUT ROWID;
+        CREATE INDEX processed_events_age ON processed_events (processed_at);
+        """,
+        postgresql="""
+        CREATE TABLE processed_events (
+            consumer TEXT NOT NULL,
+            event_id TEXT NOT NULL,
+            processed_at BIGINT NOT NULL,
+            PRIMARY KEY (consumer, event_id)
+        );
+        CREATE INDEX processed_events_age ON processed_events (processed_at);
+        """,
+    ),
 )
 
 
@@ -131,7 +141,7 @@ class Message:
 
 
 Handler = Callable[[Message], Awaitable[None]]
-TxHandler = Callable[[Transaction, Message], Awaitable[None]]
+TxHandler = Callable[[Session, Message], Awaitable[None]]
 
 
 class IdempotentHandler:
@@ -155,21 +165,22 @@ class IdempotentHandler:
         """Record `message`'s event id and run `effect(tx, message)` in the same transaction;
         False (nothing run, counted in `duplicates`) when the id was already recorded."""
         async with self.db.transaction() as tx:
-            if not await tx.run(lambda conn: self.claim(conn, message.event_id)):
+            if not await self.claim(tx, message.event_id):
                 self.duplicates += 1
                 return False
             if effect is not None:
                 await effect(tx, message)
         return True
 
-    def claim(self, conn: sqlite3.Connection, event_id: str) -> bool:
+    async def claim(self, s: Session, event_id: str) -> bool:
         """Record `event_id` in the caller's open transaction; False when it was already recorded
-        (for batch handlers running their own `Database.write`)."""
-        cursor = conn.execute(
-            "INSERT OR IGNORE INTO processed_events (consumer, event_id, processed_at) VALUES (?, ?, ?)",
+        (for batch handlers running their own `Database.write`).  On PostgreSQL a second
+        instance claiming the same id at once waits for the first's transaction, then gets False."""
+        changed = await s.execute(
+            "INSERT INTO processed_events (consumer, event_id, processed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
             (self.name, event_id, int(time.time() * 1000)),
         )
-        return cursor.rowcount > 0
+        return changed > 0
 
     async def already_processed(self, message: Message) -> bool:
         """Whether `message`'s event id is recorded (then counted in `duplicates`).
@@ -188,11 +199,10 @@ class IdempotentHandler:
 
     async def prune(self, older_than_ms: int) -> int:
         """Forget ids processed more than `older_than_ms` ago (keep longer than any redelivery)."""
-        result = await self.db.execute(
+        return await self.db.execute(
             "DELETE FROM processed_events WHERE consumer = ? AND processed_at < ?",
             (self.name, int(time.time() * 1000) - older_than_ms),
         )
-        return result.rowcount
 
 
 @dataclass

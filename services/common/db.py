@@ -1,395 +1,227 @@
-"""SQLite for asyncio services: one connection, one worker thread, explicit transactions.
+"""A service's database: SQLite (one file, the embedded default) or PostgreSQL (shared by
+several instances of the service), behind one interface the stores are written against.
 
-Each `Database` owns a single `sqlite3` connection living in a single worker thread; every
-statement runs there (`loop.run_in_executor`), so the event loop never blocks on disk I/O or on
-a lock held by another process.  The connection is in WAL mode (readers don't block the writer),
-with a busy timeout (another process holding the write lock is waited for, not failed) and
-foreign keys on.
+    db = config.open_database()       # services.common.config: from <PREFIX>_DATABASE_URL or _PATH
+    await db.open()
 
-Transactions::
+Store code is written once, as async functions of a `Session` (the statements of one open
+transaction), with ``?`` placeholders and SQL both backends accept::
 
-    async with db.transaction() as tx:          # BEGIN IMMEDIATE (takes the write lock up front)
-        await tx.execute("UPDATE ...", (...,))
-        await outbox.add(tx, ...)               # same transaction: both or neither
-    # COMMIT here; ROLLBACK if the body raised
+    async def create(s: Session) -> int:
+        await s.lock(f"order:{order_id}")              # serialise with other instances on this key
+        row = await s.fetchone("SELECT status FROM orders WHERE id = ?", (order_id,))
+        ...
+        return await s.execute("UPDATE orders SET status = ? WHERE id = ?", (status, order_id))
 
-The body runs on the event loop; each `tx.*` call is one hop to the worker thread.  An
-`asyncio.Lock` is held for the whole transaction, so no other coroutine's statement can slip into
-it; other coroutines' database calls wait until it ends.  Calling `db.*` (instead of `tx.*`) from
-inside a transaction would wait for itself: it raises `RuntimeError` instead.  For a hot path that
-runs many statements, `tx.run(fn)` runs a plain function on the connection in one hop.
+    changed = await db.write(create)      # one transaction: committed, or rolled back if it raised
+    order = await db.read(load)           # reads, outside any write transaction
 
-Hot write paths (an HTTP request's state change plus its outbox row) use `db.write(fn)`: `fn`
-is a plain function of the connection that runs as its own transaction in one hop, and writes
-queued meanwhile are **group-committed**: they share one BEGIN IMMEDIATE ... COMMIT, each inside a
-SAVEPOINT, so a `fn` that raises rolls back its own statements only and its caller gets the
-exception.  Under load a multi-hop transaction holds the lock while the busy event loop gets
-around to each hop; `write` holds it for one hop per batch, which is what lets one process take
-a thousand orders a second.
+How each backend runs it:
 
-Migrations are versioned per *component* (`"outbox"`, `"consumer"`, `"orders"`...), so the kit's
-tables and a service's tables evolve independently: `await db.migrate("orders", [step1, step2])`
-applies the steps not yet recorded in `schema_migrations`, each atomically with its record.
-Steps are append-only: never edit or reorder an applied step, add a new one.
+- **SQLite** (`services.common.db_sqlite`): one connection in one worker thread.  `write` runs the
+  whole function in that thread in one hop and *group-commits* the writes queued meanwhile (one
+  BEGIN IMMEDIATE ... COMMIT, each write in a SAVEPOINT).  The function must therefore await only
+  its session: the session's methods complete without suspending, so the coroutine is driven to
+  its end in the thread (`drive`).  `lock` is a no-op: the transaction holds the file's write lock.
+- **PostgreSQL** (`services.common.db_postgres`, asyncpg): a bounded connection pool; the same
+  function runs on the event loop, one round trip per statement, inside `BEGIN ... COMMIT` on a
+  pooled connection.  `lock` takes transaction-scoped advisory locks (sorted, so two transactions
+  locking the same keys cannot deadlock); with it, N instances enforce a limit exactly as one does.
 
-The database work is logged under this module's logger, whose name ends in ``.db``, so the log
-shipper sends it to ``logs.db``: each open and close, each migration applied, and every
-transaction or group-committed batch of writes that held the write lock longer than `slow_ms`
-(a warning: everything else of the process waits on that lock).
+`db.transaction()` gives the same `Session` for code that interleaves other awaits (network I/O
+must not happen inside it: on SQLite everything else of the process waits for the write lock).
+
+Migrations are versioned per *component* (`"outbox"`, `"orders"`...) in `schema_migrations`;
+`await db.migrate("orders", STEPS)` applies the steps not yet recorded, each atomically with its
+record.  A step is portable SQL (one string) or a `Step` with each backend's text.  On PostgreSQL
+the whole run holds an advisory lock, so instances starting at the same moment migrate once.  A
+database whose recorded version is newer than the code's steps refuses to open (`SchemaTooNew`):
+old code must not write into a schema it does not know.  Steps are append-only.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-import functools
 import re
-import sqlite3
-import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from pathlib import Path
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
-from kit.logging import get_logger
+from kit.errors import ServiceUnavailable
+from kit.health import postgres_target
+from kit.process import StartupError
 
-__all__ = ["Database", "ExecResult", "Migration", "Transaction"]
+__all__ = [
+    "Database",
+    "DatabaseUnavailable",
+    "Leadership",
+    "Migration",
+    "Params",
+    "Row",
+    "SchemaTooNew",
+    "Session",
+    "Step",
+    "check_version",
+    "drive",
+    "open_for_service",
+    "postgres_target",
+]
 
 T = TypeVar("T")
-Params = Sequence[Any] | dict[str, Any]
-Migration = str | Callable[[sqlite3.Connection], None]
-"""A migration step: an SQL script (several statements allowed) or a function of the connection."""
+Params = Sequence[Any]
 
-log = get_logger(__name__)
 
-_COMPONENT = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_in_transaction: contextvars.ContextVar[Database | None] = contextvars.ContextVar("in_transaction", default=None)
+class Row(Protocol):
+    """A result row: by column name or position (`sqlite3.Row` and `asyncpg.Record` both are)."""
+
+    def __getitem__(self, key: str | int, /) -> Any: ...
+
+
+class Session(Protocol):
+    """The statements of one open transaction."""
+
+    dialect: str  # "sqlite" or "postgresql"
+
+    async def execute(self, sql: str, params: Params = ()) -> int:
+        """Run one statement; the number of rows it changed."""
+        ...
+
+    async def executemany(self, sql: str, rows: Iterable[Params]) -> None: ...
+
+    async def fetchone(self, sql: str, params: Params = ()) -> Row | None: ...
+
+    async def fetchall(self, sql: str, params: Params = ()) -> list[Row]: ...
+
+    async def lock(self, *keys: str) -> None:
+        """Until this transaction ends, no other transaction holding one of `keys` runs."""
+        ...
+
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        """Call `callback` on the event loop after the commit (never on rollback)."""
+        ...
+
+
+class Database(Protocol):
+    dialect: str
+    target: str  # where it is, for logs and errors: a path, or host:port/name (never a password)
+
+    async def open(self) -> Self: ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    @property
+    def is_open(self) -> bool: ...
+
+    async def write(self, fn: Callable[[Session], Awaitable[T]]) -> T:
+        """`fn(session)` as one transaction; its result, or its exception after a rollback."""
+        ...
+
+    async def read(self, fn: Callable[[Session], Awaitable[T]]) -> T:
+        """`fn(session)` for reads, outside any write transaction."""
+        ...
+
+    def transaction(self) -> AbstractAsyncContextManager[Session]: ...
+
+    async def execute(self, sql: str, params: Params = ()) -> int: ...
+
+    async def fetchone(self, sql: str, params: Params = ()) -> Row | None: ...
+
+    async def fetchall(self, sql: str, params: Params = ()) -> list[Row]: ...
+
+    async def ping(self) -> bool: ...
+
+    async def migrate(self, component: str, steps: Sequence[Migration]) -> int: ...
+
+    async def applied_version(self, component: str) -> int: ...
+
+    def leadership(self, name: str) -> AbstractAsyncContextManager[Leadership]: ...
+
+
+class Leadership(Protocol):
+    """Held while this process is the one instance doing `name` (the outbox relay)."""
+
+    @property
+    def held(self) -> bool: ...
+
+    async def wait(self) -> None:
+        """Until held (returns at once on SQLite: one process owns the file)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
-class ExecResult:
-    rowcount: int
-    lastrowid: int | None
+class Step:
+    """A migration step whose text differs between the backends.  `sqlite` may also be a function
+    of the `sqlite3.Connection` (for a step that probes what the library supports)."""
+
+    sqlite: str | Callable[[Any], None]
+    postgresql: str
 
 
-class Database:
-    """One SQLite database file, used from asyncio.  `await db.open()` / `await db.close()`, or
-    `async with Database(path) as db:`."""
-
-    def __init__(
-        self, path: str | Path, *, busy_timeout_ms: int = 5000, synchronous: str = "NORMAL", slow_ms: float = 250.0
-    ) -> None:
-        self.path = Path(path)
-        self.slow_ms = slow_ms
-        self._busy_timeout_ms = busy_timeout_ms
-        if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
-        self._synchronous = synchronous.upper()
-        self._executor: ThreadPoolExecutor | None = None
-        self._conn: sqlite3.Connection | None = None
-        self._lock = asyncio.Lock()
-        self._writes: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
-        self._writer: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> Self:
-        return await self.open()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    async def open(self) -> Self:
-        if self._executor is not None:
-            return self
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sqlite-{self.path.name}")
-        self._conn = await self._submit(self._connect)
-        size = self.path.stat().st_size if self.path.exists() else 0
-        log.info("database opened", path=str(self.path), size_bytes=size, synchronous=self._synchronous)
-        return self
-
-    def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None: autocommit, transactions are explicit (BEGIN IMMEDIATE ... COMMIT).
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            conn.close()
-            raise sqlite3.OperationalError(f"{self.path}: could not switch to WAL mode (got {mode})")
-        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        return conn
-
-    async def close(self) -> None:
-        if self._writer is not None and not self._writer.done():
-            await asyncio.wait([self._writer])  # queued writes finish (or fail) before the connection closes
-        executor, self._executor = self._executor, None
-        if executor is None:
-            return
-        async with self._lock:
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                await asyncio.get_running_loop().run_in_executor(executor, conn.close)
-        executor.shutdown(wait=True)
-        log.info("database closed", path=str(self.path))
-
-    @property
-    def is_open(self) -> bool:
-        return self._conn is not None
-
-    # -- running work on the connection's thread ------------------------------------------------
-
-    async def _submit(self, fn: Callable[[], T]) -> T:
-        if self._executor is None:
-            raise RuntimeError(f"database {self.path} is not open")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise RuntimeError(f"database {self.path} is not open")
-        return self._conn
-
-    def _check_not_in_transaction(self) -> None:
-        if _in_transaction.get() is self:
-            raise RuntimeError("inside `async with db.transaction() as tx`, use tx.* (db.* would wait for itself)")
-
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn(connection)` in the worker thread, outside any transaction (autocommit)."""
-        self._check_not_in_transaction()
-        async with self._lock:
-            conn = self._connection()
-            return await self._submit(lambda: fn(conn))
-
-    async def execute(self, sql: str, params: Params = ()) -> ExecResult:
-        """One statement in autocommit mode."""
-        return await self.run(lambda c: _exec(c, sql, params))
-
-    async def fetchall(self, sql: str, params: Params = ()) -> list[sqlite3.Row]:
-        return await self.run(lambda c: c.execute(sql, params).fetchall())
-
-    async def fetchone(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
-        row: sqlite3.Row | None = await self.run(lambda c: c.execute(sql, params).fetchone())
-        return row
-
-    async def ping(self) -> bool:
-        """True when the database answers a query (for readiness checks)."""
-        try:
-            await self.fetchone("SELECT 1")
-        except (sqlite3.Error, RuntimeError):
-            return False
-        return True
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Transaction]:
-        """`BEGIN IMMEDIATE`; commit when the body ends, roll back when it raises (or is cancelled)."""
-        self._check_not_in_transaction()
-        async with self._lock:
-            conn = self._connection()
-            try:
-                await self._submit(lambda: conn.execute("BEGIN IMMEDIATE"))
-            except asyncio.CancelledError:
-                # Cancelling the await does not stop a BEGIN already running in the worker thread
-                # (it may be waiting out the busy timeout for another process's lock).  Undo it
-                # before the lock is released: left open, it would swallow the next autocommit
-                # statements (lost at the next rollback) and fail the next group commit.
-                await asyncio.shield(self._submit(_rollback_if_open(conn)))
-                raise
-            began = time.perf_counter()
-            tx = Transaction(self, conn)
-            token = _in_transaction.set(self)
-            try:
-                yield tx
-            except BaseException:
-                tx.closed = True
-                # Shielded: the rollback must reach the connection even when we are being cancelled.
-                await asyncio.shield(self._submit(conn.rollback))
-                raise
-            finally:
-                _in_transaction.reset(token)
-            tx.closed = True
-            try:
-                await asyncio.shield(self._submit(conn.commit))
-            except BaseException:
-                await asyncio.shield(self._submit(_rollback_if_open(conn)))
-                raise
-            self._note_slow("slow transaction", began)
-        for callback in tx.commit_callbacks:
-            callback()
-
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn(connection)` as one transaction in the worker thread, group-committed with the
-        writes queued at the same time (see the module doc); its result, or its exception after
-        its statements were rolled back.  A caller cancelled meanwhile does not undo the write."""
-        self._check_not_in_transaction()
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._writes.append((fn, future))
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write_batches(), name=f"sqlite-writes-{self.path.name}")
-        return await future
-
-    async def _write_batches(self) -> None:
-        while self._writes:
-            async with self._lock:
-                batch, self._writes = self._writes, []
-                began = time.perf_counter()
-                try:
-                    # Inside the try: on a closed database the batch's callers get the RuntimeError
-                    # (as `run` raises it) instead of waiting forever on futures of a dead task.
-                    work = functools.partial(_run_batch, self._connection(), [fn for fn, _ in batch])
-                    outcomes = await asyncio.shield(self._submit(work))
-                except Exception as e:  # not open, or BEGIN or COMMIT failed: nothing of the batch was written
-                    outcomes = [(False, e)] * len(batch)
-                    log.warning("write batch failed", path=str(self.path), writes=len(batch), error=repr(e))
-                except asyncio.CancelledError:
-                    for _, future in batch:
-                        future.cancel()
-                    raise
-                else:
-                    self._note_slow("slow write batch", began, writes=len(batch))
-            for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
-                if future.done():
-                    continue
-                if ok:
-                    future.set_result(value)
-                else:
-                    future.set_exception(value)
-
-    async def migrate(self, component: str, steps: Sequence[Migration]) -> int:
-        """Apply the steps of `component` not applied yet, in order; returns how many were applied.
-
-        Step N (1-based) is version N; each runs in its own transaction with its version record, so
-        a crash leaves the database at a whole version.
-        """
-        if not _COMPONENT.fullmatch(component):
-            raise ValueError(f"invalid migration component name {component!r}")
-        applied = await self.run(lambda c: _migrate(c, component, steps))
-        if applied:
-            log.info("database migrated", path=str(self.path), component=component, steps=applied, version=len(steps))
-        return applied
-
-    def _note_slow(self, what: str, began: float, **fields: Any) -> None:
-        held_ms = (time.perf_counter() - began) * 1000
-        if held_ms > self.slow_ms:
-            log.warning(what, path=str(self.path), held_ms=round(held_ms, 1), slow_ms=self.slow_ms, **fields)
-
-    async def applied_version(self, component: str) -> int:
-        row = await self.fetchone(
-            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations WHERE component = ?", (component,)
-        )
-        return int(row[0]) if row is not None else 0
+Migration = str | Step
 
 
-class Transaction:
-    """Statements of one open transaction (see `Database.transaction`)."""
+class DatabaseUnavailable(ServiceUnavailable):
+    """The database cannot be reached now (down, restarting, the pool exhausted past its
+    timeout, a statement past its timeout): the request may succeed later.  HTTP answers 503
+    with Retry-After and a body that says only that; `str()` is the reason, for the logs."""
 
-    def __init__(self, db: Database, conn: sqlite3.Connection) -> None:
-        self._db = db
-        self._conn = conn
-        self.closed = False
-        self.commit_callbacks: list[Callable[[], None]] = []
+    code = "database_unavailable"
+    default_message = "the database is unavailable; retry later"
+    retry_after_s = 2
 
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn(connection)` in the worker thread, inside this transaction (one hop)."""
-        if self.closed:
-            raise RuntimeError("transaction is already finished")
-        conn = self._conn
-        return await self._db._submit(lambda: fn(conn))
+    def __init__(self, reason: str) -> None:
+        super().__init__()
+        self.reason = reason
 
-    async def execute(self, sql: str, params: Params = ()) -> ExecResult:
-        return await self.run(lambda c: _exec(c, sql, params))
+    def __str__(self) -> str:
+        return self.reason
 
-    async def executemany(self, sql: str, rows: Iterable[Params]) -> int:
-        rows = list(rows)
-        return await self.run(lambda c: c.executemany(sql, rows).rowcount)
-
-    async def fetchall(self, sql: str, params: Params = ()) -> list[sqlite3.Row]:
-        return await self.run(lambda c: c.execute(sql, params).fetchall())
-
-    async def fetchone(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
-        row: sqlite3.Row | None = await self.run(lambda c: c.execute(sql, params).fetchone())
-        return row
-
-    def on_commit(self, callback: Callable[[], None]) -> None:
-        """Call `callback` on the event loop after this transaction committed (never on rollback)."""
-        self.commit_callbacks.append(callback)
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
 
 
-def _exec(conn: sqlite3.Connection, sql: str, params: Params) -> ExecResult:
-    cursor = conn.execute(sql, params)
-    return ExecResult(cursor.rowcount, cursor.lastrowid)
+class SchemaTooNew(StartupError):
+    """The database was migrated by newer code than this process's: it must not start."""
 
 
-def _run_batch(conn: sqlite3.Connection, fns: Sequence[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]]:
-    """One transaction for all `fns`, each in a savepoint: (True, result) or (False, exception)."""
-    outcomes: list[tuple[bool, Any]] = []
-    conn.execute("BEGIN IMMEDIATE")
+async def open_for_service(db: Database, setup: Callable[[], Awaitable[None]]) -> Database:
+    """`db` opened and `setup` (the store's migrations) run; a database that cannot be reached
+    at start is a `StartupError` (one line naming the server, exit status 1)."""
     try:
-        for fn in fns:
-            conn.execute("SAVEPOINT write")
-            try:
-                outcomes.append((True, fn(conn)))
-            except Exception as e:
-                conn.execute("ROLLBACK TO write")
-                outcomes.append((False, e))
-            conn.execute("RELEASE write")
-        conn.commit()
+        await db.open()
+        await setup()
+    except DatabaseUnavailable as e:
+        await db.close()
+        raise StartupError(str(e)) from None
     except BaseException:
-        _rollback_if_open(conn)()
+        await db.close()
         raise
-    return outcomes
+    return db
 
 
-def _rollback_if_open(conn: sqlite3.Connection) -> Callable[[], None]:
-    def rollback() -> None:
-        if conn.in_transaction:
-            conn.rollback()
-
-    return rollback
+_COMPONENT = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
-def _migrate(conn: sqlite3.Connection, component: str, steps: Sequence[Migration]) -> int:
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        " component TEXT NOT NULL, version INTEGER NOT NULL, applied_at INTEGER NOT NULL,"
-        " PRIMARY KEY (component, version)) WITHOUT ROWID"
-    )
-    applied = 0
-    for version, step in enumerate(steps, start=1):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            done = conn.execute(
-                "SELECT 1 FROM schema_migrations WHERE component = ? AND version = ?", (component, version)
-            ).fetchone()
-            if done is None:
-                if callable(step):
-                    step(conn)
-                else:
-                    _run_script(conn, step)
-                conn.execute(
-                    "INSERT INTO schema_migrations (component, version, applied_at) VALUES (?, ?, ?)",
-                    (component, version, int(time.time() * 1000)),
-                )
-                applied += 1
-            conn.commit()
-        except BaseException:
-            if conn.in_transaction:
-                conn.rollback()
-            raise
-    return applied
+def check_version(target: str, component: str, recorded: int, known: int) -> None:
+    if not _COMPONENT.fullmatch(component):
+        raise ValueError(f"invalid migration component name {component!r}")
+    if recorded > known:
+        raise SchemaTooNew(
+            f"{target}: the {component!r} schema is at version {recorded}, newer than this code's "
+            f"{known}: run the newer release (or restore a backup), never an older one on it"
+        )
 
 
-def _run_script(conn: sqlite3.Connection, script: str) -> None:
-    """Run several statements inside the open transaction (`executescript` would commit first)."""
-    buffer = ""
-    for line in script.splitlines(keepends=True):
-        buffer += line
-        if sqlite3.complete_statement(buffer):
-            conn.execute(buffer)
-            buffer = ""
-    if buffer.strip():
-        conn.execute(buffer)
+def drive(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends to its end, synchronously (a store function on SQLite's
+    session, in the connection's thread)."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("a database function awaited something other than its session (network I/O in a transaction?)")

@@ -27,8 +27,9 @@ Guarantees:
   the rows before the first failure are marked sent and the rest is retried in order, after a
   backoff (exponential, capped, with jitter).  After a crash the unmarked suffix is published
   again in order, so the first copy of each event still arrives in key order.
-- One relay per database: run a single relay per service database (the service process that owns
-  the SQLite file).
+- One relay at a time per database: on SQLite the process that owns the file; on PostgreSQL the
+  instance holding the relay's advisory lock (`Database.leadership`), the others standing by
+  (docs/adr/011-outbox-across-instances.md).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ import contextlib
 import hashlib
 import json
 import random
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,36 +47,60 @@ from typing import Any
 
 from kit.logging import get_logger
 from schemas.serde import AvroSchema, encode, frame
-from services.common.db import Database, Transaction
+from services.common.db import Database, Leadership, Migration, Session, Step
 from services.common.kafka import EventProducer, Headers, encode_headers
 
 __all__ = ["MIGRATIONS", "Outbox", "OutboxEntry", "OutboxRelay", "PendingRow", "PreparedEvent", "event_id_of"]
 
 log = get_logger(__name__)
 
-MIGRATIONS: Sequence[str] = (
-    """
-    CREATE TABLE outbox_schemas (
-        fingerprint TEXT PRIMARY KEY,
-        name TEXT NOT NULL,
-        text TEXT NOT NULL
-    ) WITHOUT ROWID;
-    CREATE TABLE outbox (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        event_id TEXT NOT NULL UNIQUE,
-        topic TEXT NOT NULL,
-        key TEXT,
-        event_name TEXT NOT NULL,
-        schema_fp TEXT NOT NULL REFERENCES outbox_schemas (fingerprint),
-        payload BLOB NOT NULL,
-        headers TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        sent_at INTEGER,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        last_error TEXT
-    );
-    CREATE INDEX outbox_pending ON outbox (id) WHERE sent_at IS NULL;
-    """,
+MIGRATIONS: Sequence[Migration] = (
+    Step(
+        sqlite="""
+        CREATE TABLE outbox_schemas (
+            fingerprint TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            text TEXT NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TABLE outbox (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            event_id TEXT NOT NULL UNIQUE,
+            topic TEXT NOT NULL,
+            key TEXT,
+            event_name TEXT NOT NULL,
+            schema_fp TEXT NOT NULL REFERENCES outbox_schemas (fingerprint),
+            payload BLOB NOT NULL,
+            headers TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            sent_at INTEGER,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT
+        );
+        CREATE INDEX outbox_pending ON outbox (id) WHERE sent_at IS NULL;
+        """,
+        postgresql="""
+        CREATE TABLE outbox_schemas (
+            fingerprint TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            text TEXT NOT NULL
+        );
+        CREATE TABLE outbox (
+            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            event_id TEXT NOT NULL UNIQUE,
+            topic TEXT NOT NULL,
+            key TEXT,
+            event_name TEXT NOT NULL,
+            schema_fp TEXT NOT NULL REFERENCES outbox_schemas (fingerprint),
+            payload BYTEA NOT NULL,
+            headers TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            sent_at BIGINT,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT
+        );
+        CREATE INDEX outbox_pending ON outbox (id) WHERE sent_at IS NULL;
+        """,
+    ),
 )
 
 EVENT_ID_HEADER = "event_id"
@@ -119,7 +143,7 @@ class PendingRow:
 
 @dataclass(frozen=True, slots=True)
 class PreparedEvent:
-    """An outbox row encoded on the event loop, written by `write(conn)` in the caller's transaction."""
+    """An outbox row encoded on the event loop, written by `write(session)` in the caller's transaction."""
 
     event_id: str
     topic: str
@@ -130,14 +154,14 @@ class PreparedEvent:
     payload: bytes
     headers: str
 
-    def write(self, conn: sqlite3.Connection) -> OutboxEntry:
-        conn.execute(
-            "INSERT OR IGNORE INTO outbox_schemas (fingerprint, name, text) VALUES (?, ?, ?)",
+    async def write(self, s: Session) -> OutboxEntry:
+        await s.execute(
+            "INSERT INTO outbox_schemas (fingerprint, name, text) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
             (self.fingerprint, self.schema.name, self.schema.text),
         )
-        cursor = conn.execute(
+        row = await s.fetchone(
             "INSERT INTO outbox (event_id, topic, key, event_name, schema_fp, payload, headers, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 self.event_id,
                 self.topic,
@@ -149,7 +173,8 @@ class PreparedEvent:
                 _now_ms(),
             ),
         )
-        return OutboxEntry(int(cursor.lastrowid or 0), self.event_id)
+        assert row is not None
+        return OutboxEntry(int(row[0]), self.event_id)
 
 
 class Outbox:
@@ -168,7 +193,7 @@ class Outbox:
 
     async def add(  # noqa: PLR0917 - the call reads like the row it writes: add(tx, topic, key, event, record)
         self,
-        tx: Transaction,
+        tx: Session,
         topic: str,
         key: str | None,
         event_name: str,
@@ -178,7 +203,7 @@ class Outbox:
         """Write the event in `tx`.  Raises `RecordValidationError` (invalid record) or `ValueError`
         (no `envelope.event_id`) before touching the database; the caller's transaction rolls back."""
         row = self.prepare(topic, key, event_name, record, headers)
-        entry = await tx.run(row.write)
+        entry = await row.write(tx)
         tx.on_commit(self.wakeup.set)
         return entry
 
@@ -190,7 +215,7 @@ class Outbox:
         record: Mapping[str, Any],
         headers: Headers | None = None,
     ) -> PreparedEvent:
-        """The event encoded and ready to insert with `PreparedEvent.write(conn)` inside a
+        """The event encoded and ready to insert with `PreparedEvent.write(session)` inside a
         `Database.write` function; call `wake()` once that write returned (committed).  Raises
         like `add`, before anything is written."""
         event_id = event_id_of(record)
@@ -257,10 +282,9 @@ class Outbox:
 
     async def prune(self, older_than_ms: int) -> int:
         """Delete sent rows sent more than `older_than_ms` ago; returns how many."""
-        result = await self.db.execute(
+        return await self.db.execute(
             "DELETE FROM outbox WHERE sent_at IS NOT NULL AND sent_at < ?", (_now_ms() - older_than_ms,)
         )
-        return result.rowcount
 
 
 AfterPublish = Callable[[Sequence[PendingRow]], Awaitable[None]]
@@ -300,6 +324,7 @@ class OutboxRelay:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._stopped = asyncio.Event()
+        self.leadership: Leadership | None = None  # while running: whether this relay leads
 
     async def publish_once(self) -> int:
         """Publish one batch of pending rows; returns how many were marked sent.  Raises the first
@@ -339,10 +364,20 @@ class OutboxRelay:
         return len(acked)
 
     async def run(self) -> None:
-        """Publish until stopped: drain, then wait for a wakeup or the poll interval."""
+        """Publish until stopped: drain, then wait for a wakeup or the poll interval.  Only while
+        this instance leads (`Database.leadership`): on PostgreSQL one relay of all the service's
+        instances publishes, another takes over when it dies; on SQLite it always leads."""
+        async with self.outbox.db.leadership(RELAY_LEADERSHIP) as lead:
+            self.leadership = lead
+            await self._publish_while_leading(lead)
+
+    async def _publish_while_leading(self, lead: Leadership) -> None:
         delay = self.backoff_initial
         last_prune = 0.0
         while not self._stopping:
+            if not lead.held:
+                await _first(lead.wait(), self._stopped.wait())
+                continue
             self.outbox.wakeup.clear()
             try:
                 sent = await self.publish_once()
@@ -386,3 +421,16 @@ class OutboxRelay:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+RELAY_LEADERSHIP = "streamshop.outbox-relay"
+
+
+async def _first(*waits: Awaitable[Any]) -> None:
+    """Until the first of `waits` is done; the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()

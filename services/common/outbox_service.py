@@ -31,7 +31,7 @@ from schemas.catalog import Catalog
 from schemas.client import RegistryClient
 from schemas.serde import AvroSerializer
 from services.common.config import OutboxServiceConfig, ServiceConfig
-from services.common.db import Database
+from services.common.db import Database, open_for_service
 from services.common.kafka import EventProducer
 from services.common.log_shipper import LogShipper, SendRawAdapter, avro_log_encoder
 from services.common.outbox import Outbox, OutboxRelay
@@ -191,11 +191,11 @@ async def open_publishing_service(
     shipper: LogShipper | None = None,
 ) -> AsyncIterator[OutboxService[S]]:
     """`open_outbox_service` with the topics to create (name -> partitions) given explicitly."""
-    db = await Database(config.database_path).open()
+    db = config.open_database()
+    outbox = Outbox(db, catalog.schema)
+    store = make_store(db, outbox)
+    await open_for_service(db, store.setup)
     try:
-        outbox = Outbox(db, catalog.schema)
-        store = make_store(db, outbox)
-        await store.setup()
         async with RegistryClient(config.registry_url, **config.registry_options()) as registry:
             serializer = AvroSerializer(registry, topic_strategies=catalog.topic_strategies())
             await ensure_topics(config, topics, replication_factor)

@@ -29,7 +29,7 @@ from schemas.client import RegistryClient
 from schemas.serde import AvroSerializer
 from services.common.app import create_service_app, default_checks
 from services.common.consumer import ConsumerRunner, consuming, runner_for_service
-from services.common.db import Database
+from services.common.db import open_for_service
 from services.common.kafka import EventProducer
 from services.common.log_shipper import LogShipper, SendRawAdapter, avro_log_encoder
 from services.common.outbox_service import ensure_topics
@@ -190,10 +190,11 @@ def create_app(config: LogsConfig, *, shipper: LogShipper | None = None) -> web.
         kafka = config.kafka_client_kwargs()
         bootstrap = kafka.pop("bootstrap_servers")
         async with contextlib.AsyncExitStack() as stack:
-            db = await stack.enter_async_context(Database(config.database_path))
+            db = config.open_database()
             store = LogStore(db, max_records=config.max_records)
             indexer = Indexer(db, store, name=config.group_id, on_indexed=feed.publish)
-            await indexer.setup()
+            await open_for_service(db, indexer.setup)
+            stack.push_async_callback(db.close)
             registry = await stack.enter_async_context(RegistryClient(config.registry_url, **config.registry_options()))
             serializer = AvroSerializer(registry)
             producer = EventProducer(

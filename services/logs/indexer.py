@@ -10,7 +10,6 @@ the consumer runner dead-letters at once to ``<topic>.dlq``.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from contracts import bounded_json
 from schemas.serde import AvroDeserializer, Decoded, UndecodablePayloadError
 from services.common.consumer import IdempotentHandler, Message, PermanentError
-from services.common.db import Database, Transaction
+from services.common.db import Database, Session
 from services.logs.store import LogEntry, LogStore
 
 __all__ = ["JSON_RECORD_NAME", "Indexer", "LogRecordDeserializer", "to_entry"]
@@ -124,14 +123,14 @@ class Indexer:
         nothing: a record that is not a log line fails the batch, which the runner then replays
         record by record so only that one is dead-lettered."""
         entries = [to_entry(message) for message in messages]
-        claim, insert = self.handler.claim, self.store.insert_row
+        claim, insert = self.handler.claim, self.store.insert
 
-        def write(conn: sqlite3.Connection) -> tuple[int, int]:
+        async def write(s: Session) -> tuple[int, int]:
             indexed = duplicates = 0
             for entry in entries:
-                if not claim(conn, entry.event_id):
+                if not await claim(s, entry.event_id):
                     duplicates += 1
-                elif insert(conn, entry):
+                elif await insert(s, entry):
                     indexed += 1
             return indexed, duplicates
 
@@ -141,7 +140,7 @@ class Indexer:
         if indexed and self.on_indexed is not None:
             self.on_indexed()
 
-    async def _index(self, tx: Transaction, message: Message) -> None:
+    async def _index(self, tx: Session, message: Message) -> None:
         entry = to_entry(message)  # PermanentError rolls back: the event id is not recorded
         if await self.store.insert(tx, entry):
             tx.on_commit(self._count)

@@ -1,4 +1,6 @@
-"""The log index: a SQLite table of log records plus an FTS5 full-text index over their text.
+"""The log index: a table of log records plus a full-text index over their text: FTS5 on SQLite,
+a generated tsvector column with a GIN index on PostgreSQL.  Both take the same query (`q`):
+every word must occur, punctuation and operators in it are plain text.
 
 Records are appended by the indexer inside its consumer transaction (`insert`), so a record and
 its processed event id commit together.  Full-text search uses an external-content FTS5 table
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from services.common.db import Database, Migration, Transaction
+from services.common.db import Database, Migration, Row, Session, Step
 
 __all__ = ["LEVELS", "STREAMS", "LogEntry", "LogQuery", "LogStore", "fts5_available"]
 
@@ -102,13 +104,35 @@ def _create_schema(conn: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: Sequence[Migration] = (_create_schema,)
+_POSTGRES_SCHEMA = """
+CREATE TABLE logs (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_id TEXT NOT NULL UNIQUE,
+    topic TEXT NOT NULL, "partition" INTEGER NOT NULL, "offset" BIGINT NOT NULL,
+    stream TEXT NOT NULL, service TEXT NOT NULL, instance TEXT NOT NULL, level TEXT NOT NULL,
+    event TEXT NOT NULL, logger TEXT NOT NULL, ts BIGINT NOT NULL,
+    trace_id TEXT, request_id TEXT, fields TEXT NOT NULL,
+    -- PostgreSQL's full-text search: the words of the event, logger and fields, kept by the server.
+    words tsvector GENERATED ALWAYS AS (to_tsvector('simple', event || ' ' || logger || ' ' || fields)) STORED
+);
+CREATE INDEX logs_ts ON logs (ts, id);
+CREATE INDEX logs_service_ts ON logs (service, ts, id);
+CREATE INDEX logs_level_ts ON logs (level, ts, id);
+CREATE INDEX logs_words ON logs USING GIN (words);
+"""
+
+MIGRATIONS: Sequence[Migration] = (Step(sqlite=_create_schema, postgresql=_POSTGRES_SCHEMA),)
+
+
+def _words(text: str) -> list[str]:
+    """The searchable words of user text: those with a letter or digit."""
+    return [w for w in text.split() if any(c.isalnum() for c in w)]
 
 
 def _match_expression(text: str) -> str | None:
     """User text as an FTS5 query: every word must occur (each quoted, so FTS5 operators and
     punctuation in the input are plain text, never syntax).  None when no word is searchable."""
-    words = [w for w in text.split() if any(c.isalnum() for c in w)]
+    words = _words(text)
     if not words:
         return None
     return " ".join('"' + w.replace('"', '""') + '"' for w in words)
@@ -123,7 +147,13 @@ def iso_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _item(row: sqlite3.Row) -> dict[str, Any]:
+_COLUMNS = (
+    'id, event_id, topic, "partition", "offset", stream, service, instance, level, event, logger, ts,'
+    " trace_id, request_id, fields"
+)
+
+
+def _item(row: Row) -> dict[str, Any]:
     return {
         "id": row["id"],
         "event_id": row["event_id"],
@@ -155,18 +185,19 @@ class LogStore:
 
     async def setup(self) -> None:
         await self.db.migrate("logs", MIGRATIONS)
+        if self.db.dialect == "postgresql":
+            self.full_text = True
+            return
         row = await self.db.fetchone("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'logs_fts'")
         self.full_text = row is not None
 
-    async def insert(self, tx: Transaction, entry: LogEntry) -> bool:
-        """Index `entry` in `tx` (False when its event id is already indexed), then apply retention."""
-        return await tx.run(lambda conn: self.insert_row(conn, entry))
-
-    def insert_row(self, conn: sqlite3.Connection, entry: LogEntry) -> bool:
-        """`insert` on the connection's thread, inside the caller's open transaction."""
-        cursor = conn.execute(
-            "INSERT OR IGNORE INTO logs (event_id, topic, partition, offset, stream, service, instance, level,"
-            " event, logger, ts, trace_id, request_id, fields) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    async def insert(self, s: Session, entry: LogEntry) -> bool:
+        """Index `entry` in the caller's transaction (False when its event id is already indexed),
+        then apply retention."""
+        row = await s.fetchone(
+            'INSERT INTO logs (event_id, topic, "partition", "offset", stream, service, instance, level,'
+            " event, logger, ts, trace_id, request_id, fields) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING RETURNING id",
             (
                 entry.event_id,
                 entry.topic,
@@ -184,15 +215,15 @@ class LogStore:
                 json.dumps(dict(entry.fields), separators=(",", ":"), default=repr),
             ),
         )
-        if cursor.rowcount == 0 or cursor.lastrowid is None:
+        if row is None:
             return False
-        conn.execute("DELETE FROM logs WHERE id <= ?", (cursor.lastrowid - self.max_records,))
+        await s.execute("DELETE FROM logs WHERE id <= ?", (int(row[0]) - self.max_records,))
         return True
 
     async def search(self, query: LogQuery) -> list[dict[str, Any]]:
         """Matching records, newest first (by timestamp, then by arrival)."""
         where, params = self._filters(query)
-        sql = "SELECT * FROM logs"
+        sql = f"SELECT {_COLUMNS} FROM logs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY ts DESC, id DESC LIMIT ?"
@@ -204,7 +235,7 @@ class LogStore:
         where, params = self._filters(query)
         where.append("id > ?")
         params.append(after_id)
-        sql = "SELECT * FROM logs WHERE " + " AND ".join(where) + " ORDER BY id LIMIT ?"
+        sql = f"SELECT {_COLUMNS} FROM logs WHERE " + " AND ".join(where) + " ORDER BY id LIMIT ?"
         params.append(query.limit)
         return [_item(row) for row in await self.db.fetchall(sql, params)]
 
@@ -224,7 +255,13 @@ class LogStore:
             where.append("ts >= ?")
             params.append(query.since_ms)
         if query.q:
-            match = _match_expression(query.q) if self.full_text else None
+            if self.full_text and self.db.dialect == "postgresql":
+                words = _words(query.q)
+                if words:
+                    where.append("words @@ plainto_tsquery('simple', ?)")
+                    params.append(" ".join(words))
+                    return where, params
+            match = _match_expression(query.q) if self.full_text and self.db.dialect == "sqlite" else None
             if match is not None:
                 where.append("id IN (SELECT rowid FROM logs_fts WHERE logs_fts MATCH ?)")
                 params.append(match)

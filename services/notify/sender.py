@@ -57,7 +57,7 @@ from kit.tracing import (
     use_context,
 )
 from services.common.consumer import IdempotentHandler, Message, PermanentError
-from services.common.db import Database, Transaction
+from services.common.db import Database, Migration, Session, Step
 from services.common.outbox import Outbox
 from services.notify.providers import DeliveryError, OutgoingMessage, Provider, ProviderResult
 
@@ -81,26 +81,47 @@ RETRYING, DELIVERED, FAILED = "retrying", "delivered", "failed"
 ERROR_EXPIRED = "expired"
 _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 
-MIGRATIONS: Sequence[str] = (
-    """
-    CREATE TABLE deliveries (
-        request_id TEXT NOT NULL,
-        channel TEXT NOT NULL,
-        user_id TEXT NOT NULL,
-        destination TEXT NOT NULL,
-        requested_event_id TEXT NOT NULL,
-        status TEXT NOT NULL,
-        attempts INTEGER NOT NULL,
-        provider TEXT NOT NULL,
-        provider_message_id TEXT,
-        error_type TEXT,
-        error TEXT,
-        latency_ms INTEGER,
-        created_at INTEGER NOT NULL,
-        updated_at INTEGER NOT NULL,
-        PRIMARY KEY (request_id, channel)
-    ) WITHOUT ROWID;
-    """,
+MIGRATIONS: Sequence[Migration] = (
+    Step(
+        sqlite="""
+        CREATE TABLE deliveries (
+            request_id TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            destination TEXT NOT NULL,
+            requested_event_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            attempts INTEGER NOT NULL,
+            provider TEXT NOT NULL,
+            provider_message_id TEXT,
+            error_type TEXT,
+            error TEXT,
+            latency_ms INTEGER,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            PRIMARY KEY (request_id, channel)
+        ) WITHOUT ROWID;
+        """,
+        postgresql="""
+        CREATE TABLE deliveries (
+            request_id TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            destination TEXT NOT NULL,
+            requested_event_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            attempts INTEGER NOT NULL,
+            provider TEXT NOT NULL,
+            provider_message_id TEXT,
+            error_type TEXT,
+            error TEXT,
+            latency_ms BIGINT,
+            created_at BIGINT NOT NULL,
+            updated_at BIGINT NOT NULL,
+            PRIMARY KEY (request_id, channel)
+        );
+        """,
+    ),
 )
 
 
@@ -439,7 +460,7 @@ class Sender:
             self._on_attempt(self.provider.name, outcome, seconds)
 
     # -- recording ------------------------------------------------------------------------------
-    # The four hooks below are where a sender keeps its progress: here SQLite (processed event ids,
+    # The four hooks below are where a sender keeps its progress: here its database (processed event ids,
     # rows and the outbox in one transaction); services.notify.transactional keeps it in a Kafka
     # transaction instead.
 
@@ -450,13 +471,13 @@ class Sender:
         """The record needs no delivery (another channel, or finished): remember it handled."""
         return await self.handler.record(message)
 
-    async def _write(self, tx: Transaction, request: OtpRequest, address: str, outcome: _Outcome) -> None:
+    async def _write(self, tx: Session, request: OtpRequest, address: str, outcome: _Outcome) -> None:
         await self._write_row(tx, request, address, outcome)
         await self.outbox.add(
             tx, self.policy.deliveries_topic, request.request_id, outcome.event_name, outcome.event, kafka_headers()
         )
 
-    async def _write_row(self, tx: Transaction, request: OtpRequest, address: str, outcome: _Outcome) -> None:
+    async def _write_row(self, tx: Session, request: OtpRequest, address: str, outcome: _Outcome) -> None:
         now = _ms(self._clock())
         await tx.execute(
             "INSERT INTO deliveries (request_id, channel, user_id, destination, requested_event_id, status, attempts,"
@@ -493,7 +514,7 @@ class Sender:
     async def _finish(self, message: Message, request: OtpRequest, address: str, outcome: _Outcome) -> None:
         """The final outcome, the event and the processed event id in one transaction."""
 
-        async def effect(tx: Transaction, _: Message) -> None:
+        async def effect(tx: Session, _: Message) -> None:
             await self._write(tx, request, address, outcome)
             tx.on_commit(lambda: self._count(outcome, final=True))
 
@@ -540,7 +561,7 @@ class Sender:
         }
 
 
-async def _nothing(tx: Transaction, message: Message) -> None:
+async def _nothing(tx: Session, message: Message) -> None:
     """IdempotentHandler's default effect: the sender passes its own to `record`."""
 
 

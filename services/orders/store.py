@@ -1,10 +1,10 @@
-"""SQLite persistence of orders; every state change writes its event to the outbox in the same
-transaction (services.common.outbox), so an order and its event are committed together."""
+"""Persistence of orders (SQLite or PostgreSQL: services.common.db); every state change writes its
+event to the outbox in the same transaction (services.common.outbox), so an order and its event
+are committed together."""
 
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from kit.tracing import current_context, kafka_headers
-from services.common.db import Database
+from services.common.db import Database, Migration, Session, Step
 from services.common.outbox import Outbox
 from services.orders.domain import (
     IdempotencyKeyReused,
@@ -29,38 +29,71 @@ from services.orders.domain import (
 
 __all__ = ["MIGRATIONS", "Order", "OrderStore", "StatusChange"]
 
-MIGRATIONS: Sequence[str] = (
-    """
-    CREATE TABLE orders (
-        id TEXT PRIMARY KEY,
-        customer_id TEXT NOT NULL,
-        currency TEXT NOT NULL,
-        status TEXT NOT NULL,
-        total TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        updated_at INTEGER NOT NULL,
-        idempotency_key TEXT UNIQUE,
-        request_hash TEXT
-    );
-    CREATE INDEX orders_by_customer ON orders (customer_id, created_at DESC);
-    CREATE TABLE order_items (
-        order_id TEXT NOT NULL REFERENCES orders (id),
-        line INTEGER NOT NULL,
-        sku TEXT NOT NULL,
-        quantity INTEGER NOT NULL,
-        unit_price TEXT NOT NULL,
-        PRIMARY KEY (order_id, line)
-    ) WITHOUT ROWID;
-    CREATE TABLE order_history (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        order_id TEXT NOT NULL REFERENCES orders (id),
-        from_status TEXT,
-        to_status TEXT NOT NULL,
-        reason TEXT,
-        changed_at INTEGER NOT NULL
-    );
-    CREATE INDEX order_history_by_order ON order_history (order_id, id);
-    """,
+MIGRATIONS: Sequence[Migration] = (
+    Step(
+        sqlite="""
+        CREATE TABLE orders (
+            id TEXT PRIMARY KEY,
+            customer_id TEXT NOT NULL,
+            currency TEXT NOT NULL,
+            status TEXT NOT NULL,
+            total TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            idempotency_key TEXT UNIQUE,
+            request_hash TEXT
+        );
+        CREATE INDEX orders_by_customer ON orders (customer_id, created_at DESC);
+        CREATE TABLE order_items (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            line INTEGER NOT NULL,
+            sku TEXT NOT NULL,
+            quantity INTEGER NOT NULL,
+            unit_price TEXT NOT NULL,
+            PRIMARY KEY (order_id, line)
+        ) WITHOUT ROWID;
+        CREATE TABLE order_history (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            from_status TEXT,
+            to_status TEXT NOT NULL,
+            reason TEXT,
+            changed_at INTEGER NOT NULL
+        );
+        CREATE INDEX order_history_by_order ON order_history (order_id, id);
+        """,
+        postgresql="""
+        CREATE TABLE orders (
+            id TEXT PRIMARY KEY,
+            customer_id TEXT NOT NULL,
+            currency TEXT NOT NULL,
+            status TEXT NOT NULL,
+            total TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            updated_at BIGINT NOT NULL,
+            idempotency_key TEXT UNIQUE,
+            request_hash TEXT
+        );
+        CREATE INDEX orders_by_customer ON orders (customer_id, created_at DESC);
+        CREATE TABLE order_items (
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            line INTEGER NOT NULL,
+            sku TEXT NOT NULL,
+            quantity INTEGER NOT NULL,
+            unit_price TEXT NOT NULL,
+            PRIMARY KEY (order_id, line)
+        );
+        CREATE TABLE order_history (
+            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            order_id TEXT NOT NULL REFERENCES orders (id),
+            from_status TEXT,
+            to_status TEXT NOT NULL,
+            reason TEXT,
+            changed_at BIGINT NOT NULL
+        );
+        CREATE INDEX order_history_by_order ON order_history (order_id, id);
+        """,
+    ),
 )
 
 
@@ -181,17 +214,19 @@ class OrderStore:
         }
         event = self.outbox.prepare(self.topic, order_id, "OrderCreated", record, kafka_headers())
 
-        def write(conn: sqlite3.Connection) -> Order | None:
+        async def write(s: Session) -> Order | None:
             """The existing order of a replayed idempotency key, or None once the new one is written."""
             if idempotency_key is not None:
-                row = conn.execute(
+                # Two instances given the same key at once: the second waits, then finds the first's order.
+                await s.lock(f"orders.idempotency:{idempotency_key}")
+                row = await s.fetchone(
                     "SELECT id, request_hash FROM orders WHERE idempotency_key = ?", (idempotency_key,)
-                ).fetchone()
+                )
                 if row is not None:
                     if row["request_hash"] != request_hash:
                         raise IdempotencyKeyReused(details={"order_id": row["id"]})
-                    return _load(conn, OrderId(row["id"]))
-            conn.execute(
+                    return await _load(s, OrderId(row["id"]))
+            await s.execute(
                 "INSERT INTO orders (id, customer_id, currency, status, total, created_at, updated_at,"
                 " idempotency_key, request_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -206,16 +241,16 @@ class OrderStore:
                     request_hash if idempotency_key is not None else None,
                 ),
             )
-            conn.executemany(
+            await s.executemany(
                 "INSERT INTO order_items (order_id, line, sku, quantity, unit_price) VALUES (?, ?, ?, ?, ?)",
                 [(order_id, n, i.sku, i.quantity, str(i.unit_price)) for n, i in enumerate(new.items)],
             )
-            conn.execute(
+            await s.execute(
                 "INSERT INTO order_history (order_id, from_status, to_status, reason, changed_at)"
                 " VALUES (?, NULL, ?, NULL, ?)",
                 (order_id, OrderStatus.CREATED.value, _ms(now)),
             )
-            event.write(conn)
+            await event.write(s)
             return None
 
         existing = await self.db.write(write)
@@ -242,8 +277,11 @@ class OrderStore:
         envelope = self._envelope(now)
         headers = kafka_headers()
 
-        def write(conn: sqlite3.Connection) -> Order | None:
-            row = conn.execute("SELECT status FROM orders WHERE id = ?", (order_id,)).fetchone()
+        async def write(s: Session) -> Order | None:
+            # Changes of one order one at a time, across instances: each reads the status the
+            # previous one left, and their events enter the outbox in the order they happened.
+            await s.lock(f"orders.order:{order_id}")
+            row = await s.fetchone("SELECT status FROM orders WHERE id = ?", (order_id,))
             if row is None:
                 return None
             current = OrderStatus(row["status"])
@@ -258,16 +296,16 @@ class OrderStore:
             }
             # Encoded here, in the writer thread: the record depends on the status just read.
             event = self.outbox.prepare(self.topic, order_id, "OrderStatusChanged", record, headers)
-            conn.execute(
+            await s.execute(
                 "UPDATE orders SET status = ?, updated_at = ? WHERE id = ?", (to_status.value, _ms(now), order_id)
             )
-            conn.execute(
+            await s.execute(
                 "INSERT INTO order_history (order_id, from_status, to_status, reason, changed_at)"
                 " VALUES (?, ?, ?, ?, ?)",
                 (order_id, current.value, to_status.value, reason, _ms(now)),
             )
-            event.write(conn)
-            return _load(conn, order_id)
+            await event.write(s)
+            return await _load(s, order_id)
 
         order = await self.db.write(write)
         if order is not None:
@@ -275,7 +313,7 @@ class OrderStore:
         return order
 
     async def get(self, order_id: OrderId) -> Order | None:
-        return await self.db.run(lambda conn: _load(conn, order_id))
+        return await self.db.read(lambda s: _load(s, order_id))
 
     async def by_customer(self, customer_id: str, status: OrderStatus | None, limit: int) -> list[Order]:
         """The customer's orders, newest first."""
@@ -286,26 +324,26 @@ class OrderStore:
             params.append(status.value)
         sql += " ORDER BY created_at DESC, id LIMIT ?"
 
-        def read(conn: sqlite3.Connection) -> list[Order]:
-            rows = conn.execute(sql, (*params, limit)).fetchall()
-            orders = [_load(conn, OrderId(r["id"])) for r in rows]
+        async def read(s: Session) -> list[Order]:
+            rows = await s.fetchall(sql, (*params, limit))
+            orders = [await _load(s, OrderId(r["id"])) for r in rows]
             return [o for o in orders if o is not None]
 
-        return await self.db.run(read)
+        return await self.db.read(read)
 
 
-def _load(conn: sqlite3.Connection, order_id: OrderId) -> Order | None:
-    """The order with its items and history (three queries, on the connection's thread)."""
-    row = conn.execute("SELECT * FROM orders WHERE id = ?", (order_id,)).fetchone()
+async def _load(s: Session, order_id: OrderId) -> Order | None:
+    """The order with its items and history (three queries)."""
+    row = await s.fetchone("SELECT * FROM orders WHERE id = ?", (order_id,))
     if row is None:
         return None
-    items = conn.execute(
+    items = await s.fetchall(
         "SELECT sku, quantity, unit_price FROM order_items WHERE order_id = ? ORDER BY line", (order_id,)
-    ).fetchall()
-    history = conn.execute(
+    )
+    history = await s.fetchall(
         "SELECT from_status, to_status, reason, changed_at FROM order_history WHERE order_id = ? ORDER BY id",
         (order_id,),
-    ).fetchall()
+    )
     return Order(
         OrderId(row["id"]),
         row["customer_id"],

@@ -1,6 +1,7 @@
-"""SQLite persistence of OTP requests: only the code's keyed hash, its expiry and an attempts
-counter are stored.  A request row and its OtpRequested event are written in one transaction
-(services.common.outbox); the rate limits are checked in that same transaction.
+"""Persistence of OTP requests (SQLite or PostgreSQL: services.common.db): only the code's keyed
+hash, its expiry and an attempts counter are stored.  A request row and its OtpRequested event
+are written in one transaction (services.common.outbox); the rate limits are checked in that same
+transaction.
 
 Three limits share one window: per user id, per destination (a phone number or an e-mail
 address, whoever asks: without it anyone could SMS-bomb a number by varying the user id) and
@@ -20,7 +21,7 @@ from ipaddress import IPv4Network, IPv6Network, ip_address
 from typing import Any
 
 from kit.tracing import current_context, kafka_headers
-from services.common.db import Database
+from services.common.db import Database, Migration, Step
 from services.common.outbox import Outbox
 from services.otp.domain import (
     AlreadyVerified,
@@ -39,29 +40,55 @@ from services.otp.domain import (
 
 __all__ = ["MIGRATIONS", "OtpPolicy", "OtpStore", "RequestedOtp"]
 
-MIGRATIONS: Sequence[str] = (
-    """
-    CREATE TABLE otp_requests (
-        id TEXT PRIMARY KEY,
-        user_id TEXT NOT NULL,
-        channels TEXT NOT NULL,
-        code_hash TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        expires_at INTEGER NOT NULL,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        verified_at INTEGER
-    );
-    CREATE INDEX otp_requests_by_user ON otp_requests (user_id, created_at);
-    """,
-    """
-    CREATE TABLE otp_rate_events (
-        scope TEXT NOT NULL,
-        subject TEXT NOT NULL,
-        created_at INTEGER NOT NULL
-    );
-    CREATE INDEX otp_rate_events_by_subject ON otp_rate_events (scope, subject, created_at);
-    CREATE INDEX otp_rate_events_by_time ON otp_rate_events (created_at);
-    """,
+MIGRATIONS: Sequence[Migration] = (
+    Step(
+        sqlite="""
+        CREATE TABLE otp_requests (
+            id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            channels TEXT NOT NULL,
+            code_hash TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            verified_at INTEGER
+        );
+        CREATE INDEX otp_requests_by_user ON otp_requests (user_id, created_at);
+        """,
+        postgresql="""
+        CREATE TABLE otp_requests (
+            id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            channels TEXT NOT NULL,
+            code_hash TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            expires_at BIGINT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            verified_at BIGINT
+        );
+        CREATE INDEX otp_requests_by_user ON otp_requests (user_id, created_at);
+        """,
+    ),
+    Step(
+        sqlite="""
+        CREATE TABLE otp_rate_events (
+            scope TEXT NOT NULL,
+            subject TEXT NOT NULL,
+            created_at INTEGER NOT NULL
+        );
+        CREATE INDEX otp_rate_events_by_subject ON otp_rate_events (scope, subject, created_at);
+        CREATE INDEX otp_rate_events_by_time ON otp_rate_events (created_at);
+        """,
+        postgresql="""
+        CREATE TABLE otp_rate_events (
+            scope TEXT NOT NULL,
+            subject TEXT NOT NULL,
+            created_at BIGINT NOT NULL
+        );
+        CREATE INDEX otp_rate_events_by_subject ON otp_rate_events (scope, subject, created_at);
+        CREATE INDEX otp_rate_events_by_time ON otp_rate_events (created_at);
+        """,
+    ),
 )
 
 
@@ -175,13 +202,16 @@ class OtpStore:
         )
         del code  # only the hash and the sealed form leave this function
         window_start = _ms(now - policy.rate_limit_window)
+        limited = self._limited_subjects(new, client)
         async with self.db.transaction() as tx:
+            # Instances counting the same user, destination or client one after the other (on
+            # PostgreSQL; SQLite's write lock already does it): N instances allow what one does.
+            await tx.lock(f"otp.user:{new.user_id}", *(f"otp.{scope}:{subject}" for scope, subject, _ in limited))
             recent = await tx.fetchall(
                 "SELECT created_at FROM otp_requests WHERE user_id = ? AND created_at > ? ORDER BY created_at",
                 (new.user_id, window_start),
             )
             self._check_limit("user", [r["created_at"] for r in recent], policy.rate_limit_max, window_start)
-            limited = self._limited_subjects(new, client)
             await tx.execute("DELETE FROM otp_rate_events WHERE created_at <= ?", (window_start,))
             for scope, subject, limit in limited:
                 rows = await tx.fetchall(
@@ -227,6 +257,7 @@ class OtpStore:
         policy = self.policy
         now = self._clock()
         async with self.db.transaction() as tx:
+            await tx.lock(f"otp.request:{request_id}")  # attempts counted one at a time, across instances
             row = await tx.fetchone(
                 "SELECT code_hash, expires_at, attempts, verified_at FROM otp_requests WHERE id = ?", (request_id,)
             )

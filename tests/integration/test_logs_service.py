@@ -32,7 +32,7 @@ from registry.app import RunningRegistry
 from schemas.catalog import default_catalog
 from schemas.client import RegistryClient
 from schemas.serde import AvroSerializer
-from services.common.db import Database
+from services.common.db_sqlite import SqliteDatabase
 from services.common.kafka import EventProducer
 from services.common.log_shipper import ACCESS_LOGGER, LogShipper, SendRawAdapter, avro_log_encoder
 from services.logs.app import INDEXER_KEY, RUNNER_KEY, create_app
@@ -501,7 +501,7 @@ async def test_the_database_work_of_a_service_goes_to_logs_db(
     try:
         async with services_shipper(broker, running_registry.url, level="info", batch_size=64) as (shipper, _):
             configure_logging(stream=io.StringIO(), fmt="json", tap=shipper)
-            async with Database(tmp_path / "work.db", slow_ms=1.0) as db:
+            async with SqliteDatabase(tmp_path / "work.db", slow_ms=1.0) as db:
                 await db.migrate("work", ["CREATE TABLE t (x INTEGER)"])
                 async with db.transaction() as tx:
                     await tx.execute("INSERT INTO t VALUES (1)")

@@ -20,7 +20,7 @@ from kit.logging import configure_logging
 from registry.app import RunningRegistry
 from schemas.client import RegistryClient
 from schemas.serde import AvroDeserializer, Decoded
-from services.common.db import Database
+from services.common.db_sqlite import SqliteDatabase
 from services.common.log_shipper import LogShipper
 from services.common.outbox import Outbox
 from services.orders.app import RELAY_KEY, create_app
@@ -293,7 +293,7 @@ async def test_restart_keeps_orders_and_publishes_pending_outbox_rows(config: Or
         kept = (await first.call("POST", "/orders", ORDER))[1]
         await first.drained()
 
-    db = await Database(config.database_path).open()
+    db = await SqliteDatabase(config.database_path).open()
     try:
         store = OrderStore(db, Outbox(db, CATALOG.schema), topic="orders", service="orders", instance="offline")
         await store.setup()

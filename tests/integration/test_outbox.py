@@ -17,7 +17,7 @@ from registry.app import RunningRegistry
 from schemas.client import RegistryClient
 from schemas.serde import AvroSerializer, RecordValidationError
 from services.common.consumer import ConsumerRunner
-from services.common.db import Database
+from services.common.db_sqlite import SqliteDatabase
 from services.common.kafka import EventProducer
 from services.common.outbox import OutboxRelay
 from tests.support.harness import ThreadBroker
@@ -55,7 +55,7 @@ async def test_database_is_wal_with_foreign_keys_migrates_once_and_serializes_tr
     """The connection is in WAL mode with foreign keys and a busy timeout; a component's steps
     apply once; 50 concurrent read-modify-write transactions don't interleave; `db.*` inside a
     transaction is refused instead of deadlocking."""
-    db = await Database(tmp_path / "kit.db", busy_timeout_ms=1234).open()
+    db = await SqliteDatabase(tmp_path / "kit.db", busy_timeout_ms=1234).open()
     pragmas = [(await db.fetchone(f"PRAGMA {p}")) for p in ("journal_mode", "foreign_keys", "busy_timeout")]
     assert [tuple(r) for r in pragmas if r is not None] == [("wal",), (1,), (1234,)]
     steps = ["CREATE TABLE counter (n INTEGER NOT NULL);\nINSERT INTO counter VALUES (0);"]
@@ -180,7 +180,7 @@ async def test_relay_sigkilled_between_publish_and_mark_republishes_and_consumer
     assert all(sent is not None for _, sent in _rows(path))
     assert len(await consume_all(broker.bootstrap, "orders", 20)) == 20  # republished: at least once
 
-    consumer_db = await Database(tmp_path / "consumer.db").open()
+    consumer_db = await SqliteDatabase(tmp_path / "consumer.db").open()
     await consumer_db.migrate("effects", EFFECTS)
     handler = effects_handler(consumer_db, "analytics")
     await handler.setup()

@@ -36,7 +36,8 @@ from schemas.catalog import default_catalog
 from schemas.client import RegistryClient
 from schemas.serde import AvroDeserializer, AvroSerializer
 from services.common.consumer import ConsumerRunner, IdempotentHandler, Message
-from services.common.db import Database, Transaction
+from services.common.db import Database, Session
+from services.common.db_sqlite import SqliteDatabase
 from services.common.kafka import EventProducer
 from services.common.outbox import Outbox, OutboxRelay, PendingRow
 
@@ -84,14 +85,14 @@ async def kit(bootstrap: str, registry_url: str) -> AsyncIterator[Kit]:
 
 
 async def open_outbox(path: Path) -> tuple[Database, Outbox]:
-    db = await Database(path).open()
+    db = await SqliteDatabase(path).open()
     outbox = Outbox(db, CATALOG.schema)
     await outbox.setup()
     return db, outbox
 
 
 def effects_handler(db: Database, name: str) -> IdempotentHandler:
-    async def apply(tx: Transaction, message: Message) -> None:
+    async def apply(tx: Session, message: Message) -> None:
         await tx.execute(
             "INSERT INTO effects (event_id, order_id) VALUES (?, ?)", (message.event_id, str(message.value["order_id"]))
         )
@@ -150,7 +151,7 @@ async def _relay(spec: dict[str, Any]) -> None:
 
 
 async def _consumer(spec: dict[str, Any]) -> None:
-    db = await Database(Path(spec["db"])).open()
+    db = await SqliteDatabase(Path(spec["db"])).open()
     await db.migrate("effects", EFFECTS)
     inner = effects_handler(db, spec["group"])
     await inner.setup()

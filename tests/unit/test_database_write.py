@@ -1,31 +1,34 @@
-"""`Database.write`: one hop per write, group commit of concurrent writes, each write isolated in
+"""`SqliteDatabase.write`: one hop per write, group commit of concurrent writes, each write isolated in
 its savepoint (a failing one rolls back alone), on a real SQLite file."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
-from services.common.db import Database
+from services.common.db import Session
+from services.common.db_sqlite import SqliteDatabase
 
 
 class Boom(Exception):
     pass
 
 
-async def open_db(tmp_path: Path) -> Database:
-    db = await Database(tmp_path / "t.db").open()
+async def open_db(tmp_path: Path) -> SqliteDatabase:
+    db = await SqliteDatabase(tmp_path / "t.db").open()
     await db.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER NOT NULL)")
     return db
 
 
-def insert(k: str, v: int) -> Callable[[sqlite3.Connection], int]:
-    def write(conn: sqlite3.Connection) -> int:
-        return int(conn.execute("INSERT INTO t (k, v) VALUES (?, ?)", (k, v)).lastrowid or 0)
+def insert(k: str, v: int) -> Callable[[Session], Awaitable[int]]:
+    async def write(s: Session) -> int:
+        row = await s.fetchone("INSERT INTO t (k, v) VALUES (?, ?) RETURNING rowid", (k, v))
+        assert row is not None
+        return int(row[0])
 
     return write
 
@@ -47,8 +50,8 @@ async def test_concurrent_writes_are_group_committed_and_each_gets_its_result(tm
 async def test_a_failing_write_rolls_back_alone_and_its_caller_gets_the_exception(tmp_path: Path) -> None:
     db = await open_db(tmp_path)
 
-    def half_then_boom(conn: sqlite3.Connection) -> None:
-        conn.execute("INSERT INTO t (k, v) VALUES ('bad', 1)")
+    async def half_then_boom(s: Session) -> None:
+        await s.execute("INSERT INTO t (k, v) VALUES ('bad', 1)")
         raise Boom("after a statement")
 
     results = await asyncio.gather(
@@ -74,7 +77,7 @@ async def test_write_inside_a_transaction_is_refused_and_close_waits_for_queued_
     await asyncio.sleep(0)  # queued, the writer task started
     await db.close()
     assert all(f.done() and not f.exception() for f in pending)
-    db = await Database(tmp_path / "t.db").open()
+    db = await SqliteDatabase(tmp_path / "t.db").open()
     assert (await db.fetchone("SELECT COUNT(*) FROM t"))[0] == 20  # type: ignore[index]
     await db.close()
 
@@ -112,7 +115,7 @@ async def test_a_transaction_cancelled_while_begin_runs_leaves_no_transaction_op
     await db.execute("INSERT INTO t (k, v) VALUES ('autocommit', 1)")
     await db.write(insert("grouped", 2))
     await db.close()
-    db = await Database(tmp_path / "t.db").open()
+    db = await SqliteDatabase(tmp_path / "t.db").open()
     rows = await db.fetchall("SELECT k FROM t ORDER BY v")
     assert [r["k"] for r in rows] == ["autocommit", "grouped"]
     await db.close()

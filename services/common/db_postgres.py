@@ -1,0 +1,410 @@
+"""PostgreSQL for asyncio services, on asyncpg (docs/adr/010-postgresql.md): the interface of
+`services.common.db`, for several instances of a service sharing one database.
+
+- **A bounded pool** (`pool_max` connections, `pool_min` kept open).  A request waiting longer
+  than `acquire_timeout_s` for a connection gets `DatabaseUnavailable` (HTTP 503), not a queue
+  that grows without bound.
+- **Statement timeouts**: every connection is opened with ``statement_timeout``; a statement
+  that runs longer is cancelled by the server (also `DatabaseUnavailable`: the database is
+  overloaded now).
+- **Reconnect**: the pool replaces a connection the server closed.  A transaction that failed
+  because its connection was lost *before* COMMIT was sent is run once more on a fresh
+  connection (the server rolled it back: nothing of it happened); a loss during COMMIT is
+  reported (`DatabaseUnavailable`), since it may or may not have committed.
+- **SQL**: the stores write ``?`` placeholders (SQLite's); they are numbered (``$1``...) here,
+  once per distinct statement, and asyncpg prepares and caches each statement per connection.
+- **Locks**: `Session.lock(*keys)` takes ``pg_advisory_xact_lock`` on a 64-bit hash of each key,
+  in sorted order; `leadership(name)` holds a session-level advisory lock on a connection of its
+  own, so that exactly one instance does `name` while it lives (the outbox relay), and another
+  takes over within `retry_s` of its death (the server drops a dead client's locks with its
+  connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Self, TypeVar
+
+import asyncpg
+
+from kit.logging import get_logger
+from services.common.db import (
+    DatabaseUnavailable,
+    Migration,
+    Params,
+    Row,
+    Session,
+    Step,
+    check_version,
+    postgres_target,
+)
+
+__all__ = ["PostgresDatabase", "numbered"]
+
+T = TypeVar("T")
+
+log = get_logger("services.common.db")
+
+# What "the database cannot be reached now" looks like from asyncpg: the connection refused or
+# lost, the server starting or shutting down, a statement cancelled by its timeout.
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.QueryCanceledError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+)
+# Lost connections, after which a transaction that never reached COMMIT may run again.
+_LOST: tuple[type[BaseException], ...] = (
+    ConnectionError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.InterfaceError,
+)
+_MIGRATIONS_LOCK = "streamshop.schema_migrations"
+
+
+@functools.lru_cache(maxsize=1024)
+def numbered(sql: str) -> str:
+    """``?`` placeholders as ``$1``, ``$2``... (outside quoted strings and identifiers)."""
+    out: list[str] = []
+    n = 0
+    quote: str | None = None
+    for ch in sql:
+        if quote is not None:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "?":
+            n += 1
+            out.append(f"${n}")
+            continue
+        out.append(ch)
+    return "".join(out)
+
+
+def _rows_changed(status: str) -> int:
+    """The row count of a command tag (``UPDATE 3``, ``INSERT 0 1``, ``DELETE 0``)."""
+    last = status.rpartition(" ")[2]
+    return int(last) if last.isdigit() else 0
+
+
+class PgSession:
+    """The statements of one transaction on one pooled connection."""
+
+    dialect = "postgresql"
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+        self.commit_callbacks: list[Callable[[], None]] = []
+        self.used = False  # a statement was sent: a lost connection is then not retried blindly
+
+    async def execute(self, sql: str, params: Params = ()) -> int:
+        self.used = True
+        return _rows_changed(await self._conn.execute(numbered(sql), *params))
+
+    async def executemany(self, sql: str, rows: Iterable[Params]) -> None:
+        self.used = True
+        await self._conn.executemany(numbered(sql), [tuple(r) for r in rows])
+
+    async def fetchone(self, sql: str, params: Params = ()) -> Row | None:
+        self.used = True
+        row: Row | None = await self._conn.fetchrow(numbered(sql), *params)
+        return row
+
+    async def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
+        self.used = True
+        rows: list[Row] = await self._conn.fetch(numbered(sql), *params)
+        return rows
+
+    async def lock(self, *keys: str) -> None:
+        for key in sorted(set(keys)):  # one order for everyone: no deadlock between two lockers
+            await self._conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
+
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        self.commit_callbacks.append(callback)
+
+
+class PostgresDatabase:
+    """A PostgreSQL database used through a bounded asyncpg pool."""
+
+    dialect = "postgresql"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_min: int = 1,
+        pool_max: int = 10,
+        statement_timeout_ms: int = 5000,
+        connect_timeout_s: float = 5.0,
+        acquire_timeout_s: float = 5.0,
+        application_name: str = "streamshop",
+        slow_ms: float = 250.0,
+    ) -> None:
+        self.url = url
+        self.target = postgres_target(url)
+        self.pool_min = pool_min
+        self.pool_max = pool_max
+        self.statement_timeout_ms = statement_timeout_ms
+        self.connect_timeout_s = connect_timeout_s
+        self.acquire_timeout_s = acquire_timeout_s
+        self.application_name = application_name
+        self.slow_ms = slow_ms
+        self._pool: asyncpg.Pool | None = None
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _connect_options(self) -> dict[str, Any]:
+        return {
+            "dsn": self.url,
+            "timeout": self.connect_timeout_s,
+            "server_settings": {
+                "statement_timeout": str(self.statement_timeout_ms),
+                "application_name": self.application_name[:63],
+            },
+        }
+
+    async def open(self) -> Self:
+        """Connect (`pool_min` connections); `DatabaseUnavailable` naming the server when it cannot
+        be reached or refuses the login."""
+        if self._pool is not None:
+            return self
+        try:
+            self._pool = await asyncpg.create_pool(
+                min_size=min(self.pool_min, self.pool_max), max_size=self.pool_max, **self._connect_options()
+            )
+        except (*_UNAVAILABLE, asyncpg.exceptions.PostgresError) as e:
+            raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.target}: {_reason(e)}") from None
+        log.info(
+            "database opened",
+            target=self.target,
+            pool_max=self.pool_max,
+            statement_timeout_ms=self.statement_timeout_ms,
+        )
+        return self
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        try:
+            await asyncio.wait_for(pool.close(), 10)
+        except TimeoutError:
+            pool.terminate()
+        log.info("database closed", target=self.target)
+
+    @property
+    def is_open(self) -> bool:
+        return self._pool is not None
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[asyncpg.Connection]:
+        if self._pool is None:
+            raise RuntimeError(f"database {self.target} is not open")
+        try:
+            async with self._pool.acquire(timeout=self.acquire_timeout_s) as conn:
+                yield conn
+        except _UNAVAILABLE as e:
+            raise DatabaseUnavailable(f"PostgreSQL at {self.target}: {_reason(e)}") from e
+
+    async def _run(self, fn: Callable[[Session], Awaitable[T]], *, readonly: bool) -> T:
+        for attempt in (1, 2):
+            began = time.perf_counter()
+            session: PgSession | None = None
+            committing = False
+            try:
+                async with self._connection() as conn:
+                    session = PgSession(conn)
+                    tx = conn.transaction(
+                        isolation="repeatable_read" if readonly else "read_committed", readonly=readonly
+                    )
+                    await tx.start()
+                    try:
+                        result = await fn(session)
+                    except BaseException:
+                        with contextlib.suppress(*_UNAVAILABLE):
+                            await tx.rollback()
+                        raise
+                    committing = True
+                    await tx.commit()
+            except DatabaseUnavailable as e:
+                lost = isinstance(e.__cause__, _LOST)
+                if attempt == 1 and lost and not committing:
+                    log.info("database connection lost; running the transaction again", target=self.target)
+                    continue
+                raise
+            held_ms = (time.perf_counter() - began) * 1000
+            if held_ms > self.slow_ms:
+                log.warning("slow transaction", target=self.target, held_ms=round(held_ms, 1), slow_ms=self.slow_ms)
+            for callback in session.commit_callbacks:
+                callback()
+            return result
+        raise AssertionError("unreachable")
+
+    async def write(self, fn: Callable[[Session], Awaitable[T]]) -> T:
+        return await self._run(fn, readonly=False)
+
+    async def read(self, fn: Callable[[Session], Awaitable[T]]) -> T:
+        """`fn(session)` in a read-only REPEATABLE READ transaction: one snapshot for all its reads."""
+        return await self._run(fn, readonly=True)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Session]:
+        async with self._connection() as conn:
+            session = PgSession(conn)
+            async with conn.transaction():
+                yield session
+        for callback in session.commit_callbacks:
+            callback()
+
+    async def execute(self, sql: str, params: Params = ()) -> int:
+        async with self._connection() as conn:
+            return _rows_changed(await conn.execute(numbered(sql), *params))
+
+    async def fetchone(self, sql: str, params: Params = ()) -> Row | None:
+        async with self._connection() as conn:
+            row: Row | None = await conn.fetchrow(numbered(sql), *params)
+            return row
+
+    async def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
+        async with self._connection() as conn:
+            rows: list[Row] = await conn.fetch(numbered(sql), *params)
+            return rows
+
+    async def ping(self) -> bool:
+        try:
+            await asyncio.wait_for(self.fetchone("SELECT 1"), self.acquire_timeout_s)
+        except (DatabaseUnavailable, RuntimeError, TimeoutError):
+            return False
+        return True
+
+    async def migrate(self, component: str, steps: Sequence[Migration]) -> int:
+        """Apply the steps not applied yet, under an advisory lock: instances starting together
+        wait for the first one's migration instead of racing it."""
+        check_version(self.target, component, 0, len(steps))
+        applied = 0
+        async with self._connection() as conn:
+            await conn.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", _MIGRATIONS_LOCK)
+            try:
+                await conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                    " component TEXT NOT NULL, version INTEGER NOT NULL, applied_at BIGINT NOT NULL,"
+                    " PRIMARY KEY (component, version))"
+                )
+                recorded = await conn.fetchval(
+                    "SELECT COALESCE(MAX(version), 0) FROM schema_migrations WHERE component = $1", component
+                )
+                check_version(self.target, component, int(recorded), len(steps))
+                for version, step in enumerate(steps, start=1):
+                    if version <= recorded:
+                        continue
+                    async with conn.transaction():
+                        await conn.execute(step.postgresql if isinstance(step, Step) else step)
+                        await conn.execute(
+                            "INSERT INTO schema_migrations (component, version, applied_at) VALUES ($1, $2, $3)",
+                            component,
+                            version,
+                            int(time.time() * 1000),
+                        )
+                    applied += 1
+            finally:
+                with contextlib.suppress(*_UNAVAILABLE):
+                    await conn.execute("SELECT pg_advisory_unlock(hashtextextended($1, 0))", _MIGRATIONS_LOCK)
+        if applied:
+            log.info("database migrated", target=self.target, component=component, steps=applied, version=len(steps))
+        return applied
+
+    async def applied_version(self, component: str) -> int:
+        row = await self.fetchone(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations WHERE component = ?", (component,)
+        )
+        return int(row[0]) if row is not None else 0
+
+    @asynccontextmanager
+    async def leadership(self, name: str, *, retry_s: float = 1.0) -> AsyncIterator[PgLeadership]:
+        lead = PgLeadership(self, name, retry_s)
+        lead.start()
+        try:
+            yield lead
+        finally:
+            await lead.stop()
+
+
+class PgLeadership:
+    """A session-level advisory lock on `name`, held on a connection outside the pool, retried
+    every `retry_s` while another instance holds it; `held` turns False the moment that
+    connection is found lost (checked every `retry_s`)."""
+
+    def __init__(self, db: PostgresDatabase, name: str, retry_s: float) -> None:
+        self._db = db
+        self.name = name
+        self.retry_s = retry_s
+        self._held = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._held.is_set()
+
+    async def wait(self) -> None:
+        await self._held.wait()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._keep(), name=f"leadership-{self.name}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._held.clear()
+
+    async def _keep(self) -> None:
+        while True:
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await asyncpg.connect(**self._db._connect_options())
+                # Polled: the server tells no one when another session's lock is released.
+                while not await conn.fetchval("SELECT pg_try_advisory_lock(hashtextextended($1, 0))", self.name):  # noqa: ASYNC110
+                    await asyncio.sleep(self.retry_s)
+                self._held.set()
+                log.info("leadership taken", name=self.name, target=self._db.target)
+                while True:  # the lock lives as long as this connection: watch it
+                    await asyncio.sleep(self.retry_s)
+                    await asyncio.wait_for(conn.fetchval("SELECT 1"), self.retry_s * 5)
+            except asyncio.CancelledError:
+                raise
+            except (*_UNAVAILABLE, asyncpg.exceptions.PostgresError) as e:
+                if self._held.is_set():
+                    log.warning("leadership lost", name=self.name, target=self._db.target, error=_reason(e))
+                self._held.clear()
+                await asyncio.sleep(self.retry_s)
+            finally:
+                self._held.clear()
+                if conn is not None:
+                    # Closing ends the session: the server releases the lock for the next instance.
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(conn.close(), 2)
+
+
+def _reason(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    return f"{type(error).__name__}: {text}" if text != type(error).__name__ else text
