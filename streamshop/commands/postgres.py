@@ -49,11 +49,11 @@ def _run(args: argparse.Namespace) -> int:
         if args.postgres_action == "stop":
             print("stopped" if postgres.stop(args.dir) else f"no server running in {args.dir}")
             return 0
-        server = postgres.status(args.dir)
-        if server is None:
+        found = postgres.status(args.dir)
+        if found is None:
             report = {"directory": str(args.dir), "running": False, "port": None, "url": None}
         else:
-            report = {"directory": str(args.dir), "running": server.running, "port": server.port, "url": server.url}
+            report = {"directory": str(args.dir), "running": found.running, "port": found.port, "url": found.url}
         if args.json:
             print(json.dumps(report, indent=2))
         else:
