@@ -80,26 +80,6 @@ def http_check(url: str, auth: tuple[str, str] | None = None, ssl_context: ssl.S
     return check
 
 
-def postgres_check(url: str, timeout: float = 3.0) -> Check:
-    """Reachable when a new connection to the PostgreSQL server logs in and answers ``SELECT 1``
-    (asyncpg, imported here: only services with a PostgreSQL URL need it).  The error names the
-    server, never the password."""
-
-    async def check() -> None:
-        import asyncpg
-
-        try:
-            conn = await asyncpg.connect(url, timeout=timeout)
-        except Exception as e:
-            raise ConnectionError(f"PostgreSQL at {postgres_target(url)}: {type(e).__name__}: {e}") from None
-        try:
-            await asyncio.wait_for(conn.fetchval("SELECT 1"), timeout)
-        finally:
-            await conn.close()
-
-    return check
-
-
 def postgres_target(url: str) -> str:
     """`host:port/name` of a PostgreSQL URL, for messages: never the user's password."""
     parts = urlsplit(url)

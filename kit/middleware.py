@@ -139,7 +139,8 @@ def error_middleware(client_max_size: int) -> Middleware:
             return await handler(request)
         except ServiceError as e:
             if e.status >= 500:
-                log.warning("service error", code=e.code, error=e.message)  # raised on purpose: no traceback
+                # Raised on purpose: no traceback; str(e) may say more than the client is told.
+                log.warning("service error", code=e.code, error=str(e))
             return web.json_response(e.body(), status=e.status, headers=e.headers())
         except web.HTTPException as e:
             if e.status < 400:

@@ -160,7 +160,9 @@ async def _serve(app: web.Application, config: HttpSettings, ssl_context: Any) -
         # before a failed or cancelled startup are cleaned up too.
         if not await unless_stopped(runner.setup(), stop):
             return
-        await web.TCPSite(runner, config.listen, config.port, ssl_context=ssl_context).start()
+        await web.TCPSite(
+            runner, config.listen, config.port, ssl_context=ssl_context, reuse_port=config.reuse_port or None
+        ).start()
         port = int(runner.addresses[0][1])
         fields = app.get(READY_FIELDS_KEY) or {}
         print(ready_line(config.service_name, base_url(config.listen, port, config.scheme), fields), flush=True)

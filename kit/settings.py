@@ -464,6 +464,9 @@ class HttpSettings(ProcessSettings):
     port: int = setting(8000, minimum=0, maximum=65535, help="HTTP port (0: any free port)")
     instance_id: str = setting(default_factory=_default_instance_id, help="this instance's name (default host-pid)")
     client_max_size: int = setting(1024 * 1024, minimum=1, help="largest accepted request body, bytes")
+    # Off by default: with it, a second process started on the same port by mistake would
+    # silently take half the connections instead of failing with "address in use".
+    reuse_port: bool = setting(False, help="SO_REUSEPORT: instances of one service share the port (Linux)")
     ssl_certfile: Path | None = setting(None, help="HTTPS: the server's certificate chain (PEM)")
     ssl_keyfile: Path | None = setting(None, help="HTTPS: the server's private key (PEM)")
 

@@ -11,27 +11,42 @@ others, so that user can reach it).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import socket
 import stat
 import subprocess
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
+from kit.health import postgres_target
 from streamshop.clients import CommandError
 
-__all__ = ["Server", "binaries", "create_database", "database_url", "start", "status", "stop"]
+__all__ = [
+    "Server",
+    "binaries",
+    "create_database",
+    "database_url",
+    "ensure_databases",
+    "serve",
+    "start",
+    "status",
+    "stop",
+]
 
 USER = "streamshop"
 DATABASE = "streamshop"
 _SETTINGS = "server.json"
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 
 
 @dataclass(frozen=True)
@@ -44,6 +59,39 @@ class Server:
     @property
     def url(self) -> str:
         return database_url(self, DATABASE)
+
+
+READY_PREFIX = "streamshop postgres ready on "
+
+
+def ready_line(server: Server) -> str:
+    """What `streamshop postgres run` prints once it serves: the URL without the password (the
+    line goes to logs; the password is in the server's directory)."""
+    return f"{READY_PREFIX}postgresql://{USER}@127.0.0.1:{server.port}/{DATABASE}"
+
+
+def parse_ready_line(line: str) -> str | None:
+    """The URL of a `ready_line`, or None for any other line."""
+    if not line.startswith(READY_PREFIX):
+        return None
+    url = line[len(READY_PREFIX) :].strip()
+    return url if url.startswith("postgresql://") and " " not in url else None
+
+
+def with_password(url: str, directory: Path) -> str:
+    """`url` with the password of the server in `directory` (its ``password`` file)."""
+    password = (directory / "password").read_text().strip()
+    scheme, rest = url.split("://", 1)
+    user, at, host = rest.partition("@")
+    if not at:
+        raise ValueError(f"{url!r}: no user")
+    return f"{scheme}://{user.split(':', 1)[0]}:{quote(password, safe='')}@{host}"
+
+
+def for_database(url: str, name: str) -> str:
+    """`url` naming database `name` instead (same server, user and options)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
 
 
 def database_url(server: Server, name: str) -> str:
@@ -247,34 +295,42 @@ def status(directory: Path) -> Server | None:
 
 
 def create_database(server: Server, name: str) -> str:
-    """Create database `name` unless it exists; its URL."""
-    if not name.replace("_", "").isalnum():
-        raise ValueError(f"database names here are letters, digits and _: {name!r}")
-    psql = binaries() / "psql"
-    env = {**os.environ, "PGPASSWORD": server.password}
-    admin = ["-h", "127.0.0.1", "-p", str(server.port), "-U", USER, "-d", "postgres", "-v", "ON_ERROR_STOP=1"]
-    exists = subprocess.run(
-        [str(psql), *admin, "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{name}'"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    if exists.returncode != 0:
-        raise CommandError(f"PostgreSQL at 127.0.0.1:{server.port}: {exists.stderr.strip()}")
-    if exists.stdout.strip() != "1":
-        made = subprocess.run(
-            [str(psql), *admin, "-c", f'CREATE DATABASE "{name}"'],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        if made.returncode != 0 and "already exists" not in made.stderr:
-            raise CommandError(f"creating database {name}: {made.stderr.strip()}")
+    """Create database `name` on `server` unless it exists; its URL."""
+    ensure_databases(database_url(server, "postgres"), [name])  # from the maintenance database
     return database_url(server, name)
+
+
+def ensure_databases(url: str, names: Sequence[str], timeout: float = 30.0) -> None:
+    """Create each database of `names` that does not exist on the server of `url` (connected to
+    as its user, who needs CREATEDB for a missing one); `CommandError` naming the server."""
+    import asyncpg
+
+    for name in names:
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"database names here are lower-case letters, digits and _: {name!r}")
+
+    async def ensure() -> None:
+        try:
+            conn = await asyncpg.connect(url, timeout=timeout)
+        except Exception as e:
+            raise CommandError(f"PostgreSQL at {postgres_target(url)}: {type(e).__name__}: {e}") from None
+        try:
+            for name in names:
+                if await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
+                    continue
+                try:
+                    await conn.execute(f'CREATE DATABASE "{name}"')
+                except asyncpg.exceptions.DuplicateDatabaseError:
+                    continue  # made meanwhile by another
+                except asyncpg.exceptions.PostgresError as e:
+                    raise CommandError(
+                        f"PostgreSQL at {postgres_target(url)}: cannot create database {name} ({e}); "
+                        "create it, or give a user allowed to (CREATEDB)"
+                    ) from None
+        finally:
+            await conn.close()
+
+    asyncio.run(ensure())
 
 
 def remove(directory: Path) -> None:
@@ -282,3 +338,58 @@ def remove(directory: Path) -> None:
     with contextlib.suppress(CommandError):
         stop(directory)
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def serve(directory: Path, port: int | None, databases: Sequence[str], announce: Callable[[Server], None]) -> int:
+    """Run the server in the foreground (a child of `streamshop up`): initdb on first start, wait
+    until it accepts logins, create `databases`, `announce` it, then wait; SIGTERM or SIGINT is a
+    fast shutdown (sessions ended, everything committed kept).  Its exit status."""
+    import signal
+
+    directory = directory.resolve()
+    bin_dir = binaries()
+    if not (directory / "data" / "PG_VERSION").exists():
+        _initdb(directory, bin_dir, 120)
+    stored = _load(directory)
+    password = stored[1] if stored else (directory / "password").read_text().strip()
+    port = port or (stored[0] if stored and _port_free(stored[0]) else _free_port())
+    (directory / _SETTINGS).write_text(json.dumps({"port": port, "user": USER}) + "\n")
+    demote, _, _ = _as_server_user()
+    proc = subprocess.Popen(
+        [
+            str(bin_dir / "postgres"),
+            "-D",
+            str(directory / "data"),
+            "-p",
+            str(port),
+            "-k",
+            str(directory / "socket"),
+            "-c",
+            "listen_addresses=127.0.0.1",
+        ],
+        cwd=directory,
+        preexec_fn=demote,  # noqa: PLW1509 - only setuid/setgid before exec
+        stdin=subprocess.DEVNULL,
+    )
+
+    def fast_shutdown(signum: int, frame: object) -> None:
+        proc.send_signal(signal.SIGINT)  # PostgreSQL's "fast" shutdown
+
+    signal.signal(signal.SIGTERM, fast_shutdown)
+    signal.signal(signal.SIGINT, fast_shutdown)
+    server = Server(directory, port, password, running=True)
+    deadline = time.monotonic() + 120
+    while True:
+        if proc.poll() is not None:
+            return proc.returncode or 1
+        try:
+            ensure_databases(database_url(server, "postgres"), [DATABASE, *databases], timeout=5)
+            break
+        except CommandError:
+            if time.monotonic() > deadline:
+                proc.send_signal(signal.SIGINT)
+                proc.wait()
+                raise
+            time.sleep(0.2)
+    announce(server)
+    return proc.wait()

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from kit.api_keys import ApiKeys
 from kit.app import create_base_app
-from kit.health import Check, broker_check, http_check, postgres_check, sqlite_check
+from kit.health import Check, broker_check, http_check, sqlite_check
 from services.common.config import ServiceConfig
 from services.common.log_shipper import LogShipper, LogShipperCollector
 
@@ -27,8 +27,16 @@ def default_checks(config: ServiceConfig) -> dict[str, Check]:
     return {
         "broker": broker_check(config.bootstrap_servers),
         "registry": http_check(config.registry_url.rstrip("/") + "/subjects", options["auth"], options["ssl_context"]),
-        "database": postgres_check(config.database_url) if config.database_url else sqlite_check(config.database_path),
+        "database": _database_check(config),
     }
+
+
+def _database_check(config: ServiceConfig) -> Check:
+    if config.database_url is None:
+        return sqlite_check(config.database_path)
+    from services.common.db_postgres import postgres_check  # asyncpg: only with a PostgreSQL URL
+
+    return postgres_check(config.database_url)
 
 
 def create_service_app(

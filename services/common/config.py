@@ -7,7 +7,7 @@ name (which gives the prefix) and overrides the defaults that differ, e.g. its p
     class OrdersConfig(ServiceConfig):
         service_name: ClassVar[str] = "orders"
         port: int = setting(DEFAULT_PORTS["orders"], help="HTTP port")
-        database_path: Path = setting(Path("data/orders.db"), help="SQLite database file")
+        database_path: Path = setting(Path("data/orders.db"), help="SQLite database file (when no DATABASE_URL)")
 
     config = OrdersConfig.from_env()   # reads ORDERS_PORT, ORDERS_BOOTSTRAP_SERVERS, ...
 
@@ -27,8 +27,6 @@ from contracts.ports import DEFAULT_PORTS
 from kit.settings import ConfigError, HttpSettings, KafkaClientSettings, secret, setting
 from kit.tls import client_context
 from services.common.db import Database
-from services.common.db_postgres import PostgresDatabase
-from services.common.db_sqlite import SqliteDatabase
 
 __all__ = ["DEFAULT_PORTS", "ConfigError", "OutboxServiceConfig", "ServiceConfig", "secret", "setting"]
 
@@ -63,8 +61,13 @@ class ServiceConfig(HttpSettings, KafkaClientSettings):
 
     def open_database(self) -> Database:
         """The service's database, not yet opened: PostgreSQL when `database_url` is set."""
+        # Imported here: reading a service's settings (the broker's image lists them) needs neither.
         if self.database_url is None:
+            from services.common.db_sqlite import SqliteDatabase
+
             return SqliteDatabase(self.database_path)
+        from services.common.db_postgres import PostgresDatabase
+
         return PostgresDatabase(
             self.database_url,
             pool_max=self.database_pool_size,

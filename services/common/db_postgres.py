@@ -32,6 +32,7 @@ from typing import Any, Self, TypeVar
 
 import asyncpg
 
+from kit.health import Check
 from kit.logging import get_logger
 from services.common.db import (
     DatabaseUnavailable,
@@ -44,7 +45,7 @@ from services.common.db import (
     postgres_target,
 )
 
-__all__ = ["PostgresDatabase", "numbered"]
+__all__ = ["PostgresDatabase", "numbered", "postgres_check"]
 
 T = TypeVar("T")
 
@@ -403,6 +404,23 @@ class PgLeadership:
                     # Closing ends the session: the server releases the lock for the next instance.
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(conn.close(), 2)
+
+
+def postgres_check(url: str, timeout: float = 3.0) -> Check:
+    """Readiness: a new connection to the server logs in and answers ``SELECT 1``.  The error
+    names the server, never the password."""
+
+    async def check() -> None:
+        try:
+            conn = await asyncpg.connect(url, timeout=timeout)
+        except Exception as e:
+            raise ConnectionError(f"PostgreSQL at {postgres_target(url)}: {_reason(e)}") from None
+        try:
+            await asyncio.wait_for(conn.fetchval("SELECT 1"), timeout)
+        finally:
+            await conn.close()
+
+    return check
 
 
 def _reason(error: BaseException) -> str:

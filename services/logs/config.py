@@ -18,7 +18,7 @@ class LogsConfig(ServiceConfig):
     service_name: ClassVar[str] = "logs"
 
     port: int = setting(DEFAULT_PORTS["logs"], help="HTTP port")
-    database_path: Path = setting(Path("data/logs.db"), help="SQLite database file")
+    database_path: Path = setting(Path("data/logs.db"), help="SQLite database file (when no DATABASE_URL)")
     group_id: str = setting("log-indexer", help="consumer group of the indexer")
     topics: tuple[str, ...] = setting(LOG_TOPICS, help="topics indexed, comma list")
     topic_partitions: int = setting(3, help="partitions of each log topic when the service creates it")

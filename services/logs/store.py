@@ -15,6 +15,7 @@ oldest *indexed* (arrival order, as Kafka's own retention) and the delete is a r
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -112,8 +113,12 @@ CREATE TABLE logs (
     stream TEXT NOT NULL, service TEXT NOT NULL, instance TEXT NOT NULL, level TEXT NOT NULL,
     event TEXT NOT NULL, logger TEXT NOT NULL, ts BIGINT NOT NULL,
     trace_id TEXT, request_id TEXT, fields TEXT NOT NULL,
-    -- PostgreSQL's full-text search: the words of the event, logger and fields, kept by the server.
-    words tsvector GENERATED ALWAYS AS (to_tsvector('simple', event || ' ' || logger || ' ' || fields)) STORED
+    -- PostgreSQL's full-text search over the event, logger and fields, kept by the server; split
+    -- at every character that is not a letter or digit first, as SQLite's FTS5 (unicode61) does
+    -- (PostgreSQL's own parser would keep "/orders" or "a-b" whole).
+    words tsvector GENERATED ALWAYS AS (
+        to_tsvector('simple', regexp_replace(event || ' ' || logger || ' ' || fields, '[^[:alnum:]]+', ' ', 'g'))
+    ) STORED
 );
 CREATE INDEX logs_ts ON logs (ts, id);
 CREATE INDEX logs_service_ts ON logs (service, ts, id);
@@ -258,8 +263,10 @@ class LogStore:
             if self.full_text and self.db.dialect == "postgresql":
                 words = _words(query.q)
                 if words:
-                    where.append("words @@ plainto_tsquery('simple', ?)")
-                    params.append(" ".join(words))
+                    # Each word a phrase of its parts (as a quoted FTS5 string), all of them required.
+                    phrases = [" ".join(re.split(r"[^\w]+|_", w)).strip() for w in words]
+                    where.append("words @@ (" + " && ".join(["phraseto_tsquery('simple', ?)"] * len(phrases)) + ")")
+                    params.extend(phrases)
                     return where, params
             match = _match_expression(query.q) if self.full_text and self.db.dialect == "sqlite" else None
             if match is not None:

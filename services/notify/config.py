@@ -57,7 +57,7 @@ class SenderConfig(ServiceConfig):
     delivery_mode: str = setting(
         "outbox",
         choices=("outbox", "transactional"),
-        help="outbox: events through the SQLite outbox, at least once with idempotent handling; transactional: "
+        help="outbox: events through the database's outbox, at least once with idempotent handling; transactional: "
         "deliver, produce the event and commit the offset in one Kafka transaction (exactly once in otp.deliveries)",
     )
     transaction_timeout_ms: int = setting(60_000, help="transactional mode: the broker aborts a longer transaction")
@@ -155,7 +155,7 @@ class SmsSenderConfig(SenderConfig):
     channel: ClassVar[Channel] = Channel.SMS
 
     port: int = setting(DEFAULT_PORTS["sms-sender"], help="HTTP port of /healthz, /readyz, /metrics, /deliveries")
-    database_path: Path = setting(Path("data/sms-sender.db"), help="SQLite database file")
+    database_path: Path = setting(Path("data/sms-sender.db"), help="SQLite database file (when no DATABASE_URL)")
     group_id: str = setting("sms-sender", help="consumer group (each sender group gets every request)")
     provider: str = setting("webhook", choices=("webhook", "sink"), help="webhook: HTTP POST; sink: a local file")
     webhook_url: str = setting(
@@ -179,7 +179,7 @@ class EmailSenderConfig(SenderConfig):
     channel: ClassVar[Channel] = Channel.EMAIL
 
     port: int = setting(DEFAULT_PORTS["email-sender"], help="HTTP port of /healthz, /readyz, /metrics, /deliveries")
-    database_path: Path = setting(Path("data/email-sender.db"), help="SQLite database file")
+    database_path: Path = setting(Path("data/email-sender.db"), help="SQLite database file (when no DATABASE_URL)")
     group_id: str = setting("email-sender", help="consumer group (each sender group gets every request)")
     smtp_host: str = setting("127.0.0.1", help="SMTP server (default: the local catcher)")
     smtp_port: int = setting(DEFAULT_PORTS["smtp"], help="SMTP port")

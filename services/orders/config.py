@@ -18,6 +18,6 @@ class OrdersConfig(OutboxServiceConfig):
     service_name: ClassVar[str] = "orders"
 
     port: int = setting(DEFAULT_PORTS["orders"], help="HTTP port")
-    database_path: Path = setting(Path("data/orders.db"), help="SQLite database file")
+    database_path: Path = setting(Path("data/orders.db"), help="SQLite database file (when no DATABASE_URL)")
     topic: str = setting("orders", help="topic of the order events")
     list_limit_max: int = setting(500, help="largest page of GET /orders")

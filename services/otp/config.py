@@ -22,7 +22,7 @@ class OtpConfig(OutboxServiceConfig):
     service_name: ClassVar[str] = "otp"
 
     port: int = setting(DEFAULT_PORTS["otp"], help="HTTP port")
-    database_path: Path = setting(Path("data/otp.db"), help="SQLite database file")
+    database_path: Path = setting(Path("data/otp.db"), help="SQLite database file (when no DATABASE_URL)")
     topic: str = setting("otp.requests", help="topic of the OtpRequested events")
     code_ttl: float = setting(300.0, help="seconds a code is accepted after it was requested")
     max_attempts: int = setting(5, help="verification attempts per request before it is locked")

@@ -27,11 +27,14 @@ def register(sub: SubParsers) -> None:
         ("start", "start the server (made the first time) and print its URL"),
         ("stop", "stop the server (fast shutdown: committed work is kept)"),
         ("status", "whether it runs, its port and URL"),
+        ("run", "run the server in the foreground until SIGTERM or Ctrl-C (what `streamshop up --postgres` runs)"),
     ):
         a = actions.add_parser(name, help=help_text)
         a.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"server directory (default {DEFAULT_DIR})")
-        if name == "start":
+        if name in ("start", "run"):
             a.add_argument("--port", type=int, help="port (default: the last one if free, else any free port)")
+        if name == "run":
+            a.add_argument("--databases", default="", metavar="A,B", help="databases to create if missing")
         if name == "status":
             a.add_argument("--json", action="store_true")
         a.set_defaults(func=_run)
@@ -46,6 +49,9 @@ def _run(args: argparse.Namespace) -> int:
             server = postgres.start(args.dir, port=args.port)
             print(f"PostgreSQL ready on 127.0.0.1:{server.port} ({args.dir}); URL: {server.url}")
             return 0
+        if args.postgres_action == "run":
+            names = [n.strip() for n in args.databases.split(",") if n.strip()]
+            return postgres.serve(args.dir, args.port, names, _announce)
         if args.postgres_action == "stop":
             print("stopped" if postgres.stop(args.dir) else f"no server running in {args.dir}")
             return 0
@@ -62,3 +68,9 @@ def _run(args: argparse.Namespace) -> int:
     except CommandError as e:
         warn("postgres", str(e))
         return 1
+
+
+def _announce(server: object) -> None:
+    from streamshop.postgres import ready_line
+
+    print(ready_line(server), flush=True)  # type: ignore[arg-type]

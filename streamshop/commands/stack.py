@@ -55,6 +55,21 @@ def _up(sub: SubParsers) -> None:
         "the bundled broker; the services create their topics with 3 replicas, or one per broker when fewer",
     )
     p.add_argument(
+        "--postgres",
+        nargs="?",
+        const="",
+        metavar="URL",
+        help="run the services on PostgreSQL, a database each: a server of the stack's own (DIR/postgres, from "
+        "Debian's package), or the server of URL (postgresql://USER:PASSWORD@HOST:PORT/NAME; databases made "
+        "when missing, which needs CREATEDB)",
+    )
+    p.add_argument(
+        "--scale",
+        metavar="SERVICE=N[,...]",
+        help="run N instances of orders, otp, logs, sms-sender or email-sender (needs --postgres), e.g. "
+        "orders=3,otp=2: the HTTP ones share their port (SO_REUSEPORT), the consumers share their groups",
+    )
+    p.add_argument(
         "--start-timeout",
         type=float,
         default=60.0,

@@ -9,6 +9,7 @@ Layout of the data directory (``--data-dir``, default ``./data/stack``)::
     output/<child>.log      everything the child printed (stdout and stderr), appended
     broker/                 the broker's log directory
     <service>/<service>.db  each service's SQLite database
+    postgres/               with --postgres: the PostgreSQL server (a database per service)
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import re
 import secrets
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from kit.settings import parse_host_port
 from services.common.config import DEFAULT_PORTS
+from streamshop import postgres
 from streamshop.broker_process import (
     broker_command,
     parse_ready_line,
@@ -45,12 +47,17 @@ __all__ = [
     "LaunchError",
     "Secrets",
     "StackContext",
+    "database_name",
     "env_prefix",
     "external_broker",
+    "external_postgres",
     "levels",
+    "parse_scale",
+    "scaled",
     "select",
     "url_table",
     "with_broker",
+    "with_postgres",
 ]
 
 
@@ -115,6 +122,17 @@ class StackContext:
     log_format: str  # default of <PREFIX>_LOG_FORMAT
     endpoints: Mapping[str, Mapping[str, str]]  # child name -> its announced urls
     secure: SecureStack | None = None  # `up --secure`: every child's logins, keys and certificates
+    database_url: str | None = None  # `up --postgres URL`: that server (with its password)
+
+    def service_database_url(self, service: str) -> str | None:
+        """The PostgreSQL database of `service` when the stack has a `postgres` child: the
+        server's URL (the bundled one's password read from its directory) naming its database."""
+        if "postgres" not in self.endpoints:
+            return None
+        base = self.database_url or postgres.with_password(
+            self.url("postgres", "postgresql"), self.data_dir / "postgres"
+        )
+        return postgres.for_database(base, database_name(service))
 
     def url(self, child: str, role: str) -> str:
         """An endpoint another child announced; `LaunchError` when it did not."""
@@ -233,6 +251,8 @@ def service_env(name: str, ctx: StackContext, ports: Mapping[str, int], *, kafka
         f"{prefix}_PORT": str(ports["http"]),
         f"{prefix}_DATABASE_PATH": str(ctx.data_dir / name / f"{name}.db"),
     }
+    if name in STATEFUL and (url := ctx.service_database_url(name)) is not None:
+        env[f"{prefix}_DATABASE_URL"] = url
     if kafka:
         env[f"{prefix}_BOOTSTRAP_SERVERS"] = ctx.url("broker", "bootstrap")
         env[f"{prefix}_REGISTRY_URL"] = ctx.url("registry", "http")
@@ -364,6 +384,101 @@ CHILDREN: tuple[ChildDef, ...] = (
     ChildDef("analytics", _KAFKA, {}, _analytics_launch, _analytics_ready, optional=True, jvm=True, stop_grace=15.0),
     _service("dashboard", (*_KAFKA, "catcher", "logs"), _dashboard_launch),
 )
+
+
+# -- PostgreSQL and several instances ------------------------------------------------------------
+
+# The services with a database of their own, each a database on the stack's PostgreSQL server
+# (`up --postgres`); they are also the ones `up --scale` runs several instances of.
+STATEFUL = ("orders", "otp", "logs", "sms-sender", "email-sender")
+
+
+def database_name(service: str) -> str:
+    return service.replace("-", "_")
+
+
+def _postgres_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
+    command = [*_cli("postgres"), "run", "--dir", str(ctx.data_dir / "postgres")]
+    command += ["--databases", ",".join(database_name(n) for n in STATEFUL)]
+    if ports.get("postgresql"):
+        command += ["--port", str(ports["postgresql"])]
+    return Launch(command, {})
+
+
+def _postgres_ready(line: str) -> Announced | None:
+    url = postgres.parse_ready_line(line)
+    return None if url is None else Announced({"postgresql": url}, {"postgresql": _port_of(url) or 0})
+
+
+POSTGRES = ChildDef(
+    "postgres",
+    (),
+    {"postgresql": 0},
+    _postgres_launch,
+    _postgres_ready,
+    stop_grace=30.0,  # a checkpoint at shutdown
+)
+
+
+def external_postgres(url: str) -> ChildDef:
+    """The PostgreSQL server of ``up --postgres URL``: not started; its URL shown without the password."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres") or not parts.hostname:
+        raise CommandError(f"--postgres {url!r}: expected postgresql://USER:PASSWORD@HOST:PORT/NAME")
+    shown = postgres.for_database(url.replace(f":{parts.password}@", "@", 1) if parts.password else url, "")
+    return ChildDef("postgres", (), {}, _no_launch, lambda _: None, external={"postgresql": shown.rstrip("/")})
+
+
+def with_postgres(children: Sequence[ChildDef], server: ChildDef = POSTGRES) -> list[ChildDef]:
+    """`children` with `server` first and every stateful service needing it."""
+    return [server, *(replace(c, needs=(*c.needs, "postgres")) if c.name in STATEFUL else c for c in children)]
+
+
+def parse_scale(text: str) -> dict[str, int]:
+    """``orders=3,otp=2`` -> {"orders": 3, "otp": 2}; `CommandError` for anything else."""
+    counts: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",") if part.strip()):
+        name, sep, count = item.partition("=")
+        if not sep or not count.strip().isdigit() or not 1 <= int(count) <= 16:
+            raise CommandError(f"--scale {item!r}: expected SERVICE=N with N from 1 to 16")
+        if name.strip() not in STATEFUL:
+            raise CommandError(f"--scale {name.strip()!r}: only {', '.join(STATEFUL)} run as several instances")
+        counts[name.strip()] = int(count)
+    return counts
+
+
+def scaled(children: Sequence[ChildDef], counts: Mapping[str, int]) -> list[ChildDef]:
+    """`children` with instances 2..N of each service in `counts`, after the first (``orders-2``
+    needs ``orders``): each binds the first one's port (SO_REUSEPORT: the kernel spreads the
+    connections) and has an instance id (and a static consumer-group member id) of its own."""
+    out: list[ChildDef] = []
+    for c in children:
+        n = counts.get(c.name, 1)
+        if n == 1:
+            out.append(c)
+            continue
+        out.append(replace(c, launch=_instance_launch(c, 1)))
+        out.extend(
+            replace(c, name=f"{c.name}-{i}", needs=(*c.needs, c.name), launch=_instance_launch(c, i))
+            for i in range(2, n + 1)
+        )
+    return out
+
+
+def _instance_launch(base: ChildDef, number: int) -> Callable[[StackContext, Mapping[str, int]], Launch]:
+    prefix = env_prefix(base.name)
+    instance = base.name if number == 1 else f"{base.name}-{number}"
+
+    def launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
+        if number > 1:  # the first instance's port, which it may have been given by the OS
+            ports = {**ports, "http": _port_of(ctx.url(base.name, "http")) or ports["http"]}
+        made = base.launch(ctx, ports)
+        extra = {f"{prefix}_REUSE_PORT": "true", f"{prefix}_INSTANCE_ID": instance}
+        if f"{prefix}_GROUP_INSTANCE_ID" in made.env:
+            extra[f"{prefix}_GROUP_INSTANCE_ID"] = f"{base.name}-{number}"
+        return _with(made, extra)
+
+    return launch
 
 
 def select(children: Sequence[ChildDef], without: Iterable[str]) -> list[ChildDef]:

@@ -35,11 +35,14 @@ from typing import IO, TYPE_CHECKING, Any
 import aiohttp
 
 from kit.process import signal_child
+from streamshop import postgres
 from streamshop.broker_users import set_offline
 from streamshop.clients import CommandError
 from streamshop.stack.console import Console, use_color
 from streamshop.stack.plan import (
     CHILDREN,
+    POSTGRES,
+    STATEFUL,
     Announced,
     Backoff,
     ChildDef,
@@ -47,11 +50,16 @@ from streamshop.stack.plan import (
     Row,
     Secrets,
     StackContext,
+    database_name,
     external_broker,
+    external_postgres,
     levels,
+    parse_scale,
+    scaled,
     select,
     url_table,
     with_broker,
+    with_postgres,
 )
 from streamshop.stack.secure import ACCESS, ADMIN, SecureStack, apply_access
 from streamshop.stack.state import FILE_NAME, VERSION, iso_now, running_stack, write_stack
@@ -86,6 +94,7 @@ class StackOptions:
     stop_timeout: float | None = None  # SIGTERM to SIGKILL for every child; None: each its own grace
     log_format: str = "json"
     verbose: bool = False  # every child's output on the console too, not only in its log file
+    postgres_url: str | None = None  # `--postgres URL`: a server the stack uses but does not run
 
 
 def _describe_exit(status: int | None) -> str:
@@ -192,8 +201,12 @@ class Child:
         self.task = asyncio.create_task(run, name=f"child-{self.name}")
 
     async def _external(self) -> None:
-        """A part the stack uses but does not run (a Kafka cluster): ready once it answers."""
+        """A part the stack uses but does not run (a Kafka cluster, a PostgreSQL server): ready
+        once it answers."""
         assert self.spec.external is not None
+        if "postgresql" in self.spec.external:
+            await self._external_postgres()
+            return
         bootstrap = self.spec.external["bootstrap"]
         self.set_state("starting")
         try:
@@ -206,6 +219,26 @@ class Child:
             return
         self.announced = Announced(dict(self.spec.external), {})
         self.note(f"is the Kafka cluster at {bootstrap} ({brokers} brokers), not started by the stack")
+        self.set_state("external")
+        self.first_ready.set_result(None)
+        await self.stop_event.wait()
+        self.set_state("stopped")
+
+    async def _external_postgres(self) -> None:
+        assert self.spec.external is not None
+        url, shown = self.sup.options.postgres_url, self.spec.external["postgresql"]
+        assert url is not None
+        self.set_state("starting")
+        try:
+            names = [database_name(n) for n in STATEFUL]
+            await asyncio.to_thread(postgres.ensure_databases, url, names, self.sup.options.start_timeout)
+        except CommandError as e:
+            self.first_ready.set_exception(StartError(str(e)))
+            self.state = "failed"
+            self.sup.save()
+            return
+        self.announced = Announced(dict(self.spec.external), {})
+        self.note(f"is the PostgreSQL server at {shown}, not started by the stack")
         self.set_state("external")
         self.first_ready.set_result(None)
         await self.stop_event.wait()
@@ -438,7 +471,13 @@ class Supervisor:
     def context(self) -> StackContext:
         endpoints = {c.name: c.announced.urls for c in self.children.values() if c.announced is not None}
         return StackContext(
-            self.options.data_dir, self.options.listen, self.secrets, self.options.log_format, endpoints, self.secure
+            self.options.data_dir,
+            self.options.listen,
+            self.secrets,
+            self.options.log_format,
+            endpoints,
+            self.secure,
+            self.options.postgres_url,
         )
 
     def save(self) -> None:
@@ -610,6 +649,12 @@ def up(args: argparse.Namespace) -> int:
         if "broker" in without:
             raise CommandError("--bootstrap names the broker; it cannot also be left --without")
         children = with_broker(children, external_broker(args.bootstrap))
+    counts = parse_scale(args.scale) if args.scale else {}
+    if any(n > 1 for n in counts.values()) and args.postgres is None:
+        raise CommandError("--scale runs several instances over one database: it needs --postgres")
+    if args.postgres is not None:
+        children = with_postgres(children, external_postgres(args.postgres) if args.postgres else POSTGRES)
+    children = scaled(children, counts)
     data_dir.mkdir(parents=True, exist_ok=True)
     secrets = Secrets.load_or_create(data_dir / "secrets.json")
     secure = _secure_stack(data_dir, args, children) if args.secure else None
@@ -624,6 +669,7 @@ def up(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         # Readable lines in a terminal; JSON (what the logs service indexes anyway) otherwise.
         log_format="console" if sys.stdout.isatty() else "json",
+        postgres_url=args.postgres or None,
     )
     names = [c.name for c in children]
     console = Console([*names, "demo"] if args.demo else names, sys.stdout, color=color)

@@ -79,11 +79,12 @@ def running_stack(
     bootstrap: str | None = None,
     *,
     secure: bool = False,
+    args: Sequence[str] = (),
 ) -> Iterator[Stack]:
     """`streamshop up --ephemeral-ports --data-dir data --without ...`, running; its output goes to
     a file beside `data`.  Spark is left out unless asked for: its JVM would cost every stack
     test twenty seconds of both cores.  `bootstrap`: on that Kafka cluster (`up --bootstrap`);
-    `secure`: `up --secure`."""
+    `secure`: `up --secure`; `args`: more options of `up`."""
     output = data.parent / f"{data.name}-up.out"
     with output.open("wb") as out:
         proc = subprocess.Popen(
@@ -92,6 +93,7 @@ def running_stack(
                 *(arg for child in without for arg in ("--without", child)),
                 *(("--bootstrap", bootstrap) if bootstrap else ()),
                 *(("--secure",) if secure else ()),
+                *args,
             ],
             cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
