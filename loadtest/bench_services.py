@@ -1,12 +1,14 @@
-"""Benchmark of the services on the whole local stack (`streamshop up`), driven from the same host.
+"""Benchmark of the services on the whole local stack (`streamshop up`), driven from the same host,
+side by side on SQLite, on PostgreSQL, and on PostgreSQL with two orders instances.
 
-    python -m loadtest.bench_services [--rate 1000] [--seconds 20] [--concurrency 64]
+    python -m loadtest.bench_services [--configs sqlite,postgres,postgres-2] [--rate 1000]
+                                      [--seconds 20] [--concurrency 64]
                                       [--otp-rate 50] [--otp-seconds 10] [--json PATH]
 
-The stack (broker, registry, catcher, orders, otp, sms-sender, email-sender, logs) is started
-with `streamshop up --ephemeral-ports` in a temporary directory and stopped at the end.  The
-load generator runs in this process (aiohttp, one connection pool), on the same cores as the
-stack.  The steps:
+For each configuration the stack (broker, registry, catcher, orders, otp, sms-sender,
+email-sender, logs; with `--postgres`, its PostgreSQL server) is started with `streamshop up
+--ephemeral-ports` in a temporary directory and stopped before the next.  The load generator
+runs in this process (aiohttp, one connection pool), on the same cores as the stack.  The steps:
 
 1. orders, closed loop: `--concurrency` clients POST /orders back to back for `--seconds`;
    the throughput the stack sustains and its latencies;
@@ -20,7 +22,11 @@ stack.  The steps:
    both OtpDelivered events for that request_id have been read from `otp.deliveries` by a
    consumer started beforehand; p50/p99 and deliveries missing after a grace period.
 
-Targets: 1,000 orders/s sustained with p99 under 100 ms; OTP p99 under 500 ms.
+Besides latencies: the CPU the orders instances spent per order acknowledged in the two orders
+steps, and on PostgreSQL the database transactions per order (from `pg_stat_database`).
+
+Targets: 1,000 orders/s sustained with p99 under 100 ms on each backend, closed-loop throughput
+on PostgreSQL at least SQLite's; OTP p99 under 500 ms.
 """
 
 from __future__ import annotations
@@ -85,11 +91,20 @@ def order_body(rng: random.Random) -> dict[str, Any]:
 
 # -- the stack -----------------------------------------------------------------------------------
 
+# The configurations compared: the options of `streamshop up` for each.
+CONFIGS: dict[str, tuple[str, ...]] = {
+    "sqlite": (),
+    "postgres": ("--postgres",),
+    "postgres-2": ("--postgres", "--scale", "orders=2"),
+}
+
 
 class Stack:
     """`streamshop up --ephemeral-ports` in `data_dir`, until `stop()`."""
 
-    def __init__(self, data_dir: Path, without: tuple[str, ...] = ("analytics", "dashboard")) -> None:
+    def __init__(
+        self, data_dir: Path, options: tuple[str, ...] = (), without: tuple[str, ...] = ("analytics", "dashboard")
+    ) -> None:
         # The Spark job and the dashboard's polling would take CPU from the services measured.
         self.data_dir = data_dir
         env = {**os.environ, "NO_COLOR": "1"}
@@ -105,6 +120,7 @@ class Stack:
                 "--data-dir",
                 str(data_dir),
                 *(arg for child in without for arg in ("--without", child)),
+                *options,
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -122,9 +138,11 @@ class Stack:
             time.sleep(0.2)
         raise RuntimeError(f"the stack was not ready within {READY_TIMEOUT:g} s; see {self.log.name}")
 
-    def pids(self) -> list[int]:
+    def pids(self, prefix: str = "") -> list[int]:
+        """The pids of the children whose name starts with `prefix` (all by default)."""
         doc = read_stack(self.data_dir) or {}
-        return [int(c["pid"]) for c in doc.get("children", {}).values() if c.get("pid")]
+        children = doc.get("children", {})
+        return [int(c["pid"]) for name, c in children.items() if c.get("pid") and name.startswith(prefix)]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -301,37 +319,48 @@ def row(name: str, rate: float, lat: Latencies, extra: str = "") -> str:
     )
 
 
+async def _transactions(doc: dict[str, Any], data_dir: Path) -> int | None:
+    """Transactions committed so far in the orders database (PostgreSQL only)."""
+    if "postgres" not in doc["children"]:
+        return None
+    import asyncpg
+
+    from streamshop import postgres
+
+    base = postgres.with_password(url(doc, "postgres", "postgresql"), data_dir / "postgres")
+    conn = await asyncpg.connect(postgres.for_database(base, "orders"))
+    try:
+        value = await conn.fetchval("SELECT xact_commit FROM pg_stat_database WHERE datname = 'orders'")
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        return int(value)
+    finally:
+        await conn.close()
+
+
 async def run(args: argparse.Namespace, doc: dict[str, Any], stack: Stack) -> dict[str, Any]:
     orders = url(doc, "orders")
     connector = aiohttp.TCPConnector(limit=max(args.concurrency, 256))
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
         await closed_loop(OrdersLoad(session, orders, random.Random(0)), 2, 16)  # warm-up: connections, caches
+        await asyncio.sleep(1)  # pg_stat_database is reported by the server at most every 500 ms
+        tx0 = await _transactions(doc, stack.data_dir)
         cpu0 = sum(cpu_seconds(pid) for pid in stack.pids())
+        orders_cpu0 = sum(cpu_seconds(pid) for pid in stack.pids("orders"))
         closed = OrdersLoad(session, orders, random.Random(1))
         closed_rate = await closed_loop(closed, args.seconds, args.concurrency)
         paced_load = OrdersLoad(session, orders, random.Random(2))
         elapsed = await paced(args.rate, args.seconds, paced_load.post)
         paced_rate = len(paced_load.lat.samples) / elapsed
         cpu = sum(cpu_seconds(pid) for pid in stack.pids()) - cpu0
+        orders_cpu = sum(cpu_seconds(pid) for pid in stack.pids("orders")) - orders_cpu0
+        await asyncio.sleep(1)
+        tx1 = await _transactions(doc, stack.data_dir)
 
         wanted = set(closed.ids) | set(paced_load.ids)
         found = await orders_on_topic(bootstrap_of(doc), url(doc, "registry"), wanted, within=60)
         otp_lat, otp_missing = await otp_end_to_end(doc, session, args.otp_rate, args.otp_seconds)
 
-    print("| step | rate | p50 ms | p99 ms | requests | errors | notes |")
-    print("|---|---|---|---|---|---|---|")
-    print(row(f"orders closed loop, {args.concurrency} clients", closed_rate, closed.lat))
-    print(row(f"orders paced at {args.rate:g}/s", paced_rate, paced_load.lat))
-    print(
-        row(
-            f"OTP request -> both deliveries, paced at {args.otp_rate:g}/s",
-            len(otp_lat.samples) / args.otp_seconds,
-            otp_lat,
-            f"{otp_missing} undelivered",
-        )
-    )
-    print(f"\nacknowledged orders found on the `orders` topic: {len(found):,} of {len(wanted):,}")
-    print(f"stack CPU during the two orders steps: {cpu:.1f} s over {2 * args.seconds:g} s of wall time (2 cores)")
+    acknowledged = len(closed.ids) + len(paced_load.ids)
     return {
         "orders_closed": {
             "rate": closed_rate,
@@ -347,17 +376,74 @@ async def run(args: argparse.Namespace, doc: dict[str, Any], stack: Stack) -> di
             "errors": paced_load.lat.errors,
         },
         "orders_published": {"acknowledged": len(wanted), "on_topic": len(found)},
+        "cpu": {
+            "stack_s": cpu,
+            "orders_s": orders_cpu,
+            "orders_ms_per_order": 1000 * orders_cpu / max(1, acknowledged),
+            # The warm-up's transactions are excluded; the relay's (marking rows sent) are in.
+            "db_transactions_per_order": None if tx0 is None or tx1 is None else (tx1 - tx0) / max(1, acknowledged),
+        },
         "otp": {
+            "rate": len(otp_lat.samples) / args.otp_seconds,
             "p50_ms": otp_lat.percentile(50),
             "p99_ms": otp_lat.percentile(99),
             "missing": otp_missing,
             "errors": otp_lat.errors,
         },
+        "_latencies": (closed.lat, paced_load.lat, otp_lat),
     }
+
+
+def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
+    print("| configuration | step | rate | p50 ms | p99 ms | requests | errors | notes |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, figures in results.items():
+        closed, paced_lat, otp = figures["_latencies"]
+        published = figures["orders_published"]
+        note = f"{published['on_topic']:,} of {published['acknowledged']:,} on the topic"
+        print(
+            f"| {name} "
+            + row(f"orders closed loop, {args.concurrency} clients", figures["orders_closed"]["rate"], closed)
+        )
+        print(f"| {name} " + row(f"orders paced at {args.rate:g}/s", figures["orders_paced"]["rate"], paced_lat, note))
+        print(
+            f"| {name} "
+            + row(
+                f"OTP -> both deliveries, paced at {args.otp_rate:g}/s",
+                figures["otp"]["rate"],
+                otp,
+                f"{figures['otp']['missing']} undelivered",
+            )
+        )
+    print("\n| configuration | orders CPU per order | stack CPU, both orders steps | DB transactions per order |")
+    print("|---|---|---|---|")
+    for name, figures in results.items():
+        cpu = figures["cpu"]
+        tx = cpu["db_transactions_per_order"]
+        print(
+            f"| {name} | {cpu['orders_ms_per_order']:.2f} ms | {cpu['stack_s']:.1f} s over {2 * args.seconds:g} s | "
+            f"{'-' if tx is None else f'{tx:.2f}'} |"
+        )
+
+
+def met(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> bool:
+    ok = all(
+        f["orders_paced"]["rate"] >= 0.97 * args.rate
+        and f["orders_paced"]["p99_ms"] < 100
+        and f["otp"]["p99_ms"] < 500
+        and f["orders_published"]["on_topic"] == f["orders_published"]["acknowledged"]
+        for f in results.values()
+    )
+    if "sqlite" in results and "postgres" in results:
+        ok = ok and results["postgres"]["orders_closed"]["rate"] >= results["sqlite"]["orders_closed"]["rate"]
+    return ok
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench_services", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--configs", default=",".join(CONFIGS), help=f"configurations to compare (default {','.join(CONFIGS)})"
+    )
     parser.add_argument("--rate", type=float, default=1000, help="paced POST /orders per second (default 1000)")
     parser.add_argument("--seconds", type=float, default=20, help="duration of each orders step (default 20)")
     parser.add_argument("--concurrency", type=int, default=64, help="clients of the closed-loop step (default 64)")
@@ -365,22 +451,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--otp-seconds", type=float, default=10, help="duration of the OTP step (default 10)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="streamshop-bench-") as tmp:
-        stack = Stack(Path(tmp))
-        try:
-            doc = stack.wait_ready()
-            figures = asyncio.run(run(args, doc, stack))
-        finally:
-            stack.stop()
+    names = [n.strip() for n in args.configs.split(",") if n.strip()]
+    if unknown := [n for n in names if n not in CONFIGS]:
+        parser.error(f"unknown configuration {', '.join(unknown)} (known: {', '.join(CONFIGS)})")
+    results: dict[str, dict[str, Any]] = {}
+    for name in names:
+        with tempfile.TemporaryDirectory(prefix="streamshop-bench-") as tmp:
+            stack = Stack(Path(tmp), CONFIGS[name])
+            try:
+                doc = stack.wait_ready()
+                results[name] = asyncio.run(run(args, doc, stack))
+            finally:
+                stack.stop()
+    report(args, results)
     if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
-    ok = (
-        figures["orders_paced"]["rate"] >= 0.97 * args.rate
-        and figures["orders_paced"]["p99_ms"] < 100
-        and figures["otp"]["p99_ms"] < 500
-        and figures["orders_published"]["on_topic"] == figures["orders_published"]["acknowledged"]
-    )
-    print("\ntargets met" if ok else "\ntargets NOT met")
+        args.json.write_text(
+            json.dumps({n: {k: v for k, v in f.items() if not k.startswith("_")} for n, f in results.items()}, indent=2)
+        )
+    print("\ntargets met" if met(args, results) else "\ntargets NOT met")
     return 0
 
 

@@ -247,7 +247,10 @@ def url_target(url: str) -> tuple[str, int]:
 
 
 def test_the_compose_file_has_services_volumes_one_network_and_extension_fields_only() -> None:
-    assert set(COMPOSE) - {"name", "services", "volumes", "networks"} <= {k for k in COMPOSE if k.startswith("x-")}
+    top = {"name", "services", "volumes", "networks", "configs"}
+    assert set(COMPOSE) - top <= {k for k in COMPOSE if k.startswith("x-")}
+    # The one config: the postgres profile's databases, made by the official image on first start.
+    assert set(COMPOSE.get("configs", {})) == {"postgres-databases"}
     assert set(COMPOSE["networks"]) == {"default"}
 
 
@@ -295,6 +298,8 @@ def test_every_service_runs_the_project_image_or_apache_kafka() -> None:
         elif runs_streamshop(name) or runs_locust(name):
             assert service.get("build") == {"context": ".", "target": "app"}, name
             assert service["image"] == "streamshop:local", name
+        elif name == "postgres":
+            assert str(service["image"]).startswith("postgres:"), name  # the official image
         else:
             assert str(service["image"]).startswith("apache/kafka:"), name
 
@@ -476,6 +481,8 @@ def test_every_http_service_is_healthy_when_its_readiness_endpoint_answers() -> 
             assert _probe(name) == (http_port(name), path), f"{name}: healthcheck {_probe(name)}"
         elif runs_locust(name):
             assert _probe(name) == (http_port(name), "/")
+        elif name == "postgres":
+            assert service["healthcheck"]["test"][:2] == ["CMD", "pg_isready"], name
         elif is_long_running(name):
             test = service["healthcheck"]["test"]
             assert test[:2] == ["CMD", "/opt/kafka/bin/kafka-broker-api-versions.sh"], name
@@ -560,6 +567,9 @@ def test_named_volumes_are_declared_used_and_each_holds_one_process_state(monkey
             continue
         argv = command_of(name)
         env = environment(name)
+        if name == "postgres":
+            assert target == "/var/lib/postgresql/data", name  # the official image's PGDATA
+            continue
         if not runs_streamshop(name):
             assert env["KAFKA_LOG_DIRS"] == target, name
             continue
@@ -793,3 +803,33 @@ def test_the_build_context_keeps_the_sources_and_leaves_out_environments_and_dat
     host_built = "broker/protocol/_recordwalk.cpython-311-x86_64-linux-gnu.so"
     for path in (".git", ".venv", "data", "tests", ".env", "loadtest/results", "services/__pycache__", host_built):
         assert ignored(path), path
+
+
+def test_the_postgres_profile_gives_each_service_with_state_a_database_the_server_makes() -> None:
+    """`--env-file compose/postgres.env --profile postgres`: each stateful service's URL names the
+    profile's server and a database its first start creates; without the file the URL is empty
+    (an unset setting: SQLite)."""
+    lines = (REPO / "compose" / "postgres.env").read_text().splitlines()
+    urls = dict(line.split("=", 1) for line in lines if line.strip() and not line.startswith("#"))
+    made = set(re.findall(r"CREATE DATABASE (\w+);", COMPOSE["configs"]["postgres-databases"]["content"]))
+    server = SERVICES["postgres"]
+    password = re.fullmatch(r"\$\{STREAMSHOP_POSTGRES_PASSWORD:-(.+)\}", server["environment"]["POSTGRES_PASSWORD"])
+    assert password is not None
+    stateful = {
+        "orders": "ORDERS",
+        "otp": "OTP",
+        "logs": "LOGS",
+        "sms-sender": "SMS_SENDER",
+        "email-sender": "EMAIL_SENDER",
+    }
+    assert set(urls) == {f"{prefix}_DATABASE_URL" for prefix in stateful.values()}
+    for name, prefix in stateful.items():
+        variable = f"{prefix}_DATABASE_URL"
+        assert SERVICES[name]["environment"][variable] == f"${{{variable}:-}}", name
+        url = urlsplit(urls[variable])
+        assert (url.scheme, url.hostname, url.port) == ("postgresql", "postgres", 5432), name
+        assert url.username == server["environment"]["POSTGRES_USER"]
+        assert url.password == password.group(1)
+        assert url.path.lstrip("/") in made, name
+        assert dependencies(name)["postgres"] == {"condition": "service_healthy", "required": False}
+        assert config_of(name).database_url is None  # the compose file alone: SQLite
