@@ -77,9 +77,10 @@ def _group(item: pytest.Item) -> str | None:
     if "pg_server" in scopes:
         return "postgres"  # the run's PostgreSQL server, started once
     if item.get_closest_marker("spark"):
-        # A stack whose analytics job runs Spark in its own JVM: the second Spark tier, beside
-        # the tests of the run's shared SparkSession.
-        return "spark-stack"
+        # Spark in a JVM of its own: a stack's analytics job (the second Spark tier, beside the
+        # tests of the run's shared SparkSession), or an analytics job run alone (the third: its
+        # SIGKILL tests take minutes, which the stacks' queue need not wait for).
+        return "spark-stack" if item.get_closest_marker("stack") or item.get_closest_marker("browser") else "spark-jobs"
     if info is None:
         return None
     if any(scope in ("module", "class", "package") for scope in scopes.values()):
