@@ -189,7 +189,10 @@ class PostgresDatabase:
             return self
         try:
             self._pool = await asyncpg.create_pool(
-                min_size=min(self.pool_min, self.pool_max), max_size=self.pool_max, **self._connect_options()
+                min_size=min(self.pool_min, self.pool_max),
+                max_size=self.pool_max,
+                reset=_keep_session,
+                **self._connect_options(),
             )
         except (*_UNAVAILABLE, asyncpg.exceptions.PostgresError) as e:
             raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.target}: {_reason(e)}") from None
@@ -421,6 +424,13 @@ def postgres_check(url: str, timeout: float = 3.0) -> Check:
             await conn.close()
 
     return check
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's reset of a released connection: nothing beyond the rollback of an open
+    transaction that asyncpg always does.  asyncpg's default (RESET ALL, CLOSE ALL, UNLISTEN,
+    unlocking advisory locks) is a round trip per transaction, for session state the stores
+    never set: they use transactions and transaction-scoped locks only."""
 
 
 def _reason(error: BaseException) -> str:

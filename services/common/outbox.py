@@ -153,12 +153,17 @@ class PreparedEvent:
     fingerprint: str
     payload: bytes
     headers: str
+    stored: set[str]  # the outbox's fingerprints known to be in outbox_schemas
 
     async def write(self, s: Session) -> OutboxEntry:
-        await s.execute(
-            "INSERT INTO outbox_schemas (fingerprint, name, text) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-            (self.fingerprint, self.schema.name, self.schema.text),
-        )
+        if self.fingerprint not in self.stored:
+            await s.execute(
+                "INSERT INTO outbox_schemas (fingerprint, name, text) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                (self.fingerprint, self.schema.name, self.schema.text),
+            )
+            # Known stored once committed (a rollback would take the row with it): one statement
+            # fewer for every later event of this schema.
+            s.on_commit(lambda: self.stored.add(self.fingerprint))
         row = await s.fetchone(
             "INSERT INTO outbox (event_id, topic, key, event_name, schema_fp, payload, headers, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
@@ -186,6 +191,7 @@ class Outbox:
         self._schema_for = schema_for
         self._fingerprints: dict[str, str] = {}  # schema text -> fingerprint
         self._parsed: dict[str, AvroSchema] = {}  # fingerprint -> schema
+        self._stored: set[str] = set()  # fingerprints committed to outbox_schemas by this process
         self.wakeup = asyncio.Event()
 
     async def setup(self) -> None:
@@ -231,6 +237,7 @@ class Outbox:
             fingerprint=self._fingerprint(schema),
             payload=encode(schema, record),
             headers=json.dumps([[n, base64.b64encode(v).decode()] for n, v in encode_headers(headers)]),
+            stored=self._stored,
         )
 
     def wake(self) -> None:
