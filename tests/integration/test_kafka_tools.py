@@ -20,7 +20,9 @@ from tests.support import kafka_tools as kt
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import confluent_consume, confluent_produce, create_topic
 
-pytestmark = pytest.mark.kafka
+# Kafka's Java tools against the bundled broker, no Kafka cluster: a queue of their own beside the
+# run's cluster and the tests on it (tests/conftest.py), which need not wait for them.
+pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group("kafka-tools")]
 
 
 def _partition_of(key: bytes, partitions: int) -> int:
