@@ -12,7 +12,6 @@ others, so that user can reach it).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import pwd
@@ -212,10 +211,7 @@ def start(directory: Path, port: int | None = None, timeout: float = 60.0) -> Se
         return current
     if not (directory / "data" / "PG_VERSION").exists():
         _initdb(directory, bin_dir, timeout)
-    stored = _load(directory)
-    password = stored[1] if stored else (directory / "password").read_text().strip()
-    port = port or (stored[0] if stored and _port_free(stored[0]) else _free_port())
-    (directory / _SETTINGS).write_text(json.dumps({"port": port, "user": USER}) + "\n")
+    port, password = _settle(directory, port)
     options = f"-p {port} -k {directory / 'socket'} -c listen_addresses=127.0.0.1"
     done = _run(
         [
@@ -240,6 +236,16 @@ def start(directory: Path, port: int | None = None, timeout: float = 60.0) -> Se
     server = Server(directory, port, password, running=True)
     create_database(server, DATABASE)
     return server
+
+
+def _settle(directory: Path, port: int | None) -> tuple[int, str]:
+    """The port to start on (`port`, else the last one if still free, else any free one), written
+    down for `status`, and the superuser's password."""
+    stored = _load(directory)
+    password = stored[1] if stored else (directory / "password").read_text().strip()
+    port = port or (stored[0] if stored and _port_free(stored[0]) else _free_port())
+    (directory / _SETTINGS).write_text(json.dumps({"port": port, "user": USER}) + "\n")
+    return port, password
 
 
 def _port_free(port: int) -> bool:
@@ -333,13 +339,6 @@ def ensure_databases(url: str, names: Sequence[str], timeout: float = 30.0) -> N
     asyncio.run(ensure())
 
 
-def remove(directory: Path) -> None:
-    """Stop the server and delete its directory."""
-    with contextlib.suppress(CommandError):
-        stop(directory)
-    shutil.rmtree(directory, ignore_errors=True)
-
-
 def serve(directory: Path, port: int | None, databases: Sequence[str], announce: Callable[[Server], None]) -> int:
     """Run the server in the foreground (a child of `streamshop up`): initdb on first start, wait
     until it accepts logins, create `databases`, `announce` it, then wait; SIGTERM or SIGINT is a
@@ -350,10 +349,7 @@ def serve(directory: Path, port: int | None, databases: Sequence[str], announce:
     bin_dir = binaries()
     if not (directory / "data" / "PG_VERSION").exists():
         _initdb(directory, bin_dir, 120)
-    stored = _load(directory)
-    password = stored[1] if stored else (directory / "password").read_text().strip()
-    port = port or (stored[0] if stored and _port_free(stored[0]) else _free_port())
-    (directory / _SETTINGS).write_text(json.dumps({"port": port, "user": USER}) + "\n")
+    port, password = _settle(directory, port)
     demote, _, _ = _as_server_user()
     proc = subprocess.Popen(
         [

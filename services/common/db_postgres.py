@@ -110,23 +110,18 @@ class PgSession:
     def __init__(self, conn: asyncpg.Connection) -> None:
         self._conn = conn
         self.commit_callbacks: list[Callable[[], None]] = []
-        self.used = False  # a statement was sent: a lost connection is then not retried blindly
 
     async def execute(self, sql: str, params: Params = ()) -> int:
-        self.used = True
         return _rows_changed(await self._conn.execute(numbered(sql), *params))
 
     async def executemany(self, sql: str, rows: Iterable[Params]) -> None:
-        self.used = True
         await self._conn.executemany(numbered(sql), [tuple(r) for r in rows])
 
     async def fetchone(self, sql: str, params: Params = ()) -> Row | None:
-        self.used = True
         row: Row | None = await self._conn.fetchrow(numbered(sql), *params)
         return row
 
     async def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
-        self.used = True
         rows: list[Row] = await self._conn.fetch(numbered(sql), *params)
         return rows
 
