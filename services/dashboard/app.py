@@ -5,6 +5,7 @@
     GET /api/snapshot     -> 200 {"updated_at", "stale", "error", "refresh_interval",
                                   "cluster", "groups", "transactions", "problems", "history", "analytics"}
     GET /api/inbox        -> the catcher's latest mails (services.dashboard.proxy)
+    GET /api/instances    -> each service instance seen in the last five minutes (the logs service's view)
     GET /api/logs/tail    -> the logs service's live tail, Server-Sent Events (services.dashboard.proxy)
     GET /healthz, /readyz (the broker is reachable), /metrics
 
@@ -42,7 +43,7 @@ from services.dashboard.config import DashboardConfig
 from services.dashboard.kafka_reader import ClusterReader
 from services.dashboard.login import Sessions, add_login_routes, login_middleware
 from services.dashboard.poller import SnapshotPoller
-from services.dashboard.proxy import fetch_inbox, proxy_tail
+from services.dashboard.proxy import fetch_inbox, fetch_instances, proxy_tail
 
 __all__ = ["FEED_KEY", "POLLER_KEY", "STATIC_DIR", "create_app"]
 
@@ -123,7 +124,7 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
         checks={"broker": broker_check(config.bootstrap_servers)},
         shipper=shipper,
         # the page asks for these every refresh: at info they would bury everything else
-        quiet_paths=("/api/snapshot", "/api/inbox"),
+        quiet_paths=("/api/snapshot", "/api/inbox", "/api/instances"),
     )
     app[POLLER_KEY] = poller
     app[FEED_KEY] = feed
@@ -175,6 +176,10 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
         body = await fetch_inbox(request.app[_SESSION_KEY], config.catcher_url, config.catcher_token)
         return web.json_response(body, headers=_NO_CACHE)
 
+    async def instances(request: web.Request) -> web.Response:
+        body = await fetch_instances(request.app[_SESSION_KEY], config.logs_url, config.logs_token)
+        return web.json_response(body, headers=_NO_CACHE)
+
     async def logs_tail(request: web.Request) -> web.StreamResponse:
         return await proxy_tail(request, request.app[_SESSION_KEY], config.logs_url, config.logs_token)
 
@@ -182,6 +187,7 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
     app.router.add_get("/", index)
     app.router.add_get("/api/snapshot", snapshot)
     app.router.add_get("/api/inbox", inbox)
+    app.router.add_get("/api/instances", instances)
     app.router.add_get("/api/logs/tail", logs_tail)
     app.router.add_get("/static/{name}", static_file)
     if config.users_file is not None:

@@ -3,6 +3,8 @@ the browser talks to one origin only (no CORS, one port to open).
 
     GET /api/inbox          -> 200 {"items": [{"id", "from", "to": [...], "subject", "received_at"}], "total": n}
                                (the catcher's GET /messages, newest first, the latest INBOX_LIMIT)
+    GET /api/instances      -> 200 {"items": [{"service", "instance", "lines", "errors", "requests", "last_seen"}]}
+                               (the logs service's GET /logs/instances: who logged in the last five minutes)
     GET /api/logs/tail?...  -> the logs service's GET /logs/tail Server-Sent Events, byte for byte
                                (query string and Last-Event-ID forwarded; its own 4xx/503 answers too)
 
@@ -21,11 +23,12 @@ from aiohttp import web
 
 from kit.errors import ServiceError
 
-__all__ = ["INBOX_LIMIT", "UpstreamUnavailable", "fetch_inbox", "proxy_tail"]
+__all__ = ["INBOX_LIMIT", "UpstreamUnavailable", "fetch_inbox", "fetch_instances", "proxy_tail"]
 
 INBOX_LIMIT = 20
 _INBOX_FIELDS = ("id", "from", "to", "subject", "received_at")
 _INBOX_TIMEOUT = aiohttp.ClientTimeout(total=5)
+_INSTANCE_FIELDS = {"service": str, "instance": str, "lines": int, "errors": int, "requests": int, "last_seen": str}
 # A tail lasts as long as the browser keeps it open: no total timeout, only the connection's.
 _TAIL_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5, sock_connect=5, sock_read=None)
 # How often a tail with nothing to pass on checks that the browser is still there, so a closed
@@ -64,6 +67,23 @@ async def fetch_inbox(session: aiohttp.ClientSession, catcher_url: str, token: s
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise _unavailable("catcher", url, "unexpected answer to GET /messages") from e
     return {"items": items, "total": total}
+
+
+async def fetch_instances(session: aiohttp.ClientSession, logs_url: str, token: str | None = None) -> dict[str, Any]:
+    url = f"{logs_url.rstrip('/')}/logs/instances"
+    try:
+        async with session.get(url, headers=_bearer(token), timeout=_INBOX_TIMEOUT) as response:
+            if response.status != 200:
+                raise _unavailable("logs service", url, f"HTTP {response.status}")
+            body = await response.json()
+    except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+        raise _unavailable("logs service", url, str(e) or type(e).__name__) from e
+    try:
+        # Only the fields the page shows, each of its type: the page renders what it is given.
+        items = [{name: kind(item[name]) for name, kind in _INSTANCE_FIELDS.items()} for item in body["items"]]
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise _unavailable("logs service", url, "unexpected answer to GET /logs/instances") from e
+    return {"items": items}
 
 
 async def proxy_tail(

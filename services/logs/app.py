@@ -4,6 +4,7 @@
         -> 200 {"items": [...]}   newest first; 422 naming each invalid parameter
     GET /logs/tail?service=&level=&stream=&q=&since=&backlog=10 -> text/event-stream (services.logs.tail)
     GET /logs/stats -> 200 {"total": n, "levels": {...}, "services": {svc: {level: n, "total": n}}}
+    GET /logs/instances?since= -> 200 {"since": ..., "items": [{service, instance, lines, errors, requests, last_seen}]}
 
 Readiness is the broker and the database: JSON log lines need no registry, and an unreachable
 registry only holds back Avro lines (the runner retries them), it does not stop the service.
@@ -12,6 +13,7 @@ registry only holds back Avro lines (the runner retries them), it does not stop 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 
@@ -36,7 +38,7 @@ from services.common.outbox_service import ensure_topics
 from services.logs.config import LogsConfig
 from services.logs.indexer import Indexer, LogRecordDeserializer
 from services.logs.openapi import LOGS_OPENAPI
-from services.logs.store import LEVELS, STREAMS, LogQuery, LogStore
+from services.logs.store import LEVELS, STREAMS, LogQuery, LogStore, iso_ms
 from services.logs.tail import LogFeed, TailStreams, parse_backlog, stream_tail
 
 __all__ = ["FEED_KEY", "INDEXER_KEY", "RUNNER_KEY", "STORE_KEY", "create_app", "parse_query"]
@@ -142,6 +144,16 @@ async def log_stats(request: web.Request) -> web.Response:
     return web.json_response(await request.app[STORE_KEY].stats())
 
 
+INSTANCES_WINDOW_MS = 5 * 60 * 1000
+
+
+async def log_instances(request: web.Request) -> web.Response:
+    query = parse_query(request.query, allowed=("since",))
+    since = query.since_ms if query.since_ms is not None else int(time.time() * 1000) - INSTANCES_WINDOW_MS
+    items = await request.app[STORE_KEY].instances(since)
+    return web.json_response({"since": iso_ms(since), "items": items})
+
+
 class IndexerCollector(Collector):
     """Indexer counters and consumer lag for ``/metrics``, read when scraped."""
 
@@ -174,6 +186,7 @@ def create_app(config: LogsConfig, *, shipper: LogShipper | None = None) -> web.
     app[METRICS_REGISTRY_KEY].register(IndexerCollector(app))
     app.router.add_get("/logs", search_logs)
     app.router.add_get("/logs/stats", log_stats)
+    app.router.add_get("/logs/instances", log_instances)
     app.router.add_get("/logs/tail", tail_logs)
     serve_openapi(app, LOGS_OPENAPI)
     feed = LogFeed()

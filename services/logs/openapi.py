@@ -93,6 +93,46 @@ LOGS_OPENAPI = document(
                 },
             )
         },
+        "/logs/instances": {
+            "get": operation(
+                "log_instances",
+                "each (service, instance) that logged since `since` (default: the last five minutes), by "
+                "service then instance: its lines, error lines, requests served (access-log lines) and newest line",
+                {
+                    200: obj(
+                        {
+                            "since": {"type": "string", "format": "date-time"},
+                            "items": {
+                                "type": "array",
+                                "items": obj(
+                                    {
+                                        "service": {"type": "string"},
+                                        "instance": {"type": "string"},
+                                        "lines": _COUNT,
+                                        "errors": _COUNT,
+                                        "requests": _COUNT,
+                                        "last_seen": {"type": "string", "format": "date-time"},
+                                    }
+                                ),
+                            },
+                        }
+                    )
+                },
+                parameters=[
+                    {
+                        "name": "since",
+                        "in": "query",
+                        "required": False,
+                        "schema": {
+                            "type": "string",
+                            "description": "ISO 8601 timestamp with a time zone, or epoch milliseconds",
+                            "examples": ["2026-01-01T00:00:00Z"],
+                        },
+                    }
+                ],
+                errors=(422,),
+            )
+        },
         "/logs/tail": {
             "get": operation(
                 "tail_logs",

@@ -24,7 +24,7 @@ from typing import Any
 
 from services.common.db import Database, Migration, Row, Session, Step
 
-__all__ = ["LEVELS", "STREAMS", "LogEntry", "LogQuery", "LogStore", "fts5_available"]
+__all__ = ["LEVELS", "STREAMS", "LogEntry", "LogQuery", "LogStore", "fts5_available", "iso_ms"]
 
 LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
 STREAMS: tuple[str, ...] = ("app", "ingress", "db")
@@ -291,6 +291,30 @@ class LogStore:
             levels[row["level"]] = levels.get(row["level"], 0) + n
             total += n
         return {"total": total, "levels": levels, "services": services, "full_text": self.full_text}
+
+    async def instances(self, since_ms: int) -> list[dict[str, Any]]:
+        """Each (service, instance) that logged since `since_ms`, by service then instance: its
+        lines, its error lines, the requests it served (its access-log lines on `logs.ingress`)
+        and the time of its newest line.  Several instances of one service show as several rows:
+        how a scaled service is seen from its logs, wherever its instances run."""
+        rows = await self.db.fetchall(
+            "SELECT service, instance, COUNT(*) AS lines,"
+            " SUM(CASE WHEN level IN ('error', 'critical') THEN 1 ELSE 0 END) AS errors,"
+            " SUM(CASE WHEN stream = 'ingress' THEN 1 ELSE 0 END) AS requests, MAX(ts) AS last_ts"
+            " FROM logs WHERE ts >= ? GROUP BY service, instance ORDER BY service, instance",
+            (since_ms,),
+        )
+        return [
+            {
+                "service": row["service"],
+                "instance": row["instance"],
+                "lines": int(row["lines"]),
+                "errors": int(row["errors"]),
+                "requests": int(row["requests"]),
+                "last_seen": iso_ms(int(row["last_ts"])),
+            }
+            for row in rows
+        ]
 
     async def count(self) -> int:
         row = await self.db.fetchone("SELECT COUNT(*) FROM logs")

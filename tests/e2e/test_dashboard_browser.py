@@ -173,6 +173,14 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
         timeout=30_000,
     )
 
+    # Each service instance, from its logs: orders served the demo's requests.
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('[data-testid="instances-table"] tbody tr')]
+                 .some((r) => r.cells[0].innerText === "orders"
+                              && Number(r.cells[2].innerText.replace(/\\D/g, "")) > 0)""",
+        timeout=30_000,
+    )
+
     # Live: more traffic moves the page without a reload.
     before_updated = page.locator("body").get_attribute("data-updated")
     before_end = cell(page, "topics-table", 'data-topic="orders"', "end")

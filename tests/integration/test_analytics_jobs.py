@@ -323,6 +323,22 @@ def kill_after_batches(job: Job, generation: Path, batches: int, timeout: float 
     job.kill()
 
 
+def wait_until_committed(
+    job: Job, bootstrap: str, tps: list[tuple[str, int]], total: int, stall: float = JOB_TIMEOUT
+) -> None:
+    """Wait until the group `analytics` has committed `total` records, failing if the job exits
+    or the group's offsets stop advancing for `stall` seconds (a JVM's start counts as a stall:
+    a loaded machine makes the pace, not a fixed deadline)."""
+    seen = -1
+    deadline = time.monotonic() + stall
+    while (now := sum(committed(bootstrap, "analytics", tps).values())) < total:
+        assert job.proc.poll() is None, job.output()
+        if now > seen:
+            seen, deadline = now, time.monotonic() + stall
+        assert time.monotonic() < deadline, f"{now} of {total} committed, no progress in {stall:.0f} s\n{job.output()}"
+        time.sleep(0.2)
+
+
 def kill_between_plan_and_ledger(
     job: Job, data_dir: Path, generation: Path, batch_id: int, timeout: float = JOB_TIMEOUT
 ) -> bool:
@@ -385,11 +401,7 @@ def test_sigkill_mid_stream_then_restart_gives_exact_totals_with_or_without_the_
         at_kill = sum(committed(broker.bootstrap, "analytics", tps).values())
         assert 0 < at_kill < total - BATCH, f"not killed mid-stream: {at_kill} of {total} committed"
         restarted = job("--trigger", "0.2")
-        deadline = time.monotonic() + 120
-        while sum(committed(broker.bootstrap, "analytics", tps).values()) < total:
-            assert restarted.proc.poll() is None, restarted.output()
-            assert time.monotonic() < deadline, restarted.output()
-            time.sleep(0.2)
+        wait_until_committed(restarted, broker.bootstrap, tps, total)
         restarted.proc.send_signal(signal.SIGTERM)
         assert restarted.wait(60) == 0, restarted.output()
         assert "analytics orders: stopped after" in restarted.output()

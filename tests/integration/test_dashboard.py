@@ -485,6 +485,13 @@ async def test_the_logs_tail_is_passed_through_with_its_filters_and_closing_it_e
         await line("orders", "order created")
         await line("otp", "code sent")
         async with dashboard(cluster.bootstrap, cluster.registry_url, tmp_path, logs_url=logs_url) as dash:
+            status, seen = await dash.get("/api/instances")
+            assert status == 200
+            assert [(i["service"], i["instance"], i["lines"]) for i in seen["items"]] in (
+                [],  # not indexed yet: the tail below waits for them
+                [("orders", "orders-1", 1)],
+                [("orders", "orders-1", 1), ("otp", "otp-1", 1)],
+            )
             async with dash.session.get(dash.url + "/api/logs/tail?service=orders&backlog=-1") as bad:
                 assert bad.status == 422  # the logs service's own answer, passed through
                 assert (await bad.json())["error"] == "validation_failed"
@@ -523,7 +530,11 @@ async def test_the_catcher_or_the_logs_service_down_is_a_502_json_error(cluster:
     async with dashboard(
         cluster.bootstrap, cluster.registry_url, tmp_path, catcher_url=nowhere, logs_url=nowhere
     ) as dash:
-        for path, upstream in (("/api/inbox", "catcher"), ("/api/logs/tail", "logs service")):
+        for path, upstream in (
+            ("/api/inbox", "catcher"),
+            ("/api/instances", "logs service"),
+            ("/api/logs/tail", "logs service"),
+        ):
             status, body = await dash.get(path)
             assert status == 502, path
             assert body["error"] == "upstream_unavailable"

@@ -93,9 +93,11 @@ async def start_logs(
         await c.close()
 
 
-async def ship(producer: AIOKafkaProducer, service: str, lines: Sequence[dict[str, Any]], **kw: Any) -> None:
+async def ship(
+    producer: AIOKafkaProducer, service: str, lines: Sequence[dict[str, Any]], instance: str | None = None, **kw: Any
+) -> None:
     """Log `lines` (structlog event dicts) through a real shipper and wait until they are acknowledged."""
-    shipper = LogShipper(service=service, instance=f"{service}-1", level="debug", **kw)
+    shipper = LogShipper(service=service, instance=instance or f"{service}-1", level="debug", **kw)
     await shipper.start(AiokafkaLogProducer(producer))
     for line in lines:
         shipper(None, str(line.get("level", "info")), {"level": "info", **line})
@@ -215,6 +217,37 @@ async def test_invalid_query_parameters_are_422_with_a_message_per_field_and_rea
     assert (await get_json(client, "/logs?since=253402300799999"))["items"] == []
     ready = await get_json(client, "/readyz")
     assert set(ready["checks"]) == {"broker", "database"}
+
+
+async def test_instances_lists_each_instance_of_each_service_with_its_requests_errors_and_newest_line(
+    producer: AIOKafkaProducer, start_logs: Callable[..., Any]
+) -> None:
+    """Two instances of `orders` are two rows: requests are access-log lines, errors are error and
+    critical lines; `since` bounds the window and is checked like the search's."""
+    client: Client = await start_logs()
+    request = {"event": "http request", "logger": ACCESS_LOGGER, "path": "/orders", "status": 201}
+    await ship(producer, "orders", [request, request, {"event": "boom", "level": "error", "logger": "orders.api"}])
+    await ship(
+        producer, "orders", [request, {"event": "down", "level": "critical", "logger": "orders.api"}], "orders-2"
+    )
+    await ship(producer, "otp", [{"event": "otp requested", "logger": "services.otp.api"}])
+    await wait_for_total(client, 6)
+
+    body = await get_json(client, "/logs/instances")
+    assert [(i["service"], i["instance"], i["requests"], i["errors"], i["lines"]) for i in body["items"]] == [
+        ("orders", "orders-1", 2, 1, 3),
+        ("orders", "orders-2", 1, 1, 2),
+        ("otp", "otp-1", 0, 0, 1),
+    ]
+    newest = {i["instance"]: i["last_seen"] for i in body["items"]}
+    latest = {item["instance"]: item["timestamp"] for item in reversed((await get_json(client, "/logs"))["items"])}
+    assert newest == latest
+    assert body["since"] < min(newest.values())
+
+    assert (await get_json(client, "/logs/instances?since=2999-01-01T00:00:00Z"))["items"] == []
+    fields = (await get_json(client, "/logs/instances?since=yesterday&service=orders", 422))["details"]["fields"]
+    assert set(fields) == {"since", "service"}
+    assert fields["service"] == "is not an allowed parameter (allowed: since)"
 
 
 async def test_a_redelivered_log_line_is_indexed_once(

@@ -177,6 +177,12 @@ async def test_the_log_search_uses_full_text_search_with_the_same_query_syntax(p
         ]
         assert await store.search(LogQuery(q="'); DROP TABLE logs; --")) == []
         assert await store.search(LogQuery(q="!!!")) == []  # no word: a substring match, as on SQLite
+        seen = await store.instances(since_ms=0)
+        assert [(i["service"], i["instance"], i["lines"], i["requests"], i["errors"]) for i in seen] == [
+            ("orders", "i1", 3, 0, 0)
+        ]
+        assert seen[0]["last_seen"] == "1970-01-01T00:00:01.003Z"
+        assert await store.instances(since_ms=1_004) == []
     finally:
         await db.close()
 

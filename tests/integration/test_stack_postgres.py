@@ -265,3 +265,24 @@ async def test_forty_requests_for_one_phone_through_two_otp_instances_are_limite
 
         statuses = Counter(await asyncio.gather(*(request(n) for n in range(40))))
     assert statuses == {202: 5, 429: 35}, statuses
+
+
+async def test_the_logs_service_sees_each_instance_and_the_kernel_spread_the_requests(stack: Stack) -> None:
+    """What the dashboard's instance table shows, from the logs of the tests above: every
+    instance of every scaled service logged, and the shared port's connections went to more
+    than one orders instance."""
+    expected = {
+        (service, name)
+        for service, n in (pair.split("=") for pair in SCALE.split(","))
+        for name in [service, *(f"{service}-{i}" for i in range(2, int(n) + 1))]
+    }
+
+    async def instances() -> list[dict[str, Any]] | None:
+        async with aiohttp.ClientSession() as session, session.get(url(stack, "logs") + "/logs/instances?since=0") as r:
+            assert r.status == 200
+            items: list[dict[str, Any]] = (await r.json())["items"]
+        return items if expected <= {(i["service"], i["instance"]) for i in items} else None
+
+    items = await eventually("a log line of every instance", instances, within=60)
+    served = [i["instance"] for i in items if i["service"] == "orders" and i["requests"] > 0]
+    assert len(served) >= 2, items

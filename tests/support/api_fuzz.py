@@ -46,7 +46,7 @@ async def fuzz(
     doc: dict[str, Any],
     workdir: Path,
     *,
-    max_examples: int = 100,
+    max_examples: int = 50,
     seed: int = 20261125,
     exclude_path: str | None = None,
     allow: tuple[str, ...] = (),

@@ -1,4 +1,4 @@
-// The dashboard page: polls /api/snapshot and /api/inbox, follows /api/logs/tail (SSE).
+// The dashboard page: polls /api/snapshot, /api/instances and /api/inbox, follows /api/logs/tail (SSE).
 // Everything is built with textContent, never innerHTML: topic names, mail subjects and log
 // lines come from outside.
 
@@ -425,6 +425,41 @@ async function refreshInbox() {
   }
 }
 
+// An instance with no log line for this long is marked quiet (stopped, hung, or idle and silent).
+const QUIET_AFTER_MS = 60_000;
+
+async function refreshInstances() {
+  const status = $("#instances-status");
+  try {
+    const response = await fetch("/api/instances", { cache: "no-store" });
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.message ?? `HTTP ${response.status}`);
+    const services = new Set(body.items.map((i) => i.service));
+    status.textContent =
+      body.items.length === 0
+        ? "no instance has logged in the last five minutes"
+        : `${body.items.length} instance${body.items.length === 1 ? "" : "s"} of ${services.size} service${services.size === 1 ? "" : "s"}`;
+    const rows = body.items.map((i) => {
+      const quiet = Date.now() - Date.parse(i.last_seen) > QUIET_AFTER_MS;
+      return el(
+        "tr",
+        { "data-instance": i.instance, class: quiet ? "quiet" : "" },
+        el("td", {}, i.service),
+        el("td", {}, i.instance, quiet ? el("span", { class: "badge badge-warn" }, "quiet") : ""),
+        el("td", { class: "num" }, formatNumber(i.requests)),
+        el("td", { class: i.errors > 0 ? "num errors-positive" : "num" }, formatNumber(i.errors)),
+        el("td", { class: "num" }, formatNumber(i.lines)),
+        el("td", { title: i.last_seen }, `${ago(i.last_seen)} ago`),
+      );
+    });
+    $("[data-testid=instances-table] tbody").replaceChildren(...rows);
+  } catch (error) {
+    status.textContent = `instances unavailable: ${error.message}`;
+  } finally {
+    setTimeout(refreshInstances, Math.max(refreshMs, 5000));
+  }
+}
+
 // -- live log tail ---------------------------------------------------------------------------
 
 // An access log line says what was asked and answered: "POST /orders → 201 in 4.2 ms".
@@ -477,4 +512,5 @@ function followLogs() {
 
 refreshSnapshot();
 refreshInbox();
+refreshInstances();
 followLogs();
