@@ -88,6 +88,15 @@ class Session(Protocol):
 
     async def executemany(self, sql: str, rows: Iterable[Params]) -> None: ...
 
+    async def insert(self, sql: str, params: Params = ()) -> None:
+        """An INSERT whose outcome this function does not read.  SQLite runs it at once; on
+        PostgreSQL it may be sent later in this transaction, with the other rows of the same
+        statement (of this function and of the others group-committed with it), and always before
+        this session's next statement and before COMMIT: so a function reads its own rows, and an
+        error of the insert (a constraint) still fails the function, but surfaces at that later
+        point.  Catch errors around `execute`, not around `insert`."""
+        ...
+
     async def fetchone(self, sql: str, params: Params = ()) -> Row | None: ...
 
     async def fetchall(self, sql: str, params: Params = ()) -> list[Row]: ...

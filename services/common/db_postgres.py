@@ -13,6 +13,13 @@
   reported (`DatabaseUnavailable`), since it may or may not have committed.
 - **SQL**: the stores write ``?`` placeholders (SQLite's); they are numbered (``$1``...) here,
   once per distinct statement, and asyncpg prepares and caches each statement per connection.
+- **Group commit**: `write(fn)` calls made while `write_batches` transactions are already
+  running wait, and the next free slot runs all of them (at most `max_batch`) as one transaction:
+  one BEGIN and one COMMIT (one WAL flush) for many, as SQLite's writer does.  Without a
+  savepoint per function: when any of them raises (its own error, a deadlock with another
+  instance's batch, a lost connection), the batch is rolled back and each is run again alone, so
+  each caller gets its own outcome and nothing of a failed function is kept.  One write at a time
+  (little load) is one transaction, as before.
 - **Locks**: `Session.lock(*keys)` takes ``pg_advisory_xact_lock`` on a 64-bit hash of each key,
   in sorted order; `leadership(name)` holds a session-level advisory lock on a connection of its
   own, so that exactly one instance does `name` while it lives (the outbox relay), and another
@@ -102,30 +109,84 @@ def _rows_changed(status: str) -> int:
     return int(last) if last.isdigit() else 0
 
 
+class _Pending:
+    """The rows given to `Session.insert` in one transaction and not sent yet, in groups: one
+    statement's rows each, sent with one `executemany` (one round trip for all of them).
+
+    Groups are sent in the order they were opened.  A session's row joins the newest group of its
+    statement only if that does not put it before a row the same session queued earlier; else it
+    opens a group at the end.  So each function's inserts reach the server in the order it made
+    them (a foreign key to its own earlier row holds), while the same INSERT of many functions of
+    a batch travels together.
+    """
+
+    def __init__(self) -> None:
+        self.groups: list[tuple[str, list[tuple[Any, ...]]]] = []
+        self.newest: dict[str, int] = {}  # statement -> index of its newest group
+        self.flushes = 0  # a session's floor from before the last flush no longer applies
+
+    def add(self, sql: str, params: Params, floor: int) -> int:
+        """Queue one row after group `floor` (-1: anywhere); the index of the group it joined."""
+        at = self.newest.get(sql)
+        if at is None or at < floor:
+            self.groups.append((sql, []))
+            at = self.newest[sql] = len(self.groups) - 1
+        self.groups[at][1].append(tuple(params))
+        return at
+
+    async def flush(self, conn: asyncpg.Connection) -> None:
+        if not self.groups:
+            return
+        groups, self.groups, self.newest = self.groups, [], {}
+        self.flushes += 1
+        for sql, rows in groups:
+            if len(rows) == 1:
+                await conn.execute(numbered(sql), *rows[0])
+            else:
+                await conn.executemany(numbered(sql), rows)
+
+
 class PgSession:
-    """The statements of one transaction on one pooled connection."""
+    """The statements of one transaction on one pooled connection (`pending`: the queued inserts
+    of that transaction, shared by the functions group-committed in it)."""
 
     dialect = "postgresql"
 
-    def __init__(self, conn: asyncpg.Connection) -> None:
+    def __init__(self, conn: asyncpg.Connection, pending: _Pending | None = None) -> None:
         self._conn = conn
+        self._pending = pending if pending is not None else _Pending()
+        self._floor = (0, -1)  # (flushes, group): the newest group this session queued a row in
         self.commit_callbacks: list[Callable[[], None]] = []
 
+    async def flush(self) -> None:
+        """Send the queued inserts (before any other statement, and before COMMIT)."""
+        await self._pending.flush(self._conn)
+
+    async def insert(self, sql: str, params: Params = ()) -> None:
+        flushes, group = self._floor
+        floor = group if flushes == self._pending.flushes else -1
+        self._floor = (self._pending.flushes, self._pending.add(sql, params, floor))
+
     async def execute(self, sql: str, params: Params = ()) -> int:
+        await self.flush()
         return _rows_changed(await self._conn.execute(numbered(sql), *params))
 
     async def executemany(self, sql: str, rows: Iterable[Params]) -> None:
+        await self.flush()
         await self._conn.executemany(numbered(sql), [tuple(r) for r in rows])
 
     async def fetchone(self, sql: str, params: Params = ()) -> Row | None:
+        await self.flush()
         row: Row | None = await self._conn.fetchrow(numbered(sql), *params)
         return row
 
     async def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
+        await self.flush()
         rows: list[Row] = await self._conn.fetch(numbered(sql), *params)
         return rows
 
     async def lock(self, *keys: str) -> None:
+        await self.flush()
         for key in sorted(set(keys)):  # one order for everyone: no deadlock between two lockers
             await self._conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
 
@@ -149,6 +210,8 @@ class PostgresDatabase:
         acquire_timeout_s: float = 5.0,
         application_name: str = "streamshop",
         slow_ms: float = 250.0,
+        write_batches: int = 2,
+        max_batch: int = 100,
     ) -> None:
         self.url = url
         self.target = postgres_target(url)
@@ -159,7 +222,13 @@ class PostgresDatabase:
         self.acquire_timeout_s = acquire_timeout_s
         self.application_name = application_name
         self.slow_ms = slow_ms
+        self.write_batches = max(1, write_batches)
+        self.max_batch = max(1, max_batch)
         self._pool: asyncpg.Pool | None = None
+        self._writes: list[tuple[Callable[[Session], Awaitable[Any]], asyncio.Future[Any]]] = []
+        self._writers: set[asyncio.Task[None]] = set()
+        self._running_writes = 0
+        self.transactions = 0  # committed by write(): with group commit, fewer than the writes
 
     async def __aenter__(self) -> Self:
         return await self.open()
@@ -237,6 +306,7 @@ class PostgresDatabase:
                     await tx.start()
                     try:
                         result = await fn(session)
+                        await session.flush()
                     except BaseException:
                         with contextlib.suppress(*_UNAVAILABLE):
                             await tx.rollback()
@@ -258,7 +328,105 @@ class PostgresDatabase:
         raise AssertionError("unreachable")
 
     async def write(self, fn: Callable[[Session], Awaitable[T]]) -> T:
-        return await self._run(fn, readonly=False)
+        """Run `fn(session)` as one transaction (group-committed under load: see the module doc);
+        its result, or its exception with nothing of it written.  A caller cancelled meanwhile
+        does not undo the write."""
+        if self._running_writes < self.write_batches:
+            self._running_writes += 1
+            try:
+                result = await self._run(fn, readonly=False)
+                self.transactions += 1
+                return result
+            finally:
+                self._running_writes -= 1
+                self._start_writer()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._writes.append((fn, future))
+        self._start_writer()
+        return await future
+
+    def _start_writer(self) -> None:
+        if self._writes and self._running_writes < self.write_batches:
+            self._running_writes += 1
+            task = asyncio.create_task(self._write_batches(), name=f"postgres-writes-{self.target}")
+            self._writers.add(task)
+            task.add_done_callback(self._writers.discard)
+
+    async def _write_batches(self) -> None:
+        try:
+            while self._writes:
+                batch = self._writes[: self.max_batch]
+                del self._writes[: self.max_batch]
+                try:
+                    await self._commit_batch(batch)
+                except asyncio.CancelledError:
+                    for _, future in batch:
+                        future.cancel()
+                    raise
+        finally:
+            self._running_writes -= 1
+
+    async def _commit_batch(self, batch: list[tuple[Callable[[Session], Awaitable[Any]], asyncio.Future[Any]]]) -> None:
+        if len(batch) > 1:
+            try:
+                outcomes = await self._run_together([fn for fn, _ in batch])
+            except _RunApart:
+                pass
+            except Exception as e:  # no connection, closed, or lost during COMMIT: the same for all
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(e)
+                return
+            else:
+                self.transactions += 1
+                for (_, future), (result, callbacks) in zip(batch, outcomes, strict=True):
+                    for callback in callbacks:
+                        callback()
+                    if not future.done():
+                        future.set_result(result)
+                return
+        for fn, future in batch:
+            try:
+                result = await self._run(fn, readonly=False)
+            except Exception as e:
+                if not future.done():
+                    future.set_exception(e)
+            else:
+                self.transactions += 1
+                if not future.done():
+                    future.set_result(result)
+
+    async def _run_together(self, fns: list[Callable[[Session], Awaitable[Any]]]) -> list[tuple[Any, list[Any]]]:
+        """All of `fns` in one transaction: their results and commit callbacks; `_RunApart` when
+        one of them raised (rolled back); `DatabaseUnavailable` when no connection could be had
+        or it was lost during COMMIT."""
+        began = time.perf_counter()
+        outcomes: list[tuple[Any, list[Any]]] = []
+        async with self._connection() as conn:
+            tx = conn.transaction()
+            pending = _Pending()
+            try:
+                await tx.start()
+                for fn in fns:
+                    session = PgSession(conn, pending)
+                    outcomes.append((await fn(session), session.commit_callbacks))
+                await pending.flush(conn)
+            except Exception as e:
+                with contextlib.suppress(*_UNAVAILABLE, asyncpg.exceptions.PostgresError):
+                    await tx.rollback()
+                raise _RunApart from e
+            try:
+                await tx.commit()
+            except _UNAVAILABLE as e:
+                raise DatabaseUnavailable(f"PostgreSQL at {self.target}: {_reason(e)}") from e
+            except asyncpg.exceptions.PostgresError as e:
+                raise _RunApart from e
+        held_ms = (time.perf_counter() - began) * 1000
+        if held_ms > self.slow_ms:
+            log.warning(
+                "slow write batch", target=self.target, held_ms=round(held_ms, 1), slow_ms=self.slow_ms, writes=len(fns)
+            )
+        return outcomes
 
     async def read(self, fn: Callable[[Session], Awaitable[T]]) -> T:
         """`fn(session)` in a read-only REPEATABLE READ transaction: one snapshot for all its reads."""
@@ -270,6 +438,7 @@ class PostgresDatabase:
             session = PgSession(conn)
             async with conn.transaction():
                 yield session
+                await session.flush()
         for callback in session.commit_callbacks:
             callback()
 
@@ -419,6 +588,10 @@ def postgres_check(url: str, timeout: float = 3.0) -> Check:
             await conn.close()
 
     return check
+
+
+class _RunApart(Exception):
+    """A group-committed batch was rolled back: run its functions one by one."""
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:

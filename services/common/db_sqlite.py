@@ -294,6 +294,9 @@ class ThreadSession:
     async def executemany(self, sql: str, rows: Iterable[Params]) -> None:
         self._conn.executemany(sql, rows)
 
+    async def insert(self, sql: str, params: Params = ()) -> None:
+        self._conn.execute(sql, params)  # in the writer's thread already: nothing to save by waiting
+
     async def fetchone(self, sql: str, params: Params = ()) -> Row | None:
         row: Row | None = self._conn.execute(sql, params).fetchone()
         return row
@@ -334,6 +337,9 @@ class Transaction:
 
     async def executemany(self, sql: str, rows: Iterable[Params]) -> None:
         await self._hop(self._session.executemany(sql, list(rows)))
+
+    async def insert(self, sql: str, params: Params = ()) -> None:
+        await self._hop(self._session.insert(sql, params))
 
     async def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
         return await self._hop(self._session.fetchall(sql, params))

@@ -50,7 +50,7 @@ from schemas.serde import AvroSchema, encode, frame
 from services.common.db import Database, Leadership, Migration, Session, Step
 from services.common.kafka import EventProducer, Headers, encode_headers
 
-__all__ = ["MIGRATIONS", "Outbox", "OutboxEntry", "OutboxRelay", "PendingRow", "PreparedEvent", "event_id_of"]
+__all__ = ["MIGRATIONS", "Outbox", "OutboxRelay", "PendingRow", "PreparedEvent", "event_id_of"]
 
 log = get_logger(__name__)
 
@@ -124,12 +124,6 @@ def _now_ms() -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class OutboxEntry:
-    id: int
-    event_id: str
-
-
-@dataclass(frozen=True, slots=True)
 class PendingRow:
     id: int
     event_id: str
@@ -155,7 +149,7 @@ class PreparedEvent:
     headers: str
     stored: set[str]  # the outbox's fingerprints known to be in outbox_schemas
 
-    async def write(self, s: Session) -> OutboxEntry:
+    async def write(self, s: Session) -> None:
         if self.fingerprint not in self.stored:
             await s.execute(
                 "INSERT INTO outbox_schemas (fingerprint, name, text) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
@@ -164,9 +158,11 @@ class PreparedEvent:
             # Known stored once committed (a rollback would take the row with it): one statement
             # fewer for every later event of this schema.
             s.on_commit(lambda: self.stored.add(self.fingerprint))
-        row = await s.fetchone(
+        # Sent with the other events of a group-committed batch on PostgreSQL (Session.insert),
+        # in the order they were written: the relay publishes by id.
+        await s.insert(
             "INSERT INTO outbox (event_id, topic, key, event_name, schema_fp, payload, headers, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 self.event_id,
                 self.topic,
@@ -178,8 +174,6 @@ class PreparedEvent:
                 _now_ms(),
             ),
         )
-        assert row is not None
-        return OutboxEntry(int(row[0]), self.event_id)
 
 
 class Outbox:
@@ -205,13 +199,14 @@ class Outbox:
         event_name: str,
         record: Mapping[str, Any],
         headers: Headers | None = None,
-    ) -> OutboxEntry:
-        """Write the event in `tx`.  Raises `RecordValidationError` (invalid record) or `ValueError`
-        (no `envelope.event_id`) before touching the database; the caller's transaction rolls back."""
+    ) -> str:
+        """Write the event in `tx`; its event id.  Raises `RecordValidationError` (invalid record)
+        or `ValueError` (no `envelope.event_id`) before touching the database; the caller's
+        transaction rolls back."""
         row = self.prepare(topic, key, event_name, record, headers)
-        entry = await row.write(tx)
+        await row.write(tx)
         tx.on_commit(self.wakeup.set)
-        return entry
+        return row.event_id
 
     def prepare(
         self,

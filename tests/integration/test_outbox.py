@@ -90,8 +90,8 @@ async def test_event_row_is_committed_with_the_state_change_and_rolled_back_with
     good = order_created()
     async with db.transaction() as tx:
         await tx.execute("INSERT INTO orders VALUES (?, 'created')", (good["order_id"],))
-        entry = await outbox.add(tx, "orders", good["order_id"], "OrderCreated", good)
-    assert entry.event_id == good["envelope"]["event_id"]
+        event_id = await outbox.add(tx, "orders", good["order_id"], "OrderCreated", good)
+    assert event_id == good["envelope"]["event_id"]
 
     async def create(record: dict[str, Any], *, fail: bool = False) -> None:
         async with db.transaction() as tx:

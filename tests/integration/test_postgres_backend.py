@@ -9,6 +9,7 @@ import asyncio
 import os
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from decimal import Decimal
 
@@ -16,7 +17,7 @@ import pytest
 
 from schemas.catalog import default_catalog
 from services.common.db import DatabaseUnavailable, SchemaTooNew, Session, Step
-from services.common.db_postgres import PostgresDatabase, numbered
+from services.common.db_postgres import PostgresDatabase, _Pending, numbered
 from services.common.outbox import Outbox
 from services.logs.store import LogEntry, LogQuery, LogStore
 from services.orders.domain import LineItem, NewOrder, OrderStatus
@@ -64,6 +65,102 @@ async def test_instances_starting_together_migrate_once(pg_server: postgres.Serv
     finally:
         for db in dbs:
             await db.close()
+
+
+async def test_concurrent_writes_are_group_committed_and_one_that_raises_loses_only_itself(
+    pg_server: postgres.Server,
+) -> None:
+    """200 writes at once take far fewer than 200 transactions; in a batch where one raises, the
+    others are still committed (each run again alone), the raiser gets its own exception with
+    none of its rows kept, and commit callbacks run only for what was committed."""
+    url = fresh_database(pg_server)
+    db = await PostgresDatabase(url, pool_max=4, write_batches=2, max_batch=50).open()
+    try:
+        await db.execute("CREATE TABLE t (n BIGINT PRIMARY KEY)")
+        committed: list[int] = []
+
+        def insert(n: int) -> Callable[[Session], Awaitable[int]]:
+            async def fn(s: Session) -> int:
+                await s.execute("INSERT INTO t (n) VALUES (?)", (n,))
+                s.on_commit(lambda: committed.append(n))
+                if n == 77:
+                    raise ValueError("seventy-seven")
+                await s.execute("INSERT INTO t (n) VALUES (?)", (n + 1_000,))
+                return n
+
+            return fn
+
+        before = db.transactions
+        outcomes = await asyncio.gather(*(db.write(insert(n)) for n in range(200)), return_exceptions=True)
+        assert [o for o in outcomes if isinstance(o, BaseException)] == [outcomes[77]]
+        assert isinstance(outcomes[77], ValueError)
+        assert [o for o in outcomes if not isinstance(o, BaseException)] == [n for n in range(200) if n != 77]
+        rows = {int(r["n"]) for r in await db.fetchall("SELECT n FROM t")}
+        assert rows == {n for n in range(200) if n != 77} | {n + 1_000 for n in range(200) if n != 77}
+        assert sorted(committed) == [n for n in range(200) if n != 77]
+        # Two run at once as they came; 198 waited: four batches, three committed, the one with
+        # 77 run apart (at most 50 transactions).
+        transactions = db.transactions - before
+        assert transactions <= 2 + 3 + 50, f"{transactions} transactions for 200 writes"
+
+        # One at a time, each write is its own transaction, as without group commit.
+        before = db.transactions
+        for n in range(300, 305):
+            assert await db.write(insert(n)) == n
+        assert db.transactions - before == 5
+    finally:
+        await db.close()
+
+
+def test_queued_inserts_travel_by_statement_and_keep_each_functions_own_order() -> None:
+    """`Session.insert` rows of a batch: one group per statement while that keeps each session's
+    order; a session whose earlier row sits in a later group opens a new group after it."""
+    pending = _Pending()
+    a = pending.add("child", (1,), -1)  # A: a child of an existing parent
+    b1 = pending.add("parent", (2,), -1)  # B: a parent, then its child
+    b2 = pending.add("child", (2,), b1)
+    c1 = pending.add("parent", (3,), -1)  # C: as B, after it
+    c2 = pending.add("child", (3,), c1)
+    assert (a, b1, b2, c1, c2) == (0, 1, 2, 1, 2)
+    assert pending.groups == [("child", [(1,)]), ("parent", [(2,), (3,)]), ("child", [(2,), (3,)])]
+
+
+async def test_a_batch_of_inserts_keeps_foreign_keys_and_commits_once(pg_server: postgres.Server) -> None:
+    """Functions queued behind a running write commit as one batch; a function's child row whose
+    statement another function used first still follows its own parent."""
+    url = fresh_database(pg_server)
+    db = await PostgresDatabase(url, pool_max=2, write_batches=1).open()
+    try:
+        await db.execute("CREATE TABLE parent (id BIGINT PRIMARY KEY)")
+        await db.execute("CREATE TABLE child (parent BIGINT NOT NULL REFERENCES parent (id))")
+        await db.execute("INSERT INTO parent (id) VALUES (1)")
+        release = asyncio.Event()
+
+        async def holding(s: Session) -> None:
+            await release.wait()  # the one slot is busy: what comes meanwhile is queued
+
+        async def child_of_one(s: Session) -> None:
+            await s.insert("INSERT INTO child (parent) VALUES (?)", (1,))
+
+        def family(n: int) -> Callable[[Session], Awaitable[None]]:
+            async def fn(s: Session) -> None:
+                await s.insert("INSERT INTO parent (id) VALUES (?)", (n,))
+                await s.insert("INSERT INTO child (parent) VALUES (?)", (n,))
+
+            return fn
+
+        before = db.transactions
+        held = asyncio.create_task(db.write(holding))
+        await asyncio.sleep(0)
+        queued = [asyncio.create_task(db.write(fn)) for fn in (child_of_one, family(2), family(3))]
+        await asyncio.sleep(0.05)
+        release.set()
+        await asyncio.gather(held, *queued)
+        assert db.transactions - before == 2  # the held write, then one batch of three
+        rows = await db.fetchall("SELECT parent FROM child ORDER BY parent")
+        assert [int(r["parent"]) for r in rows] == [1, 2, 3]
+    finally:
+        await db.close()
 
 
 async def test_orders_on_postgres_keep_each_orders_events_in_the_order_they_happened(

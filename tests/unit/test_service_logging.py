@@ -243,17 +243,25 @@ async def test_shipped_records_follow_the_log_record_schema_and_route_by_stream(
 
 @pytest.mark.usefixtures("reset_logging")
 async def test_a_full_buffer_drops_and_counts_lines_without_blocking_the_loop() -> None:
+    log = structlog.get_logger("services.orders.api")
+
+    async def two_thousand_lines() -> float:
+        start = time.perf_counter()
+        for i in range(2000):
+            log.info("line", i=i)
+            if i % 100 == 0:
+                await asyncio.sleep(0)  # let the shipper task take (and get stuck on) a batch
+        return time.perf_counter() - start
+
+    configure_logging(stream=io.StringIO(), fmt="json")
+    unshipped = await two_thousand_lines()
     ship = shipper(capacity=50, batch_size=10, flush_interval=0.01)
     configure_logging(stream=io.StringIO(), fmt="json", tap=ship)
     await ship.start(Stalled())
-    log = structlog.get_logger("services.orders.api")
-    start = time.perf_counter()
-    for i in range(2000):
-        log.info("line", i=i)
-        if i % 100 == 0:
-            await asyncio.sleep(0)  # let the shipper task take (and get stuck on) a batch
-    elapsed = time.perf_counter() - start
-    assert elapsed < 1.0  # 2000 lines against a dead broker: no waiting on it
+    elapsed = await two_thousand_lines()
+    # 2000 lines against a dead broker cost about what they cost without shipping: no waiting on
+    # it (the bound is relative, so a loaded machine slows both alike).
+    assert elapsed < 5 * unshipped + 0.25, (elapsed, unshipped)
     assert ship.buffered == 50
     assert 2000 - 50 - 10 <= ship.dropped <= 2000 - 50
     await ship.stop(grace=0.1)  # the stuck send is abandoned, not awaited forever
