@@ -25,8 +25,10 @@ How each backend runs it:
   its end in the thread (`drive`).  `lock` is a no-op: the transaction holds the file's write lock.
 - **PostgreSQL** (`services.common.db_postgres`, asyncpg): a bounded connection pool; the same
   function runs on the event loop, one round trip per statement, inside `BEGIN ... COMMIT` on a
-  pooled connection.  `lock` takes transaction-scoped advisory locks (sorted, so two transactions
-  locking the same keys cannot deadlock); with it, N instances enforce a limit exactly as one does.
+  pooled connection, group-committed with the writes that queued while others ran.  `insert`
+  queues an INSERT nobody reads, sent with the batch's other rows of that statement.  `lock`
+  takes transaction-scoped advisory locks (sorted within a function); with it, N instances
+  enforce a limit exactly as one does.
 
 `db.transaction()` gives the same `Session` for code that interleaves other awaits (network I/O
 must not happen inside it: on SQLite everything else of the process waits for the write lock).
