@@ -11,12 +11,15 @@ STAMP := $(VENV)/.installed
 # requirements-image.lock is the same for the runtime packages alone: the Dockerfile installs it.
 # uv (its pin and hashes taken from the lock) installs the lock: faster than pip, and its cache
 # then serves the image tests' venvs (tests/integration/test_images.py) without a second download.
+# uv keeps a new build of an sdist (pyspark's is 1.9 GiB unpacked and built) each time it installs
+# one with hashes and never drops the old: `uv cache prune` removes what nothing points to.
 $(STAMP): pyproject.toml requirements.lock setup.py broker/protocol/_recordwalk.c
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	awk '/^uv==/{p=1} p{print} p && !/\\$$/{exit}' requirements.lock > $(VENV)/uv-requirement.txt
 	$(PY) -m pip install --quiet --require-hashes --no-deps -r $(VENV)/uv-requirement.txt
 	$(VENV)/bin/uv pip install --quiet --python $(PY) --require-hashes -r requirements.lock
+	$(VENV)/bin/uv cache prune --quiet
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 

@@ -101,7 +101,10 @@ async def test_consumer_sigkilled_mid_batch_reprocesses_uncommitted_records_and_
         "group": "crashy",
         "topic": "orders",
         "commit_every": 25,
-        "consumer_config": {"session_timeout_ms": 1500, "heartbeat_interval_ms": 200},
+        # Long enough that a loaded machine does not rebalance the group mid-batch (a commit that
+        # fails in a rebalance drops its offsets, by design): the second member then waits for
+        # the killed one's session to end.
+        "consumer_config": {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500},
     }
     first = await spawn("consumer", {**spec, "kill_after": 40})
     assert await read_line(first) == "started"

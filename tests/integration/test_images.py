@@ -47,6 +47,9 @@ def venv(root: Path, lock: str) -> Path:
     for package in APPLICATION:
         shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([*install, "--no-deps", str(source)], check=True, cwd=root)
+    # Each hashed install of an sdist leaves a new build in uv's cache (pyspark's: 1.9 GiB) and
+    # never drops the old one: without this, every run of the suite would grow it by that much.
+    subprocess.run([UV, "cache", "prune", "--quiet"], check=True)
     return root
 
 
