@@ -332,7 +332,12 @@ def _session(config: AnalyticsConfig) -> SparkSession:
     from analytics.spark import spark_session
 
     # Each batch's aggregate is small: two shuffle partitions keep the per-task overhead low.
-    return spark_session("streamshop-analytics", master=config.spark_master, conf={"spark.sql.shuffle.partitions": "2"})
+    return spark_session(
+        "streamshop-analytics",
+        master=config.spark_master,
+        conf={"spark.sql.shuffle.partitions": "2"},
+        java_options=config.java_options,
+    )
 
 
 def _report(queries: Sequence[tuple[JobSink, StreamingQuery]], progress: Progress, out: IO[str]) -> int:

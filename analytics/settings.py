@@ -52,6 +52,11 @@ class AnalyticsConfig(ProcessSettings):
     )
     # Two cores; a failed task is tried 4 times (local[N] never retries).
     spark_master: str = setting("local[2,4]", help="Spark master (local[2,4]: 2 cores, 4 tries per task)")
+    java_options: str = setting(
+        "",
+        help="extra JVM options of the Spark driver (-XX:TieredStopAtLevel=1: a start with a third less CPU, "
+        "for short or small jobs)",
+    )
     once: bool = setting(False, parse=boolean, help="process what is available, commit, exit")
     kafka: Mapping[str, str] = setting(default_factory=dict, help="librdkafka settings (ANALYTICS_KAFKA_<NAME>, -X)")
 

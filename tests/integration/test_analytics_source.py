@@ -4,6 +4,7 @@ real confluent-kafka producers and a local Spark (one session for the module: it
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -459,3 +460,14 @@ def test_bad_records_are_quarantined_with_their_coordinates_and_raw_value(
         assert errors[6] is not None
         assert errors[6].startswith(f"schema id {schema_id} ({ORDER_CREATED.name}): ")
         assert all(r["envelope"] is None and r["items"] is None for r in rows if r["error"])
+
+
+def test_the_driver_jvm_starts_with_the_configured_java_options(spark: SparkSession) -> None:
+    """ANALYTICS_JAVA_OPTIONS (here the suite's C1-only JIT) reach the JVM's own command line,
+    after the project's log4j configuration."""
+    wanted = os.environ["ANALYTICS_JAVA_OPTIONS"].split()
+    runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()  # type: ignore[union-attr]
+    arguments = [str(a) for a in runtime.getInputArguments()]
+    assert wanted
+    assert all(option in arguments for option in wanted), arguments
+    assert any(a.startswith("-Dlog4j2.configurationFile=") for a in arguments)

@@ -4,6 +4,7 @@ running `trigger(availableNow=True)` queries to completion."""
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -21,7 +22,12 @@ V1 = "application/vnd.schemaregistry.v1+json"
 
 def start_spark() -> SparkSession:
     # One core per task slot is plenty for tests; the session is shared by the whole run.
-    return spark_session("streamshop-tests", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    return spark_session(
+        "streamshop-tests",
+        master="local[2]",
+        conf={"spark.sql.shuffle.partitions": "2"},
+        java_options=os.environ.get("ANALYTICS_JAVA_OPTIONS", ""),  # tests/conftest.py sets it
+    )
 
 
 def stop_spark(session: SparkSession) -> None:
