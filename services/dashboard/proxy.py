@@ -27,7 +27,7 @@ __all__ = ["INBOX_LIMIT", "UpstreamUnavailable", "fetch_inbox", "fetch_instances
 
 INBOX_LIMIT = 20
 _INBOX_FIELDS = ("id", "from", "to", "subject", "received_at")
-_INBOX_TIMEOUT = aiohttp.ClientTimeout(total=5)
+_UPSTREAM_TIMEOUT = aiohttp.ClientTimeout(total=5)
 _INSTANCE_FIELDS = {"service": str, "instance": str, "lines": int, "errors": int, "requests": int, "last_seen": str}
 # A tail lasts as long as the browser keeps it open: no total timeout, only the connection's.
 _TAIL_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5, sock_connect=5, sock_read=None)
@@ -51,16 +51,22 @@ def _bearer(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+async def _get_json(
+    session: aiohttp.ClientSession, upstream: str, url: str, token: str | None, params: dict[str, str] | None = None
+) -> Any:
+    """The JSON body of a 200 answer to GET `url`; anything else is `UpstreamUnavailable` naming `upstream`."""
+    try:
+        async with session.get(url, params=params, headers=_bearer(token), timeout=_UPSTREAM_TIMEOUT) as response:
+            if response.status != 200:
+                raise _unavailable(upstream, url, f"HTTP {response.status}")
+            return await response.json()
+    except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+        raise _unavailable(upstream, url, str(e) or type(e).__name__) from e
+
+
 async def fetch_inbox(session: aiohttp.ClientSession, catcher_url: str, token: str | None = None) -> dict[str, Any]:
     url = f"{catcher_url.rstrip('/')}/messages"
-    params = {"limit": str(INBOX_LIMIT)}
-    try:
-        async with session.get(url, params=params, headers=_bearer(token), timeout=_INBOX_TIMEOUT) as response:
-            if response.status != 200:
-                raise _unavailable("catcher", url, f"HTTP {response.status}")
-            body = await response.json()
-    except (aiohttp.ClientError, TimeoutError, ValueError) as e:
-        raise _unavailable("catcher", url, str(e) or type(e).__name__) from e
+    body = await _get_json(session, "catcher", url, token, {"limit": str(INBOX_LIMIT)})
     try:
         items = [{name: item.get(name) for name in _INBOX_FIELDS} for item in body["items"]]
         total = int(body["total"])
@@ -71,13 +77,7 @@ async def fetch_inbox(session: aiohttp.ClientSession, catcher_url: str, token: s
 
 async def fetch_instances(session: aiohttp.ClientSession, logs_url: str, token: str | None = None) -> dict[str, Any]:
     url = f"{logs_url.rstrip('/')}/logs/instances"
-    try:
-        async with session.get(url, headers=_bearer(token), timeout=_INBOX_TIMEOUT) as response:
-            if response.status != 200:
-                raise _unavailable("logs service", url, f"HTTP {response.status}")
-            body = await response.json()
-    except (aiohttp.ClientError, TimeoutError, ValueError) as e:
-        raise _unavailable("logs service", url, str(e) or type(e).__name__) from e
+    body = await _get_json(session, "logs service", url, token)
     try:
         # Only the fields the page shows, each of its type: the page renders what it is given.
         items = [{name: kind(item[name]) for name, kind in _INSTANCE_FIELDS.items()} for item in body["items"]]

@@ -401,12 +401,18 @@ async function refreshSnapshot() {
   }
 }
 
+// The JSON answer of one of the dashboard's own routes; its error message when it is not 2xx.
+async function getJson(path) {
+  const response = await fetch(path, { cache: "no-store" });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.message ?? `HTTP ${response.status}`);
+  return body;
+}
+
 async function refreshInbox() {
   const status = $("#inbox-status");
   try {
-    const response = await fetch("/api/inbox", { cache: "no-store" });
-    const body = await response.json();
-    if (!response.ok) throw new Error(body.message ?? `HTTP ${response.status}`);
+    const body = await getJson("/api/inbox");
     status.textContent = body.total === 0 ? "no mail yet" : `${body.total} mail${body.total === 1 ? "" : "s"} received`;
     const items = body.items.map((m) =>
       el(
@@ -431,9 +437,7 @@ const QUIET_AFTER_MS = 60_000;
 async function refreshInstances() {
   const status = $("#instances-status");
   try {
-    const response = await fetch("/api/instances", { cache: "no-store" });
-    const body = await response.json();
-    if (!response.ok) throw new Error(body.message ?? `HTTP ${response.status}`);
+    const body = await getJson("/api/instances");
     const services = new Set(body.items.map((i) => i.service));
     status.textContent =
       body.items.length === 0
