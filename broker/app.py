@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import signal
 import sys
 from collections.abc import Mapping
@@ -76,9 +75,7 @@ async def serve(config: BrokerConfig) -> None:
         " listeners " + ",".join(f"{name}={h}:{p}" for name, (h, p) in endpoints.items()) if len(endpoints) > 1 else ""
     )
     admin = f" admin http://{config.admin_listen[0]}:{running.admin_port}" if config.admin_listen else ""
-    # Everything loaded so far lives as long as the process: keep the cyclic collector from
-    # walking it again on every full collection (a pause of the event loop and the workers).
-    gc.freeze()
+    process.settle_heap()
     # The one line scripts wait for.
     print(f"streamshop broker ready on {host}:{port}{admin} data {config.data_dir}{others}", flush=True)
     log.info(

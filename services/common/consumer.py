@@ -64,7 +64,7 @@ from kit.logging import get_logger
 from schemas.client import RegistryError
 from schemas.serde import AvroDeserializer, SerdeError
 from services.common.config import ServiceConfig
-from services.common.db import Database, Migration, Session, Step
+from services.common.db import Database, Migration, Session, Step, row_chunks
 from services.common.kafka import EventProducer
 from services.common.outbox import event_id_of
 
@@ -181,6 +181,22 @@ class IdempotentHandler:
             (self.name, event_id, int(time.time() * 1000)),
         )
         return changed > 0
+
+    async def claim_many(self, s: Session, event_ids: Sequence[str]) -> set[str]:
+        """`claim` for a batch, in a few statements: the ids recorded now (an id already recorded,
+        or twice in `event_ids`, is claimed at most once).  Sorted, so two instances claiming
+        overlapping batches take the rows' locks in one order and never deadlock."""
+        now = int(time.time() * 1000)
+        claimed: set[str] = set()
+        rows = [(self.name, event_id, now) for event_id in sorted(set(event_ids))]
+        for values, params in row_chunks(rows):
+            for row in await s.fetchall(
+                "INSERT INTO processed_events (consumer, event_id, processed_at)"
+                f" VALUES {values} ON CONFLICT DO NOTHING RETURNING event_id",
+                params,
+            ):
+                claimed.add(row[0])
+        return claimed
 
     async def already_processed(self, message: Message) -> bool:
         """Whether `message`'s event id is recorded (then counted in `duplicates`).

@@ -44,7 +44,7 @@ old code must not write into a schema it does not know.  Steps are append-only.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, Self, TypeVar
@@ -67,6 +67,7 @@ __all__ = [
     "drive",
     "open_for_service",
     "postgres_target",
+    "row_chunks",
 ]
 
 T = TypeVar("T")
@@ -225,6 +226,24 @@ def check_version(target: str, component: str, recorded: int, known: int) -> Non
             f"{target}: the {component!r} schema is at version {recorded}, newer than this code's "
             f"{known}: run the newer release (or restore a backup), never an older one on it"
         )
+
+
+def row_chunks(rows: Sequence[Params], largest: int = 64) -> Iterator[tuple[str, list[Any]]]:
+    """`rows` as multi-row VALUES lists: (``"(?, ?), (?, ?)"``, their parameters flat) per chunk.
+
+    One INSERT of many rows costs the server a fraction of one INSERT per row: indexing log lines
+    on PostgreSQL took a seventh of the server's CPU in chunks of 50.  Chunks have power-of-two
+    sizes up to `largest`, so a statement has few distinct texts and each stays prepared in the
+    driver's cache; both backends' parameter limits (32,766) bound `largest` * columns."""
+    start = 0
+    while start < len(rows):
+        size = largest
+        while size > len(rows) - start:
+            size //= 2
+        chunk = rows[start : start + size]
+        one = "(" + ", ".join("?" * len(chunk[0])) + ")"
+        yield ", ".join([one] * size), [value for row in chunk for value in row]
+        start += size
 
 
 def drive(coro: Coroutine[Any, Any, T]) -> T:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from services.common.db import Database, Migration, Row, Session, Step
+from services.common.db import Database, Migration, Row, Session, Step, row_chunks
 
 __all__ = ["LEVELS", "STREAMS", "LogEntry", "LogQuery", "LogStore", "fts5_available", "iso_ms"]
 
@@ -158,6 +158,31 @@ _COLUMNS = (
 )
 
 
+_INSERTED = (
+    'event_id, topic, "partition", "offset", stream, service, instance, level, event, logger, ts, trace_id,'
+    " request_id, fields"
+)
+
+
+def _row_of(entry: LogEntry) -> tuple[Any, ...]:
+    return (
+        entry.event_id,
+        entry.topic,
+        entry.partition,
+        entry.offset,
+        entry.stream,
+        entry.service,
+        entry.instance,
+        entry.level,
+        entry.event,
+        entry.logger,
+        entry.timestamp_ms,
+        entry.trace_id,
+        entry.request_id,
+        json.dumps(dict(entry.fields), separators=(",", ":"), default=repr),
+    )
+
+
 def _item(row: Row) -> dict[str, Any]:
     return {
         "id": row["id"],
@@ -199,31 +224,22 @@ class LogStore:
     async def insert(self, s: Session, entry: LogEntry) -> bool:
         """Index `entry` in the caller's transaction (False when its event id is already indexed),
         then apply retention."""
-        row = await s.fetchone(
-            'INSERT INTO logs (event_id, topic, "partition", "offset", stream, service, instance, level,'
-            " event, logger, ts, trace_id, request_id, fields) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT DO NOTHING RETURNING id",
-            (
-                entry.event_id,
-                entry.topic,
-                entry.partition,
-                entry.offset,
-                entry.stream,
-                entry.service,
-                entry.instance,
-                entry.level,
-                entry.event,
-                entry.logger,
-                entry.timestamp_ms,
-                entry.trace_id,
-                entry.request_id,
-                json.dumps(dict(entry.fields), separators=(",", ":"), default=repr),
-            ),
-        )
-        if row is None:
-            return False
-        await s.execute("DELETE FROM logs WHERE id <= ?", (int(row[0]) - self.max_records,))
-        return True
+        return await self.insert_many(s, [entry]) == 1
+
+    async def insert_many(self, s: Session, entries: Sequence[LogEntry]) -> int:
+        """Index `entries` in the caller's transaction with a few multi-row INSERTs (an entry whose
+        event id is already indexed is skipped), then apply retention once; how many were new."""
+        newest = 0
+        indexed = 0
+        for values, params in row_chunks([_row_of(entry) for entry in entries]):
+            rows = await s.fetchall(
+                f"INSERT INTO logs ({_INSERTED}) VALUES {values} ON CONFLICT DO NOTHING RETURNING id", params
+            )
+            indexed += len(rows)
+            newest = max([newest, *(int(row[0]) for row in rows)])
+        if indexed:
+            await s.execute("DELETE FROM logs WHERE id <= ?", (newest - self.max_records,))
+        return indexed
 
     async def search(self, query: LogQuery) -> list[dict[str, Any]]:
         """Matching records, newest first (by timestamp, then by arrival)."""

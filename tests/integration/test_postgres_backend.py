@@ -12,12 +12,15 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
 from schemas.catalog import default_catalog
-from services.common.db import DatabaseUnavailable, SchemaTooNew, Session, Step
+from services.common.consumer import IdempotentHandler
+from services.common.db import Database, DatabaseUnavailable, SchemaTooNew, Session, Step
 from services.common.db_postgres import PostgresDatabase, _Pending, numbered
+from services.common.db_sqlite import SqliteDatabase
 from services.common.outbox import Outbox
 from services.logs.store import LogEntry, LogQuery, LogStore
 from services.orders.domain import LineItem, NewOrder, OrderStatus
@@ -282,6 +285,47 @@ async def test_the_log_search_uses_full_text_search_with_the_same_query_syntax(p
         assert await store.instances(since_ms=1_004) == []
     finally:
         await db.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_a_batch_of_log_lines_is_claimed_and_indexed_once_per_event_id(
+    backend: str, pg_server: postgres.Server, tmp_path: Path
+) -> None:
+    db: Database = (
+        await SqliteDatabase(tmp_path / "logs.db").open()
+        if backend == "sqlite"
+        else await PostgresDatabase(fresh_database(pg_server)).open()
+    )
+    try:
+        store = LogStore(db, max_records=100)
+        handler = IdempotentHandler(db, "log-indexer", _no_effect)
+        await handler.setup()
+        await store.setup()
+        ids = [f"e{n}" for n in range(150)] + ["e7"]  # more than one chunk, and one id twice
+        await db.write(lambda s: handler.claim_many(s, ["e0", "e1", "e2"]))
+
+        async def index(s: Session) -> tuple[set[str], int]:
+            claimed = await handler.claim_many(s, ids)
+            fresh = [
+                LogEntry(i, "logs.app", 0, n, "orders", "i1", "info", f"line {i}", "orders", n, None, None, {})
+                for n, i in enumerate(ids[:150])
+                if i in claimed
+            ]
+            return claimed, await store.insert_many(s, fresh)
+
+        claimed, indexed = await db.write(index)
+        assert claimed == {f"e{n}" for n in range(3, 150)}
+        assert indexed == 147
+        assert await store.count() == 100  # retention applied once, to the newest 100
+        assert [f["event"] for f in await store.search(LogQuery(q="e149"))] == ["line e149"]
+        assert await store.search(LogQuery(q="e49")) == []
+        assert await db.write(lambda s: handler.claim_many(s, ids)) == set()
+    finally:
+        await db.close()
+
+
+async def _no_effect(s: Session, message: object) -> None:
+    raise AssertionError("not called")
 
 
 async def test_an_unreachable_server_is_named_without_the_password() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -118,4 +120,62 @@ async def test_a_transaction_cancelled_while_begin_runs_leaves_no_transaction_op
     db = await SqliteDatabase(tmp_path / "t.db").open()
     rows = await db.fetchall("SELECT k FROM t ORDER BY v")
     assert [r["k"] for r in rows] == ["autocommit", "grouped"]
+    await db.close()
+
+
+def on_thread(seen: list[int]) -> Callable[[Session], Awaitable[None]]:
+    async def write(s: Session) -> None:
+        seen.append(threading.get_ident())
+        await s.execute("INSERT INTO t (k, v) VALUES (?, ?)", (f"k{len(seen)}", len(seen)))
+
+    return write
+
+
+async def test_a_commit_that_does_not_fsync_runs_on_the_loop_and_one_that_does_in_the_thread(
+    tmp_path: Path,
+) -> None:
+    seen: list[int] = []
+    db = await open_db(tmp_path)  # synchronous NORMAL
+    await db.write(on_thread(seen))
+    await db.close()
+    full = await SqliteDatabase(tmp_path / "t.db", synchronous="FULL").open()
+    await full.write(on_thread(seen))
+    await full.close()
+    assert seen[0] == threading.get_ident()
+    assert seen[1] != threading.get_ident()
+
+
+async def test_a_write_lock_held_by_another_process_is_waited_for_off_the_loop(tmp_path: Path) -> None:
+    db = await open_db(tmp_path)
+    other = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    seen: list[int] = []
+    write = asyncio.create_task(db.write(on_thread(seen)))
+    began = time.monotonic()
+    for _ in range(10):  # the loop keeps running while the write waits (busy timeout: 5 s)
+        await asyncio.sleep(0.02)
+    assert time.monotonic() - began < 2
+    assert not write.done()
+    other.rollback()
+    other.close()
+    await asyncio.wait_for(write, 5)
+    assert len(seen) == 1
+    assert seen[0] != threading.get_ident()
+    rows = await db.fetchall("SELECT k FROM t")
+    assert [r["k"] for r in rows] == ["k1"]
+    await db.close()
+
+
+async def test_the_wal_is_checkpointed_in_the_background_not_at_commit(tmp_path: Path) -> None:
+    db = await open_db(tmp_path)
+    path = tmp_path / "t.db"
+    before = path.stat().st_size
+    await asyncio.gather(*(db.write(insert(f"a{i}", i)) for i in range(2000)))
+    assert (await db.fetchone("PRAGMA wal_autocheckpoint"))[0] == 0  # type: ignore[index]
+    await asyncio.sleep(1.1)  # the next batch starts a checkpoint: one a second at most
+    await db.write(insert("b", -1))
+    deadline = time.monotonic() + 10
+    while path.stat().st_size <= before + 50_000 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert path.stat().st_size > before + 50_000  # the rows reached the database file
     await db.close()
