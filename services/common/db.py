@@ -65,6 +65,7 @@ __all__ = [
     "Step",
     "check_version",
     "drive",
+    "in_chunks",
     "open_for_service",
     "postgres_target",
     "row_chunks",
@@ -228,6 +229,17 @@ def check_version(target: str, component: str, recorded: int, known: int) -> Non
         )
 
 
+def _slices(count: int, largest: int) -> Iterator[slice]:
+    """Consecutive slices of power-of-two lengths up to `largest`, covering `count` items."""
+    start = 0
+    while start < count:
+        size = largest
+        while size > count - start:
+            size //= 2
+        yield slice(start, start + size)
+        start += size
+
+
 def row_chunks(rows: Sequence[Params], largest: int = 64) -> Iterator[tuple[str, list[Any]]]:
     """`rows` as multi-row VALUES lists: (``"(?, ?), (?, ?)"``, their parameters flat) per chunk.
 
@@ -235,15 +247,18 @@ def row_chunks(rows: Sequence[Params], largest: int = 64) -> Iterator[tuple[str,
     on PostgreSQL took a seventh of the server's CPU in chunks of 50.  Chunks have power-of-two
     sizes up to `largest`, so a statement has few distinct texts and each stays prepared in the
     driver's cache; both backends' parameter limits (32,766) bound `largest` * columns."""
-    start = 0
-    while start < len(rows):
-        size = largest
-        while size > len(rows) - start:
-            size //= 2
-        chunk = rows[start : start + size]
+    for part in _slices(len(rows), largest):
+        chunk = rows[part]
         one = "(" + ", ".join("?" * len(chunk[0])) + ")"
-        yield ", ".join([one] * size), [value for row in chunk for value in row]
-        start += size
+        yield ", ".join([one] * len(chunk)), [value for row in chunk for value in row]
+
+
+def in_chunks(values: Sequence[Any], largest: int = 64) -> Iterator[tuple[str, list[Any]]]:
+    """`values` as ``IN (...)`` lists: (``"?, ?, ?"``, those values) per chunk, sized as
+    `row_chunks`'s: one UPDATE or DELETE for many rows instead of one per row."""
+    for part in _slices(len(values), largest):
+        chunk = list(values[part])
+        yield ", ".join("?" * len(chunk)), chunk
 
 
 def drive(coro: Coroutine[Any, Any, T]) -> T:

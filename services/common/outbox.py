@@ -47,7 +47,7 @@ from typing import Any
 
 from kit.logging import get_logger
 from schemas.serde import AvroSchema, encode, frame
-from services.common.db import Database, Leadership, Migration, Session, Step
+from services.common.db import Database, Leadership, Migration, Session, Step, in_chunks
 from services.common.kafka import EventProducer, Headers, encode_headers
 
 __all__ = ["MIGRATIONS", "Outbox", "OutboxRelay", "PendingRow", "PreparedEvent", "event_id_of"]
@@ -267,10 +267,15 @@ class Outbox:
         return out
 
     async def mark_sent(self, ids: Sequence[int]) -> None:
-        if ids:
-            now = _now_ms()
-            async with self.db.transaction() as tx:
-                await tx.executemany("UPDATE outbox SET sent_at = ? WHERE id = ?", [(now, i) for i in ids])
+        if not ids:
+            return
+        now = _now_ms()
+
+        async def mark(s: Session) -> None:
+            for marks, chunk in in_chunks(ids):
+                await s.execute(f"UPDATE outbox SET sent_at = ? WHERE id IN ({marks})", (now, *chunk))
+
+        await self.db.write(mark)
 
     async def record_failure(self, row_id: int, error: BaseException) -> None:
         await self.db.execute(

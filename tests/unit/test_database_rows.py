@@ -3,7 +3,7 @@ statement texts, each kept prepared) with their parameters flat and in order."""
 
 from __future__ import annotations
 
-from services.common.db import row_chunks
+from services.common.db import in_chunks, row_chunks
 
 
 def test_rows_are_chunked_by_powers_of_two_in_order() -> None:
@@ -20,3 +20,11 @@ def test_a_single_row_and_no_rows() -> None:
     assert list(row_chunks([(1, 2, 3)])) == [("(?, ?, ?)", [1, 2, 3])]
     assert list(row_chunks([])) == []
     assert [len(p) for _, p in row_chunks([(0,)] * 7, largest=4)] == [4, 2, 1]
+
+
+def test_values_are_chunked_into_in_lists() -> None:
+    ids = list(range(100))
+    chunks = list(in_chunks(ids))
+    assert [len(values) for _, values in chunks] == [64, 32, 4]
+    assert [v for _, values in chunks for v in values] == ids
+    assert all(marks.count("?") == len(values) for marks, values in chunks)
