@@ -22,8 +22,10 @@ runs in this process (aiohttp, one connection pool), on the same cores as the st
    both OtpDelivered events for that request_id have been read from `otp.deliveries` by a
    consumer started beforehand; p50/p99 and deliveries missing after a grace period.
 
-Besides latencies: the CPU the orders instances spent per order acknowledged in the two orders
-steps, and on PostgreSQL the database transactions per order (from `pg_stat_database`).
+Besides latencies, over the two orders steps: the CPU the orders instances spent per order
+acknowledged, the CPU of the whole stack (each child with its descendants: PostgreSQL's backends
+count) and of the load generator, which share the same cores, and on PostgreSQL the database
+transactions per order (from `pg_stat_database`).
 
 Targets: 1,000 orders/s sustained with p99 under 100 ms on each backend, closed-loop throughput
 on PostgreSQL at least SQLite's; OTP p99 under 500 ms.
@@ -49,7 +51,7 @@ from typing import Any
 import aiohttp
 from aiokafka import AIOKafkaConsumer
 
-from loadtest.brokers import cpu_seconds
+from loadtest.brokers import cpu_seconds, tree_cpu_seconds
 from schemas.client import RegistryClient
 from schemas.serde import AvroDeserializer
 from streamshop.stack.state import read_stack
@@ -344,14 +346,16 @@ async def run(args: argparse.Namespace, doc: dict[str, Any], stack: Stack) -> di
         await closed_loop(OrdersLoad(session, orders, random.Random(0)), 2, 16)  # warm-up: connections, caches
         await asyncio.sleep(1)  # pg_stat_database is reported by the server at most every 500 ms
         tx0 = await _transactions(doc, stack.data_dir)
-        cpu0 = sum(cpu_seconds(pid) for pid in stack.pids())
+        cpu0 = sum(tree_cpu_seconds(pid) for pid in stack.pids())
+        generator0 = time.process_time()
         orders_cpu0 = sum(cpu_seconds(pid) for pid in stack.pids("orders"))
         closed = OrdersLoad(session, orders, random.Random(1))
         closed_rate = await closed_loop(closed, args.seconds, args.concurrency)
         paced_load = OrdersLoad(session, orders, random.Random(2))
         elapsed = await paced(args.rate, args.seconds, paced_load.post)
         paced_rate = len(paced_load.lat.samples) / elapsed
-        cpu = sum(cpu_seconds(pid) for pid in stack.pids()) - cpu0
+        generator = time.process_time() - generator0
+        cpu = sum(tree_cpu_seconds(pid) for pid in stack.pids()) - cpu0
         orders_cpu = sum(cpu_seconds(pid) for pid in stack.pids("orders")) - orders_cpu0
         await asyncio.sleep(1)
         tx1 = await _transactions(doc, stack.data_dir)
@@ -378,6 +382,7 @@ async def run(args: argparse.Namespace, doc: dict[str, Any], stack: Stack) -> di
         "orders_published": {"acknowledged": len(wanted), "on_topic": len(found)},
         "cpu": {
             "stack_s": cpu,
+            "generator_s": generator,
             "orders_s": orders_cpu,
             "orders_ms_per_order": 1000 * orders_cpu / max(1, acknowledged),
             # The warm-up's transactions are excluded; the relay's (marking rows sent) are in.
@@ -415,13 +420,17 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None
                 f"{figures['otp']['missing']} undelivered",
             )
         )
-    print("\n| configuration | orders CPU per order | stack CPU, both orders steps | DB transactions per order |")
-    print("|---|---|---|---|")
+    print(
+        "\n| configuration | orders CPU per order | stack CPU, both orders steps | load generator CPU"
+        " | DB transactions per order |"
+    )
+    print("|---|---|---|---|---|")
     for name, figures in results.items():
         cpu = figures["cpu"]
         tx = cpu["db_transactions_per_order"]
         print(
             f"| {name} | {cpu['orders_ms_per_order']:.2f} ms | {cpu['stack_s']:.1f} s over {2 * args.seconds:g} s | "
+            f"{cpu['generator_s']:.1f} s | "
             f"{'-' if tx is None else f'{tx:.2f}'} |"
         )
 

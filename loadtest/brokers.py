@@ -232,6 +232,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """`cpu_seconds` of `pid` and of its live descendants (a PostgreSQL server's backends)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue  # gone meanwhile
+            children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry.name))
+    total = 0.0
+    todo = [pid]
+    while todo:
+        each = todo.pop()
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(each)
+        todo.extend(children.get(each, []))
+    return total
+
+
 def wait_idle(pid: int, *, busy_below: float = 0.03, quiet_for: float = 1.0, timeout: float = 30.0) -> None:
     """Return once the process has used under `busy_below` of a core for `quiet_for` seconds."""
     step = 0.25

@@ -18,11 +18,12 @@ transaction), with ``?`` placeholders and SQL both backends accept::
 
 How each backend runs it:
 
-- **SQLite** (`services.common.db_sqlite`): one connection in one worker thread.  `write` runs the
-  whole function in that thread in one hop and *group-commits* the writes queued meanwhile (one
-  BEGIN IMMEDIATE ... COMMIT, each write in a SAVEPOINT).  The function must therefore await only
-  its session: the session's methods complete without suspending, so the coroutine is driven to
-  its end in the thread (`drive`).  `lock` is a no-op: the transaction holds the file's write lock.
+- **SQLite** (`services.common.db_sqlite`): one connection.  `write` runs the whole function at
+  once and *group-commits* the writes queued meanwhile (one BEGIN IMMEDIATE ... COMMIT, each
+  write in a SAVEPOINT): on the event loop when the commit does not fsync (WAL, `synchronous`
+  NORMAL), else in a worker thread.  The function must therefore await only its session: the
+  session's methods complete without suspending, so the coroutine is driven to its end in one
+  go (`drive`).  `lock` is a no-op: the transaction holds the file's write lock.
 - **PostgreSQL** (`services.common.db_postgres`, asyncpg): a bounded connection pool; the same
   function runs on the event loop, one round trip per statement, inside `BEGIN ... COMMIT` on a
   pooled connection, group-committed with the writes that queued while others ran.  `insert`
@@ -263,7 +264,7 @@ def in_chunks(values: Sequence[Any], largest: int = 64) -> Iterator[tuple[str, l
 
 def drive(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine that never suspends to its end, synchronously (a store function on SQLite's
-    session, in the connection's thread)."""
+    session, wherever its batch runs)."""
     try:
         coro.send(None)
     except StopIteration as done:

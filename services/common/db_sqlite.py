@@ -14,7 +14,7 @@ to the WAL in the page cache, a fraction of a millisecond for a batch.  Such a b
 event loop itself, between two callbacks.  The hop to a thread and back cost more than the
 batch: the thread waits for a core and for the GIL while the loop runs (batches of two writes
 took 8 to 14 ms to come back), and at a thousand orders a second that wait, not the work, made
-the latency (p99 80-117 ms in the thread, 33 ms on the loop).  What does wait for the disk stays
+the latency (p99 74-117 ms in the thread, 43-45 ms on the loop).  What does wait for the disk stays
 off the loop: the WAL checkpoint (copying the WAL into the database and fsyncing it) runs about
 once a second in the worker thread on a connection of its own, concurrently with the writes
 (automatic checkpoints at commit are off).  Batches run in the worker thread with FULL or EXTRA,
@@ -315,8 +315,8 @@ class _Always:
 
 
 class ThreadSession:
-    """A session whose statements run at once on the calling thread: inside `write`'s batch, in
-    the connection's worker thread (see `services.common.db.drive`)."""
+    """A session whose statements run at once on the calling thread: inside `write`'s batch, on
+    the event loop or in the connection's worker thread (see `services.common.db.drive`)."""
 
     dialect = "sqlite"
 
