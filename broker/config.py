@@ -223,6 +223,7 @@ class BrokerSettingDef:
     name: str
     default: str
     parse: Callable[[str], Any]
+    sensitive: bool = False  # a password: never described (Kafka's PASSWORD type)
 
 
 BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
@@ -276,7 +277,7 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         BrokerSettingDef("authentication.timeout.ms", "10000", _int(1, INT_MAX)),
         BrokerSettingDef("ssl.keystore.type", "PEM", _choice("PEM")),
         BrokerSettingDef("ssl.keystore.location", "", str),
-        BrokerSettingDef("ssl.key.password", "", str),
+        BrokerSettingDef("ssl.key.password", "", str, sensitive=True),
         BrokerSettingDef("ssl.truststore.type", "PEM", _choice("PEM")),
         BrokerSettingDef("ssl.truststore.location", "", str),
         BrokerSettingDef("ssl.client.auth", "none", _choice("none", "requested", "required")),

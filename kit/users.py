@@ -23,6 +23,7 @@ import hmac
 import os
 import re
 import sys
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,8 +53,19 @@ def hash_password(password: str, *, iterations: int = ITERATIONS, salt: bytes | 
     return f"PBKDF2:sha256:{iterations}:{base64.b64encode(salt).decode()}:{base64.b64encode(digest).decode()}"
 
 
-# What a name without an account is checked against (never matches a password: see authenticate).
-_UNKNOWN = f"PBKDF2:sha256:{ITERATIONS}:{base64.b64encode(bytes(16)).decode()}:{base64.b64encode(bytes(32)).decode()}"
+def _decoy(credentials: list[str]) -> str:
+    """What a name without an account is checked against (never matches a password: see
+    `authenticate`): a credential of the shape most accounts have, PBKDF2 with their iterations
+    and salt length or a plain password, so an unknown name costs the same time as a known one."""
+    shapes: Counter[tuple[int, int]] = Counter()
+    for credential in credentials:
+        match = _PBKDF2.fullmatch(credential)
+        shapes[(int(match[1]), len(base64.b64decode(match[2]))) if match else (0, 0)] += 1
+    iterations, salt_length = shapes.most_common(1)[0][0] if shapes else (ITERATIONS, 16)
+    if iterations == 0:
+        return "x" * 32
+    salt, digest = base64.b64encode(bytes(salt_length)).decode(), base64.b64encode(bytes(32)).decode()
+    return f"PBKDF2:sha256:{iterations}:{salt}:{digest}"
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,7 @@ class Users:
 
     def __init__(self, users: Mapping[str, _User]) -> None:
         self._users = dict(users)
+        self.decoy = _decoy([user.credential for user in self._users.values()])
         self._verified: dict[bytes, str] = {}
         self._hashing = asyncio.Semaphore(2)
 
@@ -132,7 +145,7 @@ class Users:
             return self._verified[key]
         user = self._users.get(name)
         async with self._hashing:
-            ok = await asyncio.to_thread(_check_credential, user.credential if user else _UNKNOWN, password)
+            ok = await asyncio.to_thread(_check_credential, user.credential if user else self.decoy, password)
         if user is None or not ok:
             return None
         if len(self._verified) >= _CACHE_LIMIT:

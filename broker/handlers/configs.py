@@ -108,17 +108,18 @@ def _with_documentation(
 @dataclass(frozen=True)
 class ConfigEntry:
     name: str
-    value: str
+    value: str | None
     source: int
-    synonyms: list[tuple[str, str, int]]
+    synonyms: list[tuple[str, str | None, int]]
     doc: str
     config_type: int
+    sensitive: bool = False
 
 
 def topic_config_entries(broker: Broker, values: dict[str, str], overrides: set[str]) -> list[ConfigEntry]:
     entries = []
     for name, definition in TOPIC_CONFIGS.items():
-        synonyms = []
+        synonyms: list[tuple[str, str | None, int]] = []
         if name in overrides:
             synonyms.append((name, values[name], DYNAMIC_TOPIC_CONFIG))
         if definition.broker_name in broker.config.settings:
@@ -130,6 +131,9 @@ def topic_config_entries(broker: Broker, values: dict[str, str], overrides: set[
     return entries
 
 
+_PASSWORD = 9  # DescribeConfigs' config_type of a password
+
+
 def _broker_entries(broker: Broker) -> list[ConfigEntry]:
     entries = []
     for name, setting in BROKER_SETTINGS.items():
@@ -137,6 +141,9 @@ def _broker_entries(broker: Broker) -> list[ConfigEntry]:
         if name == "cluster.id":
             value = broker.cluster_id
         source = STATIC_BROKER_CONFIG if name in broker.config.settings else DEFAULT_CONFIG
+        if setting.sensitive:  # as Kafka: a password's value is never sent, set or not
+            entries.append(ConfigEntry(name, None, source, [(name, None, source)], "", _PASSWORD, sensitive=True))
+            continue
         entries.append(ConfigEntry(name, value, source, [(name, value, source)], "", 2))
     for definition in TOPIC_CONFIGS.values():
         name = definition.broker_name
@@ -193,7 +200,7 @@ def describe_configs(broker: Broker, ctx: RequestContext, request: DescribeConfi
                         read_only=resource.resource_type == BROKER,
                         config_source=e.source,
                         is_default=e.source == DEFAULT_CONFIG,
-                        is_sensitive=False,
+                        is_sensitive=e.sensitive,
                         synonyms=tuple(build(synonym_cls, name=n, value=v, source=s) for n, v, s in e.synonyms)
                         if with_synonyms
                         else (),

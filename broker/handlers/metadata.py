@@ -101,12 +101,21 @@ def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Ans
             else [(t.name, None) for t in requested or ()]
         )
         for name, topic_id in asked:
-            if name is None and topic_id not in (None, _ZERO_UUID):
-                topic = broker.store.by_id.get(topic_id)
-                code = ErrorCode.none if topic else ErrorCode.unknown_topic_id
-                entries.append((topic.name if topic else None, topic_id, code, topic))
+            if name is None and version < 12:
+                # As Kafka: a topic asked by id (a null name) only from v12, whose answer's name
+                # may be null; before it the name cannot even be encoded.
+                entries.append(("", None, ErrorCode.invalid_request, None))
                 continue
-            if name is None or validate_topic_name(name) is not None:
+            if name is None:
+                topic = broker.store.by_id.get(topic_id) if topic_id not in (None, _ZERO_UUID) else None
+                if topic is None:
+                    entries.append((None, topic_id, ErrorCode.unknown_topic_id, None))
+                elif not security.topic(session, Operation.DESCRIBE, topic.name):
+                    entries.append((None, topic_id, ErrorCode.topic_authorization_failed, None))
+                else:
+                    entries.append((topic.name, topic_id, ErrorCode.none, topic))
+                continue
+            if validate_topic_name(name) is not None:
                 entries.append((name, None, ErrorCode.invalid_topic_exception, None))
                 continue
             if not security.topic(session, Operation.DESCRIBE, name):

@@ -9,6 +9,7 @@ framing) is not offered.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from broker.security.acls import parse_principal
 from broker.security.scram import (
     MECHANISMS,
     AuthenticationFailed,
+    ScramCredential,
     ScramServer,
     check_password,
     make_credential,
@@ -37,7 +39,13 @@ if TYPE_CHECKING:
 
 HANDSHAKE: Messages[SaslHandshakeRequest, SaslHandshakeResponse] = Messages(17, 1, 1)
 AUTHENTICATE: Messages[SaslAuthenticateRequest, SaslAuthenticateResponse] = Messages(36, 0, 2)
-_DUMMY = make_credential("SCRAM-SHA-256", "not a password", salt=b"streamshop")  # for unknown PLAIN users
+_PLAIN_ORDER = tuple(reversed(MECHANISMS))  # PLAIN checks a user's SCRAM-SHA-512 credential first
+
+
+@functools.lru_cache(maxsize=8)
+def _decoy_credential(mechanism: str, iterations: int, salt_length: int) -> ScramCredential:
+    """What an unknown PLAIN user's password is hashed against: the shape of a real credential."""
+    return make_credential(mechanism, "not a password", iterations, b"s" * salt_length)
 
 
 def handshake(broker: Broker, ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
@@ -111,14 +119,15 @@ def authenticate(broker: Broker, ctx: RequestContext, request: SaslAuthenticateR
 
 def _check_plain(broker: Broker, user: str, password: str) -> str:
     store = broker.security.store
-    for mechanism in reversed(tuple(MECHANISMS)):  # SCRAM-SHA-512 first
+    for mechanism in _PLAIN_ORDER:
         credential = store.credential(user, mechanism)
         if credential is not None:
             if check_password(mechanism, credential, password):
                 return user
             break
-    else:
-        check_password("SCRAM-SHA-256", _DUMMY, password)  # the same work for an unknown user
+    else:  # the same work as for the credential most users have
+        mechanism, iterations, salt_length = store.decoy(_PLAIN_ORDER)
+        check_password(mechanism, _decoy_credential(mechanism, iterations, salt_length), password)
     raise AuthenticationFailed("Authentication failed: Invalid username or password")
 
 
@@ -126,8 +135,12 @@ def _scram_step(broker: Broker, session: Session, mechanism: str, token: bytes) 
     """(reply, user once the exchange succeeded, else "")."""
     if session.exchange is None:
         store = broker.security.store
+        _, iterations, salt_length = store.decoy((mechanism,))
         session.exchange = ScramServer(
-            mechanism, lambda user: store.credential(user, mechanism), broker.security.secret
+            mechanism,
+            lambda user: store.credential(user, mechanism),
+            broker.security.secret,
+            decoy=(iterations, salt_length),
         )
         return session.exchange.first(token), ""
     exchange = session.exchange

@@ -8,10 +8,13 @@ as stored.  Rolling, retention and recovery live here; compaction is in `cleaner
 from __future__ import annotations
 
 import shutil
+import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import structlog
 
 from broker.clock import Clock
 from broker.config import LogConfig
@@ -36,6 +39,9 @@ from broker.protocol.records import Record, build_batch, decode_records
 
 _OFFSET_DELTA_LIMIT = 0x7FFFFFFF
 TXN_INDEX = "aborted.txnindex"
+STORAGE_LOG_INTERVAL_S = 10.0  # a partition's write failures are logged at most this often
+
+log = structlog.get_logger(__name__)
 _INLINE_RECOMPRESS_RECORDS = 2_000  # records decoded and re-encoded on the event loop
 
 
@@ -92,6 +98,8 @@ class PartitionLog:
         self.corrupt_batches_served = 0  # refused reads of batches that fail their CRC on disk
         self.unreadable_markers = 0  # control batches found at recovery that are not valid markers
         self.txn_index = TxnIndex(directory / TXN_INDEX)
+        self._storage_logged = -STORAGE_LOG_INTERVAL_S  # when a write failure was last logged
+        self._storage_unlogged = 0
         self._load(recover)
 
     # --- loading ---------------------------------------------------------------------
@@ -283,7 +291,7 @@ class PartitionLog:
         except OSError as e:
             # Nothing of the batch stays (the segment cut it off) and no state moved, so the
             # log takes the producer's retry once the disk has room again.
-            raise KafkaError(ErrorCode.kafka_storage_error, f"cannot write {self.topic}-{self.partition}: {e}") from e
+            raise self._storage_error(e) from e
         self.producer_state.update(written)
         self.next_offset = written.last_offset + 1
         return AppendResult(
@@ -292,6 +300,25 @@ class PartitionLog:
             log_append_time=now if self.config.log_append_time else -1,
             log_start_offset=self.log_start_offset,
         )
+
+    def _storage_error(self, e: OSError) -> KafkaError:
+        """KAFKA_STORAGE_ERROR for a write the disk refused (full, EFBIG, I/O error), logged as
+        Kafka logs it, at most once per partition every few seconds: clients retry, and a full
+        disk must not also fill the log."""
+        now = time.monotonic()
+        if now - self._storage_logged >= STORAGE_LOG_INTERVAL_S:
+            log.error(
+                "cannot write to the log",
+                topic=self.topic,
+                partition=self.partition,
+                directory=str(self.directory),
+                error=str(e),
+                failures_not_logged=self._storage_unlogged,
+            )
+            self._storage_logged, self._storage_unlogged = now, 0
+        else:
+            self._storage_unlogged += 1
+        return KafkaError(ErrorCode.kafka_storage_error, f"cannot write {self.topic}-{self.partition}: {e}")
 
     def append_internal(self, batch: bytes) -> AppendResult:
         """Append a batch the broker built itself (internal topics): no client checks."""
@@ -324,7 +351,7 @@ class PartitionLog:
         try:
             self.active.append([header_bytes, body], [written])
         except OSError as e:
-            raise KafkaError(ErrorCode.kafka_storage_error, f"cannot write {self.topic}-{self.partition}: {e}") from e
+            raise self._storage_error(e) from e
         self.next_offset = written.last_offset + 1
         self.producer_state.update(written)
         self._end_transaction(producer_id, control, written.base_offset)

@@ -18,6 +18,7 @@ MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 MECHANISM_CODES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}  # AlterUserScramCredentials
 CODES_BY_MECHANISM = {name: code for code, name in MECHANISM_CODES.items()}
 MIN_ITERATIONS = 4096  # Kafka's bounds for SCRAM iterations
+SALT_BYTES = 32
 MAX_ITERATIONS = 16384
 MAX_MESSAGE = 4096  # a SCRAM or PLAIN message is a few hundred bytes; anything longer is refused
 _NONCE_BYTES = 24
@@ -39,6 +40,12 @@ def _hmac(algorithm: str, key: bytes, message: bytes) -> bytes:
     return hmac.new(key, message, algorithm).digest()
 
 
+def made_up_salt(secret: bytes, user: str, length: int) -> bytes:
+    """The same salt for the same unknown user every time (a random one would tell it apart)."""
+    digest = _hmac("sha512", secret, user.encode())
+    return (digest * (length // len(digest) + 1))[:length]
+
+
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
     return hashlib.pbkdf2_hmac(MECHANISMS[mechanism], password.encode(), salt, iterations)
 
@@ -57,7 +64,7 @@ def credential_from_salted(mechanism: str, salted: bytes, salt: bytes, iteration
 def make_credential(
     mechanism: str, password: str, iterations: int = MIN_ITERATIONS, salt: bytes | None = None
 ) -> ScramCredential:
-    salt = os.urandom(32) if salt is None else salt
+    salt = os.urandom(SALT_BYTES) if salt is None else salt
     return credential_from_salted(mechanism, salted_password(mechanism, password, salt, iterations), salt, iterations)
 
 
@@ -107,16 +114,23 @@ def _unescape_name(name: str) -> str:
 class ScramServer:
     """One SCRAM exchange: `first` answers client-first, `final` answers client-final.
 
-    An unknown user is answered with a made-up salt and fails only at the proof, so the
-    exchange does not tell which user names exist."""
+    An unknown user is answered with a made-up salt, of the length and with the iterations most
+    real users have (`decoy`), and fails only at the proof, so the exchange does not tell which
+    user names exist."""
 
     def __init__(
-        self, mechanism: str, lookup: Callable[[str], ScramCredential | None], secret: bytes, nonce: str | None = None
+        self,
+        mechanism: str,
+        lookup: Callable[[str], ScramCredential | None],
+        secret: bytes,
+        nonce: str | None = None,
+        decoy: tuple[int, int] = (MIN_ITERATIONS, SALT_BYTES),
     ) -> None:
         self.mechanism = mechanism
         self.algorithm = MECHANISMS[mechanism]
         self.lookup = lookup
         self.secret = secret  # per broker: keys the made-up salts
+        self.decoy = decoy  # (iterations, salt length) of the made-up answer: a real user's
         self.server_nonce = nonce or base64.b64encode(os.urandom(_NONCE_BYTES)).decode()
         self.user: str | None = None
         self.credential: ScramCredential | None = None
@@ -147,7 +161,8 @@ class ScramServer:
         if self.credential is not None:
             salt, iterations = self.credential.salt, self.credential.iterations
         else:
-            salt, iterations = _hmac("sha256", self.secret, user.encode()), MIN_ITERATIONS
+            iterations, length = self.decoy
+            salt = made_up_salt(self.secret, user, length)
         self._client_first_bare = bare
         self._nonce = attrs["r"] + self.server_nonce
         self._server_first = f"r={self._nonce},s={base64.b64encode(salt).decode()},i={iterations}"

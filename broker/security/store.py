@@ -8,13 +8,14 @@ decode at start is skipped and counted, never fatal.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import msgpack
 
 from broker.replay import need
 from broker.security.acls import AclBinding
-from broker.security.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS, ScramCredential
+from broker.security.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS, SALT_BYTES, ScramCredential
 
 if TYPE_CHECKING:
     from broker.metadata import MetadataStore
@@ -25,6 +26,7 @@ class SecurityStore:
         self.meta = meta
         self.users: dict[str, dict[str, ScramCredential]] = {}
         self.acls: set[AclBinding] = set()
+        self._decoys: dict[tuple[str, ...], tuple[str, int, int]] = {}
         for key_bytes, (offset, value) in meta.other_records.items():
             try:
                 self._load(msgpack.unpackb(key_bytes), value)
@@ -68,6 +70,22 @@ class SecurityStore:
     def credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.users.get(user, {}).get(mechanism)
 
+    def decoy(self, mechanisms: tuple[str, ...]) -> tuple[str, int, int]:
+        """(mechanism, iterations, salt length) to answer an unknown user with: those of the
+        credential most users are checked against (the first of `mechanisms` each has), so that
+        an unknown name gets the same answer, and costs the same hashing, as a real one."""
+        found = self._decoys.get(mechanisms)
+        if found is None:
+            shapes: Counter[tuple[str, int, int]] = Counter()
+            for credentials in self.users.values():
+                for mechanism in mechanisms:
+                    if (c := credentials.get(mechanism)) is not None:
+                        shapes[(mechanism, c.iterations, len(c.salt))] += 1
+                        break
+            found = shapes.most_common(1)[0][0] if shapes else (mechanisms[0], MIN_ITERATIONS, SALT_BYTES)
+            self._decoys[mechanisms] = found
+        return found
+
     # --- changes: written to the metadata log first (the caller fsyncs it) -----------
 
     def change_credentials(
@@ -84,6 +102,7 @@ class SecurityStore:
         if not entries:
             return
         self.meta.write_records(entries)
+        self._decoys.clear()
         for user, mech in deletions:
             self._forget(user, mech)
         for user, mech, c in upserts:

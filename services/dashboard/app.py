@@ -191,5 +191,5 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
     app.router.add_get("/api/logs/tail", logs_tail)
     app.router.add_get("/static/{name}", static_file)
     if config.users_file is not None:
-        add_login_routes(app, Users.load(config.users_file), sessions, secure_cookie=False)
+        add_login_routes(app, Users.load(config.users_file), sessions, secure_cookie=config.scheme == "https")
     return app

@@ -2,14 +2,17 @@
 
     GET  /login      the sign-in form
     POST /login      user and password (a form); 303 to / with a session cookie, or 401
-    POST /logout     ends the session; 303 to /login
+    POST /logout     ends the session (its token is refused from then on); 303 to /login
 
 The users file has the registry's format (registry.auth: ``name: credential,role``,
-PBKDF2 credentials); any role may sign in.  The session is a cookie holding the user and an
-expiry, signed with HMAC-SHA256 under a key of the process (``DASHBOARD_SESSION_KEY`` to share
-one across instances or restarts), HttpOnly and SameSite=Strict, so another site can neither
-read it nor make the browser send it.  Without a session the page redirects to /login and
-every other path (``/api/*``, ``/metrics``) answers 401; the probes stay open.
+PBKDF2 credentials); any role may sign in.  The session is a cookie holding the user, an expiry
+and a session id, signed with HMAC-SHA256 under a key of the process (``DASHBOARD_SESSION_KEY``
+to share one across instances or restarts), HttpOnly and SameSite=Strict, so another site can
+neither read it nor make the browser send it, and Secure when the dashboard serves HTTPS.
+Signing out revokes the session id until the token would have expired anyway, so a copied
+cookie dies with the sign-out; the list is the process's own (instances sharing a key do not
+see each other's sign-outs, and a restart forgets it).  Without a session the page redirects
+to /login and every other path (``/api/*``, ``/metrics``) answers 401; the probes stay open.
 """
 
 from __future__ import annotations
@@ -40,11 +43,14 @@ MAX_FORM_BYTES = 4096
 
 
 class Sessions:
-    """Signed, expiring session tokens: ``<user b64>.<expiry s>.<hmac b64>``."""
+    """Signed, expiring, revocable session tokens: ``<user b64>.<expiry s>.<id>.<hmac b64>``."""
 
     def __init__(self, key: bytes | None, lifetime_s: float) -> None:
         self._key = key or secrets.token_bytes(32)
         self.lifetime_s = lifetime_s
+        # Revoked session ids and when their tokens expire.  Only a valid session can be
+        # revoked, so the list grows no faster than sign-ins succeed, and expired ids leave it.
+        self._revoked: dict[str, int] = {}
 
     def _sign(self, payload: str) -> str:
         mac = hmac.new(self._key, payload.encode(), hashlib.sha256).digest()
@@ -52,23 +58,42 @@ class Sessions:
 
     def issue(self, user: str, now: float | None = None) -> str:
         expiry = int((time.time() if now is None else now) + self.lifetime_s)
-        payload = f"{base64.urlsafe_b64encode(user.encode()).decode().rstrip('=')}.{expiry}"
+        encoded = base64.urlsafe_b64encode(user.encode()).decode().rstrip("=")
+        payload = f"{encoded}.{expiry}.{secrets.token_urlsafe(12)}"
         return f"{payload}.{self._sign(payload)}"
 
-    def user(self, token: str | None, now: float | None = None) -> str | None:
-        """The signed-in user of a valid, unexpired token; None for anything else."""
-        if not token or len(token) > 1024 or token.count(".") != 2:
+    def _valid(self, token: str | None, now: float | None) -> tuple[str, str, int] | None:
+        """(user, session id, expiry) of a signed, unexpired, unrevoked token."""
+        if not token or len(token) > 1024 or token.count(".") != 3:
             return None
         payload, _, mac = token.rpartition(".")
         if not hmac.compare_digest(mac.encode(), self._sign(payload).encode()):
             return None
-        encoded, _, expiry = payload.partition(".")
-        if not expiry.isdigit() or int(expiry) < (time.time() if now is None else now):
+        encoded, expiry, session = payload.split(".")
+        if not expiry.isdigit() or int(expiry) < (time.time() if now is None else now) or session in self._revoked:
             return None
         try:
-            return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+            return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode(), session, int(expiry)
         except (ValueError, UnicodeDecodeError):
             return None
+
+    def user(self, token: str | None, now: float | None = None) -> str | None:
+        """The signed-in user of a valid, unexpired, unrevoked token; None for anything else."""
+        valid = self._valid(token, now)
+        return valid[0] if valid is not None else None
+
+    def revoke(self, token: str | None, now: float | None = None) -> str | None:
+        """End the token's session (its user, or None when it was not a valid session)."""
+        valid = self._valid(token, now)
+        if valid is None:
+            return None
+        clock = time.time() if now is None else now
+        for session, expiry in list(self._revoked.items()):
+            if expiry < clock:
+                del self._revoked[session]
+        user, session, expiry = valid
+        self._revoked[session] = expiry
+        return user
 
 
 def login_middleware(sessions: Sessions) -> Middleware:
@@ -127,6 +152,9 @@ def add_login_routes(app: web.Application, users: Users, sessions: Sessions, *, 
         raise response
 
     async def sign_out(request: web.Request) -> web.Response:
+        user = sessions.revoke(request.cookies.get(COOKIE))
+        if user is not None:
+            log.info("dashboard sign-out", user=user)
         response = web.HTTPSeeOther("/login")
         response.del_cookie(COOKIE, path="/")
         raise response

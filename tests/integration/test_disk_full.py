@@ -1,5 +1,5 @@
-"""A write the disk refuses is KAFKA_STORAGE_ERROR, not a closed connection, and the log
-takes appends again once there is room.  The broker process gets a file-size limit
+"""A write the disk refuses is KAFKA_STORAGE_ERROR, not a closed connection, logged once per
+burst, and the log takes appends again once there is room.  The broker process gets a file-size limit
 (RLIMIT_FSIZE, set on the running process with prlimit): writes past it fail with EFBIG
 exactly as a full disk fails them with ENOSPC."""
 
@@ -40,6 +40,11 @@ def test_a_full_disk_answers_storage_error_and_the_log_resumes_when_space_return
         assert errors
         assert set(errors) == {ErrorCode.kafka_storage_error}
         assert 1 < len(acknowledged) < 41
+        # Logged as Kafka logs it, naming the partition and the error, once for the burst.
+        logged = [line for line in proc.log_path.read_text().splitlines() if "cannot write to the log" in line]
+        assert len(logged) == 1
+        assert '"topic":"full"' in logged[0]
+        assert "File too large" in logged[0]
         # Refused writes left nothing behind: the log is exactly what was acknowledged.
         assert [r.value for r in c.read_all("full", 0)] == acknowledged
 

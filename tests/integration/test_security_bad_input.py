@@ -5,6 +5,7 @@ serving everyone else."""
 
 from __future__ import annotations
 
+import base64
 import socket
 import ssl
 import time
@@ -12,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
@@ -263,3 +264,30 @@ def test_a_corrupt_user_or_acl_record_is_skipped_at_start(tmp_path: Path) -> Non
         still_serves(secure)
     finally:
         broker.close()
+
+
+def _server_first(secure: SecureBroker, mechanism: str, user: str) -> tuple[str, bytes]:
+    """(iterations, salt) of the broker's answer to a SCRAM client-first for `user`."""
+    with raw(secure) as conn:
+        assert conn.request(SaslHandshakeRequest(mechanism=mechanism)).error_code == ErrorCode.none
+        reply = conn.request(SaslAuthenticateRequest(auth_bytes=ScramClient(mechanism, user, "x").first()))
+        assert reply.error_code == ErrorCode.none
+    fields = dict(part.split("=", 1) for part in reply.auth_bytes.decode().split(","))
+    return fields["i"], base64.b64decode(fields["s"])
+
+
+def test_an_unknown_user_is_answered_as_most_real_users_are(secure: SecureBroker) -> None:
+    """Iterations and salt length as most users' (admin has 4,096 iterations, two more users
+    8,192), and the same made-up salt each time (a fresh one per attempt would give it away)."""
+    admin = AdminClient(secure.admin())
+    for user in ("alice", "bob"):
+        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+            upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, 8192), b"their-secret")
+            for future in admin.alter_user_scram_credentials([upsert]).values():
+                future.result(15)
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        iterations, salt = _server_first(secure, mechanism, "alice")
+        unknown_iterations, unknown_salt = _server_first(secure, mechanism, "nobody")
+        assert iterations == unknown_iterations == "8192"
+        assert len(unknown_salt) == len(salt)  # the salt length the clients chose (64 bytes here)
+        assert _server_first(secure, mechanism, "nobody")[1] == unknown_salt

@@ -27,6 +27,7 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    ConfigResource,
     ResourcePatternType,
     ResourceType,
     ScramCredentialInfo,
@@ -345,3 +346,17 @@ def test_admin_password_is_never_logged(secure: SecureBroker, capfd: pytest.Capt
     out, err = capfd.readouterr()
     assert ADMIN_PASSWORD not in out + err
     assert "not-the-password" not in out + err
+
+
+def test_a_password_setting_is_described_as_sensitive_and_without_its_value(
+    broker_factory: Callable[..., ThreadBroker],
+) -> None:
+    broker = broker_factory(settings={"ssl.key.password": "key-pw-never-shown"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource(ConfigResource.Type.BROKER, "1")
+    configs = admin.describe_configs([resource])[resource].result(15)
+    secret = configs["ssl.key.password"]
+    assert secret.value is None
+    assert secret.is_sensitive
+    assert not configs["ssl.client.auth"].is_sensitive  # only passwords are hidden
+    assert configs["ssl.client.auth"].value == "none"

@@ -18,6 +18,7 @@ from services.catcher.config import CatcherConfig
 from services.dashboard.app import create_app as create_dashboard
 from services.dashboard.config import DashboardConfig
 from services.dashboard.login import COOKIE, Sessions
+from streamshop.pki import LocalCA
 from tests.support.notify import serve_catcher
 from tests.support.services import serve_app
 
@@ -91,10 +92,23 @@ def test_sessions_are_signed_and_expire() -> None:
     assert sessions.user(token, now=1010) == "ops"
     assert sessions.user(token, now=1061) is None
     assert Sessions(b"x" * 32, 60).user(token, now=1010) is None  # another key
-    user, expiry, mac = token.split(".")
-    assert sessions.user(f"{user}.{int(expiry) + 999}.{mac}", now=1010) is None  # a longer life is not signed
-    for garbage in ("", "a.b", "a.b.c.d", "x" * 5000, "..", "é.1.é"):
+    user, expiry, session, mac = token.split(".")
+    assert sessions.user(f"{user}.{int(expiry) + 999}.{session}.{mac}", now=1010) is None  # a longer life is not signed
+    for garbage in ("", "a.b", "a.b.c", "a.b.c.d.e", "x" * 5000, "...", "é.1.é.é"):
         assert sessions.user(garbage, now=1010) is None
+        assert sessions.revoke(garbage, now=1010) is None
+
+
+def test_a_revoked_session_is_refused_and_the_revocation_expires_with_it() -> None:
+    sessions = Sessions(b"k" * 32, 60)
+    gone, kept = sessions.issue("ops", now=1000), sessions.issue("ops", now=1000)
+    assert sessions.revoke(gone, now=1010) == "ops"
+    assert sessions.user(gone, now=1011) is None
+    assert sessions.user(kept, now=1011) == "ops"  # the same user's other session lives on
+    assert sessions.revoke(gone, now=1012) is None  # revoking twice is not a second entry
+    later = sessions.issue("ops", now=2000)
+    assert sessions.revoke(later, now=2001) == "ops"
+    assert len(sessions._revoked) == 1  # the first revocation left with its token's expiry
 
 
 async def test_the_dashboard_needs_a_sign_in_and_sends_its_key_upstream(
@@ -144,12 +158,40 @@ async def test_the_dashboard_needs_a_sign_in_and_sends_its_key_upstream(
             async with browser.get(url + "/api/inbox") as response:
                 assert response.status == 200  # the catcher admitted the dashboard's key
                 assert (await response.json())["items"] == []
+            stolen = cookie.value
+            assert not cookie["secure"]  # served over plain HTTP
             async with browser.post(url + "/logout", allow_redirects=False) as response:
                 assert response.status == 303
             async with browser.get(url + "/api/snapshot") as response:
                 assert response.status == 401
+            async with (
+                aiohttp.ClientSession(cookies={COOKIE: stolen}) as thief,
+                thief.get(url + "/api/snapshot") as response,
+            ):
+                assert response.status == 401  # the copied cookie died with the sign-out
     assert "ops-secret" not in caplog.text
     assert DASHBOARD_KEY not in caplog.text
+
+
+async def test_the_session_cookie_is_secure_when_the_dashboard_serves_https(tmp_path: Path) -> None:
+    users = tmp_path / "dashboard.users"
+    users.write_text(f"ops: {hash_password('ops-secret', iterations=1000)},read\n")
+    server = LocalCA(tmp_path / "pki").issue("dashboard", hosts=("127.0.0.1",))
+    config = DashboardConfig(
+        listen="127.0.0.1",
+        port=0,
+        bootstrap_servers="127.0.0.1:9",
+        users_file=users,
+        ssl_certfile=server.certificate,
+        ssl_keyfile=server.key,
+        log_shipping=False,
+    )
+    assert config.scheme == "https"
+    async with serve_app(create_dashboard(config)) as (url, client):  # TLS itself is the server's part
+        right = {"user": "ops", "password": "ops-secret"}
+        async with client.post(url + "/login", data=right, allow_redirects=False) as response:
+            assert response.status == 303
+            assert response.cookies[COOKIE]["secure"]
 
 
 def test_catcher_config_reads_the_keys_file_setting(tmp_path: Path) -> None:
