@@ -217,7 +217,7 @@ class Connection(asyncio.BufferedProtocol):
                 # connection.failed.authentication.delay.ms send the answer and close, as Kafka
                 # does: the client learns the outcome only then (password guessing slows down),
                 # and the close follows the answer at once.
-                delay = self.server.failed_auth_delay_s
+                delay = max(self.server.failed_auth_delay_s, self.session.failure_delay_s)
                 asyncio.get_running_loop().call_later(delay, self._answer_and_close, pending)
                 break
             if pending.serial:

@@ -20,6 +20,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import math
 import os
 import re
 import sys
@@ -30,8 +31,9 @@ from pathlib import Path
 
 from kit.files import read_small_text
 from kit.settings import ConfigError
+from kit.throttle import FailureThrottle
 
-__all__ = ["ROLES", "Users", "UsersFileError", "hash_password", "parse_basic"]
+__all__ = ["ROLES", "LoginThrottled", "Users", "UsersFileError", "hash_password", "parse_basic"]
 
 ROLES = ("read", "write", "admin")
 _RANK = {role: rank for rank, role in enumerate(ROLES)}
@@ -45,6 +47,14 @@ _CACHE_LIMIT = 1024
 
 class UsersFileError(ConfigError):
     """The users file cannot be used; the message names the line."""
+
+
+class LoginThrottled(Exception):
+    """Too many failed logins from this source or for this name: refused unchecked for now."""
+
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__(f"too many failed logins: try again in {math.ceil(retry_after_s)} s")
+        self.retry_after_s = retry_after_s
 
 
 def hash_password(password: str, *, iterations: int = ITERATIONS, salt: bytes | None = None) -> str:
@@ -86,14 +96,18 @@ def _check_credential(credential: str, password: str) -> bool:
 class Users:
     """Users and their strongest role, from a users file."""
 
-    def __init__(self, users: Mapping[str, _User]) -> None:
+    def __init__(self, users: Mapping[str, _User], throttle: FailureThrottle | None = None) -> None:
         self._users = dict(users)
         self.decoy = _decoy([user.credential for user in self._users.values()])
         self._verified: dict[bytes, str] = {}
         self._hashing = asyncio.Semaphore(2)
+        self.throttle = throttle if throttle is not None else FailureThrottle(max_s=0)
+        # One attempt at a time per source: a flood from one address holds at most one of the
+        # two hashing slots, and a login from anywhere else gets the other.
+        self._sources: dict[str, tuple[asyncio.Lock, int]] = {}
 
     @classmethod
-    def parse(cls, text: str) -> Users:
+    def parse(cls, text: str, throttle: FailureThrottle | None = None) -> Users:
         users: dict[str, _User] = {}
         for number, raw in enumerate(text.splitlines(), 1):
             line = raw.strip()
@@ -120,34 +134,60 @@ class Users:
             if name in users:
                 raise UsersFileError(f"line {number}: user {name!r} appears twice")
             users[name] = _User(credential, max(parts[1:], key=_RANK.__getitem__))
-        return cls(users)
+        return cls(users, throttle)
 
     @classmethod
-    def load(cls, path: Path) -> Users:
+    def load(cls, path: Path, throttle: FailureThrottle | None = None) -> Users:
         try:
             text = read_small_text(path, MAX_FILE_BYTES)
         except ValueError as e:
             raise UsersFileError(str(e)) from e
         try:
-            return cls.parse(text)
+            return cls.parse(text, throttle)
         except UsersFileError as e:
             raise UsersFileError(f"{path}: {e}") from e
 
     def __len__(self) -> int:
         return len(self._users)
 
-    async def authenticate(self, name: str, password: str) -> str | None:
-        """The user's role when the password is right, else None.  Hashing runs in a thread,
-        two at a time, so wrong passwords cost the server bounded CPU and never block it; an
-        unknown user costs as much as a known one, so timing does not tell which names exist."""
+    async def authenticate(self, name: str, password: str, source: str = "") -> str | None:
+        """The user's role when the password is right, else None; `LoginThrottled` while too many
+        logins failed from `source` (the client's address) or for `name`.
+
+        A pair verified before answers at once, without hashing or waiting.  Otherwise hashing
+        runs in a thread, two at a time and one at a time per source, so wrong passwords cost
+        the server bounded CPU, never block it, and a flood from one address cannot queue ahead
+        of everyone else; an unknown user costs as much as a known one, so timing does not tell
+        which names exist."""
         key = hashlib.sha256(f"{len(name)}:{name}:{password}".encode()).digest()
         if key in self._verified:
             return self._verified[key]
+        lock, waiting = self._sources.get(source) or (asyncio.Lock(), 0)
+        self._sources[source] = (lock, waiting + 1)
+        try:
+            async with lock:
+                if key in self._verified:  # verified while this one waited its turn
+                    return self._verified[key]
+                return await self._check(name, password, key, source)
+        finally:
+            lock, waiting = self._sources[source]
+            if waiting == 1:
+                del self._sources[source]
+            else:
+                self._sources[source] = (lock, waiting - 1)
+
+    async def _check(self, name: str, password: str, key: bytes, source: str) -> str | None:
+        keys = (f"address:{source}", f"user:{name}") if source else (f"user:{name}",)
+        wait = self.throttle.blocked_for(keys)
+        if wait > 0:
+            raise LoginThrottled(wait)
         user = self._users.get(name)
         async with self._hashing:
             ok = await asyncio.to_thread(_check_credential, user.credential if user else self.decoy, password)
         if user is None or not ok:
+            self.throttle.failed(keys)
             return None
+        self.throttle.succeeded(keys)
         if len(self._verified) >= _CACHE_LIMIT:
             self._verified.clear()
         self._verified[key] = user.role

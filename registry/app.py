@@ -16,6 +16,7 @@ from aiohttp import web
 from kit import process
 from kit.app import create_base_app
 from kit.settings import ConfigError, HttpSettings
+from kit.throttle import FailureThrottle
 from kit.users import Users
 from registry.auth import basic_auth
 from registry.config import RegistryConfig
@@ -42,7 +43,11 @@ def create_app(config: RegistryConfig) -> web.Application:
     """The registry as an aiohttp application on the kit's base app (request ids, access log,
     ``/metrics``) with Confluent's error body; its start-up replays the schemas topic, so a
     runner serves only once the state is complete."""
-    auth = [basic_auth(Users.load(config.users_file))] if config.users_file is not None else []
+    auth = (
+        [basic_auth(Users.load(config.users_file, FailureThrottle(max_s=config.login_throttle_max_s)))]
+        if config.users_file is not None
+        else []
+    )
     app = create_base_app(config, errors=confluent_errors, probes=False, middlewares=auth)
     app[CONFIG] = config
     app[STORE] = SchemaStore(config)

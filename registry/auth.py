@@ -10,14 +10,15 @@ authenticated one without the role gets 403, error code 40301 as Confluent's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 
 import structlog
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from kit.users import ROLES, Users, UsersFileError, allows, hash_password, parse_basic
-from registry.errors import UNAUTHORIZED, USER_DENIED, RegistryError
+from kit.users import ROLES, LoginThrottled, Users, UsersFileError, allows, hash_password, parse_basic
+from registry.errors import TOO_MANY_FAILED_LOGINS, UNAUTHORIZED, USER_DENIED, RegistryError
 
 log = structlog.get_logger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -52,9 +53,17 @@ def basic_auth(users: Users) -> Middleware:
         if request.path in PUBLIC_PATHS:
             return await handler(request)
         credentials = parse_basic(request.headers.get("Authorization"))
-        role = await users.authenticate(*credentials) if credentials else None
+        client = request.remote or ""
+        try:
+            role = await users.authenticate(*credentials, source=client) if credentials else None
+        except LoginThrottled as e:
+            log.warning("registry login refused: too many failures", user=credentials and credentials[0], client=client)
+            raise RegistryError(
+                429, TOO_MANY_FAILED_LOGINS, str(e), {"Retry-After": str(math.ceil(e.retry_after_s))}
+            ) from None
         if role is None:
-            log.warning("registry authentication failed", user=credentials[0] if credentials else None)
+            # As Kafka logs a failed authentication: who tried, from where (never the password).
+            log.warning("registry authentication failed", user=credentials[0] if credentials else None, client=client)
             raise RegistryError(401, UNAUTHORIZED, "Unauthorized", _REALM)
         needed = required_role(request.method, request.path)
         if not allows(role, needed):

@@ -63,6 +63,9 @@ class RegistryConfig(HttpSettings, KafkaClientSettings):
     client_id: str = setting("streamshop-registry", help="the Kafka clients' client.id")
     # HTTP basic auth: a users file (kit.users) turns it on; None serves everyone.
     users_file: Path | None = setting(None, help="users file for HTTP basic auth (none: open)")
+    login_throttle_max_s: float = setting(
+        30.0, minimum=0, help="failed logins: the longest a source address or user name is refused for (0: no throttle)"
+    )
 
     def check(self) -> None:
         if not self.topic:

@@ -23,6 +23,7 @@ SUBJECT_MODE_NOT_CONFIGURED = 40409
 # 401, 403
 UNAUTHORIZED = 401
 USER_DENIED = 40301
+TOO_MANY_FAILED_LOGINS = 42901  # streamshop's: Confluent's registry has no login throttle
 # 409: Confluent's incompatible-schema error carries the bare status as its code.
 INCOMPATIBLE_SCHEMA = 409
 # 422

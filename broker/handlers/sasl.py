@@ -13,6 +13,8 @@ import functools
 import time
 from typing import TYPE_CHECKING
 
+import structlog
+
 from broker.core import Broker
 from broker.handlers.base import Messages, RequestContext
 from broker.protocol.codec import build
@@ -28,6 +30,7 @@ from broker.security.scram import (
     parse_plain,
 )
 from broker.security.session import Session
+from kit.throttle import FailureThrottle
 
 if TYPE_CHECKING:
     from broker.handlers.kio_types import (
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
         SaslHandshakeRequest,
         SaslHandshakeResponse,
     )
+
+log = structlog.get_logger(__name__)
 
 HANDSHAKE: Messages[SaslHandshakeRequest, SaslHandshakeResponse] = Messages(17, 1, 1)
 AUTHENTICATE: Messages[SaslAuthenticateRequest, SaslAuthenticateResponse] = Messages(36, 0, 2)
@@ -89,16 +94,40 @@ def authenticate(broker: Broker, ctx: RequestContext, request: SaslAuthenticateR
         return fail(
             ErrorCode.sasl_authentication_failed, "SASL token exceeds sasl.server.max.receive.size", "malformed"
         )
+    throttle = security.throttle
+    user = ""
     try:
         if mechanism == "PLAIN":
             user, password = parse_plain(token)
+            _admit(throttle, session, user)
             reply, done = b"", _check_plain(broker, user, password)
         else:
             reply, done = _scram_step(broker, session, mechanism, token)
+            if not done:  # the first message named the user
+                _admit(throttle, session, _scram_user(session))
+    except _Throttled as e:
+        session.failure_delay_s = e.wait_s  # answered when the window ends, then closed
+        user = user or _scram_user(session)
+        log.info("authentication refused: too many failures", client=session.host, principal=f"User:{user}")
+        return fail(
+            ErrorCode.sasl_authentication_failed, "Authentication failed: too many failed attempts", "throttled"
+        )
     except AuthenticationFailed as e:
+        user = user or _scram_user(session)
+        if user:  # a password was checked (a malformed message names nobody)
+            session.failure_delay_s = throttle.failed(_throttle_keys(session, user))
+            # As Kafka: each failed authentication logged with the client's address and principal.
+            log.info(
+                "failed authentication",
+                client=session.host,
+                principal=f"User:{user}",
+                mechanism=mechanism,
+                error=str(e),
+            )
         return fail(ErrorCode.sasl_authentication_failed, str(e))
     if not done:
         return build(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=reply, session_lifetime=0)
+    throttle.succeeded(_throttle_keys(session, done))
     principal = f"User:{done}"
     try:
         parse_principal(principal)
@@ -115,6 +144,27 @@ def authenticate(broker: Broker, ctx: RequestContext, request: SaslAuthenticateR
     session.expires_at = time.monotonic() + lifetime / 1000 if lifetime > 0 else None
     broker.metrics.authentications.labels(mechanism, "ok").inc()
     return build(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=reply, session_lifetime=lifetime)
+
+
+class _Throttled(Exception):
+    def __init__(self, wait_s: float) -> None:
+        super().__init__(f"throttled for {wait_s:.1f} s")
+        self.wait_s = wait_s
+
+
+def _throttle_keys(session: Session, user: str) -> tuple[str, str]:
+    return f"address:{session.host}", f"user:{user}"
+
+
+def _scram_user(session: Session) -> str:
+    return (session.exchange.user if session.exchange is not None else None) or ""
+
+
+def _admit(throttle: FailureThrottle, session: Session, user: str) -> None:
+    """Refuse, unchecked, a login for a user or from an address with too many recent failures."""
+    wait = throttle.blocked_for(_throttle_keys(session, user))
+    if wait > 0:
+        raise _Throttled(wait)
 
 
 def _check_plain(broker: Broker, user: str, password: str) -> str:

@@ -22,6 +22,7 @@ from broker.security.scram import MECHANISMS
 from broker.security.session import Session
 from broker.security.store import SecurityStore
 from broker.security.tls import PrincipalRules, distinguished_name, server_context
+from kit.throttle import FailureThrottle
 
 if TYPE_CHECKING:
     from broker.metadata import MetadataStore
@@ -45,6 +46,7 @@ class Security:
         self.config = config
         self.metrics = metrics
         self.store = SecurityStore(meta)
+        self.throttle = FailureThrottle(max_s=config.get("authentication.failure.throttle.max.ms") / 1000)
         self.listeners: list[Listener] = self._listeners()
         self.mechanisms = tuple(config.get("sasl.enabled.mechanisms"))
         self.reauth_ms: int = config.get("connections.max.reauth.ms")

@@ -31,6 +31,7 @@ class Session:
     expires_at: float | None = None  # time.monotonic() seconds, with connections.max.reauth.ms
     authenticated_once: bool = False
     close_after_response: bool = False
+    failure_delay_s: float = 0.0  # a failed login's answer waits at least this long
     extra: dict[str, object] = field(default_factory=dict)
 
     @classmethod

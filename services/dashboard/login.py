@@ -21,6 +21,7 @@ import base64
 import hashlib
 import hmac
 import html
+import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -30,7 +31,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from kit.middleware import json_error
-from kit.users import Users
+from kit.users import LoginThrottled, Users
 
 __all__ = ["COOKIE", "Sessions", "add_login_routes", "login_middleware"]
 
@@ -135,8 +136,16 @@ def add_login_routes(app: web.Application, users: Users, sessions: Sessions, *, 
         user, password = fields.get("user"), fields.get("password")
         if not isinstance(user, str) or not isinstance(password, str) or not user:
             return _form("user and password are required", 400)
-        if await users.authenticate(user, password) is None:
-            log.warning("dashboard sign-in failed", user=user[:128])
+        client = request.remote or ""
+        try:
+            role = await users.authenticate(user, password, source=client)
+        except LoginThrottled as e:
+            log.warning("dashboard sign-in refused: too many failures", user=user[:128], client=client)
+            refused = _form(str(e), 429)
+            refused.headers["Retry-After"] = str(math.ceil(e.retry_after_s))
+            return refused
+        if role is None:
+            log.warning("dashboard sign-in failed", user=user[:128], client=client)
             return _form("wrong user or password", 401)
         log.info("dashboard sign-in", user=user)
         response = web.HTTPSeeOther("/")

@@ -158,6 +158,20 @@ async def test_clients_register_over_https_with_credentials(running: RunningRegi
         assert (await client.latest("c-value")).schema_id == schema_id
 
 
+async def test_password_guessing_is_answered_429_with_retry_after(
+    running: RunningRegistry, secure: SecureBroker
+) -> None:
+    ca = secure.ca
+    PASSWORDS["guesser"] = "not-a-password"
+    statuses = [(await call(running, ca, "GET", "/subjects", "guesser"))[0] for _ in range(4)]
+    assert statuses == [401, 401, 401, 401]
+    status, body, headers = await call(running, ca, "GET", "/subjects", "guesser")
+    assert status == 429
+    assert body["error_code"] == 42901
+    assert int(headers["Retry-After"]) >= 1
+    assert (await call(running, ca, "GET", "/subjects", "reader"))[0] == 429  # the address is closed too
+
+
 def test_a_bad_users_file_is_refused_by_line() -> None:
     with pytest.raises(UsersFileError, match="line 2: unknown role 'root'"):
         Users.parse("a: pw,read\nb: pw,root\n")

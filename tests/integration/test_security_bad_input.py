@@ -6,10 +6,12 @@ serving everyone else."""
 from __future__ import annotations
 
 import base64
+import logging
 import socket
 import ssl
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,15 @@ from broker.security.scram import ScramClient
 from streamshop.pki import LocalCA
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_wire import KafkaConnection
-from tests.support.secure import ADMIN, ADMIN_PASSWORD, SecureBroker, make_admin_user, secure_settings, tls_connection
+from tests.support.secure import (
+    ADMIN,
+    ADMIN_PASSWORD,
+    SecureBroker,
+    make_admin_user,
+    sasl_login,
+    secure_settings,
+    tls_connection,
+)
 
 
 @pytest.fixture
@@ -291,3 +301,45 @@ def test_an_unknown_user_is_answered_as_most_real_users_are(secure: SecureBroker
         assert iterations == unknown_iterations == "8192"
         assert len(unknown_salt) == len(salt)  # the salt length the clients chose (64 bytes here)
         assert _server_first(secure, mechanism, "nobody")[1] == unknown_salt
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_password_guessing_is_logged_and_slowed_down_then_refused_unchecked(
+    secure: SecureBroker, mechanism: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three wrong passwords cost the usual 100 ms each; the fourth opens a 0.5 s window (doubling
+    with each further failure) and is answered when it ends, and an attempt inside it, on another
+    connection, is refused unchecked, even with the right password; after it the right password
+    works.  Each checked failure is logged with the client's address and principal, as Kafka
+    logs them."""
+    caplog.set_level(logging.INFO)
+
+    def attempt(password: str) -> tuple[ErrorCode, str | None, float]:
+        with raw(secure) as conn:
+            began = time.monotonic()
+            answer = sasl_login(conn, mechanism, ADMIN, password)
+            return answer.error_code, answer.error_message, time.monotonic() - began
+
+    for _ in range(3):
+        code, _, took = attempt("wrong")
+        assert code == ErrorCode.sasl_authentication_failed
+        assert took < 0.45
+    with ThreadPoolExecutor(1) as pool:
+        fourth = pool.submit(attempt, "wrong")
+        deadline = time.monotonic() + 5
+        while len([r for r in caplog.records if "failed authentication" in r.getMessage()]) < 4:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        code, message, _ = attempt(ADMIN_PASSWORD)  # inside the fourth's window
+        assert code == ErrorCode.sasl_authentication_failed
+        assert "too many failed attempts" in (message or "")
+        code, _, took = fourth.result()
+        assert code == ErrorCode.sasl_authentication_failed
+        assert took >= 0.45  # answered when its window ended
+    time.sleep(0.6)
+    assert attempt(ADMIN_PASSWORD)[0] == ErrorCode.none
+    failed = [r for r in caplog.records if "failed authentication" in r.getMessage()]
+    assert len(failed) == 4
+    assert "127.0.0.1" in failed[0].getMessage()
+    assert f"User:{ADMIN}" in failed[0].getMessage()
+    assert metric(secure, "streamshop_authentications_total", mechanism=mechanism, result="throttled") == 1

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
+from structlog.testing import capture_logs
 
 from kit.api_keys import ApiKeys, ApiKeysError, key_line, new_key
 from kit.users import hash_password
@@ -192,6 +194,34 @@ async def test_the_session_cookie_is_secure_when_the_dashboard_serves_https(tmp_
         async with client.post(url + "/login", data=right, allow_redirects=False) as response:
             assert response.status == 303
             assert response.cookies[COOKIE]["secure"]
+
+
+async def test_sign_in_guessing_is_throttled_and_logged_with_the_client_address(tmp_path: Path) -> None:
+    users = tmp_path / "dashboard.users"
+    users.write_text(f"ops: {hash_password('ops-secret', iterations=1000)},read\n")
+    config = DashboardConfig(
+        listen="127.0.0.1", port=0, bootstrap_servers="127.0.0.1:9", users_file=users, log_shipping=False
+    )
+    with capture_logs() as logged:
+        await _guess_then_sign_in(create_dashboard(config))
+    failed = [entry for entry in logged if entry["event"] == "dashboard sign-in failed"]
+    assert len(failed) == 4
+    assert failed[0]["client"] == "127.0.0.1"
+    assert "guess" not in str(failed)  # never the password
+
+
+async def _guess_then_sign_in(app: web.Application) -> None:
+    async with serve_app(app) as (url, client):
+        statuses = []
+        for _ in range(5):
+            async with client.post(url + "/login", data={"user": "ops", "password": "guess"}) as response:
+                statuses.append(response.status)
+                retry_after = response.headers.get("Retry-After")
+        assert statuses == [401, 401, 401, 401, 429]  # the fourth failure opened a window
+        assert retry_after == "1"
+        right = {"user": "ops", "password": "ops-secret"}
+        async with client.post(url + "/login", data=right, allow_redirects=False) as response:
+            assert response.status == 429  # refused unchecked while the window lasts
 
 
 def test_catcher_config_reads_the_keys_file_setting(tmp_path: Path) -> None:
