@@ -14,7 +14,10 @@ measured from outside, through /proc and its own /metrics:
 4. event-loop stalls: a probe connection sends ApiVersions every 5 ms and records its slowest
    answer while another client creates 10,000 partitions, sends a zstd batch of 16 KB that
    expands to 512 MiB, has 20,000 records recompressed, and while the cleaner compacts a
-   partition of 400,000 records.
+   partition of 400,000 records;
+5. password guessing on a SASL listener (`loadtest.guessing`): eight threads guessing `admin`'s
+   PLAIN password for 10 s, new connection each time, with the failure throttle on and off:
+   attempts answered and passwords checked per second, and how long the real user then waits.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from confluent_kafka.admin import (
 )
 
 from broker.protocol.records import Record, build_batch
+from loadtest import guessing
 from loadtest.brokers import connect, recv_exactly, rss_mib, streamshop_broker, wait_idle
 
 ZSTD = 4
@@ -307,6 +311,11 @@ def run(connections: int, polls: int) -> dict[str, dict[str, float]]:
         results["size_claims"] = size_claims(proc, bootstrap)
         results["abandoned_polls"] = abandoned_polls(bootstrap, admin, polls)
         results["loop_stalls"] = stalls(bootstrap, admin)
+    with tempfile.TemporaryDirectory(prefix="bench-guessing-") as tmp:
+        for throttle_ms in (30_000, 0):
+            results[f"guessing_throttle_{throttle_ms}"] = guessing.measure(
+                Path(tmp), throttle_ms=throttle_ms, seconds=10, threads=8
+            )
     return results
 
 
@@ -342,6 +351,14 @@ def report(results: dict[str, dict[str, float]]) -> list[str]:
                     "compaction_400000_records",
                 ),
             )
+        ),
+        "password guessing, 8 threads for 10 s: attempts answered/s, passwords checked/s, refused unchecked,"
+        " the real user's wait after",
+        *(
+            f"  throttle {'max ' + str(g['throttle_max_ms'] // 1000) + ' s' if g['throttle_max_ms'] else 'off':12}"
+            f"{g['attempts_per_s']:8.1f}/s {g['checked_per_s']:8.2f}/s {int(g['refused_unchecked']):8d}"
+            f"{g['real_user_waited_s']:8.1f} s"
+            for g in (results["guessing_throttle_30000"], results["guessing_throttle_0"])
         ),
     ]
 
