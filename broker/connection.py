@@ -323,7 +323,9 @@ class Connection(asyncio.BufferedProtocol):
     def _barrier_done(self, future: asyncio.Future[Outcome]) -> None:
         if self.barrier is future:
             self.barrier = None
-            if not self.closing:
+            if self.session.close_after_response:  # its answer ends the connection (a failed login)
+                self._close_after_responses()
+            elif not self.closing:
                 self._process()
 
     def _answer_and_close(self, pending: Pending) -> None:

@@ -1,8 +1,9 @@
-"""Growing delays after failed logins, per key (a source address, a user name), in bounded memory.
+"""Growing delays after failed logins, per key, in bounded memory.
 
-Used by the broker's SASL, the registry's basic auth and the dashboard's sign-in:
+Used by the broker's SASL, the registry's basic auth and the dashboard's sign-in, keyed by the
+user name the login is for:
 
-    keys = (f"address:{host}", f"user:{name}")
+    keys = (f"user:{name}",)
     wait = throttle.blocked_for(keys)      # > 0: refuse without checking the password
     ...check...
     throttle.failed(keys) if wrong else throttle.succeeded(keys)
@@ -12,8 +13,11 @@ key for twice as long as the last, from `base_s` up to `max_s`.  An attempt whil
 closed is refused without checking the password, so neither guessing in series nor opening more
 connections in parallel gets more than about one checked guess per window.  The price is the
 usual one: someone guessing a user's password also delays that user's own sign-in, by at most
-`max_s`.  A key is forgotten `forget_after_s` after its last failure, and at most `max_keys` are
-kept (the least recently failed go first), so a flood of addresses or names cannot exhaust memory.
+`max_s`.  The callers do not key by source address: the clients of one host (a stack's services
+on 127.0.0.1, everyone behind a NAT) share it, and one of them guessing, or just misconfigured,
+would lock every other user of the host out.  A key is forgotten `forget_after_s` after its last
+failure, and at most `max_keys` are kept (the least recently failed go first), so a flood of
+names cannot exhaust memory.
 """
 
 from __future__ import annotations

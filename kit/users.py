@@ -177,7 +177,7 @@ class Users:
                 self._sources[source] = (lock, waiting - 1)
 
     async def _check(self, name: str, password: str, key: bytes, source: str) -> str | None:
-        keys = (f"address:{source}", f"user:{name}") if source else (f"user:{name}",)
+        keys = (f"user:{name}",)
         wait = self.throttle.blocked_for(keys)
         if wait > 0:
             raise LoginThrottled(wait)

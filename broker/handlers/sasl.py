@@ -9,14 +9,16 @@ framing) is not offered.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import structlog
 
 from broker.core import Broker
-from broker.handlers.base import Messages, RequestContext
+from broker.handlers.base import Messages, RequestContext, Result, Serial
 from broker.protocol.codec import build
 from broker.protocol.errors import ErrorCode
 from broker.security.acls import parse_principal
@@ -76,65 +78,116 @@ def handshake(broker: Broker, ctx: RequestContext, request: SaslHandshakeRequest
     return answer(ErrorCode.none)
 
 
-def authenticate(broker: Broker, ctx: RequestContext, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
+def authenticate(broker: Broker, ctx: RequestContext, request: SaslAuthenticateRequest) -> Result:
     cls = AUTHENTICATE.response(ctx.api_version)
     security = broker.security
     session = ctx.session
     mechanism = session.mechanism
     token = bytes(request.auth_bytes)
-
-    def fail(error: ErrorCode, message: str, result: str = "failed") -> SaslAuthenticateResponse:
-        session.close_after_response = True
-        broker.metrics.authentications.labels(mechanism or "none", result).inc()
-        return build(cls, error_code=error, error_message=message, auth_bytes=b"", session_lifetime=0)
-
     if mechanism is None:
-        return fail(ErrorCode.illegal_sasl_state, "SaslAuthenticate before SaslHandshake", "malformed")
-    if len(token) > security.max_sasl_bytes:
-        return fail(
-            ErrorCode.sasl_authentication_failed, "SASL token exceeds sasl.server.max.receive.size", "malformed"
+        return _fail(
+            broker,
+            session,
+            cls,
+            "none",
+            "SaslAuthenticate before SaslHandshake",
+            result="malformed",
+            error=ErrorCode.illegal_sasl_state,
         )
-    throttle = security.throttle
+    if len(token) > security.max_sasl_bytes:
+        return _fail(
+            broker, session, cls, mechanism, "SASL token exceeds sasl.server.max.receive.size", result="malformed"
+        )
     user = ""
     try:
         if mechanism == "PLAIN":
             user, password = parse_plain(token)
-            _admit(throttle, session, user)
-            reply, done = b"", _check_plain(broker, user, password)
-        else:
-            reply, done = _scram_step(broker, session, mechanism, token)
-            if not done:  # the first message named the user
-                _admit(throttle, session, _scram_user(session))
+            _admit(security.throttle, session, user)
+            # PBKDF2 takes milliseconds: in a thread, with this connection's next request held
+            # back until the answer (a flood of guesses must not stall every other client).
+            return Serial(_plain(broker, session, cls, user, password))
+        reply, done = _scram_step(broker, session, mechanism, token)
+        if not done:  # the first message named the user
+            _admit(security.throttle, session, _scram_user(session))
     except _Throttled as e:
         session.failure_delay_s = e.wait_s  # answered when the window ends, then closed
         user = user or _scram_user(session)
         log.info("authentication refused: too many failures", client=session.host, principal=f"User:{user}")
-        return fail(
-            ErrorCode.sasl_authentication_failed, "Authentication failed: too many failed attempts", "throttled"
+        return _fail(
+            broker, session, cls, mechanism, "Authentication failed: too many failed attempts", result="throttled"
         )
     except AuthenticationFailed as e:
-        user = user or _scram_user(session)
+        return _conclude(broker, session, cls, mechanism, user=user or _scram_user(session), error=e)
+    return _conclude(broker, session, cls, mechanism, user=done, reply=reply, done=done)
+
+
+async def _plain(
+    broker: Broker, session: Session, cls: type[SaslAuthenticateResponse], user: str, password: str
+) -> SaslAuthenticateResponse:
+    try:
+        done = await asyncio.get_running_loop().run_in_executor(_hashing(), _check_plain, broker, user, password)
+    except AuthenticationFailed as e:
+        response = _conclude(broker, session, cls, "PLAIN", user=user, error=e)
+    else:
+        response = _conclude(broker, session, cls, "PLAIN", user=user, done=done)
+    if session.close_after_response:  # the connection closes after this answer: delay it first
+        base = broker.config.get("connection.failed.authentication.delay.ms") / 1000
+        await asyncio.sleep(max(base, session.failure_delay_s))
+    return response
+
+
+def _fail(
+    broker: Broker,
+    session: Session,
+    cls: type[SaslAuthenticateResponse],
+    mechanism: str,
+    message: str,
+    *,
+    result: str,
+    error: ErrorCode = ErrorCode.sasl_authentication_failed,
+) -> SaslAuthenticateResponse:
+    """A failed step: answered, counted, and the connection closed after the answer."""
+    session.close_after_response = True
+    broker.metrics.authentications.labels(mechanism, result).inc()
+    return build(cls, error_code=error, error_message=message, auth_bytes=b"", session_lifetime=0)
+
+
+def _conclude(
+    broker: Broker,
+    session: Session,
+    cls: type[SaslAuthenticateResponse],
+    mechanism: str,
+    *,
+    user: str,
+    reply: bytes = b"",
+    done: str = "",
+    error: AuthenticationFailed | None = None,
+) -> SaslAuthenticateResponse:
+    """The answer to a step of the exchange: failed (`error`), to be continued (`done` empty),
+    or authenticated as `done`."""
+    security = broker.security
+    if error is not None:
         if user:  # a password was checked (a malformed message names nobody)
-            session.failure_delay_s = throttle.failed(_throttle_keys(session, user))
+            session.failure_delay_s = security.throttle.failed(_throttle_keys(session, user))
             # As Kafka: each failed authentication logged with the client's address and principal.
             log.info(
                 "failed authentication",
                 client=session.host,
                 principal=f"User:{user}",
                 mechanism=mechanism,
-                error=str(e),
+                error=str(error),
             )
-        return fail(ErrorCode.sasl_authentication_failed, str(e))
+        return _fail(broker, session, cls, mechanism, str(error), result="failed")
     if not done:
         return build(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=reply, session_lifetime=0)
-    throttle.succeeded(_throttle_keys(session, done))
+    security.throttle.succeeded(_throttle_keys(session, done))
     principal = f"User:{done}"
     try:
         parse_principal(principal)
     except ValueError:
-        return fail(ErrorCode.sasl_authentication_failed, "user name is not a valid principal")
+        return _fail(broker, session, cls, mechanism, "user name is not a valid principal", result="failed")
     if session.authenticated_once and principal != session.principal:
-        return fail(ErrorCode.sasl_authentication_failed, "re-authentication must use the same principal")
+        return _fail(broker, session, cls, mechanism, "re-authentication must use the same principal", result="failed")
     session.principal = principal
     session.authenticated = session.authenticated_once = True
     session.extra["mechanism"] = mechanism
@@ -146,14 +199,21 @@ def authenticate(broker: Broker, ctx: RequestContext, request: SaslAuthenticateR
     return build(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=reply, session_lifetime=lifetime)
 
 
+@functools.cache
+def _hashing() -> ThreadPoolExecutor:
+    """One thread for PLAIN's password hashing: a flood takes at most one core, and the event
+    loop keeps the rest."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="sasl-plain")
+
+
 class _Throttled(Exception):
     def __init__(self, wait_s: float) -> None:
         super().__init__(f"throttled for {wait_s:.1f} s")
         self.wait_s = wait_s
 
 
-def _throttle_keys(session: Session, user: str) -> tuple[str, str]:
-    return f"address:{session.host}", f"user:{user}"
+def _throttle_keys(session: Session, user: str) -> tuple[str]:
+    return (f"user:{user}",)
 
 
 def _scram_user(session: Session) -> str:
