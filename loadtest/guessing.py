@@ -37,14 +37,18 @@ def _answer_error(sock: socket.socket) -> int:
 
 
 def guess(bootstrap: str, user: str, password: str) -> int:
-    """One PLAIN login on a new connection: its SaslAuthenticate error code."""
-    with connect(bootstrap) as sock:
+    """One PLAIN login on a new connection: its SaslAuthenticate error code, or -1 when the broker
+    closed the connection first (an answer held past `authentication.timeout.ms`, 10 s)."""
+    with connect(bootstrap, timeout=60) as sock:  # a throttled answer waits out its window
         mechanism = b"PLAIN"
-        sock.sendall(_request(17, 1, 1, struct.pack(">h", len(mechanism)) + mechanism))
-        _answer_error(sock)
-        token = b"\0" + user.encode() + b"\0" + password.encode()
-        sock.sendall(_request(36, 0, 2, struct.pack(">i", len(token)) + token))
-        return _answer_error(sock)
+        try:
+            sock.sendall(_request(17, 1, 1, struct.pack(">h", len(mechanism)) + mechanism))
+            _answer_error(sock)
+            token = b"\0" + user.encode() + b"\0" + password.encode()
+            sock.sendall(_request(36, 0, 2, struct.pack(">i", len(token)) + token))
+            return _answer_error(sock)
+        except ConnectionError:
+            return -1
 
 
 def _outcomes(admin_url: str) -> dict[str, float]:

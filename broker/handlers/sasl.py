@@ -110,12 +110,7 @@ def authenticate(broker: Broker, ctx: RequestContext, request: SaslAuthenticateR
         if not done:  # the first message named the user
             _admit(security.throttle, session, _scram_user(session))
     except _Throttled as e:
-        session.failure_delay_s = e.wait_s  # answered when the window ends, then closed
-        user = user or _scram_user(session)
-        log.info("authentication refused: too many failures", client=session.host, principal=f"User:{user}")
-        return _fail(
-            broker, session, cls, mechanism, "Authentication failed: too many failed attempts", result="throttled"
-        )
+        return _refused(broker, session, cls, mechanism, user or _scram_user(session), wait_s=e.wait_s)
     except AuthenticationFailed as e:
         return _conclude(broker, session, cls, mechanism, user=user or _scram_user(session), error=e)
     return _conclude(broker, session, cls, mechanism, user=done, reply=reply, done=done)
@@ -124,16 +119,37 @@ def authenticate(broker: Broker, ctx: RequestContext, request: SaslAuthenticateR
 async def _plain(
     broker: Broker, session: Session, cls: type[SaslAuthenticateResponse], user: str, password: str
 ) -> SaslAuthenticateResponse:
-    try:
-        done = await asyncio.get_running_loop().run_in_executor(_hashing(), _check_plain, broker, user, password)
-    except AuthenticationFailed as e:
-        response = _conclude(broker, session, cls, "PLAIN", user=user, error=e)
-    else:
-        response = _conclude(broker, session, cls, "PLAIN", user=user, done=done)
+    security = broker.security
+    # One hash at a time, each admitted only once the one before it has counted: concurrent
+    # guesses queued together would otherwise all be checked before the first failure closed
+    # the name.
+    async with security.plain_hashing:
+        wait = security.throttle.blocked_for(_throttle_keys(session, user))
+        if wait > 0:
+            response = _refused(broker, session, cls, "PLAIN", user, wait_s=wait)
+        else:
+            try:
+                done = await asyncio.get_running_loop().run_in_executor(
+                    _hashing(), _check_plain, broker, user, password
+                )
+            except AuthenticationFailed as e:
+                response = _conclude(broker, session, cls, "PLAIN", user=user, error=e)
+            else:
+                response = _conclude(broker, session, cls, "PLAIN", user=user, done=done)
     if session.close_after_response:  # the connection closes after this answer: delay it first
         base = broker.config.get("connection.failed.authentication.delay.ms") / 1000
         await asyncio.sleep(max(base, session.failure_delay_s))
     return response
+
+
+def _refused(
+    broker: Broker, session: Session, cls: type[SaslAuthenticateResponse], mechanism: str, user: str, *, wait_s: float
+) -> SaslAuthenticateResponse:
+    """A login for a name inside its throttle window: refused unchecked, answered when the window
+    ends, then closed."""
+    session.failure_delay_s = wait_s
+    log.info("authentication refused: too many failures", client=session.host, principal=f"User:{user}")
+    return _fail(broker, session, cls, mechanism, "Authentication failed: too many failed attempts", result="throttled")
 
 
 def _fail(

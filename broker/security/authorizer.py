@@ -8,6 +8,7 @@ change, so Produce and Fetch pay a dictionary lookup per topic.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import ssl
@@ -47,6 +48,7 @@ class Security:
         self.metrics = metrics
         self.store = SecurityStore(meta)
         self.throttle = FailureThrottle(max_s=config.get("authentication.failure.throttle.max.ms") / 1000)
+        self.plain_hashing = asyncio.Lock()  # PLAIN's password checks, one at a time (handlers.sasl)
         self.listeners: list[Listener] = self._listeners()
         self.mechanisms = tuple(config.get("sasl.enabled.mechanisms"))
         self.reauth_ms: int = config.get("connections.max.reauth.ms")

@@ -401,3 +401,21 @@ def test_a_plain_guessing_flood_does_not_stall_other_clients(
     assert sum(guesses) > 50  # the flood ran
     # Here: 0.3 -> 0.4 ms; with the hashing on the event loop, 0.3 -> 5.8 ms.
     assert flooded < max(3.0, 5 * quiet), (quiet, flooded)
+
+
+def test_concurrent_guesses_are_checked_one_at_a_time_and_stop_at_the_window(secure: SecureBroker) -> None:
+    """Eight wrong PLAIN passwords sent at once: checked one after the other, so the fourth
+    failure closes the name before the rest are checked (queued together they would all have
+    been checked)."""
+
+    def attempt(n: int) -> int:
+        with raw(secure) as conn:
+            return int(sasl_login(conn, "PLAIN", ADMIN, f"at-once-{n}").error_code)
+
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(attempt, range(8)))
+    assert set(codes) == {ErrorCode.sasl_authentication_failed}
+    checked = metric(secure, "streamshop_authentications_total", mechanism="PLAIN", result="failed")
+    refused = metric(secure, "streamshop_authentications_total", mechanism="PLAIN", result="throttled")
+    assert checked + refused == 8
+    assert checked <= 5  # three free, the fourth opens a 0.5 s window (a fifth if one came late)
