@@ -272,8 +272,8 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         BrokerSettingDef("sasl.server.max.receive.size", "524288", _int(64, INT_MAX)),
         BrokerSettingDef("connections.max.reauth.ms", "0", _int(0)),
         BrokerSettingDef("connection.failed.authentication.delay.ms", "100", _int(0, INT_MAX)),
-        # Failed SASL logins per client address and per user: after three, each closes the pair
-        # for twice as long, up to this (a streamshop setting; 0: off).
+        # Failed SASL logins per user name: after three, each closes the name for twice as long
+        # as the last, up to this (a streamshop setting; 0: off).
         BrokerSettingDef("authentication.failure.throttle.max.ms", "30000", _int(0, INT_MAX)),
         # A TLS handshake and a SASL exchange must finish this soon after accept (streamshop's
         # own; Kafka leaves a stalled handshake to connections.max.idle.ms).

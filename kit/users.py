@@ -50,7 +50,7 @@ class UsersFileError(ConfigError):
 
 
 class LoginThrottled(Exception):
-    """Too many failed logins from this source or for this name: refused unchecked for now."""
+    """Too many failed logins for this name: refused unchecked for now."""
 
     def __init__(self, retry_after_s: float) -> None:
         super().__init__(f"too many failed logins: try again in {math.ceil(retry_after_s)} s")
@@ -152,7 +152,7 @@ class Users:
 
     async def authenticate(self, name: str, password: str, source: str = "") -> str | None:
         """The user's role when the password is right, else None; `LoginThrottled` while too many
-        logins failed from `source` (the client's address) or for `name`.
+        logins failed for `name`.  `source` is the client's address.
 
         A pair verified before answers at once, without hashing or waiting.  Otherwise hashing
         runs in a thread, two at a time and one at a time per source, so wrong passwords cost
@@ -168,7 +168,7 @@ class Users:
             async with lock:
                 if key in self._verified:  # verified while this one waited its turn
                     return self._verified[key]
-                return await self._check(name, password, key, source)
+                return await self._check(name, password, key)
         finally:
             lock, waiting = self._sources[source]
             if waiting == 1:
@@ -176,7 +176,7 @@ class Users:
             else:
                 self._sources[source] = (lock, waiting - 1)
 
-    async def _check(self, name: str, password: str, key: bytes, source: str) -> str | None:
+    async def _check(self, name: str, password: str, key: bytes) -> str | None:
         keys = (f"user:{name}",)
         wait = self.throttle.blocked_for(keys)
         if wait > 0:

@@ -102,13 +102,12 @@ def authenticate(broker: Broker, ctx: RequestContext, request: SaslAuthenticateR
     try:
         if mechanism == "PLAIN":
             user, password = parse_plain(token)
-            _admit(security.throttle, session, user)
             # PBKDF2 takes milliseconds: in a thread, with this connection's next request held
             # back until the answer (a flood of guesses must not stall every other client).
             return Serial(_plain(broker, session, cls, user, password))
         reply, done = _scram_step(broker, session, mechanism, token)
         if not done:  # the first message named the user
-            _admit(security.throttle, session, _scram_user(session))
+            _admit(security.throttle, _scram_user(session))
     except _Throttled as e:
         return _refused(broker, session, cls, mechanism, user or _scram_user(session), wait_s=e.wait_s)
     except AuthenticationFailed as e:
@@ -124,7 +123,7 @@ async def _plain(
     # guesses queued together would otherwise all be checked before the first failure closed
     # the name.
     async with security.plain_hashing:
-        wait = security.throttle.blocked_for(_throttle_keys(session, user))
+        wait = security.throttle.blocked_for(_throttle_keys(user))
         if wait > 0:
             response = _refused(broker, session, cls, "PLAIN", user, wait_s=wait)
         else:
@@ -184,7 +183,7 @@ def _conclude(
     security = broker.security
     if error is not None:
         if user:  # a password was checked (a malformed message names nobody)
-            session.failure_delay_s = security.throttle.failed(_throttle_keys(session, user))
+            session.failure_delay_s = security.throttle.failed(_throttle_keys(user))
             # As Kafka: each failed authentication logged with the client's address and principal.
             log.info(
                 "failed authentication",
@@ -196,7 +195,7 @@ def _conclude(
         return _fail(broker, session, cls, mechanism, str(error), result="failed")
     if not done:
         return build(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=reply, session_lifetime=0)
-    security.throttle.succeeded(_throttle_keys(session, done))
+    security.throttle.succeeded(_throttle_keys(done))
     principal = f"User:{done}"
     try:
         parse_principal(principal)
@@ -228,7 +227,7 @@ class _Throttled(Exception):
         self.wait_s = wait_s
 
 
-def _throttle_keys(session: Session, user: str) -> tuple[str]:
+def _throttle_keys(user: str) -> tuple[str]:
     return (f"user:{user}",)
 
 
@@ -236,9 +235,9 @@ def _scram_user(session: Session) -> str:
     return (session.exchange.user if session.exchange is not None else None) or ""
 
 
-def _admit(throttle: FailureThrottle, session: Session, user: str) -> None:
-    """Refuse, unchecked, a login for a user or from an address with too many recent failures."""
-    wait = throttle.blocked_for(_throttle_keys(session, user))
+def _admit(throttle: FailureThrottle, user: str) -> None:
+    """Refuse, unchecked, a login for a user name with too many recent failures."""
+    wait = throttle.blocked_for(_throttle_keys(user))
     if wait > 0:
         raise _Throttled(wait)
 

@@ -176,11 +176,7 @@ class IdempotentHandler:
         """Record `event_id` in the caller's open transaction; False when it was already recorded
         (for batch handlers running their own `Database.write`).  On PostgreSQL a second
         instance claiming the same id at once waits for the first's transaction, then gets False."""
-        changed = await s.execute(
-            "INSERT INTO processed_events (consumer, event_id, processed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-            (self.name, event_id, int(time.time() * 1000)),
-        )
-        return changed > 0
+        return event_id in await self.claim_many(s, [event_id])
 
     async def claim_many(self, s: Session, event_ids: Sequence[str]) -> set[str]:
         """`claim` for a batch, in a few statements: the ids recorded now (an id already recorded,
