@@ -258,6 +258,7 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         BrokerSettingDef("max.connections.per.ip", str(INT_MAX), _int(0, INT_MAX)),
         BrokerSettingDef("max.connections.per.ip.overrides", "", _host_counts),
         BrokerSettingDef("queued.max.request.bytes", "104857600", _int(-1, LONG_MAX)),
+        BrokerSettingDef("queued.max.response.bytes", "67108864", _int(-1, LONG_MAX)),
         BrokerSettingDef("fetch.max.bytes", "57671680", _int(1024, INT_MAX)),
         BrokerSettingDef("fetch.max.wait.ms", "30000", _int(0, INT_MAX)),
         BrokerSettingDef("request.max.elements", "100000", _int(1, INT_MAX)),

@@ -10,22 +10,30 @@ complete in one write.
 
 Back-pressure, as Kafka mutes a channel: a connection stops dispatching (and reading) while
 too many responses are pending, while the transport cannot take more bytes, while a request
-that must finish before the next one starts is running (`Serial`), or while the request
-memory pool is used up.  When the connection closes, everything it was waiting for (long
-polls, fsync rounds) is cancelled at once.
+that must finish before the next one starts is running (`Serial`), while the request memory
+pool is used up, while a response is being streamed from a file, and, while the response
+memory pool is used up, as long as it holds a response not yet sent.  When the connection
+closes, everything it was waiting for (long polls, fsync rounds) is cancelled at once.
+
+Record data of a large Fetch answer is never held whole: the answer carries a region of a
+segment file, read here a chunk at a time as the socket drains (`_send_file`), the chunk
+sized by the response memory pool.  What the connection holds in memory (queued responses,
+bytes its transport has not sent) is counted in that pool (`account`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import struct
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeGuard, cast
 
 from broker.handlers.base import NO_RESPONSE, Api, Outcome, Response, Signal
-from broker.netlimits import RequestMemory
+from broker.netlimits import MemoryPool
+from broker.protocol.fetch_codec import Buffer, Part, Streamed
 from broker.security.session import Session
 
 if TYPE_CHECKING:
@@ -37,11 +45,17 @@ MIN_FREE = 16 * 1024  # free space offered to each read
 FIRST_READ = 1024  # the buffer of a connection's first read after being idle
 MAX_IN_FLIGHT = 128  # pending responses before a connection stops dispatching
 MAX_PENDING_BYTES = 16 * 1024 * 1024
+MAX_WRITE_BATCH = 1024 * 1024  # ready responses written in one call, at most (and one more)
 FETCH = 1  # rendered response bytes not yet handed to the transport
 _EMPTY = bytearray()
 
 
-Frames: TypeAlias = list[bytes | bytearray | memoryview]  # a response as written
+Frames: TypeAlias = list[Part]  # a response as written: buffers, and file regions to stream
+_BUFFERS = (bytes, bytearray, memoryview)
+
+
+def _in_memory(parts: Frames) -> TypeGuard[list[Buffer]]:
+    return all(isinstance(p, _BUFFERS) for p in parts)
 
 
 @dataclass(slots=True)
@@ -55,7 +69,8 @@ class Pending:
     result: Response | None = None  # the response, when complete at dispatch
     future: asyncio.Future[Outcome] | None = None  # or the handler's awaitable
     serial: bool = False  # later requests of the connection wait for this one
-    size: int = 0  # bytes of the response, when known
+    size: int = 0  # bytes of the response held in memory, when known
+    streams: bool = False  # part of it is read from a file as it is sent
 
 
 class Server(Protocol):
@@ -64,7 +79,8 @@ class Server(Protocol):
 
     max_request: int
     failed_auth_delay_s: float
-    memory: RequestMemory
+    memory: MemoryPool
+    responses: MemoryPool
 
     def admit(self, conn: Connection) -> bool: ...
 
@@ -91,6 +107,13 @@ class Connection(asyncio.BufferedProtocol):
         self.charged = 0  # bytes of `buf` reserved from the request memory pool
         self.queue: collections.deque[Pending] = collections.deque()
         self.pending_bytes = 0
+        self.direct: list[Buffer] = []  # answered at dispatch, written at the end of `_process`
+        self.direct_bytes = 0
+        self.held = 0  # bytes counted in the response pool
+        self.pinned = 0  # size of the last chunk streamed, while the transport holds part of it
+        self.streaming = False
+        self.waiting_responses = False
+        self.lost = False
         self.sender: asyncio.Task[None] | None = None
         self.barrier: asyncio.Future[Outcome] | None = None
         self.transport: asyncio.Transport | None = None
@@ -144,6 +167,11 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        self.lost = True
+        self._hold(0)
+        if self.waiting_responses:
+            self.server.responses.forget(self._responses_available)
+            self.waiting_responses = False
         if self.admitted:
             self.admitted = False
             self.server.forget(self)
@@ -166,9 +194,12 @@ class Connection(asyncio.BufferedProtocol):
 
     def pause_writing(self) -> None:
         self.writable = False
+        self._update_reading()
 
     def resume_writing(self) -> None:
         self.writable = True
+        self.last_active = time.monotonic()  # the client is taking its answers
+        self.account()
         if self._writable_event is not None:
             self._writable_event.set()
         self._process()
@@ -182,12 +213,14 @@ class Connection(asyncio.BufferedProtocol):
             or len(self.queue) >= MAX_IN_FLIGHT
             or self.pending_bytes >= MAX_PENDING_BYTES
             or not self.writable
+            or self.streaming
+            or (self.server.responses.exhausted and self.pending_bytes + self.direct_bytes > 0)
         )
 
     def _process(self) -> None:
         """Dispatch every complete frame the gate lets through, then make room to read."""
         server = self.server
-        direct: Frames = []
+        direct = self.direct
         while not self.closing and not self._gated():
             available = self.end - self.start
             if available < 4:
@@ -224,16 +257,28 @@ class Connection(asyncio.BufferedProtocol):
                 self.barrier = pending.future
                 assert self.barrier is not None
                 self.barrier.add_done_callback(self._barrier_done)
-            if pending.future is None and not self.queue and self.sender is None and self.writable:
+            if (
+                pending.future is None
+                and not pending.streams
+                and not self.queue
+                and self.sender is None
+                and self.writable
+                and self.direct_bytes < MAX_WRITE_BATCH
+            ):
                 rendered = server.render(pending, self)  # nothing ahead of it: answer now
                 if rendered is None:
                     self._close_after_responses()
                     break
+                assert _in_memory(rendered)  # `streams` is False
                 direct.extend(rendered)
+                self.direct_bytes += pending.size
                 continue
             self._enqueue(pending)
         if direct and self.transport is not None:
             self.transport.writelines(direct)
+            direct.clear()
+        self.direct_bytes = 0
+        self.account()
         if self.start == self.end:
             self.start = self.end = 0
             if len(self.buf) > BASE_BUFFER:
@@ -252,9 +297,15 @@ class Connection(asyncio.BufferedProtocol):
         return max(0, 4 + int(size) - unread)
 
     def _update_reading(self) -> None:
-        want = not self.closing and not self.waiting_memory and not self._gated()
+        gated = self._gated()
+        want = not self.closing and not self.waiting_memory and not gated
+        if gated and not self.waiting_responses and not self.closing and self.server.responses.exhausted:
+            self.waiting_responses = True  # woken when the pool has room again
+            self.server.responses.wait(self._responses_available)
         if want == self.reading or self.transport is None or self.transport.is_closing():
             return
+        if not want and (self.streaming or not self.writable):
+            self._release_buffer()  # waiting on the client to read: the buffer may be long unused
         self.reading = want
         if want:
             self.transport.resume_reading()
@@ -297,6 +348,32 @@ class Connection(asyncio.BufferedProtocol):
         self._grow(force=False)
         self._update_reading()
 
+    def _responses_available(self) -> None:
+        self.waiting_responses = False
+        if not self.closing:
+            self._process()
+
+    def account(self) -> None:
+        """Count what this connection holds of responses (queued, or in its transport's
+        buffer) in the response pool."""
+        transport = self.transport
+        if transport is None or self.lost:
+            return
+        buffered = transport.get_write_buffer_size()
+        if not buffered:
+            self.pinned = 0
+        # A chunk the socket took only part of stays allocated whole until the rest is sent.
+        self._hold(self.pending_bytes + self.direct_bytes + max(buffered, self.pinned))
+
+    def _hold(self, held: int) -> None:
+        delta = held - self.held
+        if delta:
+            self.held = held
+            if delta > 0:
+                self.server.responses.take(delta)
+            else:
+                self.server.responses.release(-delta)
+
     def _release_buffer(self) -> None:
         """Drop the buffer (it is allocated again on the next read)."""
         if self.start != self.end:
@@ -317,6 +394,7 @@ class Connection(asyncio.BufferedProtocol):
     def _enqueue(self, pending: Pending) -> None:
         self.queue.append(pending)
         self.pending_bytes += pending.size
+        self.account()
         if self.sender is None:
             self.sender = asyncio.get_running_loop().create_task(self._send())
 
@@ -360,12 +438,14 @@ class Connection(asyncio.BufferedProtocol):
             self.sender = None
 
     async def _send_loop(self) -> None:
-        """Write responses in request order; whatever is ready goes out in one write."""
+        """Write responses in request order; whatever is ready goes out in one write, and a
+        response with a file region is streamed before the next one is taken."""
         server = self.server
         transport = self.transport
         assert transport is not None
         while self.queue:
-            frames: Frames = []
+            frames: list[Buffer] = []
+            streamed: Frames | None = None
             written = 0
             while self.queue:
                 pending = self.queue[0]
@@ -390,19 +470,83 @@ class Connection(asyncio.BufferedProtocol):
                         transport.writelines(frames)
                     self.close()
                     return
-                frames.extend(rendered)
                 written += pending.size
-                if written >= MAX_PENDING_BYTES:
+                if not _in_memory(rendered):
+                    streamed = rendered
+                    break
+                frames.extend(rendered)
+                if written >= MAX_WRITE_BATCH:
                     break
             if frames:
                 transport.writelines(frames)
                 self.last_active = time.monotonic()
+            if streamed is not None:
+                await self._stream(streamed)
+            self.account()
             if not self.closing:
                 self._process()  # the gate may have opened
             if not self.writable:
-                if self._writable_event is None:
-                    self._writable_event = asyncio.Event()
-                self._writable_event.clear()
-                await self._writable_event.wait()
+                await self._drained()
         if self.closing and not transport.is_closing():
             transport.close()
+
+    async def _drained(self) -> None:
+        """Wait until the transport takes bytes again."""
+        if self._writable_event is None:
+            self._writable_event = asyncio.Event()
+        self._writable_event.clear()
+        if not self.writable:
+            await self._writable_event.wait()
+
+    async def _stream(self, parts: Frames) -> None:
+        """Write one response whose record data is read from files as the socket drains;
+        the connection dispatches nothing meanwhile (one such response in flight)."""
+        assert self.transport is not None
+        self.streaming = True
+        self._update_reading()
+        # Paused as soon as the socket leaves bytes behind, resumed once they are all sent: a
+        # client that does not read pins one chunk, not a buffer's worth of them.
+        self.transport.set_write_buffer_limits(high=0, low=0)
+        try:
+            ready: list[Buffer] = []
+            for part in parts:
+                if isinstance(part, _BUFFERS):
+                    ready.append(part)
+                    continue
+                if ready:
+                    self.transport.writelines(ready)
+                    ready = []
+                await self._send_file(part)
+            if ready:
+                self.transport.writelines(ready)
+        finally:
+            self.streaming = False
+            if not self.lost:
+                self.transport.set_write_buffer_limits()
+
+    async def _send_file(self, region: Streamed) -> None:
+        """A chunk at a time, each written only once the transport takes bytes again and
+        sized by the response pool, so a client that does not read pins one chunk."""
+        transport = self.transport
+        assert transport is not None
+        pool = self.server.responses
+        fd = region.open()  # OSError (the file was deleted meanwhile): the connection closes
+        try:
+            position, left = region.position, region.length
+            while left > 0:
+                if not self.writable:
+                    await self._drained()
+                if self.lost:
+                    return
+                n = min(left, pool.chunk())
+                data = os.pread(fd, n, position)
+                if len(data) != n:
+                    raise OSError(f"the file ends {n - len(data)} bytes short of the response being sent")
+                transport.write(data)
+                self.pinned = n
+                position += n
+                left -= n
+                self.last_active = time.monotonic()
+                self.account()
+        finally:
+            os.close(fd)

@@ -153,6 +153,11 @@ class BrokerMetrics:
             "Receive-buffer bytes held beyond each connection's base buffer (queued.max.request.bytes)",
             registry=r,
         )
+        self.response_memory = Gauge(
+            "streamshop_response_memory_bytes",
+            "Response bytes held in memory, queued or not yet taken by the client (queued.max.response.bytes)",
+            registry=r,
+        )
         self.transactions_open = Gauge(
             "streamshop_transactions_open", "Transactions begun and not yet completed", registry=r
         )

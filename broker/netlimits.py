@@ -5,6 +5,12 @@
   network memory pool, a reservation succeeds while the pool is not used up (so one request
   of `socket.request.max.bytes` always fits), and a connection that cannot grow stops
   reading until memory is released.
+- `queued.max.response.bytes`: memory for responses not yet sent: queued, or handed to a
+  transport whose client has not taken them.  Record data is not in it: a Fetch answer larger
+  than a few KiB is read from its segment file as the socket drains, a chunk at a time, and the
+  chunk shrinks to `MIN_CHUNK` while the pool is used up.  While it is, a connection that still
+  holds a response stops reading requests until that one is sent, so the pool is exceeded by
+  at most one response and one chunk per connection.
 - `max.connections`, `max.connections.per.ip` and `.overrides`: counted on accept.
 - Warnings about hostile clients are rate-limited: one bad client must not fill the log.
 """
@@ -17,13 +23,28 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+CHUNK = 256 * 1024  # bytes of a streamed file read per step while the response pool has room
+MIN_CHUNK = 16 * 1024  # ... and once it is used up
 
-class RequestMemory:
+
+class MemoryPool:
+    """A byte budget shared by every connection (<= 0 capacity: unbounded)."""
+
     def __init__(self, capacity: int, on_change: Callable[[int], None] | None = None) -> None:
         self.capacity = capacity  # <= 0: unbounded
         self.used = 0
         self._on_change = on_change
         self._waiting: collections.deque[Callable[[], None]] = collections.deque()
+
+    @property
+    def exhausted(self) -> bool:
+        return 0 < self.capacity <= self.used
+
+    def chunk(self) -> int:
+        """How much of a streamed file to read next."""
+        if self.capacity <= 0:
+            return CHUNK
+        return max(MIN_CHUNK, min(CHUNK, self.capacity - self.used))
 
     def reserve(self, n: int) -> bool:
         if self.capacity > 0 and self.used >= self.capacity:

@@ -32,7 +32,7 @@ from broker.handlers.api_versions import API_KEY as API_VERSIONS
 from broker.handlers.api_versions import unsupported_version_response
 from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE, Outcome, RequestContext, Serial, Signal
 from broker.listeners import Listener
-from broker.netlimits import ConnectionCounts, RequestMemory, ThrottledLog
+from broker.netlimits import ConnectionCounts, MemoryPool, ThrottledLog
 from broker.protocol.codec import MalformedRequest, decode_request, encode_response, frame_raw_response, peek_header
 from broker.protocol.fetch_codec import RawResponse
 from broker.security.tls import TlsLayer
@@ -59,12 +59,13 @@ class KafkaServer:
         self.idle_ms: int = config.get("connections.max.idle.ms")
         self.failed_auth_delay_s: float = config.get("connection.failed.authentication.delay.ms") / 1000
         metrics = broker.metrics
-        self.memory = RequestMemory(
+        self.memory = MemoryPool(
             max(config.get("queued.max.request.bytes"), self.max_request)
             if config.get("queued.max.request.bytes") > 0
             else -1,
             metrics.request_memory.set,
         )
+        self.responses = MemoryPool(config.get("queued.max.response.bytes"), metrics.response_memory.set)
         kept = _DESCRIPTORS_KEPT + broker.files_reserved()
         self.counts = ConnectionCounts(
             min(config.get("max.connections"), descriptor_headroom(kept)),
@@ -149,8 +150,9 @@ class KafkaServer:
         self.broker.metrics.connections_open.dec()
 
     async def _sweep(self) -> None:
-        """Close connections idle for `connections.max.idle.ms` (nothing read, nothing
-        pending); give back the buffers of connections quiet for a second."""
+        """Close connections idle for `connections.max.idle.ms` (nothing read, and nothing
+        pending or nothing of it taken by the client); give back the buffers of connections
+        quiet for a second; bring each one's count of held response bytes up to date."""
         while True:
             await asyncio.sleep(1.0 if self.idle_ms < 0 else min(1.0, max(self.idle_ms / 4000, 0.01)))
             now = time.monotonic()
@@ -159,8 +161,9 @@ class KafkaServer:
                 if not conn.session.authenticated and now - conn.opened > deadline:
                     self.close_unauthenticated(conn, "authentication did not finish within authentication.timeout.ms")
                     continue
-                if conn.queue or conn.sender is not None or conn.barrier is not None:
-                    continue
+                conn.account()
+                if conn.barrier is not None or ((conn.queue or conn.sender is not None) and conn.writable):
+                    continue  # working; a client that takes no bytes of its answers is idle
                 quiet = now - conn.last_active
                 if 0 <= self.idle_ms < quiet * 1000:
                     self.broker.metrics.connections_idle_closed.inc()
@@ -250,8 +253,12 @@ class KafkaServer:
             future: asyncio.Future[Outcome] = asyncio.ensure_future(result)
             future.add_done_callback(_retrieve)
             return Pending(correlation_id, api, started, header_v0, future=future, serial=serial)
-        size = sum(len(p) for p in result.parts) if isinstance(result, RawResponse) else 0
-        return Pending(correlation_id, api, started, header_v0, result=result, size=size)
+        if isinstance(result, RawResponse):
+            held = [len(p) for p in result.parts if isinstance(p, bytes | bytearray | memoryview)]
+            pending = Pending(correlation_id, api, started, header_v0, result=result, size=sum(held))
+            pending.streams = len(held) < len(result.parts)
+            return pending
+        return Pending(correlation_id, api, started, header_v0, result=result)
 
     def render(self, pending: Pending, conn: Connection) -> Frames | None:
         """The response frames, or None when the handler failed (close the connection)."""

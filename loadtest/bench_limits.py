@@ -8,14 +8,17 @@ measured from outside, through /proc and its own /metrics:
 
 1. resident memory with N idle connections open (they connect and send nothing);
 2. resident memory with 10 connections that each announce a 100 MB request and send nothing;
-3. the time for P abandoned long polls (Fetch v4, max_wait 2^31-1 ms, on an empty partition,
+3. slow readers (`loadtest.slow_readers`): 100 and then 1,000 connections, each with a 4 KiB
+   receive buffer, ask twice for the whole of a 20 MB partition and read nothing: resident
+   memory and the response memory the broker counts while they wait;
+4. the time for P abandoned long polls (Fetch v4, max_wait 2^31-1 ms, on an empty partition,
    whose clients then disconnect) to be freed: `streamshop_fetch_long_polls` and
    `streamshop_connections_open` back to 0;
-4. event-loop stalls: a probe connection sends ApiVersions every 5 ms and records its slowest
+5. event-loop stalls: a probe connection sends ApiVersions every 5 ms and records its slowest
    answer while another client creates 10,000 partitions, sends a zstd batch of 16 KB that
    expands to 512 MiB, has 20,000 records recompressed, and while the cleaner compacts a
    partition of 400,000 records;
-5. password guessing on a SASL listener (`loadtest.guessing`): eight threads guessing `admin`'s
+6. password guessing on a SASL listener (`loadtest.guessing`): eight threads guessing `admin`'s
    PLAIN password for 10 s, new connection each time, with the failure throttle on and off:
    attempts answered and passwords checked per second, and how long the real user then waits.
 """
@@ -47,7 +50,7 @@ from confluent_kafka.admin import (
 )
 
 from broker.protocol.records import Record, build_batch
-from loadtest import guessing
+from loadtest import guessing, slow_readers
 from loadtest.brokers import connect, recv_exactly, rss_mib, streamshop_broker, wait_idle
 
 ZSTD = 4
@@ -309,6 +312,9 @@ def run(connections: int, polls: int) -> dict[str, dict[str, float]]:
     with tempfile.TemporaryDirectory(prefix="bench-limits-") as tmp, broker(Path(tmp)) as (proc, bootstrap, admin):
         results["idle_connections"] = idle_connections(proc, bootstrap, connections)
         results["size_claims"] = size_claims(proc, bootstrap)
+        slow_readers.fill(bootstrap, megabytes=20)
+        for count in (100, 1000):
+            results[f"slow_readers_{count}"] = slow_readers.measure(proc, bootstrap, admin, count)
         results["abandoned_polls"] = abandoned_polls(bootstrap, admin, polls)
         results["loop_stalls"] = stalls(bootstrap, admin)
     with tempfile.TemporaryDirectory(prefix="bench-guessing-") as tmp:
@@ -327,6 +333,13 @@ def report(results: dict[str, dict[str, float]]) -> list[str]:
         f"{idle['rss_with_connections_mib']:.0f} MiB ({idle['kib_per_connection']:.1f} KiB each; goal < 500 MiB)",
         f"10 connections claiming 100 MB requests: RSS {claims['rss_before_mib']:.0f} -> "
         f"{claims['rss_after_mib']:.0f} MiB",
+        *(
+            f"{int(slow['connections']):,} slow readers of a 20 MB partition: RSS {slow['rss_before_mib']:.0f} -> "
+            f"{slow['rss_with_readers_mib']:.0f} MiB (+{slow['rss_with_readers_mib'] - slow['rss_before_mib']:.0f};"
+            f" goal < +300 at 1,000), response memory held {slow['response_memory_mib']:.1f} MiB,"
+            f" {slow['response_memory_after_mib']:.1f} after they left"
+            for slow in (results["slow_readers_100"], results["slow_readers_1000"])
+        ),
         f"{int(polls['long_polls_waiting']):,} abandoned long polls freed in {polls['seconds_to_free'] * 1000:.0f} ms"
         " (goal < 1 s)",
         "while ... : slowest ApiVersions answer seen by a client / event-loop lag inside the broker"

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext
 from broker.log.partition_log import PartitionLog
+from broker.log.region import NOTHING, FetchRead, SegmentRegion
 from broker.metadata import Topic
-from broker.protocol.batch import iter_headers
 from broker.protocol.codec import timedelta_ms
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.fetch_codec import FetchPartition, FetchTopic, RawResponse, encode_fetch_response
@@ -78,7 +78,18 @@ class _Partition(Protocol):
 
 
 class _Slot:
-    __slots__ = ("aborted", "error", "max_bytes", "name", "offset", "partition", "plog", "records", "topic_id")
+    __slots__ = (
+        "aborted",
+        "count",
+        "error",
+        "max_bytes",
+        "name",
+        "offset",
+        "partition",
+        "plog",
+        "records",
+        "topic_id",
+    )
 
     def __init__(
         self, name: str | None, topic_id: uuid.UUID | None, partition: int, offset: int, max_bytes: int
@@ -90,7 +101,8 @@ class _Slot:
         self.max_bytes = max_bytes
         self.plog: PartitionLog | None = None
         self.error = ErrorCode.none
-        self.records = b""
+        self.records: bytes | SegmentRegion = b""
+        self.count = 0  # records in `records`
         self.aborted: list[tuple[int, int]] | None = None
 
 
@@ -133,36 +145,33 @@ def _gather(slots: list[_Slot], max_bytes: int, committed: bool) -> tuple[int, b
     total = 0
     error = False
     for slot in slots:
-        slot.records = b""
+        slot.records, slot.count = b"", 0
         if slot.plog is None:
             error = True
             continue
         try:
             limit = min(slot.max_bytes, budget)
             upper = slot.plog.last_stable_offset if committed else None
-            data = slot.plog.read(slot.offset, limit, upper) if (limit > 0 or total == 0) else b""
-            if total > 0 and len(data) > limit:
-                data = b""  # only the very first batch may exceed the limits
+            read = slot.plog.read_for_fetch(slot.offset, limit, upper) if (limit > 0 or total == 0) else NOTHING
+            if total > 0 and read.size > limit:
+                read = NOTHING  # only the very first batch may exceed the limits
             if committed:
-                slot.aborted = _aborted(slot.plog, slot.offset, data)
+                slot.aborted = _aborted(slot.plog, slot.offset, read)
         except KafkaError as e:
             slot.error = e.code
             error = True
             continue
         slot.error = ErrorCode.none
-        slot.records = data
-        total += len(data)
-        budget -= len(data)
+        slot.records, slot.count = read.data, read.records
+        total += read.size
+        budget -= read.size
     return total, error
 
 
-def _aborted(plog: PartitionLog, offset: int, data: bytes) -> list[tuple[int, int]]:
-    if not data or not plog.txn_index.entries:
+def _aborted(plog: PartitionLog, offset: int, read: FetchRead) -> list[tuple[int, int]]:
+    if not read.size or not plog.txn_index.entries:
         return []
-    end = offset
-    for _, header in iter_headers(data):
-        end = header.last_offset + 1
-    return [(t.producer_id, t.first_offset) for t in plog.aborted_transactions(offset, end)]
+    return [(t.producer_id, t.first_offset) for t in plog.aborted_transactions(offset, read.end_offset)]
 
 
 def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> Answer[RawResponse]:
@@ -203,7 +212,8 @@ def _response(broker: Broker, version: int, slots: list[_Slot], top_error: Error
         plog = slot.plog
         hw = plog.high_watermark if plog else -1
         if slot.records and plog is not None:
-            _count_out(broker, plog.topic, slot.records)
+            broker.metrics.bytes_out.labels(plog.topic).inc(len(slot.records))
+            broker.metrics.records_out.labels(plog.topic).inc(slot.count)
         if slot.error != ErrorCode.none:
             broker.metrics.errors.labels("Fetch", slot.error.name).inc()
         key = (slot.name, slot.topic_id)
@@ -222,8 +232,3 @@ def _response(broker: Broker, version: int, slots: list[_Slot], top_error: Error
             )
         )
     return encode_fetch_response(version, list(topics.values()), error=int(top_error))
-
-
-def _count_out(broker: Broker, topic: str, data: bytes) -> None:
-    broker.metrics.bytes_out.labels(topic).inc(len(data))
-    broker.metrics.records_out.labels(topic).inc(sum(h.records_count for _, h in iter_headers(data)))

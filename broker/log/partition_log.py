@@ -8,6 +8,7 @@ as stored.  Rolling, retention and recovery live here; compaction is in `cleaner
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
@@ -20,24 +21,28 @@ from broker.clock import Clock
 from broker.config import LogConfig
 from broker.log import validator
 from broker.log.producer_state import BatchMeta, ProducerStateError, ProducerStateManager
+from broker.log.region import FetchRead, SegmentRegion
 from broker.log.segment import LogSegment, fsync_dir
 from broker.log.txn_index import AbortedTxn, TxnIndex
 from broker.protocol.batch import (
     HEADER_SIZE,
+    LOG_OVERHEAD,
     NO_PRODUCER_ID,
     BatchHeader,
     InvalidBatch,
     iter_headers,
     parse_header,
+    peek_offset_and_length,
     stamp_header,
     validate_batch,
-    whole_batches_prefix,
 )
 from broker.protocol.control import ControlType, InvalidMarker, build_marker, read_marker
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch, decode_records
 
 _OFFSET_DELTA_LIMIT = 0x7FFFFFFF
+WALK_CHUNK = 1 << 20  # read at a time when finding the batches a Fetch serves
+INLINE_MAX = 64 * 1024  # a Fetch answer up to this size is sent from memory, larger ones from the file
 TXN_INDEX = "aborted.txnindex"
 STORAGE_LOG_INTERVAL_S = 10.0  # a partition's write failures are logged at most this often
 
@@ -71,6 +76,20 @@ _PRODUCER_ERRORS = {
     "out_of_order_sequence": ErrorCode.out_of_order_sequence_number,
     "invalid_producer_epoch": ErrorCode.invalid_producer_epoch,
 }
+
+
+_SCRATCH = threading.local()  # each thread's buffer for reading segments in `_walk`
+
+
+def _scratch(n: int) -> memoryview:
+    """A buffer of `n` bytes: the thread's reused one, or a fresh one when larger.  Reading
+    into one buffer leaves no freed chunks behind to fragment the heap between held ones."""
+    if n > WALK_CHUNK:
+        return memoryview(bytearray(n))
+    buf: bytearray | None = getattr(_SCRATCH, "buf", None)
+    if buf is None:
+        buf = _SCRATCH.buf = bytearray(WALK_CHUNK)
+    return memoryview(buf)[:n]
 
 
 class PartitionLog:
@@ -401,8 +420,78 @@ class PartitionLog:
         """Whole batches from `offset`, at most `max_bytes` unless the first batch alone
         is larger (then just it, as Kafka does so that consumers always progress), and only
         those that begin below `upper` (the last stable offset, for read_committed)."""
+        data = self._walk(offset, max_bytes, upper, inline_max=None).data
+        assert isinstance(data, bytes)
+        return data
+
+    def read_for_fetch(self, offset: int, max_bytes: int, upper: int | None = None) -> FetchRead:
+        """`read` for a Fetch: up to INLINE_MAX bytes inline, a larger answer as a region of
+        the segment file, sent as the client's socket drains instead of held in memory."""
+        return self._walk(offset, max_bytes, upper, inline_max=INLINE_MAX)
+
+    def _walk(self, offset: int, max_bytes: int, upper: int | None, inline_max: int | None) -> FetchRead:
+        """The batches to serve, found by reading the segment in chunks of at most WALK_CHUNK
+        (or one batch, when larger): a Fetch of a 50 MB answer never holds 50 MB at once.
+        Batches of a closed segment are CRC-checked as they are served (the active one's were
+        checked on append, and at recovery after a crash): a corrupt batch is never served; the
+        valid batches before it are, and when it comes first, CORRUPT_MESSAGE."""
+        found = self._locate(offset, upper)
+        if found is None:
+            return FetchRead(b"", offset, 0)
+        segment, position = found
+        verify = segment is not self.active
+        end = segment.size
+        total = records = 0
+        end_offset = offset
+        kept: list[bytes] | None = []  # the bytes read, while they may still be returned inline
+        pos = position
+        while pos < end:
+            chunk = segment.read_into(pos, _scratch(min(WALK_CHUNK, end - pos, max(max_bytes - total, HEADER_SIZE))))
+            if len(chunk) >= LOG_OVERHEAD:
+                _, size = peek_offset_and_length(chunk, 0)
+                if size > len(chunk) and pos + size <= end and (total == 0 or total + size <= max_bytes):
+                    chunk = segment.read_into(pos, _scratch(size))  # larger than a chunk: the first, or it fits
+            taken = 0
+            stop = False
+            for rel, header in iter_headers(chunk):
+                if (total and total + header.size > max_bytes) or (upper is not None and header.base_offset >= upper):
+                    stop = True
+                    break
+                if verify:
+                    try:
+                        validate_batch(chunk[rel : rel + header.size])
+                    except InvalidBatch as e:
+                        self.corrupt_batches_served += 1
+                        if total == 0:
+                            raise KafkaError(
+                                ErrorCode.corrupt_message,
+                                f"{self.topic}-{self.partition}: a batch at position {pos + rel} of "
+                                f"{segment.log_path.name} is corrupt on disk: {e}",
+                            ) from None
+                        stop = True
+                        break
+                total += header.size
+                taken += header.size
+                records += header.records_count
+                end_offset = header.last_offset + 1
+            if kept is not None:
+                kept.append(bytes(chunk[:taken]))
+                if inline_max is not None and total > inline_max:
+                    kept = None  # served from the file instead
+            if stop or taken == 0:
+                break
+            pos += taken
+        if total == 0:
+            return FetchRead(b"", offset, 0)
+        if kept is not None:
+            return FetchRead(kept[0] if len(kept) == 1 else b"".join(kept), end_offset, records)
+        return FetchRead(SegmentRegion(segment, position, total), end_offset, records)
+
+    def _locate(self, offset: int, upper: int | None) -> tuple[LogSegment, int] | None:
+        """The segment and position of the batch holding `offset`; None when there is
+        nothing to read there (the end of the log, or at or past `upper`)."""
         if offset == self.next_offset or (upper is not None and upper <= offset <= self.next_offset):
-            return b""
+            return None
         if offset < self.log_start_offset or offset > self.next_offset:
             raise KafkaError(
                 ErrorCode.offset_out_of_range,
@@ -411,44 +500,9 @@ class PartitionLog:
         i = max(0, bisect_right(self.segments, offset, key=lambda seg: seg.base_offset) - 1)
         for segment in self.segments[i:]:
             found = segment.find_position(offset)
-            if found is None:
-                continue  # compaction can leave gaps: the offset lives in a later segment
-            position, header = found
-            data = segment.read(position, max(max_bytes, 0))
-            cut = whole_batches_prefix(data)
-            if cut == 0:
-                data = segment.read(position, header.size)
-            elif cut < len(data):
-                data = data[:cut]
-            if upper is not None and upper < self.next_offset:
-                data = _below(data, upper)
-            return data if segment is self.active else self._verified(segment, data)
-        return b""
-
-    def _verified(self, segment: LogSegment, data: bytes) -> bytes:
-        """Batches of a closed segment are CRC-checked as they are served (the active one's
-        were checked on append, and at recovery after a crash): a corrupt batch is never
-        served.  The valid batches before it are; when it comes first, CORRUPT_MESSAGE."""
-        good = 0
-        problem = "its length runs past the data read"
-        view = memoryview(data)
-        for position, header in iter_headers(data):
-            try:
-                validate_batch(view[position : position + header.size])
-            except InvalidBatch as e:
-                problem = str(e)
-                break
-            good = position + header.size
-        if good == len(data):
-            return data
-        self.corrupt_batches_served += 1
-        if good:
-            return data[:good]
-        raise KafkaError(
-            ErrorCode.corrupt_message,
-            f"{self.topic}-{self.partition}: a batch at position {good} of {segment.log_path.name} "
-            f"is corrupt on disk: {problem}",
-        )
+            if found is not None:  # compaction can leave gaps: the offset lives in a later segment
+                return segment, found[0]
+        return None
 
     def records(self, on_skip: Callable[[int, str], None] | None = None) -> Iterator[Record]:
         """Every record from the log start, decoded (replaying the internal topics).  A batch
@@ -612,14 +666,6 @@ class PartitionLog:
         for segment in self.segments:
             segment.close()
         shutil.rmtree(self.directory, ignore_errors=True)
-
-
-def _below(data: bytes, upper: int) -> bytes:
-    """The batches of `data` that begin below offset `upper`."""
-    for position, header in iter_headers(data):
-        if header.base_offset >= upper:
-            return data[:position]
-    return data
 
 
 __all__ = ["HEADER_SIZE", "TXN_INDEX", "AppendResult", "PartitionLog"]

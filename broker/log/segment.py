@@ -241,6 +241,13 @@ class LogSegment:
         with FILES.use(self) as fd:
             return os.pread(fd, max(0, min(max_bytes, self.size - position)), position)
 
+    def read_into(self, position: int, buf: memoryview) -> memoryview:
+        """Read up to len(buf) bytes from `position` into `buf`; the part of it filled."""
+        n = max(0, min(len(buf), self.size - position))
+        with FILES.use(self) as fd:
+            got = os.preadv(fd, [buf[:n]], position)
+        return buf[:got]
+
     def headers_from(self, position: int = 0) -> list[tuple[int, BatchHeader]]:
         """All batch headers from `position` to the end (used by offset-by-time lookups,
         producer-state rebuilds and the cleaner)."""

@@ -23,7 +23,7 @@ from kio.serial.writers import Writer
 from kio.static.protocol import Entity
 
 from broker.protocol.errors import ErrorCode
-from broker.protocol.fetch_codec import RawResponse
+from broker.protocol.fetch_codec import Part, RawResponse
 from broker.protocol.frame_check import FrameError, check_body
 
 _HEAD = struct.Struct(">hhi")
@@ -175,7 +175,7 @@ def uvarint(value: int) -> bytes:
     return bytes(out)
 
 
-def frame_raw_response(correlation_id: int, response: RawResponse) -> list[bytes | bytearray | memoryview]:
+def frame_raw_response(correlation_id: int, response: RawResponse) -> list[Part]:
     """Size prefix and response header for an already-encoded body."""
     size = sum(len(p) for p in response.parts) + 4 + (1 if response.flexible else 0)
     head = _I32.pack(size) + _I32.pack(correlation_id) + (b"\x00" if response.flexible else b"")

@@ -1,0 +1,104 @@
+"""Clients that ask for much and read little: a Fetch answer larger than a few KiB is read from
+its segment file as the client's socket drains, so connections that never read pin a bounded
+amount of memory (`queued.max.response.bytes`, the `streamshop_response_memory_bytes` gauge),
+other clients are served meanwhile, and a client that takes nothing for
+`connections.max.idle.ms` is closed.  Streamed answers arrive intact over TLS too."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from broker.netlimits import MIN_CHUNK
+from loadtest import slow_readers
+from loadtest.brokers import rss_mib
+from streamshop.pki import LocalCA
+from tests.support.harness import BrokerProcess, ThreadBroker
+from tests.support.secure import make_admin_user, secure_settings
+
+POOL = 8 * 1024 * 1024
+
+
+def _read_all(conf: dict[str, object], topic: str, count: int) -> list[bytes]:
+    consumer = Consumer(conf | {"group.id": "reader", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            for message in consumer.consume(1000, 0.5):
+                assert message.error() is None, message.error()
+                got.append(message.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def test_a_hundred_slow_readers_of_a_20_mb_partition_pin_a_bounded_amount_of_memory(
+    broker_process_factory: Callable[..., BrokerProcess],
+) -> None:
+    """Each asks twice for the whole partition and reads nothing: before answers were streamed
+    the broker held 4 GB for them.  Now it holds the pool and a chunk each, and still serves
+    a consumer the whole partition meanwhile."""
+    broker = broker_process_factory(settings={"queued.max.response.bytes": str(POOL)})
+    assert broker.proc is not None
+    bootstrap, admin_url = f"127.0.0.1:{broker.port}", f"http://127.0.0.1:{broker.admin_port}"
+    count = slow_readers.fill(bootstrap, megabytes=20)
+    before = rss_mib(broker.proc.pid)
+    sockets = [slow_readers.open_slow_reader(bootstrap) for _ in range(100)]
+    try:
+        held = slow_readers.settled(admin_url, "streamshop_response_memory_bytes", quiet=1.0)
+        assert 0 < held <= POOL + 100 * (MIN_CHUNK + 4096)
+        assert rss_mib(broker.proc.pid) - before < 100
+        values = _read_all({"bootstrap.servers": bootstrap}, slow_readers.TOPIC, count)
+        assert len(values) == count
+        assert set(values) == {b"x" * 1000}
+    finally:
+        for sock in sockets:
+            sock.close()
+    deadline = time.monotonic() + 10
+    while slow_readers.gauge(admin_url, "streamshop_response_memory_bytes") > 0:
+        assert time.monotonic() < deadline, "response memory not given back when the readers left"
+        time.sleep(0.05)
+
+
+def test_a_client_that_takes_none_of_its_answer_is_closed_after_connections_max_idle_ms(
+    broker_factory: Callable[..., ThreadBroker],
+) -> None:
+    broker = broker_factory(settings={"connections.max.idle.ms": "1000"})
+    slow_readers.fill(broker.bootstrap, megabytes=4)
+    sock = slow_readers.open_slow_reader(broker.bootstrap)
+    try:
+        deadline = time.monotonic() + 15
+        while broker.call(lambda: len(broker.server.connections)) > 0:
+            assert time.monotonic() < deadline, "the stalled connection was not closed"
+            time.sleep(0.1)
+        assert broker.call(lambda: broker.server.responses.used) == 0
+    finally:
+        sock.close()
+
+
+def test_streamed_answers_arrive_intact_over_tls(tmp_path: Path, broker_factory: Callable[..., ThreadBroker]) -> None:
+    ca = LocalCA(tmp_path / "pki")
+    make_admin_user(tmp_path / "broker")
+    settings = secure_settings(ca, ca.issue("broker", hosts=("127.0.0.1",)))
+    del settings["authorizer.class.name"]  # TLS is what is tested here, not ACLs
+    broker = broker_factory(settings=settings, name="broker")
+    conf = {
+        "bootstrap.servers": f"127.0.0.1:{broker.server.ports['SSL']}",
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(ca.cert_path),
+    }
+    admin = AdminClient(conf)  # kept: a dropped client fails its futures
+    admin.create_topics([NewTopic("tls-large", 1, 1)])["tls-large"].result(15)
+    producer = Producer(conf | {"linger.ms": 20, "batch.size": 256 * 1024})
+    values = [i.to_bytes(4, "big") * 250 for i in range(4000)]  # 4 MB, each value its own
+    for value in values:
+        producer.produce("tls-large", value)
+    assert producer.flush(30) == 0
+    assert _read_all(conf | {"max.partition.fetch.bytes": 2 * 1024 * 1024}, "tls-large", len(values)) == values
+    assert broker.call(lambda: broker.server.responses.used) == 0

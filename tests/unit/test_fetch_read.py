@@ -1,0 +1,69 @@
+"""What a Fetch reads from a partition: a small answer inline, a larger one as a region of
+the segment file with the same bytes, record count and end offset; a region outlives the
+deletion of its segment once opened, and says so clearly when opened after."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from broker.log.partition_log import INLINE_MAX, PartitionLog
+from broker.log.region import SegmentRegion
+from broker.protocol.batch import iter_headers
+from broker.protocol.records import Record, build_batch
+from tests.support.logs import START_MS, environment
+
+SETTINGS = {"segment.bytes": "1000000"}
+
+
+def _fill(log: PartitionLog, batches: int, per_batch: int = 20) -> None:
+    for b in range(batches):
+        log.append(build_batch([Record(i, START_MS + b, None, b"v" * 100) for i in range(per_batch)]))
+
+
+def _bytes_of(region: SegmentRegion) -> bytes:
+    fd = region.open()
+    try:
+        return os.pread(fd, region.length, region.position)
+    finally:
+        os.close(fd)
+
+
+def test_a_small_answer_is_inline_and_a_large_one_a_region_with_the_same_bytes() -> None:
+    with environment(SETTINGS) as env:
+        log = env.open()
+        _fill(log, 200)
+        small = log.read_for_fetch(0, 4096)
+        assert isinstance(small.data, bytes)
+        assert small.data == log.read(0, 4096)
+        large = log.read_for_fetch(5, 300_000)
+        assert isinstance(large.data, SegmentRegion)
+        assert large.size > INLINE_MAX
+        data = _bytes_of(large.data)
+        assert data == log.read(5, 300_000)
+        headers = [h for _, h in iter_headers(data)]
+        assert large.records == sum(h.records_count for h in headers)
+        assert large.end_offset == headers[-1].last_offset + 1
+        committed = log.read_for_fetch(0, 1 << 20, upper=100)  # read_committed below offset 100
+        assert committed.end_offset == 100
+
+
+def test_a_region_opened_before_its_segment_is_deleted_still_reads_and_one_opened_after_fails() -> None:
+    with environment(SETTINGS | {"segment.bytes": "100000"}) as env:
+        log = env.open()
+        _fill(log, 200)
+        assert len(log.segments) > 2
+        held = log.read_for_fetch(0, 1 << 20).data
+        late = log.read_for_fetch(0, 1 << 20).data
+        assert isinstance(held, SegmentRegion)
+        assert isinstance(late, SegmentRegion)
+        fd = held.open()
+        expected = log.read(0, 1 << 20)
+        log.delete_records(log.segments[1].base_offset)  # the first segment goes
+        try:
+            assert os.pread(fd, held.length, held.position) == expected
+        finally:
+            os.close(fd)
+        with pytest.raises(FileNotFoundError, match="deleted before its bytes were sent"):
+            late.open()
