@@ -260,6 +260,8 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         BrokerSettingDef("queued.max.request.bytes", "104857600", _int(-1, LONG_MAX)),
         BrokerSettingDef("queued.max.response.bytes", "67108864", _int(-1, LONG_MAX)),
         BrokerSettingDef("fetch.max.bytes", "57671680", _int(1024, INT_MAX)),
+        BrokerSettingDef("quota.window.num", "11", _int(2, INT_MAX)),
+        BrokerSettingDef("quota.window.size.seconds", "1", _int(1, INT_MAX)),
         BrokerSettingDef("fetch.max.wait.ms", "30000", _int(0, INT_MAX)),
         BrokerSettingDef("request.max.elements", "100000", _int(1, INT_MAX)),
         BrokerSettingDef("max.partitions", "200000", _int(1, INT_MAX)),

@@ -71,6 +71,7 @@ class Pending:
     serial: bool = False  # later requests of the connection wait for this one
     size: int = 0  # bytes of the response held in memory, when known
     streams: bool = False  # part of it is read from a file as it is sent
+    throttle_ms: int = 0  # a quota's throttle, written into the response
 
 
 class Server(Protocol):
@@ -114,6 +115,7 @@ class Connection(asyncio.BufferedProtocol):
         self.streaming = False
         self.waiting_responses = False
         self.lost = False
+        self.muted = False  # a quota's throttle: nothing is read until it ends
         self.sender: asyncio.Task[None] | None = None
         self.barrier: asyncio.Future[Outcome] | None = None
         self.transport: asyncio.Transport | None = None
@@ -214,6 +216,7 @@ class Connection(asyncio.BufferedProtocol):
             or self.pending_bytes >= MAX_PENDING_BYTES
             or not self.writable
             or self.streaming
+            or self.muted
             or (self.server.responses.exhausted and self.pending_bytes + self.direct_bytes > 0)
         )
 
@@ -347,6 +350,20 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._grow(force=False)
         self._update_reading()
+
+    def mute(self, throttle_ms: int) -> None:
+        """Read no request for `throttle_ms` (a client over its quota), as Kafka mutes the
+        channel; responses already due are still written."""
+        if self.muted or self.closing:
+            return
+        self.muted = True
+        self._update_reading()
+        asyncio.get_running_loop().call_later(throttle_ms / 1000, self._unmute)
+
+    def _unmute(self) -> None:
+        self.muted = False
+        if not self.closing:
+            self._process()
 
     def _responses_available(self) -> None:
         self.waiting_responses = False

@@ -30,6 +30,7 @@ from broker.metadata import METADATA_TOPIC, MetadataStore, Topic
 from broker.metrics import BrokerMetrics
 from broker.producer_ids import ProducerIdAllocator
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.quotas import Quotas
 from broker.security.authorizer import Security
 from broker.txn.coordinator import TransactionCoordinator, TxnConfig
 from kit.settings import ConfigError
@@ -78,6 +79,7 @@ class Broker:
         self.store = MetadataStore(config, self.clock, recover=self.recovered)
         self.metrics.store = self.store
         self.security = Security(config, self.store, self.metrics)
+        self.quotas = Quotas(self.store, config.get("quota.window.num"), config.get("quota.window.size.seconds"))
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.coordinator = GroupCoordinator(
             self.store,

@@ -25,7 +25,7 @@ from broker.replay import SkippedRecords, need
 log = structlog.get_logger(__name__)
 
 METADATA_TOPIC = "__cluster_metadata"
-OTHER_KINDS = frozenset({"scram", "acl"})  # records of the security store
+OTHER_KINDS = frozenset({"scram", "acl", "quota"})  # records of the security store and of the quotas
 _METADATA_CONFIG = {
     "cleanup.policy": "compact",
     "segment.bytes": str(1024 * 1024),

@@ -30,14 +30,28 @@ from broker.core import Broker
 from broker.handlers import APIS, BY_KEY
 from broker.handlers.api_versions import API_KEY as API_VERSIONS
 from broker.handlers.api_versions import unsupported_version_response
-from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE, Outcome, RequestContext, Serial, Signal
+from broker.handlers.base import (
+    CLOSE_CONNECTION,
+    NO_RESPONSE,
+    Outcome,
+    RequestContext,
+    Serial,
+    Signal,
+    throttled,
+    with_throttle,
+)
 from broker.listeners import Listener
 from broker.netlimits import ConnectionCounts, MemoryPool, ThrottledLog
 from broker.protocol.codec import MalformedRequest, decode_request, encode_response, frame_raw_response, peek_header
 from broker.protocol.fetch_codec import RawResponse
+from broker.quotas import PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, quota_user
 from broker.security.tls import TlsLayer
 
 log = structlog.get_logger(__name__)
+
+PRODUCE = 0
+# Not held to request quotas, as in Kafka: what a client needs to learn it is throttled.
+QUOTA_EXEMPT = frozenset({17, 18, 36})  # SaslHandshake, ApiVersions, SaslAuthenticate
 
 _DESCRIPTORS_KEPT = 256  # never handed to sockets: log files, snapshots, the admin API
 
@@ -232,11 +246,16 @@ class KafkaServer:
         except MalformedRequest as e:
             self.reject(conn, str(e))
             return None
+        ctx = RequestContext.of(header, conn.session)
         try:
-            result = api.handler(self.broker, RequestContext.of(header, conn.session), request)
+            result = api.handler(self.broker, ctx, request)
         except Exception as e:
             self.log_failure(conn, api.name, e)
             return None
+        throttle_ms = 0
+        if self.broker.quotas.active:
+            throttle_ms = self._charge(ctx, len(frame), started)
+            self._mute_owed(conn)  # before the next request is dispatched, even if it is already read
         if result is NO_RESPONSE:
             self._observe(api.name, started)
             return NO_RESPONSE
@@ -252,13 +271,32 @@ class KafkaServer:
             # poll registers for appends, without waiting for earlier responses to go out.
             future: asyncio.Future[Outcome] = asyncio.ensure_future(result)
             future.add_done_callback(_retrieve)
-            return Pending(correlation_id, api, started, header_v0, future=future, serial=serial)
+            return Pending(
+                correlation_id, api, started, header_v0, future=future, serial=serial, throttle_ms=throttle_ms
+            )
         if isinstance(result, RawResponse):
             held = [len(p) for p in result.parts if isinstance(p, bytes | bytearray | memoryview)]
             pending = Pending(correlation_id, api, started, header_v0, result=result, size=sum(held))
             pending.streams = len(held) < len(result.parts)
             return pending
-        return Pending(correlation_id, api, started, header_v0, result=result)
+        return Pending(correlation_id, api, started, header_v0, result=result, throttle_ms=throttle_ms)
+
+    def _charge(self, ctx: RequestContext, size: int, started: float) -> int:
+        """Record a request against its client's produce and request quotas; the throttle."""
+        if ctx.api_key in QUOTA_EXEMPT:
+            return 0
+        quotas, user, client = self.broker.quotas, quota_user(ctx.principal), ctx.client_id or ""
+        throttle_ms = 0
+        if ctx.api_key == PRODUCE:
+            throttle_ms = quotas.throttle_ms(PRODUCER_BYTE_RATE, user, client, size)
+        busy = quotas.throttle_ms(REQUEST_PERCENTAGE, user, client, (time.perf_counter() - started) * 100)
+        return throttled(ctx, max(throttle_ms, busy))
+
+    def _mute_owed(self, conn: Connection) -> None:
+        owed = conn.session.mute_ms
+        if owed:
+            conn.session.mute_ms = 0
+            conn.mute(owed)
 
     def render(self, pending: Pending, conn: Connection) -> Frames | None:
         """The response frames, or None when the handler failed (close the connection)."""
@@ -284,11 +322,14 @@ class KafkaServer:
                 frames = frame_raw_response(pending.correlation_id, result)
             else:
                 assert result is not None  # a Pending holds its response or the awaitable of it
+                if pending.throttle_ms:
+                    result = with_throttle(result, pending.throttle_ms)
                 frames = [encode_response(pending.correlation_id, result, header_v0=pending.header_v0)]
         except Exception as e:
             self.log_failure(conn, pending.api.name, e)
             return None
         self._observe(pending.api.name, pending.started)
+        self._mute_owed(conn)
         return frames
 
     def _observe(self, api: str, started: float) -> None:

@@ -14,6 +14,7 @@ from broker.handlers import (
     log_dirs,
     metadata,
     produce,
+    quotas,
     records,
     sasl,
     scram_users,
@@ -63,7 +64,8 @@ _IMPLEMENTED = [
     serve("DeleteAcls", acls.DELETE_ACLS, acls.delete_acls),
     serve("DescribeUserScramCredentials", scram_users.DESCRIBE, scram_users.describe),
     serve("AlterUserScramCredentials", scram_users.ALTER, scram_users.alter),
-    serve("DescribeClientQuotas", scram_users.DESCRIBE_CLIENT_QUOTAS, scram_users.describe_client_quotas),
+    serve("DescribeClientQuotas", quotas.DESCRIBE, quotas.describe_client_quotas),
+    serve("AlterClientQuotas", quotas.ALTER, quotas.alter_client_quotas),
 ]
 
 # ApiVersions answers with this very list, its own entry included: its handler holds the

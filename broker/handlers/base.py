@@ -3,6 +3,8 @@ entry, and the typing that ties each handler to kio's classes of the versions it
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -44,6 +46,22 @@ class RequestContext:
             header.api_version,
             header.correlation_id,
         )
+
+
+def throttled(ctx: RequestContext, throttle_ms: int) -> int:
+    """A quota's throttle for this request: the connection is muted that long after it (as
+    Kafka mutes the channel), and the response says so in `throttle_time_ms`."""
+    ctx.session.mute_ms = max(ctx.session.mute_ms, throttle_ms)
+    return throttle_ms
+
+
+def with_throttle(response: Entity, throttle_ms: int) -> Entity:
+    """`response` with `throttle_time_ms` raised to `throttle_ms` (responses without the field
+    are returned as they are)."""
+    current = getattr(response, "throttle_time", None)
+    if not isinstance(current, datetime.timedelta) or current >= datetime.timedelta(milliseconds=throttle_ms):
+        return response
+    return dataclasses.replace(response, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
 
 
 class Signal(enum.Enum):

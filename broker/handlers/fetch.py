@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from broker.core import Broker
-from broker.handlers.base import Answer, Messages, RequestContext
+from broker.handlers.base import Answer, Messages, RequestContext, throttled
 from broker.log.partition_log import PartitionLog
 from broker.log.region import NOTHING, FetchRead, SegmentRegion
 from broker.metadata import Topic
 from broker.protocol.codec import timedelta_ms
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.fetch_codec import FetchPartition, FetchTopic, RawResponse, encode_fetch_response
+from broker.quotas import CONSUMER_BYTE_RATE, quota_user
 from broker.security.acls import Operation
 
 if TYPE_CHECKING:
@@ -181,12 +182,15 @@ def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> Answer
     slots = _resolve(broker, ctx, request)
     # fetch.max.bytes bounds the whole response whatever the client asks for.
     max_bytes = min(request.max_bytes, broker.config.get("fetch.max.bytes"))
+    if broker.quotas.active:
+        allowed = broker.quotas.window_bytes(CONSUMER_BYTE_RATE, quota_user(ctx.principal), ctx.client_id or "")
+        max_bytes = max_bytes if allowed is None else min(max_bytes, allowed)
     committed = request.isolation_level == READ_COMMITTED
     total, error = _gather(slots, max_bytes, committed)
     max_wait = min(timedelta_ms(request.max_wait), broker.config.get("fetch.max.wait.ms")) / 1000
     min_bytes = max(request.min_bytes, 1)
     if error or total >= min_bytes or max_wait <= 0 or not slots:
-        return _response(broker, version, slots)
+        return _response(broker, version, slots, throttle_ms=_consumer_quota(broker, ctx, slots))
 
     logs = [s.plog for s in slots if s.plog is not None]
     # Registered now, not when the task first runs, so an append in between is counted.
@@ -198,7 +202,7 @@ def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> Answer
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(watch.future), max_wait)
         _gather(slots, max_bytes, committed)
-        return _response(broker, version, slots)
+        return _response(broker, version, slots, throttle_ms=_consumer_quota(broker, ctx, slots))
 
     task = asyncio.ensure_future(long_poll())
     # Unregister however it ends: answered, timed out, or cancelled with its connection.
@@ -206,7 +210,25 @@ def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> Answer
     return task
 
 
-def _response(broker: Broker, version: int, slots: list[_Slot], top_error: ErrorCode = ErrorCode.none) -> RawResponse:
+def _consumer_quota(broker: Broker, ctx: RequestContext, slots: list[_Slot]) -> int:
+    """Hold the answer to the client's `consumer_byte_rate`: over it, as Kafka, the answer is
+    sent without records (they are not counted) and the client is throttled."""
+    if not broker.quotas.active:
+        return 0
+    size = sum(len(s.records) for s in slots)
+    user, client = quota_user(ctx.principal), ctx.client_id or ""
+    throttle_ms = broker.quotas.throttle_ms(CONSUMER_BYTE_RATE, user, client, size, keep=False) if size else 0
+    if throttle_ms:
+        for slot in slots:
+            slot.records, slot.count = b"", 0
+            if slot.aborted is not None:
+                slot.aborted = []
+    return throttled(ctx, throttle_ms)
+
+
+def _response(
+    broker: Broker, version: int, slots: list[_Slot], top_error: ErrorCode = ErrorCode.none, throttle_ms: int = 0
+) -> RawResponse:
     topics: dict[tuple[str | None, uuid.UUID | None], FetchTopic] = {}
     for slot in slots:
         plog = slot.plog
@@ -231,4 +253,4 @@ def _response(broker: Broker, version: int, slots: list[_Slot], top_error: Error
                 aborted=slot.aborted,
             )
         )
-    return encode_fetch_response(version, list(topics.values()), error=int(top_error))
+    return encode_fetch_response(version, list(topics.values()), error=int(top_error), throttle_ms=throttle_ms)

@@ -23,6 +23,8 @@ from kio.schema.add_partitions_to_txn import v1 as add_partitions_to_txn_v1
 from kio.schema.add_partitions_to_txn import v2 as add_partitions_to_txn_v2
 from kio.schema.add_partitions_to_txn import v3 as add_partitions_to_txn_v3
 from kio.schema.add_partitions_to_txn import v4 as add_partitions_to_txn_v4
+from kio.schema.alter_client_quotas import v0 as alter_client_quotas_v0
+from kio.schema.alter_client_quotas import v1 as alter_client_quotas_v1
 from kio.schema.alter_configs import v0 as alter_configs_v0
 from kio.schema.alter_configs import v1 as alter_configs_v1
 from kio.schema.alter_configs import v2 as alter_configs_v2
@@ -346,6 +348,12 @@ DescribeAclsResponse: TypeAlias = (
     describe_acls_v1.DescribeAclsResponse
     | describe_acls_v2.DescribeAclsResponse
     | describe_acls_v3.DescribeAclsResponse
+)
+AlterClientQuotasRequest: TypeAlias = (
+    alter_client_quotas_v0.AlterClientQuotasRequest | alter_client_quotas_v1.AlterClientQuotasRequest
+)
+AlterClientQuotasResponse: TypeAlias = (
+    alter_client_quotas_v0.AlterClientQuotasResponse | alter_client_quotas_v1.AlterClientQuotasResponse
 )
 DescribeClientQuotasRequest: TypeAlias = (
     describe_client_quotas_v0.DescribeClientQuotasRequest | describe_client_quotas_v1.DescribeClientQuotasRequest

@@ -27,15 +27,12 @@ if TYPE_CHECKING:
     from broker.handlers.kio_types import (
         AlterUserScramCredentialsRequest,
         AlterUserScramCredentialsResponse,
-        DescribeClientQuotasRequest,
-        DescribeClientQuotasResponse,
         DescribeUserScramCredentialsRequest,
         DescribeUserScramCredentialsResponse,
     )
 
 DESCRIBE: Messages[DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse] = Messages(50, 0, 0)
 ALTER: Messages[AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse] = Messages(51, 0, 0)
-DESCRIBE_CLIENT_QUOTAS: Messages[DescribeClientQuotasRequest, DescribeClientQuotasResponse] = Messages(48, 0, 1)
 
 
 def describe(
@@ -160,21 +157,3 @@ async def alter(
         for u in dict.fromkeys(users)
     ]
     return build(cls, throttle_time=0, results=tuple(results))
-
-
-def describe_client_quotas(
-    broker: Broker, ctx: RequestContext, request: DescribeClientQuotasRequest
-) -> DescribeClientQuotasResponse:
-    """The broker enforces no client quotas, so every filter matches no entry; `kafka-configs
-    --describe --entity-type users` asks for them before it lists SCRAM credentials.  Kafka
-    needs DESCRIBE_CONFIGS on the cluster."""
-    cls = DESCRIBE_CLIENT_QUOTAS.response(ctx.api_version)
-    if not broker.security.allowed(ctx.session, Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
-        return build(
-            cls,
-            throttle_time=0,
-            error_code=ErrorCode.cluster_authorization_failed,
-            error_message="DESCRIBE_CONFIGS on the cluster is required",
-            entries=None,
-        )
-    return build(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, entries=())

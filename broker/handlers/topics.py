@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from kio.static.protocol import Entity
 
 from broker.core import Broker
-from broker.handlers.base import Answer, Messages, RequestContext, Serial
+from broker.handlers.base import Answer, Messages, RequestContext, Serial, throttled
 from broker.handlers.configs import topic_config_entries
 from broker.metadata import Topic
 from broker.protocol.codec import build, nested, nested_or_none
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.quotas import THROTTLED, MutationCharge
 from broker.security.acls import Operation
 
 if TYPE_CHECKING:
@@ -150,19 +151,25 @@ def create_topics(
     names = [c.item.name for c in creations]
     planned = 0
     security, session = broker.security, ctx.session
+    charge = MutationCharge(broker.quotas, ctx.principal, ctx.client_id, strict=ctx.api_version >= 6)
     cluster_create = security.cluster(session, Operation.CREATE)
     for c in creations:
         try:
             if not (cluster_create or security.topic(session, Operation.CREATE, c.item.name)):
                 raise KafkaError(ErrorCode.topic_authorization_failed, f"CREATE on topic {c.item.name} denied")
             _validate_creation(broker, c, names, planned)
+            if charge.exceeded():
+                raise KafkaError(ErrorCode.throttling_quota_exceeded, THROTTLED)
         except KafkaError as e:
             c.fail(e)
             continue
+        if not validate_only:
+            charge.take(c.partitions)
         planned += c.partitions
         if not validate_only:
             broker.reserve_topic(c.item.name, c.partitions)
             c.reserved = True
+    throttle_ms = throttled(ctx, charge.throttle_ms())
     if validate_only:
         return _creation_response(broker, ctx, creations)
     todo = [c for c in creations if c.reserved]
@@ -174,7 +181,7 @@ def create_topics(
                 c.fail(e)
             finally:
                 broker.release_topic(c.item.name, c.partitions)
-        return _durable(broker, _creation_response(broker, ctx, creations))
+        return _durable(broker, _creation_response(broker, ctx, creations, throttle_ms))
 
     async def create_off_loop() -> CreateTopicsResponse:
         try:
@@ -190,13 +197,15 @@ def create_topics(
             for c in todo:
                 if c.reserved:  # cancelled before its turn
                     broker.release_topic(c.item.name, c.partitions)
-        return await _durable(broker, _creation_response(broker, ctx, creations))
+        return await _durable(broker, _creation_response(broker, ctx, creations, throttle_ms))
 
     # Later requests of this connection (a produce to the new topic, say) wait for it.
     return Serial(create_off_loop())
 
 
-def _creation_response(broker: Broker, ctx: RequestContext, creations: list[_Creation]) -> CreateTopicsResponse:
+def _creation_response(
+    broker: Broker, ctx: RequestContext, creations: list[_Creation], throttle_ms: int = 0
+) -> CreateTopicsResponse:
     cls = CREATE_TOPICS.response(ctx.api_version)
     result_cls = nested(cls, "CreatableTopicResult")
     config_cls = nested_or_none(cls, "CreatableTopicConfigs")
@@ -234,7 +243,7 @@ def _creation_response(broker: Broker, ctx: RequestContext, creations: list[_Cre
                 configs=configs_out,
             )
         )
-    return build(cls, throttle_time=0, topics=tuple(results))
+    return build(cls, throttle_time=throttle_ms, topics=tuple(results))
 
 
 def delete_topics(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequest) -> Answer[DeleteTopicsResponse]:
@@ -247,6 +256,7 @@ def delete_topics(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequ
         wanted = [(name, None) for name in request.topic_names]
     results = []
     security, session = broker.security, ctx.session
+    charge = MutationCharge(broker.quotas, ctx.principal, ctx.client_id, strict=ctx.api_version >= 5)
 
     def refuse(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode, message: str) -> None:
         results.append(
@@ -282,6 +292,10 @@ def delete_topics(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequ
                 )
             )
             continue
+        if charge.exceeded():
+            refuse(topic.name, topic.topic_id, ErrorCode.throttling_quota_exceeded, THROTTLED)
+            continue
+        charge.take(topic.partitions)
         try:
             broker.delete_topic(topic.name)
         except OSError as e:
@@ -298,7 +312,7 @@ def delete_topics(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequ
         results.append(
             build(result_cls, name=topic.name, topic_id=topic.topic_id, error_code=ErrorCode.none, error_message=None)
         )
-    return _durable(broker, build(cls, throttle_time=0, responses=tuple(results)))
+    return _durable(broker, build(cls, throttle_time=throttled(ctx, charge.throttle_ms()), responses=tuple(results)))
 
 
 def create_partitions(
@@ -313,6 +327,7 @@ def create_partitions(
         max(0, item.count - t.partitions) for item in request.topics if (t := broker.store.get(item.name)) is not None
     )
     too_many = new_partitions > broker.config.get("max.partitions.per.request")
+    charge = MutationCharge(broker.quotas, ctx.principal, ctx.client_id, strict=ctx.api_version >= 3)
     for item in request.topics:
         try:
             if too_many:
@@ -338,6 +353,10 @@ def create_partitions(
                 raise KafkaError(ErrorCode.invalid_request, f"topic {item.name!r} is being changed; retry")
             added = item.count - topic.partitions
             broker.check_partition_budget(added_total + added)
+            if charge.exceeded():
+                raise KafkaError(ErrorCode.throttling_quota_exceeded, THROTTLED)
+            if not request.validate_only:
+                charge.take(added)
             added_total += added
             if not request.validate_only:
                 broker.reserve_topic(item.name, added)
@@ -346,9 +365,11 @@ def create_partitions(
         except KafkaError as e:
             outcomes.append((item.name, e.code, e.message))
 
+    throttle_ms = throttled(ctx, charge.throttle_ms())
+
     def respond() -> CreatePartitionsResponse:
         results = tuple(build(result_cls, name=n, error_code=code, error_message=m) for n, code, m in outcomes)
-        return build(cls, throttle_time=0, results=results)
+        return build(cls, throttle_time=throttle_ms, results=results)
 
     if request.validate_only:
         return respond()

@@ -32,6 +32,7 @@ class Session:
     authenticated_once: bool = False
     close_after_response: bool = False
     failure_delay_s: float = 0.0  # a failed login's answer waits at least this long
+    mute_ms: int = 0  # a quota's throttle, owed by the connection: it reads nothing that long
     extra: dict[str, object] = field(default_factory=dict)
 
     @classmethod

@@ -29,7 +29,10 @@ class SecurityStore:
         self._decoys: dict[tuple[str, ...], tuple[str, int, int]] = {}
         for key_bytes, (offset, value) in meta.other_records.items():
             try:
-                self._load(msgpack.unpackb(key_bytes), value)
+                key = msgpack.unpackb(key_bytes)
+                if key[0] == "quota":
+                    continue  # `broker.quotas`
+                self._load(key, value)
             except Exception as e:
                 meta.skipped.skip(meta.meta_log.topic, offset, f"{type(e).__name__}: {e}")
 

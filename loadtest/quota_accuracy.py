@@ -1,0 +1,100 @@
+"""How closely a throttled client is held to its quota, for `bench_limits` and its test.
+
+A confluent-kafka producer (client id `quota-bench`, 1 KB records, 16 KiB batches) produces
+as fast as it can while the client id has a `producer_byte_rate`; the rate of records the
+broker acknowledged is measured over a span that starts after a warm-up (Kafka's rate counts
+the windows a young client has not lived yet, so it starts with some credit); then a consumer
+with a `consumer_byte_rate` reads them back, measured the same way.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from loadtest.brokers import connect, recv_exactly
+
+CLIENT = "quota-bench"
+TOPIC = "quota-bench"
+RECORD = 1000
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def set_client_quota(bootstrap: str, client_id: str, key: str, value: float) -> int:
+    """AlterClientQuotas v0 for one client id; returns the entry's error code."""
+    header = struct.pack(">hhi", 49, 0, 1) + _string("quota-bench-admin")
+    body = struct.pack(">i", 1)  # one entry
+    body += struct.pack(">i", 1) + _string("client-id") + _string(client_id)  # its entity
+    body += struct.pack(">i", 1) + _string(key) + struct.pack(">d?", value, False)  # one op: set
+    body += struct.pack(">?", False)  # validate_only
+    with connect(bootstrap) as sock:
+        sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+        (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+        answer = recv_exactly(sock, size)
+    return int(struct.unpack_from(">h", answer, 12)[0])  # after correlation id, throttle, entry count
+
+
+def _rate(stamps: list[tuple[float, int]], start: float, end: float) -> float:
+    return sum(n for t, n in stamps if start <= t < end) / (end - start)
+
+
+def producer_rate(bootstrap: str, quota: float, *, warmup: float, seconds: float) -> float:
+    """Bytes/s of values the broker acknowledged between `warmup` and `warmup + seconds`."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: a dropped client fails its futures
+    admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
+    set_client_quota(bootstrap, CLIENT, "producer_byte_rate", quota)
+    stamps: list[tuple[float, int]] = []
+
+    def delivered(error: Any, message: Any) -> None:
+        if error is None:
+            stamps.append((time.monotonic(), len(message.value())))
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "client.id": CLIENT, "linger.ms": 2, "batch.size": 16384, "acks": 1}
+    )
+    value = b"q" * RECORD
+    started = time.monotonic()
+    end = started + warmup + seconds
+    while time.monotonic() < end:
+        try:
+            producer.produce(TOPIC, value, on_delivery=delivered)
+        except BufferError:
+            producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(60)
+    return _rate(stamps, started + warmup, end)
+
+
+def consumer_rate(bootstrap: str, quota: float, *, warmup: float, seconds: float) -> float:
+    """Bytes/s of values a consumer held to `consumer_byte_rate` receives, after `warmup`."""
+    set_client_quota(bootstrap, CLIENT, "consumer_byte_rate", quota)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": CLIENT,
+            "group.id": CLIENT,
+            "fetch.max.bytes": 64 * 1024,  # answers small beside the quota: the rate is met finely
+            "message.max.bytes": 64 * 1024,
+            "max.partition.fetch.bytes": 64 * 1024,
+        }
+    )
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    stamps: list[tuple[float, int]] = []
+    started = time.monotonic()
+    end = started + warmup + seconds
+    try:
+        while time.monotonic() < end:
+            for message in consumer.consume(500, 0.2):
+                if message.error() is None:
+                    stamps.append((time.monotonic(), len(message.value() or b"")))
+    finally:
+        consumer.close()
+    return _rate(stamps, started + warmup, end)

@@ -1,0 +1,151 @@
+"""Client quotas with Kafka's semantics, over real sockets: set and read with AlterClientQuotas
+and DescribeClientQuotas (filters, validate_only, INVALID_REQUEST for what Kafka refuses),
+durable across a restart; a producer held to `producer_byte_rate` within 10 %; a consumer over
+`consumer_byte_rate` answered empty with `throttle_time_ms`; partition mutations held to
+`controller_mutation_rate` with THROTTLING_QUOTA_EXCEEDED."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntityData, EntryData, OpData
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.describe_client_quotas.v1.request import ComponentData, DescribeClientQuotasRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.types import TopicName
+from kio.static.primitive import f64, i8, i16, i32
+
+from loadtest import quota_accuracy
+from tests.support.harness import ThreadBroker
+from tests.support.kafka_wire import KafkaConnection, batch, connect, ms
+
+ANY, DEFAULT, EXACT = 2, 1, 0
+
+
+def _entry(entity: dict[str, str | None], **ops: float | None) -> EntryData:
+    return EntryData(
+        entity=tuple(EntityData(entity_type=t, entity_name=n) for t, n in entity.items()),
+        ops=tuple(OpData(key=k, value=f64(float(v or 0)), remove=v is None) for k, v in ops.items()),
+    )
+
+
+def _alter(conn: KafkaConnection, *entries: EntryData, validate_only: bool = False) -> list[Any]:
+    return list(conn.request(AlterClientQuotasRequest(entries=entries, validate_only=validate_only)).entries)
+
+
+def _describe(conn: KafkaConnection, *components: tuple[str, int, str | None], strict: bool = False) -> Any:
+    return conn.request(
+        DescribeClientQuotasRequest(
+            components=tuple(ComponentData(entity_type=t, match_type=i8(m), match=n) for t, m, n in components),
+            strict=strict,
+        )
+    )
+
+
+def _found(response: Any) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:
+    return {
+        tuple((e.entity_type, e.entity_name) for e in entry.entity): {v.key: v.value for v in entry.values}
+        for entry in response.entries
+    }
+
+
+def test_quotas_are_set_described_by_filter_and_survive_a_restart(broker: ThreadBroker) -> None:
+    with connect(broker.bootstrap) as conn:
+        results = _alter(
+            conn,
+            _entry({"user": "alice"}, producer_byte_rate=1024),
+            _entry({"user": "alice", "client-id": "app"}, consumer_byte_rate=2048, request_percentage=50.5),
+            _entry({"client-id": None}, controller_mutation_rate=10),
+        )
+        assert [r.error_code for r in results] == [ErrorCode.none] * 3
+        every = _found(_describe(conn))
+        assert every[(("user", "alice"),)] == {"producer_byte_rate": 1024.0}
+        assert every[(("client-id", None),)] == {"controller_mutation_rate": 10.0}
+        only_alice = _found(_describe(conn, ("user", EXACT, "alice"), strict=True))
+        assert list(only_alice) == [(("user", "alice"),)]
+        assert len(_found(_describe(conn, ("user", EXACT, "alice")))) == 2  # alice, and alice with app
+        assert list(_found(_describe(conn, ("client-id", DEFAULT, None)))) == [(("client-id", None),)]
+        assert list(_found(_describe(conn, ("client-id", ANY, None)))) == [(("client-id", "app"), ("user", "alice"))]
+        _alter(conn, _entry({"user": "alice"}, producer_byte_rate=None))  # removing its only key removes it
+        assert (("user", "alice"),) not in _found(_describe(conn))
+    broker.restart()
+    with connect(broker.bootstrap) as conn:
+        after = _found(_describe(conn))
+        assert after == {
+            (("client-id", "app"), ("user", "alice")): {"consumer_byte_rate": 2048.0, "request_percentage": 50.5},
+            (("client-id", None),): {"controller_mutation_rate": 10.0},
+        }
+
+
+def test_what_kafka_refuses_is_invalid_request_and_validate_only_changes_nothing(broker: ThreadBroker) -> None:
+    with connect(broker.bootstrap) as conn:
+        bad = _alter(
+            conn,
+            _entry({"user": "bob"}, no_such_key=1),
+            _entry({"user": "bob"}, producer_byte_rate=1.5),  # a byte rate is a whole number
+            _entry({"user": "bob"}, consumer_byte_rate=-1),
+            _entry({"ip": "10.0.0.1", "user": "bob"}, producer_byte_rate=1),  # ip stands alone
+            _entry({}, producer_byte_rate=1),
+            _entry({"user": "bob"}, producer_byte_rate=100),  # valid: applied despite the others
+        )
+        assert [r.error_code for r in bad] == [ErrorCode.invalid_request] * 5 + [ErrorCode.none]
+        assert all(r.error_message for r in bad[:5])
+        checked = _alter(conn, _entry({"user": "carol"}, producer_byte_rate=100), validate_only=True)
+        assert checked[0].error_code == ErrorCode.none
+        assert list(_found(_describe(conn))) == [(("user", "bob"),)]
+        twice = _describe(conn, ("user", ANY, None), ("user", DEFAULT, None))
+        assert twice.error_code == ErrorCode.invalid_request
+
+
+def test_a_producer_is_held_to_its_producer_byte_rate(broker_factory: Callable[..., ThreadBroker]) -> None:
+    """Unthrottled, this producer writes over 20 MB/s here; held to 400 kB/s it may not exceed
+    that by more than 10 % and still makes progress."""
+    broker = broker_factory(settings={"quota.window.num": "2"})
+    rate = quota_accuracy.producer_rate(broker.bootstrap, 400_000, warmup=3, seconds=5)
+    assert 200_000 <= rate <= 440_000, rate
+
+
+def test_a_consumer_over_its_consumer_byte_rate_is_answered_empty_and_throttled(broker: ThreadBroker) -> None:
+    with connect(broker.bootstrap) as conn:
+        conn.create_topic("metered")
+        for _ in range(10):
+            conn.produce("metered", 0, batch([b"m" * 1000] * 20))
+        # 25 kB/s: a young measurement spans 10 s, which covers the first answer of all ten
+        # batches (205 kB), not a second one
+        assert quota_accuracy.set_client_quota(broker.bootstrap, "streamshop-tests", "consumer_byte_rate", 25_000) == 0
+        first = conn.fetch_partition("metered", 0, 0)  # the first answer fits the window's credit
+        second = conn.fetch_partition("metered", 0, 0)
+    assert len(first.records) > 200_000
+    assert not second.records
+    assert second.error_code == ErrorCode.none
+
+
+def test_partition_mutations_are_held_to_controller_mutation_rate(broker: ThreadBroker) -> None:
+    assert quota_accuracy.set_client_quota(broker.bootstrap, "grabby", "controller_mutation_rate", 2) == 0
+
+    def create(name: str, partitions: int) -> Any:
+        # a connection of its own each time: a throttled one is muted for the throttle time
+        with connect(broker.bootstrap) as conn:
+            request = CreateTopicsRequest(
+                topics=(
+                    CreatableTopic(
+                        name=TopicName(name),
+                        num_partitions=i32(partitions),
+                        replication_factor=i16(-1),
+                        assignments=(),
+                        configs=(),
+                    ),
+                ),
+                timeout=ms(10_000),
+            )
+            cid = conn.send(request, client_id="grabby")
+            return conn.receive(19, 7, cid)
+
+    with connect(broker.bootstrap) as conn:
+        granted = create("grab.first", 100)  # the bucket (2/s x 11 s) is not empty: granted whole
+        assert granted.topics[0].error_code == ErrorCode.none
+        assert granted.throttle_time.total_seconds() >= 35  # 100 - 22 partitions at 2/s: 39 s
+        refused = create("grab.second", 1)
+        assert refused.topics[0].error_code == ErrorCode.throttling_quota_exceeded
+        assert conn.create_topic("others.unaffected", 5).error_code == ErrorCode.none  # another client id
