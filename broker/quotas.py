@@ -93,10 +93,6 @@ def check_value(entity: Entity, key: str, value: float) -> None:
         raise QuotaError(f"Invalid value {value} for configuration key {key}: it must be a whole number")
 
 
-def describe(entity: Entity) -> str:
-    return "/".join(f"{t}={'<default>' if n is None else n}" for t, n in entity)
-
-
 @dataclass(slots=True)
 class _Sample:
     start: float

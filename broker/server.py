@@ -276,7 +276,9 @@ class KafkaServer:
             )
         if isinstance(result, RawResponse):
             held = [len(p) for p in result.parts if isinstance(p, bytes | bytearray | memoryview)]
-            pending = Pending(correlation_id, api, started, header_v0, result=result, size=sum(held))
+            pending = Pending(
+                correlation_id, api, started, header_v0, result=result, size=sum(held), throttle_ms=throttle_ms
+            )
             pending.streams = len(held) < len(result.parts)
             return pending
         return Pending(correlation_id, api, started, header_v0, result=result, throttle_ms=throttle_ms)
@@ -319,6 +321,8 @@ class KafkaServer:
             result = outcome
         try:
             if isinstance(result, RawResponse):
+                if pending.throttle_ms:
+                    result = result.with_throttle(pending.throttle_ms)
                 frames = frame_raw_response(pending.correlation_id, result)
             else:
                 assert result is not None  # a Pending holds its response or the awaitable of it

@@ -18,7 +18,10 @@ measured from outside, through /proc and its own /metrics:
    answer while another client creates 10,000 partitions, sends a zstd batch of 16 KB that
    expands to 512 MiB, has 20,000 records recompressed, and while the cleaner compacts a
    partition of 400,000 records;
-6. password guessing on a SASL listener (`loadtest.guessing`): eight threads guessing `admin`'s
+6. client quotas (`loadtest.quota_accuracy`), Kafka's default windows (11 of 1 s): a producer
+   held to `producer_byte_rate` 1 MB/s and then a consumer held to `consumer_byte_rate` 1 MB/s,
+   each measured over two whole windows after one;
+7. password guessing on a SASL listener (`loadtest.guessing`): eight threads guessing `admin`'s
    PLAIN password for 10 s, new connection each time, with the failure throttle on and off:
    attempts answered and passwords checked per second, and how long the real user then waits.
 """
@@ -50,9 +53,10 @@ from confluent_kafka.admin import (
 )
 
 from broker.protocol.records import Record, build_batch
-from loadtest import guessing, slow_readers
+from loadtest import guessing, quota_accuracy, slow_readers
 from loadtest.brokers import connect, recv_exactly, rss_mib, streamshop_broker, wait_idle
 
+QUOTA = 1_000_000  # bytes/s, for the quota step
 ZSTD = 4
 GZIP = 1
 
@@ -317,6 +321,12 @@ def run(connections: int, polls: int) -> dict[str, dict[str, float]]:
             results[f"slow_readers_{count}"] = slow_readers.measure(proc, bootstrap, admin, count)
         results["abandoned_polls"] = abandoned_polls(bootstrap, admin, polls)
         results["loop_stalls"] = stalls(bootstrap, admin)
+    with tempfile.TemporaryDirectory(prefix="bench-quotas-") as tmp, broker(Path(tmp)) as (_, bootstrap, _):
+        results["quotas"] = {
+            "quota_bytes_per_s": QUOTA,
+            "producer_bytes_per_s": quota_accuracy.producer_rate(bootstrap, QUOTA, warmup=11, seconds=22),
+            "consumer_bytes_per_s": quota_accuracy.consumer_rate(bootstrap, QUOTA, warmup=11, seconds=22),
+        }
     with tempfile.TemporaryDirectory(prefix="bench-guessing-") as tmp:
         for throttle_ms in (30_000, 0):
             results[f"guessing_throttle_{throttle_ms}"] = guessing.measure(
@@ -328,6 +338,7 @@ def run(connections: int, polls: int) -> dict[str, dict[str, float]]:
 def report(results: dict[str, dict[str, float]]) -> list[str]:
     idle, claims = results["idle_connections"], results["size_claims"]
     polls, loop = results["abandoned_polls"], results["loop_stalls"]
+    quotas = results["quotas"]
     return [
         f"{int(idle['connections']):,} idle connections: broker RSS {idle['rss_before_mib']:.0f} -> "
         f"{idle['rss_with_connections_mib']:.0f} MiB ({idle['kib_per_connection']:.1f} KiB each; goal < 500 MiB)",
@@ -364,6 +375,12 @@ def report(results: dict[str, dict[str, float]]) -> list[str]:
                     "compaction_400000_records",
                 ),
             )
+        ),
+        *(
+            f"client held to {name}_byte_rate {quotas['quota_bytes_per_s'] / 1e6:.1f} MB/s: "
+            f"{quotas[name + '_bytes_per_s'] / 1e6:.3f} MB/s "
+            f"({quotas[name + '_bytes_per_s'] / quotas['quota_bytes_per_s'] - 1:+.1%}; goal within 10 %)"
+            for name in ("producer", "consumer")
         ),
         "password guessing, 8 threads for 10 s: attempts answered/s, passwords checked/s, refused unchecked,"
         " the real user's wait after",

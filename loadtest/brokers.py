@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -278,10 +279,15 @@ def start_broker(
 
 @contextlib.contextmanager
 def baseline_tree(ref: str) -> Iterator[Path]:
-    """The project as of git `ref`, extracted into a temporary directory."""
+    """The project as of git `ref`, extracted into a temporary directory, its C extension
+    built in place as this checkout's is (without it the broker would fall back to Python)."""
     with tempfile.TemporaryDirectory(prefix="bench-baseline-") as tmp:
         archive = subprocess.run(["git", "archive", ref], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        if (Path(tmp) / "setup.py").exists():
+            subprocess.run(
+                [sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tmp, check=True, capture_output=True
+            )
         yield Path(tmp)
 
 

@@ -15,7 +15,7 @@ from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, Req
 from broker.metadata import Topic
 from broker.protocol.codec import build, encode_body, nested, uvarint
 from broker.protocol.errors import ErrorCode
-from broker.protocol.fetch_codec import RawResponse
+from broker.protocol.fetch_codec import Part, RawResponse
 from broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 
 if TYPE_CHECKING:
@@ -191,7 +191,8 @@ def _response(
         _topic_bytes(broker, cls, entry, NOT_REQUESTED_OPERATIONS if ops is None else ops(entry[0] or ""))
         for entry in entries
     ]
-    return RawResponse([envelope[:at], count, *topics, envelope[len(envelope) - tail :]], flexible)
+    parts: list[Part] = [envelope[:at], count, *topics, envelope[len(envelope) - tail :]]
+    return RawResponse(parts, flexible, throttled=version >= 3)  # v3 put throttle_time_ms first
 
 
 def _partitions(version: int, flexible: bool, node: int, count: int) -> bytes:

@@ -43,6 +43,7 @@ from broker.protocol.records import Record, build_batch, decode_records
 _OFFSET_DELTA_LIMIT = 0x7FFFFFFF
 WALK_CHUNK = 1 << 20  # read at a time when finding the batches a Fetch serves
 INLINE_MAX = 64 * 1024  # a Fetch answer up to this size is sent from memory, larger ones from the file
+LARGE_BATCH = 16 * 1024  # batches found by their headers alone (`_header_walk`) from this size
 TXN_INDEX = "aborted.txnindex"
 STORAGE_LOG_INTERVAL_S = 10.0  # a partition's write failures are logged at most this often
 
@@ -90,6 +91,34 @@ def _scratch(n: int) -> memoryview:
     if buf is None:
         buf = _SCRATCH.buf = bytearray(WALK_CHUNK)
     return memoryview(buf)[:n]
+
+
+def _header_walk(
+    segment: LogSegment, position: int, end: int, max_bytes: int, upper: int | None
+) -> tuple[int, int, int] | None:
+    """(bytes, records, end offset) of the batches a Fetch serves from the active segment,
+    found from their headers alone, one read of a header per batch: its batches were checked
+    on append, and large ones are not worth reading whole only to find where they end.  None
+    when the first batch is small (reading a chunk of them is cheaper than a read each)."""
+    total = records = 0
+    end_offset = -1
+    pos = position
+    while pos < end:
+        raw = segment.read(pos, HEADER_SIZE)
+        if len(raw) < HEADER_SIZE:
+            break
+        header = parse_header(raw)
+        if pos == position and header.size < LARGE_BATCH:
+            return None
+        if header.size < HEADER_SIZE or pos + header.size > end:
+            break
+        if (total and total + header.size > max_bytes) or (upper is not None and header.base_offset >= upper):
+            break
+        total += header.size
+        records += header.records_count
+        end_offset = header.last_offset + 1
+        pos += header.size
+    return total, records, end_offset
 
 
 class PartitionLog:
@@ -441,6 +470,15 @@ class PartitionLog:
         segment, position = found
         verify = segment is not self.active
         end = segment.size
+        if not verify and inline_max is not None:
+            walked = _header_walk(segment, position, end, max_bytes, upper)
+            if walked is not None:
+                size, count, last = walked
+                if size == 0:
+                    return FetchRead(b"", offset, 0)
+                if size <= inline_max:
+                    return FetchRead(segment.read(position, size), last, count)
+                return FetchRead(SegmentRegion(segment, position, size), last, count)
         total = records = 0
         end_offset = offset
         kept: list[bytes] | None = []  # the bytes read, while they may still be returned inline

@@ -65,6 +65,16 @@ class RawResponse:
 
     parts: list[Part]
     flexible: bool
+    throttled: bool = False  # the body starts with throttle_time_ms (`with_throttle` sets it)
+
+    def with_throttle(self, throttle_ms: int) -> RawResponse:
+        """The response with its leading throttle_time_ms raised to `throttle_ms`."""
+        first = self.parts[0]
+        if not self.throttled or not isinstance(first, bytes | bytearray | memoryview) or len(first) < 4:
+            return self
+        if _I32.unpack_from(first, 0)[0] >= throttle_ms:
+            return self
+        return RawResponse([_I32.pack(throttle_ms) + bytes(first[4:]), *self.parts[1:]], self.flexible, True)
 
 
 def _uvarint(value: int) -> bytes:
@@ -124,4 +134,4 @@ def encode_fetch_response(
     if flexible:
         head += b"\x00"  # response tagged fields
     parts.append(bytes(head))
-    return RawResponse(parts, flexible)
+    return RawResponse(parts, flexible, throttled=True)  # every version served starts with it

@@ -67,3 +67,19 @@ def test_a_region_opened_before_its_segment_is_deleted_still_reads_and_one_opene
             os.close(fd)
         with pytest.raises(FileNotFoundError, match="deleted before its bytes were sent"):
             late.open()
+
+
+@pytest.mark.parametrize("value_size", [100, 2000])  # batches of 2 kB (read in chunks) and 40 kB (by headers)
+def test_every_way_of_finding_the_batches_serves_what_read_serves(value_size: int) -> None:
+    with environment(SETTINGS | {"segment.bytes": "100000000"}) as env:
+        log = env.open()
+        for b in range(60):
+            log.append(build_batch([Record(i, START_MS + b, None, b"v" * value_size) for i in range(20)]))
+        for offset, max_bytes, upper in ((0, 1 << 20, None), (7, 50_000, None), (25, 1, None), (0, 1 << 20, 410)):
+            got = log.read_for_fetch(offset, max_bytes, upper)
+            expected = log.read(offset, max_bytes, upper)
+            data = got.data if isinstance(got.data, bytes) else _bytes_of(got.data)
+            assert data == expected
+            headers = [h for _, h in iter_headers(expected)]
+            assert got.records == sum(h.records_count for h in headers)
+            assert got.end_offset == headers[-1].last_offset + 1
