@@ -217,7 +217,7 @@ class Connection(asyncio.BufferedProtocol):
             or not self.writable
             or self.streaming
             or self.muted
-            or (self.server.responses.exhausted and self.pending_bytes + self.direct_bytes > 0)
+            or (self.pending_bytes + self.direct_bytes > 0 and self.server.responses.exhausted)
         )
 
     def _process(self) -> None:
@@ -280,8 +280,8 @@ class Connection(asyncio.BufferedProtocol):
         if direct and self.transport is not None:
             self.transport.writelines(direct)
             direct.clear()
-        self.direct_bytes = 0
-        self.account()
+            self.direct_bytes = 0
+            self.account()
         if self.start == self.end:
             self.start = self.end = 0
             if len(self.buf) > BASE_BUFFER:
@@ -410,8 +410,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def _enqueue(self, pending: Pending) -> None:
         self.queue.append(pending)
-        self.pending_bytes += pending.size
-        self.account()
+        if pending.size:
+            self.pending_bytes += pending.size
+            self.account()
         if self.sender is None:
             self.sender = asyncio.get_running_loop().create_task(self._send())
 

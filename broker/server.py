@@ -79,6 +79,7 @@ class KafkaServer:
             else -1,
             metrics.request_memory.set,
         )
+        self.quotas = broker.quotas
         self.responses = MemoryPool(config.get("queued.max.response.bytes"), metrics.response_memory.set)
         kept = _DESCRIPTORS_KEPT + broker.files_reserved()
         self.counts = ConnectionCounts(
@@ -253,7 +254,7 @@ class KafkaServer:
             self.log_failure(conn, api.name, e)
             return None
         throttle_ms = 0
-        if self.broker.quotas.active:
+        if self.quotas.entities:
             throttle_ms = self._charge(ctx, len(frame), started)
             self._mute_owed(conn)  # before the next request is dispatched, even if it is already read
         if result is NO_RESPONSE:
