@@ -116,6 +116,7 @@ class Connection(asyncio.BufferedProtocol):
         self.waiting_responses = False
         self.lost = False
         self.muted = False  # a quota's throttle: nothing is read until it ends
+        self._unmute_at: asyncio.TimerHandle | None = None
         self.sender: asyncio.Task[None] | None = None
         self.barrier: asyncio.Future[Outcome] | None = None
         self.transport: asyncio.Transport | None = None
@@ -170,6 +171,8 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.lost = True
+        if self._unmute_at is not None:
+            self._unmute_at.cancel()
         self._hold(0)
         if self.waiting_responses:
             self.server.responses.forget(self._responses_available)
@@ -353,15 +356,22 @@ class Connection(asyncio.BufferedProtocol):
 
     def mute(self, throttle_ms: int) -> None:
         """Read no request for `throttle_ms` (a client over its quota), as Kafka mutes the
-        channel; responses already due are still written."""
-        if self.muted or self.closing:
+        channel; responses already due are still written.  A longer throttle extends it."""
+        if self.closing:
             return
+        loop = asyncio.get_running_loop()
+        until = loop.time() + throttle_ms / 1000
+        if self._unmute_at is not None:
+            if until <= self._unmute_at.when():
+                return
+            self._unmute_at.cancel()
         self.muted = True
         self._update_reading()
-        asyncio.get_running_loop().call_later(throttle_ms / 1000, self._unmute)
+        self._unmute_at = loop.call_at(until, self._unmute)
 
     def _unmute(self) -> None:
         self.muted = False
+        self._unmute_at = None
         if not self.closing:
             self._process()
 
