@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeGuard, cast
 
 from broker.handlers.base import NO_RESPONSE, Api, Outcome, Response, Signal
-from broker.netlimits import MemoryPool
+from broker.netlimits import MIN_CHUNK, MemoryPool
 from broker.protocol.fetch_codec import Buffer, Part, Streamed
 from broker.security.session import Session
 
@@ -52,6 +52,11 @@ _EMPTY = bytearray()
 
 Frames: TypeAlias = list[Part]  # a response as written: buffers, and file regions to stream
 _BUFFERS = (bytes, bytearray, memoryview)
+
+
+def _socket_fd(transport: asyncio.Transport) -> int | None:
+    sock = transport.get_extra_info("socket")
+    return sock.fileno() if sock is not None else None
 
 
 def _in_memory(parts: Frames) -> TypeGuard[list[Buffer]]:
@@ -558,6 +563,10 @@ class Connection(asyncio.BufferedProtocol):
         transport = self.transport
         assert transport is not None
         pool = self.server.responses
+        # Plaintext: the kernel copies from the file to the socket (sendfile) whenever the
+        # transport holds nothing that must go first; the transport is used only to wait
+        # for a full socket, with a small chunk.
+        socket_fd = None if self.listener.tls else _socket_fd(transport)
         fd = region.open()  # OSError (the file was deleted meanwhile): the connection closes
         try:
             position, left = region.position, region.length
@@ -566,7 +575,20 @@ class Connection(asyncio.BufferedProtocol):
                     await self._drained()
                 if self.lost:
                     return
-                n = min(left, pool.chunk())
+                if socket_fd is not None and not transport.get_write_buffer_size():
+                    try:
+                        sent = os.sendfile(socket_fd, fd, position, left)
+                    except BlockingIOError:
+                        sent = 0
+                    except (BrokenPipeError, ConnectionResetError):
+                        self.close()  # the client left mid-answer
+                        return
+                    if sent:
+                        position += sent
+                        left -= sent
+                        self.last_active = time.monotonic()
+                        continue
+                n = min(left, MIN_CHUNK if socket_fd is not None else pool.chunk())
                 data = os.pread(fd, n, position)
                 if len(data) != n:
                     raise OSError(f"the file ends {n - len(data)} bytes short of the response being sent")
