@@ -6,11 +6,11 @@ how long one request can hold the event loop.
 A `streamshop broker` child process (its descriptor limit raised to the hard limit) is
 measured from outside, through /proc and its own /metrics:
 
-1. resident memory with N idle connections open (they connect and send nothing);
-2. resident memory with 10 connections that each announce a 100 MB request and send nothing;
-3. slow readers (`loadtest.slow_readers`): 100 and then 1,000 connections, each with a 4 KiB
+1. slow readers (`loadtest.slow_readers`): 100 and then 1,000 connections, each with a 4 KiB
    receive buffer, ask twice for the whole of a 20 MB partition and read nothing: resident
    memory and the response memory the broker counts while they wait;
+2. resident memory with N idle connections open (they connect and send nothing);
+3. resident memory with 10 connections that each announce a 100 MB request and send nothing;
 4. the time for P abandoned long polls (Fetch v4, max_wait 2^31-1 ms, on an empty partition,
    whose clients then disconnect) to be freed: `streamshop_fetch_long_polls` and
    `streamshop_connections_open` back to 0;
@@ -314,11 +314,12 @@ def stalls(bootstrap: str, admin_url: str) -> dict[str, float]:
 def run(connections: int, polls: int) -> dict[str, dict[str, float]]:
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-limits-") as tmp, broker(Path(tmp)) as (proc, bootstrap, admin):
-        results["idle_connections"] = idle_connections(proc, bootstrap, connections)
-        results["size_claims"] = size_claims(proc, bootstrap)
+        # Slow readers first: the later steps grow the heap, which would hide what they take.
         slow_readers.fill(bootstrap, megabytes=20)
         for count in (100, 1000):
             results[f"slow_readers_{count}"] = slow_readers.measure(proc, bootstrap, admin, count)
+        results["idle_connections"] = idle_connections(proc, bootstrap, connections)
+        results["size_claims"] = size_claims(proc, bootstrap)
         results["abandoned_polls"] = abandoned_polls(bootstrap, admin, polls)
         results["loop_stalls"] = stalls(bootstrap, admin)
     with tempfile.TemporaryDirectory(prefix="bench-quotas-") as tmp, broker(Path(tmp)) as (_, bootstrap, _):
@@ -340,10 +341,6 @@ def report(results: dict[str, dict[str, float]]) -> list[str]:
     polls, loop = results["abandoned_polls"], results["loop_stalls"]
     quotas = results["quotas"]
     return [
-        f"{int(idle['connections']):,} idle connections: broker RSS {idle['rss_before_mib']:.0f} -> "
-        f"{idle['rss_with_connections_mib']:.0f} MiB ({idle['kib_per_connection']:.1f} KiB each; goal < 500 MiB)",
-        f"10 connections claiming 100 MB requests: RSS {claims['rss_before_mib']:.0f} -> "
-        f"{claims['rss_after_mib']:.0f} MiB",
         *(
             f"{int(slow['connections']):,} slow readers of a 20 MB partition: RSS {slow['rss_before_mib']:.0f} -> "
             f"{slow['rss_with_readers_mib']:.0f} MiB (+{slow['rss_with_readers_mib'] - slow['rss_before_mib']:.0f};"
@@ -351,6 +348,10 @@ def report(results: dict[str, dict[str, float]]) -> list[str]:
             f" {slow['response_memory_after_mib']:.1f} after they left"
             for slow in (results["slow_readers_100"], results["slow_readers_1000"])
         ),
+        f"{int(idle['connections']):,} idle connections: broker RSS {idle['rss_before_mib']:.0f} -> "
+        f"{idle['rss_with_connections_mib']:.0f} MiB ({idle['kib_per_connection']:.1f} KiB each; goal < 500 MiB)",
+        f"10 connections claiming 100 MB requests: RSS {claims['rss_before_mib']:.0f} -> "
+        f"{claims['rss_after_mib']:.0f} MiB",
         f"{int(polls['long_polls_waiting']):,} abandoned long polls freed in {polls['seconds_to_free'] * 1000:.0f} ms"
         " (goal < 1 s)",
         "while ... : slowest ApiVersions answer seen by a client / event-loop lag inside the broker"
