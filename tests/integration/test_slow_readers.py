@@ -6,6 +6,8 @@ other clients are served meanwhile, and a client that takes nothing for
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -102,3 +104,30 @@ def test_streamed_answers_arrive_intact_over_tls(tmp_path: Path, broker_factory:
     assert producer.flush(30) == 0
     assert _read_all(conf | {"max.partition.fetch.bytes": 2 * 1024 * 1024}, "tls-large", len(values)) == values
     assert broker.call(lambda: broker.server.responses.used) == 0
+
+
+def test_a_slow_but_reading_client_gets_a_large_answer_byte_for_byte(broker: ThreadBroker) -> None:
+    """A 4 KiB receive buffer read a little at a time: the answer goes out partly by sendfile
+    and partly through the transport while the socket is full, and must arrive in order."""
+    slow_readers.fill(broker.bootstrap, megabytes=4)
+    sock = slow_readers.open_slow_reader(broker.bootstrap)  # sends two Fetches of the partition
+    try:
+        stored = broker.call(lambda: broker.broker.store.partition_log(slow_readers.TOPIC, 0).read(0, 1 << 30))
+        for _ in range(2):
+            (size,) = struct.unpack(">i", _recv(sock, 4))
+            answer = b""
+            while len(answer) < size:
+                time.sleep(0.0005)
+                answer += _recv(sock, min(8192, size - len(answer)))
+            assert answer.endswith(stored)  # Fetch v4: the records are the answer's last field
+    finally:
+        sock.close()
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "the broker closed the connection"
+        data += chunk
+    return data
