@@ -54,7 +54,7 @@ from confluent_kafka.admin import (
 
 from broker.protocol.records import Record, build_batch
 from loadtest import guessing, quota_accuracy, slow_readers
-from loadtest.brokers import connect, recv_exactly, rss_mib, streamshop_broker, wait_idle
+from loadtest.brokers import connect, gauge, recv_exactly, rss_mib, streamshop_broker, wait_idle
 
 QUOTA = 1_000_000  # bytes/s, for the quota step
 ZSTD = 4
@@ -73,14 +73,6 @@ def broker(workdir: Path) -> Iterator[tuple[Any, str, str]]:
     with streamshop_broker(workdir, admin=True, settings={"log.cleaner.backoff.ms": "500"}) as started:
         assert started.admin_url is not None
         yield started.proc, started.bootstrap, started.admin_url
-
-
-def gauge(admin_url: str, name: str) -> float:
-    with urllib.request.urlopen(f"{admin_url}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    raise KeyError(name)
 
 
 # --- memory ----------------------------------------------------------------------------------

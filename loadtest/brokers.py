@@ -20,6 +20,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,6 +218,15 @@ def recv_exactly(sock: socket.socket, n: int) -> bytes:
 
 
 # --- /proc: memory and idleness ------------------------------------------------------------
+
+
+def gauge(admin_url: str, name: str) -> float:
+    """The value of an unlabelled metric on a streamshop broker's admin `/metrics`."""
+    with urllib.request.urlopen(f"{admin_url}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise KeyError(name)
 
 
 def rss_mib(pid: int) -> float:

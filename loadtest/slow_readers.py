@@ -12,14 +12,13 @@ from __future__ import annotations
 import socket
 import struct
 import time
-import urllib.request
 from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kit.settings import parse_host_port
-from loadtest.brokers import rss_mib, wait_idle
+from loadtest.brokers import gauge, rss_mib, wait_idle
 
 TOPIC = "slow-readers"
 RCVBUF = 4096
@@ -63,14 +62,6 @@ def open_slow_reader(bootstrap: str) -> socket.socket:
     sock.connect((server.host, server.port))
     sock.sendall(fetch_request(1) + fetch_request(2))
     return sock
-
-
-def gauge(admin_url: str, name: str) -> float:
-    with urllib.request.urlopen(f"{admin_url}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    raise KeyError(name)
 
 
 def settled(admin_url: str, name: str, quiet: float = 1.5, timeout: float = 120.0) -> float:

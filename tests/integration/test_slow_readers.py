@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.netlimits import MIN_CHUNK
 from loadtest import slow_readers
-from loadtest.brokers import rss_mib
+from loadtest.brokers import gauge, rss_mib
 from streamshop.pki import LocalCA
 from tests.support.harness import BrokerProcess, ThreadBroker
 from tests.support.secure import make_admin_user, secure_settings
@@ -70,7 +70,7 @@ def test_a_hundred_slow_readers_of_a_20_mb_partition_pin_a_bounded_amount_of_mem
         for sock in sockets:
             sock.close()
     deadline = time.monotonic() + 10
-    while slow_readers.gauge(admin_url, "streamshop_response_memory_bytes") > 0:
+    while gauge(admin_url, "streamshop_response_memory_bytes") > 0:
         assert time.monotonic() < deadline, "response memory not given back when the readers left"
         time.sleep(0.05)
 
