@@ -10,16 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntityData, EntryData, OpData
-from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.describe_client_quotas.v1.request import ComponentData, DescribeClientQuotasRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest
-from kio.schema.types import TopicName
-from kio.static.primitive import f64, i8, i16, i32
+from kio.static.primitive import f64, i8
 
 from loadtest import quota_accuracy
 from tests.support.harness import ThreadBroker
-from tests.support.kafka_wire import KafkaConnection, batch, connect, ms
+from tests.support.kafka_wire import KafkaConnection, batch, connect, create_topics_request
 
 ANY, DEFAULT, EXACT = 2, 1, 0
 
@@ -97,6 +95,8 @@ def test_what_kafka_refuses_is_invalid_request_and_validate_only_changes_nothing
         assert list(_found(_describe(conn))) == [(("user", "bob"),)]
         twice = _describe(conn, ("user", ANY, None), ("user", DEFAULT, None))
         assert twice.error_code == ErrorCode.invalid_request
+        assert _describe(conn, ("user", 7, None)).error_code == ErrorCode.invalid_request  # no such match type
+        assert _describe(conn, ("user", EXACT, None)).error_code == ErrorCode.invalid_request  # exact needs a name
 
 
 def test_a_producer_is_held_to_its_producer_byte_rate_within_ten_percent(
@@ -130,18 +130,7 @@ def test_partition_mutations_are_held_to_controller_mutation_rate(broker: Thread
     def create(name: str, partitions: int) -> Any:
         # a connection of its own each time: a throttled one is muted for the throttle time
         with connect(broker.bootstrap) as conn:
-            request = CreateTopicsRequest(
-                topics=(
-                    CreatableTopic(
-                        name=TopicName(name),
-                        num_partitions=i32(partitions),
-                        replication_factor=i16(-1),
-                        assignments=(),
-                        configs=(),
-                    ),
-                ),
-                timeout=ms(10_000),
-            )
+            request = create_topics_request(name, partitions)
             cid = conn.send(request, client_id="grabby")
             return conn.receive(19, 7, cid)
 

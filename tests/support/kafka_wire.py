@@ -155,6 +155,22 @@ def batch(
 PRODUCE_V9 = (0, 9)
 
 
+def create_topics_request(name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> CreateTopicsRequest:
+    """CreateTopics v7 of one topic, the broker's default replication."""
+    return CreateTopicsRequest(
+        topics=(
+            CreatableTopic(
+                name=TopicName(name),
+                num_partitions=i32(partitions),
+                replication_factor=i16(-1),
+                assignments=(),
+                configs=tuple(CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()),
+            ),
+        ),
+        timeout=ms(10_000),
+    )
+
+
 def produce_request(topic: str, partition: int, records: bytes | None, *, acks: int = -1) -> ProduceRequest:
     """A Produce v9 request of one batch (or several) to one partition."""
     return ProduceRequest(
@@ -278,21 +294,7 @@ class KafkaConnection:
         return self.request(ApiVersionsRequest(client_software_name="raw", client_software_version="1"))
 
     def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> Any:
-        response = self.request(
-            CreateTopicsRequest(
-                topics=(
-                    CreatableTopic(
-                        name=TopicName(name),
-                        num_partitions=i32(partitions),
-                        replication_factor=i16(-1),
-                        assignments=(),
-                        configs=tuple(CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()),
-                    ),
-                ),
-                timeout=ms(10_000),
-            )
-        )
-        return response.topics[0]
+        return self.request(create_topics_request(name, partitions, configs)).topics[0]
 
     def init_producer_id(self) -> tuple[int, int]:
         """(producer id, epoch) for an idempotent, non-transactional producer."""
