@@ -110,3 +110,24 @@ def test_quotas_are_read_back_from_the_metadata_log(tmp_path: Path) -> None:
         assert Quotas(again).entities == {((C, "x"), (U, None)): {PRODUCER_BYTE_RATE: 10.0, "request_percentage": 5.0}}
     finally:
         again.close(clean=True)
+
+
+def test_a_quota_record_that_does_not_decode_is_skipped_and_counted_never_fatal(tmp_path: Path) -> None:
+    config = BrokerConfig(data_dir=tmp_path)
+    store = MetadataStore(config, ManualClock(), recover=False)
+    Quotas(store).alter([(entity_of([(U, "kept")]), {PRODUCER_BYTE_RATE: 10.0})])
+    store.write_records(
+        [
+            (["quota", "not a list of pairs"], {PRODUCER_BYTE_RATE: 1.0}),
+            (["quota", [[U, "bad-value"]]], {PRODUCER_BYTE_RATE: -5}),
+            (["quota", [[U, "bad-key"]]], {"no_such_key": 1}),
+            (["quota", [["group", "g"]]], {PRODUCER_BYTE_RATE: 1}),
+        ]
+    )
+    store.close(clean=True)
+    again = MetadataStore(config, ManualClock(), recover=False)
+    try:
+        assert Quotas(again).entities == {((U, "kept"),): {PRODUCER_BYTE_RATE: 10.0}}
+        assert again.skipped.counts[again.meta_log.topic] == 4
+    finally:
+        again.close(clean=True)
