@@ -36,6 +36,8 @@ from kit.settings import ConfigError, HttpSettings, ProcessSettings, Settings
 from kit.tls import TlsConfigError
 
 __all__ = [
+    "FAIL_KEY",
+    "LISTENING_KEY",
     "READY_FIELDS_KEY",
     "StartupError",
     "base_url",
@@ -51,13 +53,19 @@ __all__ = [
 S = TypeVar("S", bound=Settings)
 
 READY_FIELDS_KEY: web.AppKey[dict[str, str]] = web.AppKey("ready_fields")
+# Called with the base URL once the server listens (before the ready line): what needs the bound
+# port, such as announcing it to peers.
+LISTENING_KEY: web.AppKey[list[Callable[[str], Awaitable[None]]]] = web.AppKey("listening")
+# Set by `serve_app` before startup: an app that can no longer serve calls it with the reason,
+# and the process stops with exit status 1 and that reason on stderr.
+FAIL_KEY: web.AppKey[Callable[[str], None]] = web.AppKey("fail")
 _FIELD_KEY = re.compile(r"[A-Za-z0-9_.-]+")
 _WILDCARDS = ("", "0.0.0.0", "::")
 
 
 class StartupError(Exception):
-    """The process cannot start for a reason outside its settings (a data directory in use, a
-    store that cannot be read); `main` prints it and exits 1."""
+    """The process cannot start, or can no longer serve, for a reason outside its settings (a
+    data directory in use, a store that cannot be read or was lost); `main` prints it and exits 1."""
 
 
 def signal_child(proc: asyncio.subprocess.Process, signum: int) -> None:
@@ -153,6 +161,13 @@ async def _serve(app: web.Application, config: HttpSettings, ssl_context: Any) -
     """What `web.run_app` does (startup, listen, graceful cleanup on SIGINT/SIGTERM), plus the
     ready line, which needs the bound port and so the runner itself."""
     stop = stop_event()
+    failure: list[str] = []
+
+    def fail(reason: str) -> None:
+        failure.append(reason)
+        stop.set()
+
+    app[FAIL_KEY] = fail
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     try:
         # Startup (the cleanup contexts) can wait tens of seconds on a Kafka client's timeouts
@@ -165,12 +180,17 @@ async def _serve(app: web.Application, config: HttpSettings, ssl_context: Any) -
             runner, config.listen, config.port, ssl_context=ssl_context, reuse_port=config.reuse_port or None
         ).start()
         port = int(runner.addresses[0][1])
+        url = base_url(config.listen, port, config.scheme)
+        for listening in app.get(LISTENING_KEY, ()):
+            await listening(url)
         settle_heap()
         fields = app.get(READY_FIELDS_KEY) or {}
-        print(ready_line(config.service_name, base_url(config.listen, port, config.scheme), fields), flush=True)
+        print(ready_line(config.service_name, url, fields), flush=True)
         await stop.wait()
     finally:
         await runner.cleanup()
+    if failure:
+        raise StartupError(failure[0])
 
 
 def settle_heap() -> None:

@@ -8,18 +8,21 @@ clients, serializers and tools work against it unchanged.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from kit import process
 from kit.app import create_base_app
+from kit.process import FAIL_KEY, LISTENING_KEY
 from kit.settings import ConfigError, HttpSettings
 from kit.throttle import FailureThrottle
 from kit.users import Users
 from registry.auth import basic_auth
 from registry.config import RegistryConfig
+from registry.election import PrimaryElection
+from registry.forward import ELECTION, peer_session_context, primary_only
 from registry.http import CONFIG, RESPONSE_TYPES, STORE, confluent_errors, reply, store_of
 from registry.openapi import registry_openapi
 from registry.routes import compatibility, schemas, settings, subjects
@@ -50,27 +53,43 @@ def create_app(config: RegistryConfig) -> web.Application:
     )
     app = create_base_app(config, errors=confluent_errors, probes=False, middlewares=auth)
     app[CONFIG] = config
-    app[STORE] = SchemaStore(config)
+
+    def lost(reason: str) -> None:
+        fail = app.get(FAIL_KEY)  # under `serve_app`: the process stops with the reason
+        if fail is not None:
+            fail(reason)
+
+    store = SchemaStore(config, on_lost=lost)
+    election = PrimaryElection(config, on_change=store.follow)
+    app[STORE] = store
+    app[ELECTION] = election
 
     async def store_context(app: web.Application) -> AsyncIterator[None]:
-        await app[STORE].start()
+        await store.start()
         yield
-        await app[STORE].stop()
+        await election.stop()  # leave the group first: another instance takes the role at once
+        await store.stop()
+
+    async def join_group(url: str) -> None:
+        await election.start(url)  # once listening: the group learns where to forward writes
 
     app.cleanup_ctx.append(store_context)
+    app.cleanup_ctx.append(peer_session_context(config))
+    listening: list[Callable[[str], Awaitable[None]]] = [join_group]
+    app[LISTENING_KEY] = listening
     r = app.router
     r.add_get("/", subjects.root)
     r.add_get("/healthz", healthz)
     r.add_get("/readyz", readyz)
     r.add_get("/subjects", subjects.list_subjects)
     r.add_get("/subjects/{subject}/versions", subjects.list_versions)
-    r.add_post("/subjects/{subject}/versions", subjects.register)
+    r.add_post("/subjects/{subject}/versions", primary_only(subjects.register))
     r.add_get("/subjects/{subject}/versions/{version}", subjects.get_version)
-    r.add_delete("/subjects/{subject}/versions/{version}", subjects.delete_version)
+    r.add_delete("/subjects/{subject}/versions/{version}", primary_only(subjects.delete_version))
     r.add_get("/subjects/{subject}/versions/{version}/schema", subjects.get_version_schema)
     r.add_get("/subjects/{subject}/versions/{version}/referencedby", subjects.referenced_by)
     r.add_post("/subjects/{subject}", subjects.lookup_schema)
-    r.add_delete("/subjects/{subject}", subjects.delete_subject)
+    r.add_delete("/subjects/{subject}", primary_only(subjects.delete_subject))
     r.add_get("/schemas", schemas.list_schemas)
     r.add_get("/schemas/types", schemas.schema_types)
     r.add_get("/schemas/ids/{id}", schemas.get_schema)
@@ -81,13 +100,13 @@ def create_app(config: RegistryConfig) -> web.Application:
     r.add_post("/compatibility/subjects/{subject}/versions/{version}", compatibility.check)
     for path in ("/config", "/config/{subject}"):
         r.add_get(path, settings.get_config)
-        r.add_put(path, settings.put_config)
-        r.add_delete(path, settings.delete_config)
+        r.add_put(path, primary_only(settings.put_config))
+        r.add_delete(path, primary_only(settings.delete_config))
     r.add_get("/mode", settings.get_mode)
-    r.add_put("/mode", settings.put_mode)
+    r.add_put("/mode", primary_only(settings.put_mode))
     r.add_get("/mode/{subject}", settings.get_mode)
-    r.add_put("/mode/{subject}", settings.put_mode)
-    r.add_delete("/mode/{subject}", settings.delete_mode)
+    r.add_put("/mode/{subject}", primary_only(settings.put_mode))
+    r.add_delete("/mode/{subject}", primary_only(settings.delete_mode))
     description = registry_openapi(RESPONSE_TYPES)
 
     async def openapi(request: web.Request) -> web.Response:
@@ -126,10 +145,13 @@ async def start_registry(config: RegistryConfig) -> RunningRegistry:
     await runner.setup()
     try:
         await web.TCPSite(runner, config.listen, config.port, ssl_context=config.server_ssl_context()).start()
+        running = RunningRegistry(app, runner, config, int(runner.addresses[0][1]))
+        for listening in app[LISTENING_KEY]:
+            await listening(running.url)
     except BaseException:
         await runner.cleanup()
         raise
-    return RunningRegistry(app, runner, config, int(runner.addresses[0][1]))
+    return running
 
 
 def main(overrides: dict[str, object] | None = None) -> int:

@@ -59,8 +59,19 @@ class RegistryConfig(HttpSettings, KafkaClientSettings):
     default_compatibility: Level = setting(Level.BACKWARD, help="compatibility level of subjects without their own")
     startup_timeout: float = setting(60.0, minimum=0.001, help="seconds start-up may wait for the broker")
     write_timeout: float = setting(15.0, minimum=0.001, help="seconds one write may take (produce, read back)")
-    write_attempts: int = setting(20, minimum=1, help="attempts of a write that loses an id race")
     client_id: str = setting("streamshop-registry", help="the Kafka clients' client.id")
+    # The primary election (registry.election), as Confluent's schema.registry.group.id and
+    # leader.eligibility: instances of one group elect one writer; the others forward writes to it.
+    group_id: str = setting("schema-registry", help="the group whose members elect the primary (one writer)")
+    primary_eligible: bool = setting(True, help="whether this instance may be elected primary")
+    advertised_url: str | None = setting(
+        None, help="the URL other instances forward writes to (default: the listen address and bound port)"
+    )
+    peer_ssl_cafile: Path | None = setting(None, help="CA certificates that sign other instances' HTTPS (PEM)")
+    session_timeout_ms: int = setting(
+        10_000, minimum=1, help="an instance that sends no heartbeat this long leaves the group (and its role)"
+    )
+    heartbeat_interval_ms: int = setting(1_000, minimum=1, help="how often an instance heartbeats to the group")
     # HTTP basic auth: a users file (kit.users) turns it on; None serves everyone.
     users_file: Path | None = setting(None, help="users file for HTTP basic auth (none: open)")
     login_throttle_max_s: float = setting(
@@ -68,8 +79,15 @@ class RegistryConfig(HttpSettings, KafkaClientSettings):
     )
 
     def check(self) -> None:
+        problems = []
         if not self.topic:
-            raise ConfigError([f"{self.env_name('topic')}: must not be empty"])
+            problems.append(f"{self.env_name('topic')}: must not be empty")
+        if not self.group_id:
+            problems.append(f"{self.env_name('group_id')}: must not be empty")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            problems.append(f"{self.env_name('heartbeat_interval_ms')}: must be below the session timeout")
+        if problems:
+            raise ConfigError(problems)
 
     @property
     def url(self) -> str:

@@ -36,6 +36,8 @@ ID_DOES_NOT_MATCH = 42207
 # 500
 STORE_ERROR = 50001
 OPERATION_TIMEOUT = 50002
+FORWARDING_ERROR = 50003
+UNKNOWN_PRIMARY = 50004
 
 MAX_VERSION = 2**31 - 1
 
@@ -158,6 +160,16 @@ def store_error(message: str) -> RegistryError:
 
 def operation_timeout(message: str) -> RegistryError:
     return RegistryError(500, OPERATION_TIMEOUT, message)
+
+
+def forwarding_error(message: str) -> RegistryError:
+    """A secondary could not pass a write to the primary (Confluent's 50003)."""
+    return RegistryError(500, FORWARDING_ERROR, message)
+
+
+def unknown_primary(message: str) -> RegistryError:
+    """No primary is elected (Confluent's 50004, "unknown leader")."""
+    return RegistryError(500, UNKNOWN_PRIMARY, message)
 
 
 def http_error(status: int, reason: str) -> RegistryError:

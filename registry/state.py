@@ -2,14 +2,13 @@
 topic change it.
 
 The state is built only by applying records in log order, with deterministic rules, so every
-registry instance that read the same records holds the same state. Instances write concurrently
-and may race (see `registry.store`); the log settles each race because **the first
-record in the log wins**: a `SCHEMA` record is *rejected* (ignored) when its key already holds a
-different schema, when its id is bound to a different schema, or when its schema is bound to a
-different id (ids and schemas are one-to-one). Nor does any record un-delete a version, or
-permanently delete one that was not soft-deleted first. `apply` says whether a record was
-accepted; the state remembers, per `SCHEMA` key, whether its last record was, because compaction
-keeps only that one (`dirty_keys`).
+registry instance that read the same records holds the same state. One primary writes
+(`registry.store`), so records apply **last-wins**, as Confluent's do: a key's latest record is
+its value, a tombstone removes it, and a compacted log (which keeps only the latest record of each
+key) replays to the same state as the full one. One rule guards what a registry must never
+do whoever wrote the topic: a `SCHEMA` record that would bind an id already bound, by another
+key, to a different schema (or give a schema a second id) is refused, counted and logged. `apply`
+says whether a record was applied.
 """
 
 from __future__ import annotations
@@ -66,9 +65,7 @@ class RegistryState:
         self.max_id = 0
         self.configs: dict[str | None, Level] = {}
         self.modes: dict[str | None, Mode] = {}
-        # Per SCHEMA key: offset of its last record and whether that record was accepted.
-        self.last_schema_record: dict[tuple[str, int], tuple[int, bool]] = {}
-        self.rejected = 0
+        self.rejected = 0  # SCHEMA records refused: they would bind one id to two schemas
         self.unreadable = 0  # records of the topic that did not decode (skipped)
 
     # -- reading ---------------------------------------------------------------------------
@@ -96,10 +93,6 @@ class RegistryState:
             (sv for sv in found if include_deleted or not sv.deleted), key=lambda sv: (sv.subject, sv.version)
         )
 
-    def dirty_keys(self) -> list[tuple[str, int]]:
-        """SCHEMA keys whose last record was rejected (compaction would keep the loser)."""
-        return [key for key, (_, accepted) in self.last_schema_record.items() if not accepted]
-
     # -- applying records ----------------------------------------------------------------------
 
     def apply(self, offset: int, key: bytes | None, value: bytes | None) -> bool:
@@ -121,9 +114,9 @@ class RegistryState:
             if not isinstance(subject, str) or not isinstance(version, int) or isinstance(version, bool):
                 return False
             accepted = self._apply_schema(subject, version, v)
-            self.last_schema_record[(subject, version)] = (offset, accepted)
             if not accepted:
                 self.rejected += 1
+                log.warning("record refused", offset=offset, subject=subject, version=version)
             return accepted
         if keytype == "CONFIG":
             return self._apply_setting(self.configs, subject, v, "compatibilityLevel", Level)
@@ -152,45 +145,41 @@ class RegistryState:
         return True
 
     def _apply_schema(self, subject: str, version: int, v: Any) -> bool:
+        key = (subject, version)
         current = self.subjects.get(subject, {}).get(version)
-        if v is None:  # tombstone: permanent deletion, only of a soft-deleted version
-            if current is None:
-                return True
-            if not current.deleted:
-                return False
-            self._remove(current)
+        if v is None:  # tombstone: the version is gone
+            if current is not None:
+                self._remove(current)
             return True
         if not isinstance(v, dict):
             return False
         schema_id, text, deleted = v.get("id"), v.get("schema"), v.get("deleted", False)
-        if not isinstance(schema_id, int) or not isinstance(text, str) or not isinstance(deleted, bool):
+        if not isinstance(schema_id, int) or isinstance(schema_id, bool) or not isinstance(text, str):
             return False
-        if str(v.get("schemaType") or "AVRO").upper() != "AVRO":
+        if not isinstance(deleted, bool) or str(v.get("schemaType") or "AVRO").upper() != "AVRO":
             return False
         try:
             parsed = parse_avro(text)
         except RegistryError:
             return False
-        if current is not None:
-            if current.id != schema_id or current.schema.identity != parsed.identity:
-                return False  # the key holds another schema: the first record won
-            if deleted == current.deleted:
-                return True
-            if not deleted:
-                return False  # no record un-deletes a version
-            self.subjects[subject][version] = replace(current, deleted=True)
-            return True
+
+        def bound_elsewhere(bound_id: int) -> bool:
+            return bool(self.refs.get(bound_id, set()) - {key})
+
         bound = self.schemas.get(schema_id)
-        if bound is not None and bound.identity != parsed.identity:
+        if bound is not None and bound.identity != parsed.identity and bound_elsewhere(schema_id):
             return False  # the id belongs to another schema
         other = self.ids_by_identity.get(parsed.identity)
-        if other is not None and other != schema_id:
+        if other is not None and other != schema_id and bound_elsewhere(other):
             return False  # the schema already has another id
+        if current is not None:
+            self._remove(current)
+        bound = self.schemas.get(schema_id)
         schema = bound if bound is not None else parsed
         self.subjects.setdefault(subject, {})[version] = SchemaVersion(subject, version, schema_id, schema, deleted)
         self.schemas[schema_id] = schema
         self.ids_by_identity[parsed.identity] = schema_id
-        self.refs.setdefault(schema_id, set()).add((subject, version))
+        self.refs.setdefault(schema_id, set()).add(key)
         self.max_id = max(self.max_id, schema_id)
         return True
 

@@ -4,32 +4,24 @@ Every change is one record in a single-partition, `cleanup.policy=compact` topic
 valued as Confluent Schema Registry writes its `_schemas` topic (`registry.log_records`).
 A registry replays the topic from the beginning before it serves, then tails it for as long as it
 runs, applying each record to its `RegistryState` (`registry.state`), so any number of
-registry processes pointing at one broker converge on the same state. A write is produced
-(idempotent producer, `acks=all`) and answered only once this process has consumed that very
-record back and applied it: what a client was told is what the log says.
+registry processes pointing at one broker converge on the same state.
 
-Id allocation and concurrent writers
-------------------------------------
-Confluent elects one primary and forwards writes to it. Here every instance writes, optimistically:
-under a per-process lock it catches up to the end of the log, picks `id = max id seen + 1` (or the
-id the same schema already has) and `version = highest version of the subject + 1`, and produces.
-Two instances can race and pick the same id for different schemas, or the same version of one
-subject. The log decides, deterministically, because every instance applies records in log order
-with the same rules, under which the first record in the log wins (`RegistryState.apply`):
+One writer
+----------
+Only the primary writes (`registry.election` elects it; the others forward writes to it). When
+it becomes primary it opens a transactional producer whose `transactional.id` is the group's:
+the broker then fences every earlier primary (its next commit fails) and aborts whatever it left
+open, and the new primary reads the log to its end before it picks an id. Each write is one
+transaction: catch up, check, `id = max id seen + 1`, `version = highest version + 1`, commit,
+and answer once this process has read its own records back and applied them. Readers use
+`read_committed`, so a fenced or crashed primary's records are never applied anywhere. With one
+writer the log is a plain sequence of changes and records apply last-wins, as Confluent's do; so a
+compacted log replays to the same state as the full one.
 
-* the writer of a rejected record sees the rejection when it reads its own record back, and retries
-  from the top (catch up, recheck compatibility, new id/version) -- up to `write_attempts` times;
-* compaction keeps only the last record of a key, so a rejected record must never stay the last
-  one of its key: the loser then writes the key's current state again (a copy of the winner, or a
-  tombstone when the key holds nothing) -- "healing". A registry that starts also heals every key
-  whose last record was rejected (a loser that crashed before healing). Heals follow the same rules
-  (a stale heal is itself rejected and healed again), so they converge.
-
-Ids stay stable across restarts because they are data in the log, not counters. Caveats: an id
-whose every version was permanently deleted, once compaction has also dropped the tombstones, is no
-longer known and may be handed out again (so may Confluent's, which also derives ids from its store);
-a compaction pass whose cleanable range ends exactly between a losing record and its heal
-(milliseconds apart) keeps the loser instead of the winner. See docs/adr/003.
+Its clients never let the broker create a topic (`allow.auto.create.topics=false`): the topic is
+created once, compacted, by the admin API at start. A registry that finds it gone (deleted, or
+deleted and created again) stops serving writes and says so, rather than writing into a topic
+with the broker's defaults; restarting creates it properly.
 """
 
 from __future__ import annotations
@@ -37,17 +29,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.aio import AIOConsumer
 
 from registry import errors
 from registry.config import RegistryConfig
+from registry.election import Primary
 from registry.errors import RegistryError
 from registry.levels import Level
 from registry.log_records import (
@@ -62,11 +56,14 @@ from registry.log_records import (
 )
 from registry.schema_text import ParsedSchema, checked
 from registry.state import Mode, RegistryState, SchemaVersion
+from registry.writer import Fenced, TransactionalWriter, WriteFailed
 
 log = structlog.get_logger(__name__)
 
 TOPIC_ALREADY_EXISTS = 36
 LATEST = -1
+TOPIC_CHECK_SECONDS = 5.0  # how often the tail checks the topic still exists
+TAIL_WAIT_SECONDS = 0.1
 
 T = TypeVar("T")
 
@@ -75,67 +72,75 @@ class StoreUnavailable(Exception):
     """The broker or the `_schemas` topic cannot be used (start-up fails with this)."""
 
 
-@dataclass(frozen=True)
-class _LostRace:
-    """A write attempt whose records the log rejected: the SCHEMA keys to heal before retrying."""
-
-    keys: list[tuple[str, int]]
-
-
 class SchemaStore:
-    """The registry's state, kept in step with the `_schemas` topic, and its writes."""
+    """The registry's state, kept in step with the `_schemas` topic, and its writes (when this
+    instance is the primary)."""
 
-    def __init__(self, config: RegistryConfig) -> None:
+    def __init__(self, config: RegistryConfig, on_lost: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.state = RegistryState(config.default_compatibility)
         self._tp = TopicPartition(config.topic, 0)
-        self._producer: AIOKafkaProducer | None = None
-        self._consumer: AIOKafkaConsumer | None = None
-        # A second client for ListOffsets: a broker answers one connection's requests in order,
-        # so on the tailing consumer's connection they would queue behind its long-poll fetch.
-        self._offsets: AIOKafkaConsumer | None = None
+        self._consumer: AIOConsumer | None = None
+        # A second client for offsets and metadata: a broker answers one connection's requests in
+        # order, so on the tailing consumer's connection they would queue behind its long-poll fetch.
+        self._offsets: AIOConsumer | None = None
         self._tail_task: asyncio.Task[None] | None = None
         self._position = 0  # next offset to apply
         self._progress = asyncio.Event()
         self._outcomes: dict[int, bool] = {}
         self._lock = asyncio.Lock()
         self._tail_error: str | None = None
+        self._lost: str | None = None
+        self._on_lost = on_lost
+        # The writer: present only while this instance is the primary.
+        self._role: Primary | None = None
+        self._role_task: asyncio.Task[None] | None = None
+        self._writer: TransactionalWriter | None = None
+        self._writable = asyncio.Event()
         self.started = False
-        self.conflicts = 0  # own writes the log rejected (lost races), retried
+        self.fenced = 0  # writes refused because another instance had taken over
 
     @property
     def position(self) -> int:
         return self._position
 
+    @property
+    def role(self) -> Primary | None:
+        return self._role
+
     # -- life cycle ----------------------------------------------------------------------------
 
+    def _client_config(self, **extra: Any) -> dict[str, Any]:
+        return {
+            **self.config.librdkafka_config(),
+            "client.id": self.config.client_id,
+            "allow.auto.create.topics": False,
+            "log_level": 3,  # librdkafka's own errors only; the store logs what it makes of them
+            **extra,
+        }
+
+    def _consumer_config(self) -> dict[str, Any]:
+        # Assigned, never joined: `group.id` is required by the client but nothing is committed.
+        return self._client_config(
+            **{
+                "group.id": self.config.group_id,
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 500,
+            }
+        )
+
     async def start(self) -> None:
-        """Create the topic if needed, replay it to its end, heal lost races: then serve."""
+        """Create the topic if needed, then replay it to its end: then serve."""
         deadline = time.monotonic() + self.config.startup_timeout
         try:
             await self._ensure_topic(deadline)
-            self._producer = AIOKafkaProducer(
-                bootstrap_servers=self.config.bootstrap_servers,
-                client_id=self.config.client_id,
-                **self.config.kafka_security.aiokafka_kwargs(),
-                acks="all",
-                enable_idempotence=True,
-                linger_ms=0,
-            )
-            await self._producer.start()
-            self._consumer = await self._start_consumer(auto_offset_reset="earliest", fetch_max_wait_ms=500)
-            self._offsets = await self._start_consumer()
-            partitions = self._consumer.partitions_for_topic(self.config.topic) or set()
-            if len(partitions) > 1:
-                raise StoreUnavailable(
-                    f"topic {self.config.topic} has {len(partitions)} partitions; the registry needs exactly 1"
-                )
-            self._consumer.assign([self._tp])
-            await self._consumer.seek_to_beginning(self._tp)
+            self._consumer = AIOConsumer(self._consumer_config(), max_workers=1)
+            self._offsets = AIOConsumer(self._consumer_config(), max_workers=1)
+            await self._consumer.assign([TopicPartition(self.config.topic, 0, OFFSET_BEGINNING)])
             self._tail_task = asyncio.create_task(self._tail(), name="registry-tail")
             await self.sync(max(1.0, deadline - time.monotonic()))
-            async with self._lock:
-                await self._heal(self.state.dirty_keys())
         except BaseException:
             await self.stop()
             raise
@@ -148,40 +153,21 @@ class SchemaStore:
             schemas=len(self.state.schemas),
         )
 
-    async def _start_consumer(self, **options: Any) -> AIOKafkaConsumer:
-        """A started consumer outside any group: the store assigns its one partition itself and
-        keeps its position in memory (a replay always starts from the beginning)."""
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.config.bootstrap_servers,
-            client_id=self.config.client_id,
-            **self.config.kafka_security.aiokafka_kwargs(),
-            group_id=None,
-            enable_auto_commit=False,
-            **options,
-        )
-        try:
-            await consumer.start()
-        except BaseException:
-            await consumer.stop()  # `stop()` cannot: the consumer is not stored yet
-            raise
-        return consumer
-
     async def stop(self) -> None:
         self.started = False
-        if self._tail_task is not None:
-            self._tail_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._tail_task
-            self._tail_task = None
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
-        if self._offsets is not None:
-            await self._offsets.stop()
-            self._offsets = None
-        if self._producer is not None:
-            await self._producer.stop()
-            self._producer = None
+        self._writable.clear()
+        for task in (self._role_task, self._tail_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._role_task = self._tail_task = None
+        await self._drop_writer()
+        for consumer in (self._consumer, self._offsets):
+            if consumer is not None:
+                with contextlib.suppress(Exception):
+                    await consumer.close()
+        self._consumer = self._offsets = None
 
     async def _ensure_topic(self, deadline: float) -> None:
         """Create the compacted single-partition topic, or check the existing one is compacted."""
@@ -215,11 +201,17 @@ class SchemaStore:
             if code not in (0, TOPIC_ALREADY_EXISTS):
                 raise StoreUnavailable(f"cannot create topic {self.config.topic}: {code} {message}")
             if code == TOPIC_ALREADY_EXISTS:
-                await self._check_topic_config(admin)
+                await self._check_topic(admin)
             else:
                 log.info("created schemas topic", topic=self.config.topic, replicas=replicas)
 
-    async def _check_topic_config(self, admin: AIOKafkaAdminClient) -> None:
+    async def _check_topic(self, admin: AIOKafkaAdminClient) -> None:
+        described = await admin.describe_topics([self.config.topic])
+        partitions = len(described[0].get("partitions", ())) if described else 0
+        if partitions > 1:
+            raise StoreUnavailable(
+                f"topic {self.config.topic} has {partitions} partitions; the registry needs exactly 1"
+            )
         responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, self.config.topic)])
         for response in responses:
             for resource in response.resources:
@@ -234,26 +226,20 @@ class SchemaStore:
     async def _tail(self) -> None:
         assert self._consumer is not None
         consumer = self._consumer
+        checked = time.monotonic()
         while True:
             try:
-                batches = await consumer.getmany(self._tp, timeout_ms=500, max_records=1000)
-                records = batches.get(self._tp, [])
-                for record in records:
-                    try:
-                        accepted = self.state.apply(record.offset, record.key, record.value)
-                    except Exception as e:
-                        self.state.unreadable += 1
-                        log.warning("record skipped", offset=record.offset, error=f"{type(e).__name__}: {e}")
-                        accepted = False
-                    self._outcomes[record.offset] = accepted
-                    if not accepted:
-                        log.info(
-                            "record rejected", offset=record.offset, key=(record.key or b"").decode(errors="replace")
-                        )
-                position = await consumer.position(self._tp)
-                if records:
-                    position = max(position, records[-1].offset + 1)
-                self._position = max(self._position, position)
+                # A batch call waits until the batch is full: wait for one, then take what is there.
+                # A short wait: closing the consumer waits for the call in flight.
+                messages = await consumer.consume(num_messages=1, timeout=TAIL_WAIT_SECONDS)
+                if messages:
+                    messages += await consumer.consume(num_messages=1000, timeout=0)
+                for message in messages:
+                    self._take(message)
+                self._position = max(self._position, await self._consumer_position(consumer))
+                if time.monotonic() - checked > TOPIC_CHECK_SECONDS:
+                    checked = time.monotonic()
+                    await self._check_still_there()
                 self._tail_error = None
             except asyncio.CancelledError:
                 raise
@@ -267,6 +253,58 @@ class SchemaStore:
                 del self._outcomes[next(iter(self._outcomes))]
             event, self._progress = self._progress, asyncio.Event()
             event.set()
+
+    def _take(self, message: Message) -> None:
+        """Apply one message of the topic, or learn from its error."""
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                self._position = max(self._position, int(message.offset() or 0))
+            elif error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+                self._topic_lost(f"the schemas topic {self.config.topic} no longer exists")
+            else:
+                raise KafkaException(error)
+            return
+        offset = int(message.offset() or 0)
+        key, value = message.key(), message.value()
+        try:
+            accepted = self.state.apply(offset, _raw(key), _raw(value))
+        except Exception as e:
+            self.state.unreadable += 1
+            log.warning("record skipped", offset=offset, error=f"{type(e).__name__}: {e}")
+            accepted = False
+        self._outcomes[offset] = accepted
+        if not accepted:
+            log.info("record refused", offset=offset, key=(_raw(key) or b"").decode(errors="replace"))
+        self._position = max(self._position, offset + 1)
+
+    async def _consumer_position(self, consumer: AIOConsumer) -> int:
+        [tp] = await consumer.position([self._tp])
+        return max(0, int(tp.offset))
+
+    async def _check_still_there(self) -> None:
+        """Deleted, or deleted and created again (its end now below what was read): lost."""
+        assert self._offsets is not None
+        metadata = await self._offsets.list_topics(self.config.topic, timeout=5)
+        topic = metadata.topics.get(self.config.topic)
+        if topic is None or (topic.error is not None and topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            self._topic_lost(f"the schemas topic {self.config.topic} no longer exists")
+            return
+        end = await self.end_offset(5.0)
+        if end < self._position:
+            self._topic_lost(
+                f"the schemas topic {self.config.topic} ends at offset {end}, before the {self._position} "
+                "records already read: it was deleted and created again"
+            )
+
+    def _topic_lost(self, reason: str) -> None:
+        if self._lost is not None:
+            return
+        self._lost = f"{reason}; restart the registry to create it again"
+        self._writable.clear()
+        log.error("schemas topic lost: writes stopped", problem=self._lost)
+        if self._on_lost is not None:
+            self._on_lost(self._lost)
 
     async def _wait_position(self, target: int, within: float) -> None:
         deadline = time.monotonic() + within
@@ -282,18 +320,24 @@ class SchemaStore:
                 await asyncio.wait_for(self._progress.wait(), remaining)
 
     async def end_offset(self, within: float | None = None) -> int:
+        """The last stable offset: the end of what committed transactions wrote."""
         assert self._offsets is not None
+        within = within or self.config.write_timeout
         try:
-            ends = await asyncio.wait_for(self._offsets.end_offsets([self._tp]), within or self.config.write_timeout)
+            _low, high = await asyncio.wait_for(
+                self._offsets.get_watermark_offsets(self._tp, timeout=within, cached=False), within + 1
+            )
         except TimeoutError as e:
             raise errors.operation_timeout("timed out asking the broker for the end of the schemas topic") from e
         except Exception as e:
             raise errors.store_error(f"cannot reach the broker: {e}") from e
-        return int(ends[self._tp])
+        return int(high)
 
     async def sync(self, within: float | None = None) -> None:
         """Read the log up to its current end: after this, every write that was answered
         before the call is applied here, whichever registry made it."""
+        if self._lost is not None:
+            raise errors.store_error(self._lost)
         within = within or self.config.write_timeout
         deadline = time.monotonic() + within
         end = await self.end_offset(within)
@@ -302,6 +346,11 @@ class SchemaStore:
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Broker reachable and the log read to its end."""
         detail: dict[str, Any] = {"position": self._position}
+        if self._role is not None:
+            detail["primary"] = self._role.url
+            detail["role"] = "primary" if self._role.is_self else "secondary"
+        if self._lost is not None:
+            return False, {**detail, "reason": self._lost}
         if not self.started or self._tail_task is None or self._tail_task.done():
             return False, {**detail, "reason": "not started"}
         if self._tail_error is not None:
@@ -315,63 +364,111 @@ class SchemaStore:
         detail["position"] = self._position
         return True, detail
 
-    # -- writing -------------------------------------------------------------------------------
+    # -- the writer: this instance's role ---------------------------------------------------------
 
-    async def _produce(self, records: Sequence[Record]) -> list[bool]:
-        """Produce records in order and wait until this process has applied them all;
-        whether the log accepted each one."""
-        producer = self._producer
-        assert producer is not None
+    def follow(self, primary: Primary | None) -> None:
+        """What the election decided (`registry.election`): open the writer when this instance
+        was elected, close it when another was."""
+        self._role = primary
+        if primary is None or not primary.is_self:
+            self._writable.clear()
+        if self._role_task is None or self._role_task.done():
+            self._role_task = asyncio.create_task(self._settle_role(), name="registry-role")
 
-        async def send_all() -> list[Any]:
-            futures = [
-                await producer.send(self.config.topic, key=key, value=value, partition=0) for key, value in records
-            ]
-            return list(await asyncio.gather(*futures))
-
-        try:
-            metadata = await asyncio.wait_for(send_all(), self.config.write_timeout)
-        except TimeoutError as e:
-            raise errors.operation_timeout("timed out writing to the schemas topic") from e
-        except Exception as e:
-            raise errors.store_error(f"cannot write to the schemas topic: {e}") from e
-        offsets = [int(m.offset) for m in metadata]
-        await self._wait_position(max(offsets) + 1, self.config.write_timeout)
-        return [self._outcomes.get(offset, False) for offset in offsets]
-
-    async def _heal(self, keys: Iterable[tuple[str, int]]) -> None:
-        """Make the last record of each key encode its current state again (see module doc)."""
-        pending = list(dict.fromkeys(keys))
-        for _ in range(self.config.write_attempts):
-            pending = [key for key in pending if not self.state.last_schema_record.get(key, (0, True))[1]]
-            if not pending:
+    async def _settle_role(self) -> None:
+        while True:
+            role = self._role
+            elected = role is not None and role.is_self and self._lost is None
+            try:
+                if elected and self._writer is None:
+                    await self._open_writer()
+                elif role is not None and not role.is_self and self._writer is not None:
+                    async with self._lock:  # after the write in flight
+                        await self._drop_writer()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("taking the primary role failed; retrying", error=f"{type(e).__name__}: {e}")
+                await self._drop_writer()
+                await asyncio.sleep(0.5)
+                continue
+            if self._role is role:
+                if elected and self._writer is not None:
+                    self._writable.set()
                 return
-            records: list[Record] = []
-            for subject, version in pending:
-                current = self.state.subjects.get(subject, {}).get(version)
-                records.append((schema_key(subject, version), current.value() if current is not None else None))
-            log.info("healing keys after a lost race", keys=len(records))
-            await self._produce(records)
-        raise errors.store_error("could not settle the schemas topic after concurrent writes")
 
-    def _writable(self, subject: str | None) -> None:
+    async def _open_writer(self) -> None:
+        """Fence every earlier primary, then read what it committed: only then pick ids."""
+        writer = TransactionalWriter(
+            self._client_config(
+                **{
+                    "transactional.id": self.config.group_id,
+                    "linger.ms": 0,
+                    "transaction.timeout.ms": max(1000, int(self.config.write_timeout * 4000)),
+                    "message.timeout.ms": max(1000, int(self.config.write_timeout * 1000)),
+                }
+            )
+        )
+        self._writer = writer
+        await writer.init(self.config.write_timeout)
+        await self.sync()
+        log.info("this registry writes the schemas topic", transactional_id=self.config.group_id)
+
+    async def _drop_writer(self) -> None:
+        self._writable.clear()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await writer.close()
+
+    async def _commit(self, records: Sequence[Record]) -> None:
+        """Write `records` in one transaction and wait until this process has applied them."""
+        writer = self._writer
+        assert writer is not None
+        timeout = self.config.write_timeout
+        try:
+            offsets = await writer.write(self.config.topic, records, timeout)
+        except Fenced as e:
+            # Another instance took the role over: it alone writes now.
+            self.fenced += 1
+            log.warning("fenced: another registry is the primary now", error=str(e))
+            await self._drop_writer()
+            if self._role is not None and self._role.is_self:
+                self.follow(self._role)  # the election has not said so yet: open a new writer
+            raise errors.forwarding_error("this registry is no longer the primary; send the write again") from e
+        except WriteFailed as e:
+            raise errors.store_error(f"cannot write to the schemas topic: {e}") from e
+        await self._wait_position(max(offsets) + 1, timeout)
+        if not all(self._outcomes.get(offset, False) for offset in offsets):
+            raise errors.store_error("the registry could not apply a record it wrote to the schemas topic")
+
+    async def _await_writable(self) -> None:
+        try:
+            await asyncio.wait_for(self._writable.wait(), self.config.write_timeout)
+        except TimeoutError:
+            if self._lost is not None:
+                raise errors.store_error(self._lost) from None
+            raise errors.unknown_primary("this registry did not become the primary in time; send it again") from None
+
+    async def _write(self, subject: str | None, build: Callable[[], tuple[Sequence[Record], T]]) -> T:
+        """Make one write as the primary: under the lock, caught up with the log, `build` checks
+        the request against the state and returns the records to commit and the answer."""
+        while True:
+            await self._await_writable()
+            async with self._lock:
+                if not self._writable.is_set() or self._writer is None:
+                    continue  # the role moved while this write waited for the lock
+                await self.sync()
+                if subject is not None:
+                    self._check_writable(subject)
+                records, answer = build()
+                if records:
+                    await self._commit(records)
+                    log.info("schemas topic written", keys=[key.decode(errors="replace") for key, _ in records])
+                return answer
+
+    def _check_writable(self, subject: str) -> None:
         if self.state.mode(subject) is Mode.READONLY:
             raise errors.read_only(subject)
-
-    async def _write(self, subject: str, what: str, attempt: Callable[[], Awaitable[T | _LostRace]]) -> T:
-        """Make one write, optimistically (see the module doc): under the lock, caught up with
-        the log, `attempt` checks the request and produces; when the log rejected its records,
-        heal their keys and start again, up to `write_attempts` times."""
-        async with self._lock:
-            for _ in range(self.config.write_attempts):
-                await self.sync()
-                self._writable(subject)
-                outcome = await attempt()
-                if not isinstance(outcome, _LostRace):
-                    return outcome
-                self.conflicts += 1
-                await self._heal(outcome.keys)
-        raise errors.store_error(f"could not {what} after {self.config.write_attempts} attempts")
 
     def _every_version(self, subject: str) -> dict[int, SchemaVersion]:
         """The versions of `subject`, soft-deleted ones too; 40401 when it has none."""
@@ -386,7 +483,7 @@ class SchemaStore:
         """Register `schema` under `subject`: its id and version (existing ones if the subject
         already has it). `schema_id`/`version` are only accepted in IMPORT mode."""
 
-        async def attempt() -> tuple[int, int] | _LostRace:
+        def build() -> tuple[list[Record], tuple[int, int]]:
             state = self.state
             mode = state.mode(subject)
             if (schema_id is not None or version is not None) and mode is not Mode.IMPORT:
@@ -400,7 +497,7 @@ class SchemaStore:
                         raise errors.id_does_not_match(
                             f"Schema already registered with id {sv.id} instead of input id {schema_id}"
                         )
-                    return sv.id, sv.version
+                    return [], (sv.id, sv.version)
             if mode is not Mode.IMPORT:
                 reasons = checked(schema, [sv.schema for sv in live], state.compatibility(subject))
                 if reasons:
@@ -425,20 +522,15 @@ class SchemaStore:
             else:
                 new_version = max(existing, default=0) + 1
             sv = SchemaVersion(subject, new_version, new_id, schema)
-            [accepted] = await self._produce([(schema_key(subject, new_version), sv.value())])
-            if accepted:
-                log.info("schema registered", subject=subject, version=new_version, id=new_id)
-                return new_id, new_version
-            log.info("lost a registration race; retrying", subject=subject, version=new_version, id=new_id)
-            return _LostRace([(subject, new_version)])
+            return [(schema_key(subject, new_version), sv.value())], (new_id, new_version)
 
-        return await self._write(subject, f"register under {subject}", attempt)
+        return await self._write(subject, build)
 
     async def delete_version(self, subject: str, version: int, permanent: bool) -> int:
         """Soft-delete a version, or permanently delete a soft-deleted one; `LATEST` for the
         latest (live) version."""
 
-        async def attempt() -> int | _LostRace:
+        def build() -> tuple[list[Record], int]:
             every = self._every_version(subject)
             number = version
             if version == LATEST:
@@ -457,27 +549,22 @@ class SchemaStore:
                 if sv.deleted:
                     raise errors.version_soft_deleted(subject, number)
                 record = (schema_key(subject, number), replace(sv, deleted=True).value())
-            [accepted] = await self._produce([record])
-            if accepted:
-                log.info("version deleted", subject=subject, version=number, permanent=permanent)
-                return number
-            return _LostRace([(subject, number)])
+            return [record], number
 
-        return await self._write(subject, f"delete from {subject}", attempt)
+        return await self._write(subject, build)
 
     async def delete_subject(self, subject: str, permanent: bool) -> list[int]:
         """Soft-delete every live version of a subject, or permanently delete a soft-deleted
         subject with its config and mode; the versions deleted."""
 
-        async def attempt() -> list[int] | _LostRace:
+        def build() -> tuple[list[Record], list[int]]:
             every = self._every_version(subject)
             live = self.state.versions(subject)
-            records: list[Record] = []
             if permanent:
                 if live:
                     raise errors.subject_not_soft_deleted(subject)
                 numbers = sorted(every)
-                records = [(schema_key(subject, n), None) for n in numbers]
+                records: list[Record] = [(schema_key(subject, n), None) for n in numbers]
                 records.append((delete_subject_key(subject), None))
                 if subject in self.state.configs:
                     records.append((config_key(subject), None))
@@ -489,43 +576,42 @@ class SchemaStore:
                 numbers = [sv.version for sv in live]
                 records = [(schema_key(subject, sv.version), replace(sv, deleted=True).value()) for sv in live]
                 records.append((delete_subject_key(subject), delete_subject_value(subject, max(every))))
-            outcomes = await self._produce(records)
-            if all(outcomes[: len(numbers)]):  # the SCHEMA records decide; the others always apply
-                log.info("subject deleted", subject=subject, versions=numbers, permanent=permanent)
-                return numbers
-            return _LostRace([(subject, n) for n in numbers])
+            return records, numbers
 
-        return await self._write(subject, f"delete {subject}", attempt)
+        return await self._write(subject, build)
 
     async def set_compatibility(self, subject: str | None, level: Level) -> None:
-        async with self._lock:
-            await self._produce([(config_key(subject), config_value(level.value))])
+        await self._write(None, lambda: ([(config_key(subject), config_value(level.value))], None))
 
     async def delete_compatibility(self, subject: str | None) -> Level:
         """Remove a subject's level (40401 when it has none) or reset the global one; the
         level in force before."""
-        async with self._lock:
-            await self.sync()
+
+        def build() -> tuple[list[Record], Level]:
             if subject is not None and subject not in self.state.configs:
                 raise errors.subject_not_found(subject)
-            before = self.state.compatibility(subject)
-            await self._produce([(config_key(subject), None)])
-            return before
+            return [(config_key(subject), None)], self.state.compatibility(subject)
+
+        return await self._write(None, build)
 
     async def set_mode(self, subject: str | None, mode: Mode, force: bool) -> None:
-        async with self._lock:
-            await self.sync()
+        def build() -> tuple[list[Record], None]:
             if mode is Mode.IMPORT and not force:
                 names = [subject] if subject is not None else self.state.subject_names()
                 if any(self.state.versions(name) for name in names):
                     raise errors.operation_not_permitted("Cannot import since found existing subjects")
-            await self._produce([(mode_key(subject), mode_value(mode.value))])
+            return [(mode_key(subject), mode_value(mode.value))], None
+
+        await self._write(None, build)
 
     async def delete_mode(self, subject: str) -> Mode:
-        async with self._lock:
-            await self.sync()
+        def build() -> tuple[list[Record], Mode]:
             if subject not in self.state.modes:
                 raise errors.subject_not_found(subject)
-            before = self.state.modes[subject]
-            await self._produce([(mode_key(subject), None)])
-            return before
+            return [(mode_key(subject), None)], self.state.modes[subject]
+
+        return await self._write(None, build)
+
+
+def _raw(data: str | bytes | None) -> bytes | None:
+    return data.encode() if isinstance(data, str) else data

@@ -54,7 +54,10 @@ class Access:
 
 _LOGS = ("logs.*",)  # every component ships its own log lines
 ACCESS: Mapping[str, Access] = {
-    "registry": Access(writes=("_schemas",), reads=("_schemas",)),
+    # Its group elects the one writer, whose transactional id fences the one before.
+    "registry": Access(
+        writes=("_schemas",), reads=("_schemas",), groups=("schema-registry",), transactional_ids=("schema-registry",)
+    ),
     "orders": Access(writes=("orders", *_LOGS)),
     "otp": Access(writes=("otp.requests", *_LOGS)),
     "sms-sender": Access(

@@ -455,4 +455,6 @@ async def test_health_and_readiness_report_the_broker_and_the_replay(api: Api) -
     ready = await api.get("/readyz")
     assert ready.status == 200
     assert ready.json["status"] == "ready"
-    assert ready.json["position"] == ready.json["end"] == 1
+    assert ready.json["position"] == ready.json["end"] == 2, "the record and its transaction's commit marker"
+    assert ready.json["role"] == "primary"
+    assert ready.json["primary"] == api.url

@@ -39,18 +39,19 @@ def secure(tmp_path: Path, broker_factory: Callable[..., ThreadBroker]) -> Secur
     sb = SecureBroker(broker, ca, tmp_path)
     admin = AdminClient(sb.admin())
     add_user(admin, "registry", "registry-pw")
-    grant(
-        admin,
-        AclBinding(
-            Rt.TOPIC,
-            "_schemas",
-            ResourcePatternType.LITERAL,
-            "User:registry",
-            "*",
-            AclOperation.ALL,
-            AclPermissionType.ALLOW,
-        ),
-    )
+    # What a registry needs: its topic, the group that elects the primary, the primary's
+    # transactional id.
+    for resource, name, operation in (
+        (Rt.TOPIC, "_schemas", AclOperation.ALL),
+        (Rt.GROUP, "schema-registry", AclOperation.READ),
+        (Rt.TRANSACTIONAL_ID, "schema-registry", AclOperation.WRITE),
+    ):
+        grant(
+            admin,
+            AclBinding(
+                resource, name, ResourcePatternType.LITERAL, "User:registry", "*", operation, AclPermissionType.ALLOW
+            ),
+        )
     return sb
 
 

@@ -1,6 +1,7 @@
 """Where the registry keeps its state: the compacted `_schemas` topic of a real broker.
 Restarts (of the registry, of the broker) keep ids and versions; two registries on one
-broker agree, including when they race; `streamshop registry` runs it as a process."""
+broker agree; `streamshop registry` runs it as a process. (Several instances, the primary and
+its failover: test_registry_primary.)"""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from registry.store import StoreUnavailable
@@ -199,95 +200,6 @@ async def wait_equal(api: Api, expected: dict[str, Any]) -> dict[str, Any]:
         await asyncio.sleep(0.1)
         got = await snapshot(api)
     return got
-
-
-async def test_racing_registries_never_give_one_id_two_schemas_or_one_version_two_schemas(
-    broker: ThreadBroker,
-) -> None:
-    """Both registries register at once: into shared subjects, and the same schemas under
-    subjects of their own. Whatever each one answered is what both finally serve: ids and
-    schemas are one-to-one, every subject's versions are 1..n without a gap."""
-    async with (
-        registry(broker.bootstrap) as registry_a,
-        registry(broker.bootstrap) as registry_b,
-        aiohttp.ClientSession() as session,
-    ):
-        a, b = Api(session, registry_a.url), Api(session, registry_b.url)
-        await a.put("/config", {"compatibility": "NONE"})
-        await wait_equal(b, await snapshot(a))
-
-        async def register(api: Api, subject: str, schema: dict[str, Any]) -> tuple[str, str, int]:
-            return subject, json.dumps(schema), await api.register(subject, schema)
-
-        calls = []
-        for i in range(12):
-            calls.append(register(a, "shared", record(f"A{i}", "x")))
-            calls.append(register(b, "shared", record(f"B{i}", "x")))
-            calls.append(register(a, f"a-{i % 3}", record(f"Common{i}", "x")))
-            calls.append(register(b, f"b-{i % 3}", record(f"Common{i}", "x")))
-        answers = await asyncio.gather(*calls)
-        lost = registry_a.store.conflicts + registry_b.store.conflicts
-        assert lost > 0, "the registries did not race: this test proves nothing"
-
-        final = await snapshot(a)
-        assert await wait_equal(b, final) == final
-        ids: dict[int, str] = {}
-        for subject in final["subjects"]:
-            versions = final[subject]["versions"]
-            assert versions == list(range(1, len(versions) + 1)), subject
-            for version in final[subject]["each"]:
-                canonical = json.dumps(json.loads(version["schema"]), sort_keys=True)
-                assert ids.setdefault(version["id"], canonical) == canonical, "one id, two schemas"
-        assert len(set(ids.values())) == len(ids), "one schema, two ids"
-        assert len(ids) == 36
-        for subject, schema, schema_id in answers:
-            looked_up = await b.post(f"/subjects/{subject}", {"schema": schema})
-            assert looked_up.json["id"] == schema_id, "a client was told an id the log does not hold"
-
-
-async def test_the_first_record_in_the_log_wins_and_the_loser_is_healed(broker: ThreadBroker) -> None:
-    """Records as two racing registries leave them: id 1 claimed for two schemas, version
-    2 of `a` claimed twice. Every registry keeps the first claim, rewrites the losing keys
-    (so compaction cannot resurrect a loser) and hands out the next free id afterwards."""
-    await asyncio.to_thread(create_topic, broker.bootstrap, "_schemas", 1, {"cleanup.policy": "compact"})
-
-    def key(subject: str, version: int) -> bytes:
-        return json.dumps({"keytype": "SCHEMA", "subject": subject, "version": version, "magic": 1}).encode()
-
-    def value(subject: str, version: int, schema_id: int, schema: dict[str, Any]) -> bytes:
-        return json.dumps(
-            {"subject": subject, "version": version, "id": schema_id, "schema": json.dumps(schema), "deleted": False}
-        ).encode()
-
-    x, y, z, w = record("X", "a"), record("Y", "a"), record("Z", "a"), record("W", "a")
-    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
-    await producer.start()
-    try:
-        for k, v in [
-            (key("a", 1), value("a", 1, 1, x)),
-            (key("b", 1), value("b", 1, 1, y)),  # loses: id 1 is X's
-            (key("a", 2), value("a", 2, 2, z)),
-            (key("a", 2), value("a", 2, 3, w)),  # loses: a/2 is Z
-        ]:
-            await producer.send_and_wait("_schemas", v, key=k, partition=0)
-    finally:
-        await producer.stop()
-
-    async with api_for(broker.bootstrap) as first:
-        expected = await snapshot(first)
-        assert expected["subjects"] == ["a"]
-        assert [(v["version"], v["id"], json.loads(v["schema"])) for v in expected["a"]["each"]] == [
-            (1, 1, x),
-            (2, 2, z),
-        ]
-        assert (await first.get("/schemas/ids/3")).error_code == 40403
-        log = await consume_all(broker.bootstrap)
-        last = {json.dumps(k, sort_keys=True): v for k, v in log}
-        assert last[json.dumps(json.loads(key("b", 1)), sort_keys=True)] is None, "loser healed with a tombstone"
-        assert last[json.dumps(json.loads(key("a", 2)), sort_keys=True)]["id"] == 2, "loser healed with the winner"
-        async with api_for(broker.bootstrap) as second:
-            assert await snapshot(second) == expected
-        assert await first.register("b", y) == 3
 
 
 def http_json(method: str, url: str, payload: Any = None) -> Any:

@@ -1,0 +1,221 @@
+"""Several registries on one broker: one elected primary writes, the others forward to it, a
+deposed primary is fenced, a killed one is replaced, and nothing ever makes the broker create
+`_schemas` with its defaults. The invariant throughout: no id is ever served for two schemas."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from registry.election import Primary
+from registry.errors import FORWARDING_ERROR, RegistryError
+from registry.schema_text import parse_avro
+from registry.store import SchemaStore
+from tests.support.harness import ThreadBroker
+from tests.support.registry import Api, RegistryProcess, config, registry
+
+
+def record(name: str) -> dict[str, Any]:
+    return {"type": "record", "name": name, "fields": [{"name": "x", "type": "string"}]}
+
+
+async def role(api: Api) -> str:
+    return str((await api.get("/readyz")).json.get("role"))
+
+
+async def test_two_registries_elect_one_primary_and_the_secondary_forwards_every_write(broker: ThreadBroker) -> None:
+    async with (
+        registry(broker.bootstrap) as first,
+        registry(broker.bootstrap) as second,
+        aiohttp.ClientSession() as session,
+    ):
+        a, b = Api(session, first.url), Api(session, second.url)
+        assert (await a.put("/config", {"compatibility": "NONE"})).status == 200
+        roles = {await role(a), await role(b)}
+        assert roles == {"primary", "secondary"}
+        primary, secondary = (first, second) if await role(a) == "primary" else (second, first)
+
+        calls = []
+        for i in range(12):
+            for api in (a, b):
+                calls.append((api, "shared", json.dumps(record(f"S{i}{api is a}"))))
+                calls.append((api, f"own-{i % 3}", json.dumps(record(f"Common{i}"))))
+
+        async def register(api: Api, subject: str, schema: str) -> tuple[str, str, int]:
+            reply = await api.post(f"/subjects/{subject}/versions", {"schema": schema})
+            assert reply.status == 200, reply
+            return subject, schema, int(reply.json["id"])
+
+        answers = await asyncio.gather(*(register(*call) for call in calls))
+        assert secondary.store._writer is None, "the secondary never wrote"
+        assert primary.store.fenced == 0
+
+        ids: dict[int, str] = {}
+        for subject, schema, schema_id in answers:
+            identity = parse_avro(schema).identity
+            assert ids.setdefault(schema_id, identity) == identity, "one id, two schemas"
+            for api in (a, b):
+                found = await api.post(f"/subjects/{subject}", {"schema": schema})
+                assert found.json["id"] == schema_id, "a client was told an id the registries do not serve"
+        assert len(set(ids.values())) == len(ids) == 36
+        for api in (a, b):
+            versions = (await api.get("/subjects/shared/versions")).json
+            assert versions == list(range(1, 25)), "versions 1..n, no gap, no version twice"
+        # Deletes and settings are forwarded too, with the primary's answer relayed.
+        assert (await b.delete("/subjects/own-0/versions/1")).json == 1
+        assert (await b.delete("/subjects/own-0/versions/1")).error_code == 40406
+        assert (await b.put("/config/shared", {"compatibility": "FULL"})).json == {"compatibility": "FULL"}
+        assert (await a.get("/config/shared")).json == {"compatibilityLevel": "FULL"}
+
+
+async def test_a_deposed_primary_is_fenced_and_its_write_never_applies(broker: ThreadBroker) -> None:
+    """The old primary has not heard it was replaced: its next commit fails, and neither
+    store ever applies the record it tried."""
+    old, new = SchemaStore(config(broker.bootstrap)), SchemaStore(config(broker.bootstrap))
+    await old.start()
+    await new.start()
+    try:
+        old.follow(Primary("old", "http://127.0.0.1:1", 1, True))
+        first_id, _ = await old.register("s", parse_avro(json.dumps(record("A"))))
+        new.follow(Primary("new", "http://127.0.0.1:2", 2, True))
+        await asyncio.wait_for(new._writable.wait(), 15)
+        with pytest.raises(RegistryError) as refused:
+            await old.register("t", parse_avro(json.dumps(record("B"))))
+        assert refused.value.code == FORWARDING_ERROR
+        assert old.fenced == 1
+        second_id, _ = await new.register("u", parse_avro(json.dumps(record("C"))))
+        assert second_id == first_id + 1
+        await old.sync()
+        for store in (old, new):
+            assert sorted(store.state.subjects) == ["s", "u"], "the fenced write was aborted"
+            assert store.state.schemas[second_id].identity == parse_avro(json.dumps(record("C"))).identity
+    finally:
+        await old.stop()
+        await new.stop()
+
+
+def _group_settings() -> dict[str, str]:
+    return {"REGISTRY_SESSION_TIMEOUT_MS": "2000", "REGISTRY_HEARTBEAT_INTERVAL_MS": "300"}
+
+
+async def _readyz(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    async with session.get(url + "/readyz") as response:
+        return dict(await response.json())
+
+
+async def test_three_registry_processes_survive_a_sigkill_of_the_primary_mid_writes(
+    broker_factory: Callable[..., ThreadBroker], tmp_path: Path
+) -> None:
+    broker = broker_factory(settings={"group.min.session.timeout.ms": "1000"})
+    processes = [
+        RegistryProcess(broker.bootstrap, tmp_path / f"registry-{i}.log", _group_settings()).start() for i in range(3)
+    ]
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=40)) as session:
+            apis = [Api(session, p.url) for p in processes]
+            assert (await apis[2].put("/config", {"compatibility": "NONE"})).status == 200
+            states = [await _readyz(session, p.url) for p in processes]
+            assert sorted(s.get("role") for s in states) == ["primary", "secondary", "secondary"]
+            [victim] = [p for p, s in zip(processes, states, strict=True) if s["role"] == "primary"]
+
+            acknowledged: dict[tuple[str, str], int] = {}
+            refused = 0
+
+            async def writer(n: int) -> None:
+                nonlocal refused
+                for i in range(30):
+                    subject, schema = f"subject-{i % 4}", json.dumps(record(f"W{n}x{i}"))
+                    for _attempt in range(60):  # a client retries a write it was not told the outcome of
+                        api = apis[(n + _attempt) % 3]
+                        try:
+                            reply = await api.post(f"/subjects/{subject}/versions", {"schema": schema})
+                        except (aiohttp.ClientError, TimeoutError):
+                            reply = None
+                        if reply is not None and reply.status == 200:
+                            acknowledged[(subject, schema)] = int(reply.json["id"])
+                            break
+                        refused += 1
+                        await asyncio.sleep(0.1)
+                    else:
+                        raise AssertionError(f"{subject} never registered")
+
+            writers = [asyncio.create_task(writer(n)) for n in range(3)]
+            while len(acknowledged) < 20:
+                await asyncio.sleep(0.01)
+            victim.kill()  # SIGKILL, mid-writes
+            killed_at = time.monotonic()
+            await asyncio.gather(*writers)
+            survivors = [p for p in processes if p is not victim]
+            roles = sorted([(await _readyz(session, p.url)).get("role") for p in survivors])
+            assert roles == ["primary", "secondary"], "a survivor took the role over"
+            assert time.monotonic() - killed_at < 30
+
+            ids: dict[int, str] = {}
+            for p in survivors:
+                api = Api(session, p.url)
+                for (subject, schema), schema_id in acknowledged.items():
+                    found = await api.post(f"/subjects/{subject}", {"schema": schema})
+                    assert found.json["id"] == schema_id, "an acknowledged id is not what the registry serves"
+                for subject in {s for s, _ in acknowledged}:
+                    versions = (await api.get(f"/subjects/{subject}/versions")).json
+                    assert versions == list(range(1, len(versions) + 1))
+                    for v in versions:
+                        each = (await api.get(f"/subjects/{subject}/versions/{v}")).json
+                        identity = parse_avro(each["schema"]).identity
+                        assert ids.setdefault(each["id"], identity) == identity, "one id served for two schemas"
+            assert len(acknowledged) == 90
+            assert refused > 0, "the writes did not meet the failover: this test proves nothing"
+    finally:
+        for p in processes:
+            p.kill()
+
+
+def test_a_deleted_schemas_topic_is_never_created_again_by_the_registry_which_stops(
+    broker: ThreadBroker, tmp_path: Path
+) -> None:
+    """On a broker that creates topics on first use, deleting `_schemas` under a running
+    registry must not leave a topic with the broker's defaults: the registry stops and says
+    why; started again, it creates the topic properly."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    log = tmp_path / "registry.log"
+    process = RegistryProcess(broker.bootstrap, log).start()
+    try:
+        http = http_client(process.url)
+        assert http("POST", "/subjects/s/versions", {"schema": json.dumps(record("A"))})["id"] == 1
+        admin.delete_topics(["_schemas"])["_schemas"].result(10)
+        assert process.proc is not None
+        code = process.proc.wait(30)
+        assert code == 1
+        assert "the schemas topic _schemas no longer exists" in log.read_text()
+        assert "_schemas" not in admin.list_topics(timeout=10).topics, "a client re-created the topic"
+    finally:
+        process.kill()
+    again = RegistryProcess(broker.bootstrap, log).start()
+    try:
+        metadata = admin.list_topics(timeout=10).topics["_schemas"]
+        assert len(metadata.partitions) == 1
+        [configs] = admin.describe_configs([ConfigResource("topic", "_schemas")]).values()
+        assert configs.result(10)["cleanup.policy"].value == "compact"
+        assert http_client(again.url)("GET", "/subjects") == []
+    finally:
+        assert again.stop() == 0
+
+
+def http_client(base: str) -> Callable[..., Any]:
+    def call(method: str, path: str, payload: Any = None) -> Any:
+        data = json.dumps(payload).encode() if payload is not None else None
+        headers = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
+        request = urllib.request.Request(base + path, data=data, method=method, headers=headers)
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return json.loads(response.read())
+
+    return call
