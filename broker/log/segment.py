@@ -101,7 +101,9 @@ class LogSegment:
         last = None
         while pos < self.size:
             header = self._read_header(pos)
-            if header is None or pos + header.size > self.size:
+            # An index entry off a batch boundary reads garbage: a length below a header's
+            # would walk backwards (or stand still) instead of reaching the end.
+            if header is None or header.size < HEADER_SIZE or pos + header.size > self.size:
                 raise IndexCorrupt("log does not end on a batch boundary")
             last = header
             pos += header.size
