@@ -112,6 +112,7 @@ async def _readyz(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
         return dict(await response.json())
 
 
+@pytest.mark.slow  # three registry processes, a broker, a failover after a session timeout
 async def test_three_registry_processes_survive_a_sigkill_of_the_primary_mid_writes(
     broker_factory: Callable[..., ThreadBroker], tmp_path: Path
 ) -> None:
@@ -179,6 +180,7 @@ async def test_three_registry_processes_survive_a_sigkill_of_the_primary_mid_wri
             p.kill()
 
 
+@pytest.mark.slow  # a registry process started twice, stopping within its topic check interval
 def test_a_deleted_schemas_topic_is_never_created_again_by_the_registry_which_stops(
     broker: ThreadBroker, tmp_path: Path
 ) -> None:
