@@ -73,7 +73,8 @@ def _ready_url(proc: subprocess.Popen[bytes], log_path: Path) -> str:
 
 
 def schema(name: str) -> str:
-    return json.dumps({"schema": json.dumps({"type": "record", "name": name, "fields": []})})
+    record = {"type": "record", "name": name.replace("-", "_"), "fields": []}
+    return json.dumps({"schema": json.dumps(record)})
 
 
 async def register(session: aiohttp.ClientSession, url: str, name: str) -> int:
@@ -85,9 +86,22 @@ async def register(session: aiohttp.ClientSession, url: str, name: str) -> int:
 async def role(session: aiohttp.ClientSession, url: str) -> str | None:
     try:
         async with session.get(url + "/readyz") as response:
-            return (await response.json()).get("role")  # type: ignore[no-any-return]
-    except aiohttp.ClientError:
+            body = json.loads(await response.text())
+    except (aiohttp.ClientError, ValueError):
         return None
+    return body.get("role")  # type: ignore[no-any-return]
+
+
+async def settled(session: aiohttp.ClientSession, instances: list[Instance]) -> list[str | None]:
+    """The roles of the live instances once the group has named one primary (dead ones: None)."""
+    for _ in range(600):
+        alive = [i.proc.poll() is None for i in instances]
+        roles = [await role(session, i.url) if up else None for i, up in zip(instances, alive, strict=True)]
+        live = [r for r, up in zip(roles, alive, strict=True) if up]
+        if live.count("primary") == 1 and live.count("secondary") == len(live) - 1:
+            return roles
+        await asyncio.sleep(0.05)
+    raise RuntimeError("the registries did not settle on one primary")
 
 
 async def closed_loop(
@@ -116,23 +130,25 @@ async def closed_loop(
 
 
 async def failover(session: aiohttp.ClientSession, instances: list[Instance], how: signal.Signals) -> float:
-    roles = [await role(session, i.url) for i in instances]
+    roles = await settled(session, instances)
     primary = instances[roles.index("primary")]
     survivor = next(i for i in instances if i is not primary and i.proc.poll() is None)
     primary.proc.send_signal(how)
     start = time.monotonic()
-    n = 0
-    while True:
-        n += 1
+    for n in range(10_000):
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            if await register(session, survivor.url, f"failover-{how.name}-{n}") == 200:
+            status = await register(session, survivor.url, f"failover-{how.name}-{n}")
+            if status == 200:
                 return time.monotonic() - start
+            if status < 500:
+                raise RuntimeError(f"write answered {status}")
         await asyncio.sleep(0.02)
+    raise RuntimeError("writes never resumed")
 
 
 async def measure(instances: list[Instance], writes: int, clients: int) -> dict[str, Any]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-        roles = [await role(session, i.url) for i in instances]
+        roles = await settled(session, instances)
         primary = instances[roles.index("primary")]
         secondary = instances[roles.index("secondary")]
         await closed_loop(session, primary.url, "warm", 50, clients)

@@ -47,7 +47,11 @@ def test_three_kraft_nodes_elect_a_controller_and_replicate_every_partition_thre
         ),
     )
     resource = ConfigResource(ConfigResource.Type.TOPIC, "replicated")
-    configs = run.admin.describe_configs([resource])[resource].result(15)
+    # The broker that answers DescribeConfigs may learn of the topic after the others' Metadata
+    # shows it in sync (it answered UNKNOWN_TOPIC_OR_PARTITION once): ask until it knows.
+    configs = run.wait_for(
+        "the topic's configs described", lambda: run.admin.describe_configs([resource])[resource].result(15)
+    )
     assert configs["min.insync.replicas"].value == "2"
     assert configs["unclean.leader.election.enable"].value == "false"
 
