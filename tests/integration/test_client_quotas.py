@@ -103,9 +103,11 @@ def test_a_producer_is_held_to_its_producer_byte_rate_within_ten_percent(
     broker_factory: Callable[..., ThreadBroker],
 ) -> None:
     """Unthrottled, this producer writes over 20 MB/s here.  The rate is measured over whole
-    quota windows (two of 1 s): within one, a client takes its credit in a burst and then waits."""
-    broker = broker_factory(settings={"quota.window.num": "2"})
-    rate = quota_accuracy.producer_rate(broker.bootstrap, 400_000, warmup=2, seconds=6)
+    quota windows (four of 1 s), once they are all full: within one, a client takes its credit in
+    a burst and then waits.  With two windows, each that expired dropped half the history and
+    let a burst through: under a loaded machine's delays that measured 13 % over."""
+    broker = broker_factory(settings={"quota.window.num": "4"})
+    rate = quota_accuracy.producer_rate(broker.bootstrap, 400_000, warmup=4, seconds=6)
     assert 360_000 <= rate <= 440_000, rate
 
 
