@@ -96,9 +96,11 @@ class SchemaStore:
         self._role: Primary | None = None
         self._role_task: asyncio.Task[None] | None = None
         self._writer: TransactionalWriter | None = None
+        self._spare: TransactionalWriter | None = None  # a writer not yet initialised
         self._writable = asyncio.Event()
         self.started = False
         self.fenced = 0  # writes refused because another instance had taken over
+        self._fenced_in: int | None = None  # the generation in which this instance was fenced
 
     @property
     def position(self) -> int:
@@ -140,6 +142,7 @@ class SchemaStore:
             self._offsets = AIOConsumer(self._consumer_config(), max_workers=1)
             await self._consumer.assign([TopicPartition(self.config.topic, 0, OFFSET_BEGINNING)])
             self._tail_task = asyncio.create_task(self._tail(), name="registry-tail")
+            self._spare = self._new_writer()
             await self.sync(max(1.0, deadline - time.monotonic()))
         except BaseException:
             await self.stop()
@@ -163,6 +166,9 @@ class SchemaStore:
                     await task
         self._role_task = self._tail_task = None
         await self._drop_writer()
+        if self._spare is not None:
+            await self._spare.close()
+            self._spare = None
         for consumer in (self._consumer, self._offsets):
             if consumer is not None:
                 with contextlib.suppress(Exception):
@@ -378,7 +384,7 @@ class SchemaStore:
     async def _settle_role(self) -> None:
         while True:
             role = self._role
-            elected = role is not None and role.is_self and self._lost is None
+            elected = role is not None and role.is_self and role.generation != self._fenced_in and self._lost is None
             try:
                 if elected and self._writer is None:
                     await self._open_writer()
@@ -397,18 +403,26 @@ class SchemaStore:
                     self._writable.set()
                 return
 
-    async def _open_writer(self) -> None:
-        """Fence every earlier primary, then read what it committed: only then pick ids."""
-        writer = TransactionalWriter(
+    def _new_writer(self) -> TransactionalWriter:
+        return TransactionalWriter(
             self._client_config(
                 **{
                     "transactional.id": self.config.group_id,
                     "linger.ms": 0,
                     "transaction.timeout.ms": max(1000, int(self.config.write_timeout * 4000)),
                     "message.timeout.ms": max(1000, int(self.config.write_timeout * 1000)),
+                    # Connected to every broker from the start: librdkafka looks for the
+                    # transaction coordinator among connected brokers only, and otherwise
+                    # retries half a second later.
+                    "enable.sparse.connections": False,
                 }
             )
         )
+
+    async def _open_writer(self) -> None:
+        """Fence every earlier primary, then read what it committed: only then pick ids."""
+        # The spare was created (and connected) while this instance waited for the role.
+        writer, self._spare = self._spare or self._new_writer(), None
         self._writer = writer
         await writer.init(self.config.write_timeout)
         await self.sync()
@@ -419,6 +433,8 @@ class SchemaStore:
         writer, self._writer = self._writer, None
         if writer is not None:
             await writer.close()
+            if self.started:
+                self._spare = self._new_writer()  # ready, not initialised: it fences no one
 
     async def _commit(self, records: Sequence[Record]) -> None:
         """Write `records` in one transaction and wait until this process has applied them."""
@@ -431,9 +447,10 @@ class SchemaStore:
             # Another instance took the role over: it alone writes now.
             self.fenced += 1
             log.warning("fenced: another registry is the primary now", error=str(e))
+            # Never take the role back on its own (that would fence the new primary in turn):
+            # only a later generation of the election that names this instance again may.
+            self._fenced_in = self._role.generation if self._role is not None else None
             await self._drop_writer()
-            if self._role is not None and self._role.is_self:
-                self.follow(self._role)  # the election has not said so yet: open a new writer
             raise errors.forwarding_error("this registry is no longer the primary; send the write again") from e
         except WriteFailed as e:
             raise errors.store_error(f"cannot write to the schemas topic: {e}") from e

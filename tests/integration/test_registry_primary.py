@@ -92,6 +92,7 @@ async def test_a_deposed_primary_is_fenced_and_its_write_never_applies(broker: T
             await old.register("t", parse_avro(json.dumps(record("B"))))
         assert refused.value.code == FORWARDING_ERROR
         assert old.fenced == 1
+        assert old._writer is None, "a fenced primary waits for the election, never takes the role back"
         second_id, _ = await new.register("u", parse_avro(json.dumps(record("C"))))
         assert second_id == first_id + 1
         await old.sync()
