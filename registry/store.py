@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.aio import AIOConsumer
 
 from registry import errors
@@ -128,6 +128,7 @@ class SchemaStore:
                 "group.id": self.config.group_id,
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
                 "enable.partition.eof": True,
                 "fetch.wait.max.ms": 500,
             }
@@ -140,7 +141,10 @@ class SchemaStore:
             await self._ensure_topic(deadline)
             self._consumer = AIOConsumer(self._consumer_config(), max_workers=1)
             self._offsets = AIOConsumer(self._consumer_config(), max_workers=1)
-            await self._consumer.assign([TopicPartition(self.config.topic, 0, OFFSET_BEGINNING)])
+            # Offset 0, not OFFSET_BEGINNING: that one is asked of the broker first, and librdkafka
+            # retries the question half a second later when its connection is not up yet. A log
+            # that no longer starts at 0 is out of range, and `auto.offset.reset` starts it earliest.
+            await self._consumer.assign([TopicPartition(self.config.topic, 0, 0)])
             self._tail_task = asyncio.create_task(self._tail(), name="registry-tail")
             self._spare = self._new_writer()
             await self.sync(max(1.0, deadline - time.monotonic()))
