@@ -330,18 +330,28 @@ class SchemaStore:
                 await asyncio.wait_for(self._progress.wait(), remaining)
 
     async def end_offset(self, within: float | None = None) -> int:
-        """The last stable offset: the end of what committed transactions wrote."""
+        """The last stable offset: the end of what committed transactions wrote. A partition
+        whose leader is moving (or just created) is asked again until `within` runs out."""
         assert self._offsets is not None
         within = within or self.config.write_timeout
-        try:
-            _low, high = await asyncio.wait_for(
-                self._offsets.get_watermark_offsets(self._tp, timeout=within, cached=False), within + 1
-            )
-        except TimeoutError as e:
-            raise errors.operation_timeout("timed out asking the broker for the end of the schemas topic") from e
-        except Exception as e:
-            raise errors.store_error(f"cannot reach the broker: {e}") from e
-        return int(high)
+        deadline = time.monotonic() + within
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                _low, high = await asyncio.wait_for(
+                    self._offsets.get_watermark_offsets(self._tp, timeout=max(0.1, remaining), cached=False),
+                    max(0.1, remaining) + 1,
+                )
+                return int(high)
+            except TimeoutError as e:
+                raise errors.operation_timeout("timed out asking the broker for the end of the schemas topic") from e
+            except KafkaException as e:
+                error = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+                if error is None or not _passing(error) or time.monotonic() + 0.1 >= deadline:
+                    raise errors.store_error(f"cannot reach the broker: {e}") from e
+                await asyncio.sleep(0.1)
+            except Exception as e:
+                raise errors.store_error(f"cannot reach the broker: {e}") from e
 
     async def sync(self, within: float | None = None) -> None:
         """Read the log up to its current end: after this, every write that was answered
@@ -632,6 +642,15 @@ class SchemaStore:
             return [(mode_key(subject), None)], self.state.modes[subject]
 
         return await self._write(None, build)
+
+
+def _passing(error: KafkaError) -> bool:
+    """A condition that passes by itself: a leader being elected or moved, a topic just created."""
+    return bool(error.retriable()) or error.code() in (
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    )
 
 
 def _raw(data: str | bytes | None) -> bytes | None:
