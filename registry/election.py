@@ -34,6 +34,7 @@ from aiokafka import errors as kafka_errors
 from aiokafka.client import AIOKafkaClient, ConnectionGroup, CoordinationType
 from aiokafka.protocol.group import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
 
+from contracts import bounded_json
 from registry.config import RegistryConfig
 
 log = structlog.get_logger(__name__)
@@ -70,15 +71,21 @@ def member_metadata(url: str, eligible: bool, primary: bool) -> bytes:
     return json.dumps({"version": 1, "url": url, "eligible": eligible, "primary": primary}).encode()
 
 
-def parse_member(member_id: str, raw: bytes | None) -> Candidate | None:
-    """A member's metadata; None when it is not ours or not well formed."""
+def _bounded_object(raw: bytes | None) -> dict[str, Any] | None:
+    """A JSON object of at most MAX_METADATA_BYTES, within the project's JSON bounds; None else."""
     if raw is None or len(raw) > MAX_METADATA_BYTES:
         return None
     try:
-        value = json.loads(raw)
-    except ValueError:
+        value = bounded_json.loads(raw)
+    except ValueError:  # bad syntax, beyond the bounds, or not UTF-8
         return None
-    if not isinstance(value, dict):
+    return value if isinstance(value, dict) else None
+
+
+def parse_member(member_id: str, raw: bytes | None) -> Candidate | None:
+    """A member's metadata; None when it is not ours or not well formed."""
+    value = _bounded_object(raw)
+    if value is None:
         return None
     url, eligible, primary = value.get("url"), value.get("eligible"), value.get("primary")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) > 1024:
@@ -106,13 +113,8 @@ def assignment(primary: Candidate | None) -> bytes:
 def parse_assignment(raw: bytes | None) -> tuple[str, str] | None:
     """(member id, URL) of the primary the leader named; None when it named none or the bytes
     do not parse."""
-    if raw is None or len(raw) > MAX_METADATA_BYTES:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(value, dict):
+    value = _bounded_object(raw)
+    if value is None:
         return None
     member, url = value.get("primary"), value.get("url")
     if not isinstance(member, str) or not isinstance(url, str) or not url.startswith(("http://", "https://")):
@@ -135,15 +137,10 @@ class PrimaryElection:
         self._coordinator: int | None = None
         self._primary: Primary | None = None
         self._changed = asyncio.Event()
-        self.elections = 0  # generations this instance took part in
 
     @property
     def primary(self) -> Primary | None:
         return self._primary
-
-    @property
-    def url(self) -> str:
-        return self._url
 
     async def start(self, url: str) -> None:
         """Join the group, announcing `url` as where this instance serves HTTP."""
@@ -247,7 +244,6 @@ class PrimaryElection:
             break
         self._member_id = joined.member_id
         self._generation = joined.generation_id
-        self.elections += 1
         assignments: list[tuple[str, bytes]] = []
         if joined.leader_id == self._member_id:
             candidates = [c for m in joined.members if (c := parse_member(m[0], m[-1])) is not None]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from registry.errors import FORWARDING_ERROR, RegistryError
 from registry.schema_text import parse_avro
 from registry.store import SchemaStore
 from tests.support.harness import ThreadBroker
-from tests.support.registry import Api, RegistryProcess, config, registry
+from tests.support.registry import Api, RegistryProcess, config, http_json, registry
 
 
 def record(name: str) -> dict[str, Any]:
@@ -197,8 +196,8 @@ def test_a_deleted_schemas_topic_is_never_created_again_by_the_registry_which_st
     log = tmp_path / "registry.log"
     process = RegistryProcess(broker.bootstrap, log).start()
     try:
-        http = http_client(process.url)
-        assert http("POST", "/subjects/s/versions", {"schema": json.dumps(record("A"))})["id"] == 1
+        registered = http_json("POST", f"{process.url}/subjects/s/versions", {"schema": json.dumps(record("A"))})
+        assert registered["id"] == 1
         admin.delete_topics(["_schemas"])["_schemas"].result(10)
         assert process.proc is not None
         code = process.proc.wait(30)
@@ -213,17 +212,6 @@ def test_a_deleted_schemas_topic_is_never_created_again_by_the_registry_which_st
         assert len(metadata.partitions) == 1
         [configs] = admin.describe_configs([ConfigResource("topic", "_schemas")]).values()
         assert configs.result(10)["cleanup.policy"].value == "compact"
-        assert http_client(again.url)("GET", "/subjects") == []
+        assert http_json("GET", f"{again.url}/subjects") == []
     finally:
         assert again.stop() == 0
-
-
-def http_client(base: str) -> Callable[..., Any]:
-    def call(method: str, path: str, payload: Any = None) -> Any:
-        data = json.dumps(payload).encode() if payload is not None else None
-        headers = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
-        request = urllib.request.Request(base + path, data=data, method=method, headers=headers)
-        with urllib.request.urlopen(request, timeout=20) as response:
-            return json.loads(response.read())
-
-    return call

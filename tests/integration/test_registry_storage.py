@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,7 +20,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from registry.store import StoreUnavailable
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import create_topic
-from tests.support.registry import V1, Api, RegistryProcess, registry
+from tests.support.registry import Api, RegistryProcess, http_json, registry
 
 
 def record(name: str, *fields: str) -> dict[str, Any]:
@@ -200,13 +199,6 @@ async def wait_equal(api: Api, expected: dict[str, Any]) -> dict[str, Any]:
         await asyncio.sleep(0.1)
         got = await snapshot(api)
     return got
-
-
-def http_json(method: str, url: str, payload: Any = None) -> Any:
-    data = json.dumps(payload).encode() if payload is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": V1})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
 
 
 def test_the_cli_serves_prints_its_ready_line_and_keeps_ids_across_restarts(

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -40,6 +41,14 @@ async def registry(bootstrap: str, **overrides: Any) -> AsyncIterator[RunningReg
         yield running
     finally:
         await running.stop()
+
+
+def http_json(method: str, url: str, payload: Any = None) -> Any:
+    """One blocking call of a registry's API (for tests that run it as a process)."""
+    data = json.dumps(payload).encode() if payload is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": V1})
+    with urllib.request.urlopen(request, timeout=20) as response:
+        return json.loads(response.read())
 
 
 @dataclass
