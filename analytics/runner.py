@@ -292,7 +292,9 @@ def run_jobs(
             for topic in topics.values():
                 topic.close()
             if own_session:
-                session.stop()
+                from analytics.spark import stop_spark_session
+
+                stop_spark_session(session)
     return status
 
 

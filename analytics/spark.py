@@ -1,17 +1,23 @@
-"""A local SparkSession set up for streamshop's jobs, with the `streamshop-kafka` source registered."""
+"""A local SparkSession set up for streamshop's jobs, with the `streamshop-kafka` source registered;
+its driver's classes mapped from a class-data archive (kit.jvm), which `stop_spark_session` keeps
+when the run wrote one."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import pyspark
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from analytics.source import StreamshopKafkaSource
+from kit.jvm import ClassData, class_data
 
-__all__ = ["PROJECT_ROOT", "spark_session"]
+__all__ = ["PROJECT_ROOT", "spark_session", "stop_spark_session"]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _LOG4J = Path(__file__).resolve().with_name("log4j2.properties")
@@ -36,7 +42,11 @@ def spark_session(
         os.environ["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *[p for p in paths if p]])
     # Errors only from the JVM; the file is absent from a wheel built without package data.
     log4j = f"-Dlog4j2.configurationFile=file:{_LOG4J}" if _LOG4J.exists() else ""
-    driver_options = f"{log4j} {java_options}".strip()
+    archive_options: tuple[str, ...] = ()
+    if SparkContext._gateway is None and (archive := _driver_class_data(conf or {})) is not None:
+        _DRIVER["archive"] = archive  # this call starts the JVM: with the archive
+        archive_options = archive.options
+    driver_options = " ".join([log4j, java_options, *archive_options]).strip()
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master)
@@ -55,3 +65,39 @@ def spark_session(
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(StreamshopKafkaSource)
     return spark
+
+
+# The archive part of the driver JVM this process started, settled when it stops.
+_DRIVER: dict[str, ClassData] = {}
+
+
+def _driver_class_data(conf: Mapping[str, str]) -> ClassData | None:
+    """The driver's archive: Spark's launcher runs $JAVA_HOME/bin/java, else java on PATH, with
+    the wheel's jars and any `spark.jars` on the class path."""
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if java is None:
+        return None
+    jars = [Path(pyspark.__file__).parent / "jars"]
+    jars += [Path(j) for j in conf.get("spark.jars", "").split(",") if j.strip()]
+    return class_data("spark-driver", java, jars)
+
+
+def stop_spark_session(session: SparkSession, timeout: float = 120) -> None:
+    """Stop the session and its JVM, and keep the class-data archive the JVM wrote as it exited.
+    `stop()` alone leaves the JVM running until this Python process exits."""
+    session.stop()
+    gateway = SparkContext._gateway
+    archive = _DRIVER.pop("archive", None)
+    if gateway is None:
+        return
+    gateway.shutdown()
+    proc = getattr(gateway, "proc", None)
+    status = None
+    if proc is not None:
+        proc.stdin.close()  # the launcher's JVM exits when its stdin closes
+        status = proc.wait(timeout=timeout)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if archive is not None:
+        archive.settle(status)

@@ -43,7 +43,7 @@ from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
 from analytics.runner import run_jobs
 from analytics.settings import AnalyticsConfig
-from analytics.spark import spark_session
+from analytics.spark import spark_session, stop_spark_session
 from loadtest.bench_spark_source import ThreadRegistry, register
 from loadtest.brokers import child_process, create_topic, streamshop_broker
 from schemas.catalog import default_catalog
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
             if run_jobs(config, spark=spark, out=out) != 0:
                 raise RuntimeError(f"the backlog run failed:\n{out.getvalue()}")
             backlog_s = time.perf_counter() - t
-            spark.stop()
+            stop_spark_session(spark)
             backlog_lines = [line for line in out.getvalue().splitlines() if line.startswith("analytics orders batch")]
 
             ready_s, first_s = startup(broker.bootstrap, url, workdir)

@@ -13,7 +13,6 @@ import argparse
 import re
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ from loadtest.brokers import (
     exit_on_sigterm,
     started_brokers,
 )
-from streamshop.kafka_tools import command
+from streamshop import kafka_tools
 
 PARTITIONS = 6
 RECORD_BYTES = 100
@@ -40,7 +39,7 @@ _PRODUCED = re.compile(
 
 
 def _run(tool: str, *args: str) -> str:
-    done = subprocess.run(command(tool, *args, heap_mb=512), capture_output=True, text=True, timeout=900, check=False)
+    done = kafka_tools.run(tool, *args, heap_mb=512, timeout=900)
     if done.returncode != 0:
         raise RuntimeError(f"{tool} exited {done.returncode}: {done.stderr[-2000:]}")
     return done.stdout

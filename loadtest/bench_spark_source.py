@@ -41,7 +41,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from analytics.avro_columns import EventColumns
-from analytics.spark import spark_session
+from analytics.spark import spark_session, stop_spark_session
 from loadtest.brokers import create_topic, streamshop_broker
 from registry.app import RunningRegistry, start_registry
 from registry.config import RegistryConfig
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
                 spark, broker.bootstrap, {**decoded, "maxRecordsPerTrigger": str(opts.events // 4)}, Path(tmp) / "all"
             )
             rows.append(("stream availableNow + decode, 4 batches", opts.events, total))
-            spark.stop()
+            stop_spark_session(spark)
         finally:
             registry.close()
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from streamshop import kafka_tools
 from streamshop.clients import CommandError
-from streamshop.kafka_jars import KAFKA_VERSION, kafka_java, resolve
+from streamshop.kafka_jars import KAFKA_VERSION, kafka_java, resolve, run_java
 from streamshop.stack.state import pid_alive, write_private
 
 __all__ = [
@@ -206,12 +206,12 @@ class Cluster:
         home.mkdir(parents=True, exist_ok=True)
         config = home / "server.properties"
         config.write_text(self.properties(node))
-        command = kafka_java(lib, "kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(config))
+        args = ["format", "-t", self.cluster_id, "-c", str(config)]
         if self.security is not None:  # the admin exists before any broker serves a client
             for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
                 login = f"name={self.security.admin},password={self.security.admin_password}"
-                command += ["--add-scram", f"{mechanism}=[{login}]"]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+                args += ["--add-scram", f"{mechanism}=[{login}]"]
+        done = run_java(lib, "kafka.tools.StorageTool", *args, family="kafka-storage")
         if done.returncode != 0:
             raise CommandError(f"formatting node {node.node_id} failed: {(done.stdout + done.stderr)[-1500:]}")
 
@@ -337,9 +337,7 @@ def start(
 
 
 def _random_uuid(lib: Path) -> str:
-    done = subprocess.run(
-        kafka_java(lib, "kafka.tools.StorageTool", "random-uuid"), capture_output=True, text=True, check=False
-    )
+    done = run_java(lib, "kafka.tools.StorageTool", "random-uuid", family="kafka-storage")
     lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
     if done.returncode != 0 or not lines:
         raise CommandError(f"kafka-storage random-uuid failed: {done.stderr[-1000:]}")
@@ -404,10 +402,15 @@ def quorum(cluster: Cluster, timeout: float = 30.0) -> dict[str, str]:
     """The metadata quorum as Kafka's own kafka-metadata-quorum tool describes it (DescribeQuorum):
     LeaderId (the active controller), LeaderEpoch, HighWatermark, CurrentVoters..."""
     running = [n.bootstrap for n in cluster.nodes if alive(n.pid)] or [cluster.bootstrap]
-    command = kafka_tools.command(
-        "kafka-metadata-quorum", "--bootstrap-server", ",".join(running), "describe", "--status", heap_mb=128
+    done = kafka_tools.run(
+        "kafka-metadata-quorum",
+        "--bootstrap-server",
+        ",".join(running),
+        "describe",
+        "--status",
+        heap_mb=128,
+        timeout=timeout,
     )
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     fields = {}
     for line in done.stdout.splitlines():
         key, sep, value = line.partition(":")

@@ -4,9 +4,10 @@ and a Kafka cluster, for users without a Kafka installation."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
-from streamshop.kafka_jars import kafka_java, resolve
+from streamshop.kafka_jars import resolve, run_java
 
 _T = "org.apache.kafka.tools"
 # Each script's main class in Kafka 4.1 (the last line of bin/NAME.sh).
@@ -32,9 +33,24 @@ TOOLS: dict[str, str] = {
 }
 
 
-def command(name: str, *args: str, lib: Path | None = None, heap_mb: int = 192) -> list[str]:
-    """The java command line of tool `name` (a key of TOOLS) with `args`."""
-    main = TOOLS[name]
-    line = kafka_java(lib or resolve(), main, *args, heap_mb=heap_mb)
-    line[1:1] = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]  # a short-lived JVM starts faster
-    return line
+def run(
+    name: str,
+    *args: str,
+    stdin: str | None = None,
+    timeout: float | None = None,
+    capture: bool = True,
+    lib: Path | None = None,
+    heap_mb: int = 192,
+) -> subprocess.CompletedProcess[str]:
+    """Run tool `name` (a key of TOOLS) with `args` to its end; `capture=False` leaves it this
+    process's standard streams (its stdin too, when `stdin` is None)."""
+    return run_java(
+        lib or resolve(),
+        TOOLS[name],
+        *args,
+        family="kafka-tools",
+        heap_mb=heap_mb,
+        stdin=stdin,
+        timeout=timeout,
+        capture=capture,
+    )

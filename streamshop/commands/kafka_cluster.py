@@ -77,17 +77,14 @@ def register(sub: SubParsers) -> None:
 
 
 def _run_tool(args: argparse.Namespace) -> int:
-    import subprocess
-
+    from streamshop import kafka_tools
     from streamshop.clients import CommandError, warn
-    from streamshop.kafka_tools import command
 
     try:
-        line = command(args.tool_name, *args.tool_args)
+        return kafka_tools.run(args.tool_name, *args.tool_args, capture=False).returncode
     except CommandError as e:
         warn("kafka-tool", str(e))
         return 2
-    return subprocess.call(line)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -395,3 +395,30 @@ def _tab_rows(output: str) -> list[dict[str, str]]:
     """Rows of a kafka-transactions table (tab-separated, cells padded)."""
     lines = [[cell.strip() for cell in line.split("\t")] for line in output.splitlines() if "\t" in line]
     return [dict(zip(lines[0], row, strict=False)) for row in lines[1:]]
+
+
+def test_a_tool_writes_its_class_data_archive_once_and_later_runs_map_it(
+    broker: ThreadBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kit.jvm with a real JVM: the first run writes the archive as it exits; the next runs map
+    it and answer the same; a run killed by its timeout leaves nothing that a later JVM could
+    map half-written."""
+    cache = tmp_path / "jvm"
+    monkeypatch.setenv("STREAMSHOP_JVM_CACHE", str(cache))
+    create_topic(broker.bootstrap, "archived", 1)
+    listing = ("--bootstrap-server", broker.bootstrap, "--list")
+    first = kt.run("kafka-topics", *listing)
+    archives = list(cache.glob("kafka-tools-*.jsa"))
+    assert len(archives) == 1 and archives[0].stat().st_size > 1_000_000
+    assert sorted(p.name for p in cache.iterdir()) == [archives[0].name]
+    assert kt.run("kafka-topics", *listing) == first == "archived\n"
+    # Another tool maps the same archive (the class path is the same); its answer is unchanged.
+    assert "Dynamic configs for broker 1 are:" in kt.run(
+        "kafka-configs", "--bootstrap-server", broker.bootstrap, "--describe", "--entity-type", "brokers",
+        "--entity-name", "1",
+    )  # fmt: skip
+
+    archives[0].unlink()
+    with pytest.raises(subprocess.TimeoutExpired):
+        kt.run("kafka-console-consumer", "--bootstrap-server", broker.bootstrap, "--topic", "archived", timeout=3)
+    assert list(cache.iterdir()) == []

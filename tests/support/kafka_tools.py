@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import subprocess
 
-from streamshop.kafka_tools import command
+from streamshop import kafka_tools
 
 
 def _run(name: str, args: tuple[str, ...], stdin: str | None, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        command(name, *args), input=stdin or "", capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return kafka_tools.run(name, *args, stdin=stdin or "", timeout=timeout)
 
 
 def run(name: str, *args: str, stdin: str | None = None, timeout: float = 120) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 from confluent_kafka import Consumer, Message, TopicPartition
 from pyspark.sql import DataFrame, Row, SparkSession
 
-from analytics.spark import spark_session
+from analytics.spark import spark_session, stop_spark_session
 from schemas.serde import AvroSchema, encode, frame
 from tests.support.kafka_clients import confluent_produce
 
@@ -31,21 +31,8 @@ def start_spark() -> SparkSession:
 
 
 def stop_spark(session: SparkSession) -> None:
-    """Stop the session and its JVM: `stop()` alone leaves the JVM running until this Python
-    process exits, and the run checks that nothing it started outlives it."""
-    from pyspark import SparkContext
-
-    session.stop()
-    gateway = SparkContext._gateway
-    if gateway is None:
-        return
-    gateway.shutdown()
-    proc = getattr(gateway, "proc", None)
-    if proc is not None:
-        proc.stdin.close()  # the launcher's JVM exits when its stdin closes
-        proc.wait(timeout=60)
-    SparkContext._gateway = None
-    SparkContext._jvm = None
+    """Stop the session and its JVM: the run checks that nothing it started outlives it."""
+    stop_spark_session(session)
 
 
 def register(registry_url: str, subject: str, schema: AvroSchema | str) -> int:

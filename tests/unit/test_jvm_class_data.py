@@ -1,0 +1,121 @@
+"""Class-data archives (kit.jvm): an archive is chosen by what it depends on, put in place only
+after the JVM that wrote it exited cleanly, written by one process at a time, and never used
+stale. The JVM side (a Kafka tool writing and then using one) is in
+tests/integration/test_kafka_tools.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kit.jvm import CACHE_ENV, cache_directory, class_data
+
+
+@pytest.fixture
+def jars(tmp_path: Path) -> Path:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "a.jar").write_bytes(b"a" * 10)
+    (lib / "b.jar").write_bytes(b"b" * 20)
+    return lib
+
+
+def _write_archive(part: Path | None) -> None:
+    """What the JVM does as it exits."""
+    assert part is not None
+    part.write_bytes(b"archive")
+
+
+def test_the_first_start_writes_the_archive_and_the_next_maps_it(tmp_path: Path, jars: Path) -> None:
+    cache = tmp_path / "cache"
+    first = class_data("tools", sys.executable, [jars], cache)
+    assert first.writing is not None and first.archive is not None
+    assert f"-XX:ArchiveClassesAtExit={first.writing}" in first.options
+    assert "-Xlog:cds*=off" in first.options  # Java's archive messages never reach a tool's stdout
+    _write_archive(first.writing)
+    first.settle(0)
+    assert first.archive.read_bytes() == b"archive"
+    assert sorted(p.name for p in cache.iterdir()) == [first.archive.name]  # no part, no claim left
+
+    second = class_data("tools", sys.executable, [jars], cache)
+    assert second.writing is None
+    assert f"-XX:SharedArchiveFile={first.archive}" in second.options
+    second.settle(0)  # a start that only mapped the archive changes nothing
+    assert first.archive.exists()
+
+
+@pytest.mark.parametrize("status", [1, 137, None])
+def test_a_jvm_that_failed_or_was_killed_leaves_no_archive(tmp_path: Path, jars: Path, status: int | None) -> None:
+    """A truncated archive is a SIGBUS in every later JVM: only a clean exit puts one in place."""
+    cache = tmp_path / "cache"
+    start = class_data("tools", sys.executable, [jars], cache)
+    _write_archive(start.writing)
+    start.settle(status)
+    assert list(cache.iterdir()) == []
+    assert class_data("tools", sys.executable, [jars], cache).writing is not None  # the next one tries again
+
+
+def test_a_clean_exit_without_a_written_archive_keeps_nothing(tmp_path: Path, jars: Path) -> None:
+    cache = tmp_path / "cache"
+    start = class_data("tools", sys.executable, [jars], cache)
+    start.settle(0)
+    assert list(cache.iterdir()) == []
+
+
+def test_other_jars_or_another_java_select_another_archive_and_the_old_one_goes(tmp_path: Path, jars: Path) -> None:
+    cache = tmp_path / "cache"
+    old = class_data("tools", sys.executable, [jars], cache)
+    _write_archive(old.writing)
+    old.settle(0)
+    assert old.archive is not None
+
+    (jars / "b.jar").write_bytes(b"b" * 21)  # an upgraded jar
+    new = class_data("tools", sys.executable, [jars], cache)
+    assert new.archive != old.archive and new.writing is not None
+    assert not any(str(old.archive) in option for option in new.options)
+    _write_archive(new.writing)
+    new.settle(0)
+    assert not old.archive.exists() and new.archive is not None and new.archive.exists()
+
+    java = tmp_path / "java"
+    java.write_text("another build")
+    assert class_data("tools", str(java), [jars], cache).archive != new.archive
+    # Another family is another archive, and is left alone.
+    spark = class_data("spark", sys.executable, [jars], cache)
+    assert spark.archive is not None and spark.archive.name.startswith("spark-")
+
+
+def test_while_one_process_writes_the_archive_the_others_start_without(tmp_path: Path, jars: Path) -> None:
+    cache = tmp_path / "cache"
+    writer = class_data("tools", sys.executable, [jars], cache)
+    assert writer.writing is not None
+    other = class_data("tools", sys.executable, [jars], cache)
+    assert other.options == () and other.writing is None
+    writer.settle(None)
+    assert class_data("tools", sys.executable, [jars], cache).writing is not None
+
+
+def test_a_claim_left_by_a_process_that_died_is_taken_over(tmp_path: Path, jars: Path) -> None:
+    cache = tmp_path / "cache"
+    writer = class_data("tools", sys.executable, [jars], cache)
+    assert writer.archive is not None
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    claim = writer.archive.with_name(writer.archive.name + ".claim")
+    claim.write_text(dead.stdout)  # as if that process had claimed it and then died
+    taken = class_data("tools", sys.executable, [jars], cache)
+    assert taken.writing is not None
+    assert claim.read_text().strip() == str(os.getpid())
+
+
+def test_an_empty_setting_turns_archives_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, jars: Path) -> None:
+    monkeypatch.setenv(CACHE_ENV, "")
+    assert cache_directory() is None
+    assert class_data("tools", sys.executable, [jars]).options == ()
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "elsewhere"))
+    assert cache_directory() == tmp_path / "elsewhere"
+    monkeypatch.delenv(CACHE_ENV)
+    assert cache_directory() == Path.home() / ".cache" / "streamshop" / "jvm"
