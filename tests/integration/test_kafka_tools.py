@@ -409,7 +409,8 @@ def test_a_tool_writes_its_class_data_archive_once_and_later_runs_map_it(
     listing = ("--bootstrap-server", broker.bootstrap, "--list")
     first = kt.run("kafka-topics", *listing)
     archives = list(cache.glob("kafka-tools-*.jsa"))
-    assert len(archives) == 1 and archives[0].stat().st_size > 1_000_000
+    assert len(archives) == 1
+    assert archives[0].stat().st_size > 1_000_000
     assert sorted(p.name for p in cache.iterdir()) == [archives[0].name]
     assert kt.run("kafka-topics", *listing) == first == "archived\n"
     # Another tool maps the same archive (the class path is the same); its answer is unchanged.

@@ -33,7 +33,8 @@ def _write_archive(part: Path | None) -> None:
 def test_the_first_start_writes_the_archive_and_the_next_maps_it(tmp_path: Path, jars: Path) -> None:
     cache = tmp_path / "cache"
     first = class_data("tools", sys.executable, [jars], cache)
-    assert first.writing is not None and first.archive is not None
+    assert first.writing is not None
+    assert first.archive is not None
     assert f"-XX:ArchiveClassesAtExit={first.writing}" in first.options
     assert "-Xlog:cds*=off" in first.options  # Java's archive messages never reach a tool's stdout
     _write_archive(first.writing)
@@ -75,18 +76,22 @@ def test_other_jars_or_another_java_select_another_archive_and_the_old_one_goes(
 
     (jars / "b.jar").write_bytes(b"b" * 21)  # an upgraded jar
     new = class_data("tools", sys.executable, [jars], cache)
-    assert new.archive != old.archive and new.writing is not None
+    assert new.archive != old.archive
+    assert new.writing is not None
     assert not any(str(old.archive) in option for option in new.options)
     _write_archive(new.writing)
     new.settle(0)
-    assert not old.archive.exists() and new.archive is not None and new.archive.exists()
+    assert not old.archive.exists()
+    assert new.archive is not None
+    assert new.archive.exists()
 
     java = tmp_path / "java"
     java.write_text("another build")
     assert class_data("tools", str(java), [jars], cache).archive != new.archive
     # Another family is another archive, and is left alone.
     spark = class_data("spark", sys.executable, [jars], cache)
-    assert spark.archive is not None and spark.archive.name.startswith("spark-")
+    assert spark.archive is not None
+    assert spark.archive.name.startswith("spark-")
 
 
 def test_while_one_process_writes_the_archive_the_others_start_without(tmp_path: Path, jars: Path) -> None:
@@ -94,7 +99,8 @@ def test_while_one_process_writes_the_archive_the_others_start_without(tmp_path:
     writer = class_data("tools", sys.executable, [jars], cache)
     assert writer.writing is not None
     other = class_data("tools", sys.executable, [jars], cache)
-    assert other.options == () and other.writing is None
+    assert other.options == ()
+    assert other.writing is None
     writer.settle(None)
     assert class_data("tools", sys.executable, [jars], cache).writing is not None
 
@@ -103,7 +109,9 @@ def test_a_claim_left_by_a_process_that_died_is_taken_over(tmp_path: Path, jars:
     cache = tmp_path / "cache"
     writer = class_data("tools", sys.executable, [jars], cache)
     assert writer.archive is not None
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     claim = writer.archive.with_name(writer.archive.name + ".claim")
     claim.write_text(dead.stdout)  # as if that process had claimed it and then died
     taken = class_data("tools", sys.executable, [jars], cache)
