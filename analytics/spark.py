@@ -6,25 +6,41 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import pyspark
 from pyspark import SparkContext
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from analytics.source import StreamshopKafkaSource
-from kit.jvm import ClassData, class_data
+from kit.jvm import ClassData, being_written, class_data
 
-__all__ = ["PROJECT_ROOT", "spark_session", "stop_spark_session"]
+__all__ = [
+    "DRIVER_ARCHIVE",
+    "PROJECT_ROOT",
+    "driver_class_data",
+    "driver_inputs",
+    "spark_session",
+    "stop_spark_session",
+    "write_driver_archive",
+]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _LOG4J = Path(__file__).resolve().with_name("log4j2.properties")
 
 
 def spark_session(
-    app_name: str, master: str = "local[2]", conf: Mapping[str, str] | None = None, java_options: str = ""
+    app_name: str,
+    master: str = "local[2]",
+    conf: Mapping[str, str] | None = None,
+    java_options: str = "",
+    *,
+    archive: ClassData | None = None,
 ) -> SparkSession:
     """Start (or return the running) SparkSession for a streamshop job.
 
@@ -32,7 +48,8 @@ def spark_session(
     `SPARK_LOCAL_IP` (the hostname resolves to loopback here, Spark warns and may pick a wrong
     interface), `PYSPARK_PYTHON` (this interpreter, not whatever `python3` is on PATH) and
     `PYTHONPATH` (workers unpickle the source's classes, so they must import this project).
-    `java_options` go to the driver's JVM (in local mode, the executors' too) as it starts.
+    `java_options` go to the driver's JVM (in local mode, the executors' too) as it starts, with
+    the options of `archive` (default: `driver_class_data(conf)`).
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -43,8 +60,10 @@ def spark_session(
     # Errors only from the JVM; the file is absent from a wheel built without package data.
     log4j = f"-Dlog4j2.configurationFile=file:{_LOG4J}" if _LOG4J.exists() else ""
     archive_options: tuple[str, ...] = ()
-    if SparkContext._gateway is None and (archive := _driver_class_data(conf or {})) is not None:
-        _DRIVER["archive"] = archive  # this call starts the JVM: with the archive
+    if archive is None and SparkContext._gateway is None:
+        archive = driver_class_data(conf or {})
+    if SparkContext._gateway is None and archive is not None:  # this call starts the JVM
+        _DRIVER["archive"] = archive
         archive_options = archive.options
     driver_options = " ".join([log4j, java_options, *archive_options]).strip()
     builder = (
@@ -67,20 +86,41 @@ def spark_session(
     return spark
 
 
+DRIVER_ARCHIVE = "spark-driver"
 # The archive part of the driver JVM this process started, settled when it stops.
 _DRIVER: dict[str, ClassData] = {}
 
 
-def _driver_class_data(conf: Mapping[str, str]) -> ClassData | None:
-    """The driver's archive: Spark's launcher runs $JAVA_HOME/bin/java, else java on PATH, with
-    the wheel's jars and any `spark.jars` on the class path."""
+def driver_inputs(conf: Mapping[str, str]) -> tuple[str, list[Path]] | None:
+    """What the driver JVM runs: Spark's launcher uses $JAVA_HOME/bin/java, else java on PATH,
+    with the wheel's jars and any `spark.jars` on the class path."""
     home = os.environ.get("JAVA_HOME")
     java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     if java is None:
         return None
     jars = [Path(pyspark.__file__).parent / "jars"]
     jars += [Path(j) for j in conf.get("spark.jars", "").split(",") if j.strip()]
-    return class_data("spark-driver", java, jars)
+    return java, jars
+
+
+def driver_class_data(conf: Mapping[str, str]) -> ClassData | None:
+    """The driver's archive options when there is an archive. When there is none, a process of
+    its own writes it (`python -m analytics.spark`), in the background: an archive is written as
+    a JVM exits, and a job's driver may run for days, so the job's own JVM would not."""
+    inputs = driver_inputs(conf)
+    if inputs is None:
+        return None
+    data = class_data(DRIVER_ARCHIVE, *inputs, write=False)
+    if not data.options and data.archive is not None and not being_written(data.archive):
+        subprocess.Popen(
+            [sys.executable, "-m", "analytics.spark", *(f"--jar={j}" for j in inputs[1][1:])],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=dict(os.environ),  # spark_session put this project on PYTHONPATH
+        )
+    return data
 
 
 def stop_spark_session(session: SparkSession, timeout: float = 120) -> None:
@@ -101,3 +141,46 @@ def stop_spark_session(session: SparkSession, timeout: float = 120) -> None:
     SparkContext._jvm = None
     if archive is not None:
         archive.settle(status)
+
+
+def write_driver_archive(extra_jars: list[str]) -> int:
+    """Write the driver's archive from a short run of the kinds of work the jobs do: SQL
+    aggregates, Parquet, a streaming query with a Python `foreachBatch`. 0 also when another
+    process is writing it or it exists."""
+    conf = {"spark.jars": ",".join(extra_jars)} if extra_jars else {}
+    inputs = driver_inputs(conf)
+    if inputs is None:
+        return 0
+    data = class_data(DRIVER_ARCHIVE, *inputs)
+    if data.writing is None:
+        return 0
+    spark = spark_session("streamshop-class-data", conf=conf, archive=data)
+    try:
+        with tempfile.TemporaryDirectory(prefix="streamshop-class-data-") as tmp:
+            rows = spark.range(20_000).selectExpr("id % 7 AS k", "id AS v")
+            rows.groupBy("k").agg({"v": "sum"}).collect()
+            rows.write.parquet(f"{tmp}/rows")
+            spark.read.parquet(f"{tmp}/rows").count()
+            query = (
+                spark.readStream.format("rate")
+                .option("rowsPerSecond", 100)
+                .load()
+                .writeStream.foreachBatch(_count)
+                .option("checkpointLocation", f"{tmp}/checkpoint")
+                .start()
+            )
+            deadline = time.monotonic() + 120
+            while query.lastProgress is None and query.isActive and time.monotonic() < deadline:
+                time.sleep(0.2)
+            query.stop()
+    finally:
+        stop_spark_session(spark)
+    return 0
+
+
+def _count(batch: DataFrame, _: int) -> None:
+    batch.count()
+
+
+if __name__ == "__main__":
+    sys.exit(write_driver_archive([a.removeprefix("--jar=") for a in sys.argv[1:]]))

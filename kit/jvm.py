@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "ClassData", "cache_directory", "class_data"]
+__all__ = ["CACHE_ENV", "ClassData", "being_written", "cache_directory", "class_data"]
 
 CACHE_ENV = "STREAMSHOP_JVM_CACHE"
 _SUFFIX = ".jsa"
@@ -72,9 +72,12 @@ class ClassData:
             _claim(self.archive).unlink()
 
 
-def class_data(name: str, java: str, classpath: Iterable[Path], directory: Path | None = None) -> ClassData:
+def class_data(
+    name: str, java: str, classpath: Iterable[Path], directory: Path | None = None, *, write: bool = True
+) -> ClassData:
     """The archive options of one start of `java` with `classpath` (jar files or directories of
-    jars), under the family `name` (one archive per family and digest)."""
+    jars), under the family `name` (one archive per family and digest). `write=False`: map the
+    archive if there is one, else start without (`archive` still names the file)."""
     directory = directory if directory is not None else cache_directory()
     if directory is None:
         return ClassData(())
@@ -84,6 +87,8 @@ def class_data(name: str, java: str, classpath: Iterable[Path], directory: Path 
     quiet = ("-Xlog:cds*=off",)
     if archive.exists():
         return ClassData((*quiet, f"-XX:SharedArchiveFile={archive}"), archive)
+    if not write:
+        return ClassData((), archive)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         _drop_abandoned(directory)
@@ -93,6 +98,11 @@ def class_data(name: str, java: str, classpath: Iterable[Path], directory: Path 
         return ClassData(())
     writing = archive.with_name(f"{archive.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.part")
     return ClassData((*quiet, f"-XX:ArchiveClassesAtExit={writing}"), archive, writing)
+
+
+def being_written(archive: Path) -> bool:
+    """Whether a live process has claimed the writing of `archive`."""
+    return _alive(_pid_in(_claim(archive)))
 
 
 def _claim(archive: Path) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.jvm import CACHE_ENV, cache_directory, class_data
+from kit.jvm import CACHE_ENV, being_written, cache_directory, class_data
 
 
 @pytest.fixture
@@ -127,3 +127,22 @@ def test_an_empty_setting_turns_archives_off(monkeypatch: pytest.MonkeyPatch, tm
     assert cache_directory() == tmp_path / "elsewhere"
     monkeypatch.delenv(CACHE_ENV)
     assert cache_directory() == Path.home() / ".cache" / "streamshop" / "jvm"
+
+
+def test_a_start_that_does_not_write_maps_the_archive_or_starts_without(tmp_path: Path, jars: Path) -> None:
+    """How the Spark driver asks (a job's driver may run for days; its archive is written by a
+    short run of its own): no claim is taken, and whether one is held can be asked."""
+    cache = tmp_path / "cache"
+    asked = class_data("spark", sys.executable, [jars], cache, write=False)
+    assert asked.options == ()
+    assert asked.writing is None
+    assert asked.archive is not None
+    assert not being_written(asked.archive)
+    writer = class_data("spark", sys.executable, [jars], cache)
+    assert writer.archive == asked.archive
+    assert being_written(asked.archive)
+    _write_archive(writer.writing)
+    writer.settle(0)
+    assert not being_written(asked.archive)
+    mapped = class_data("spark", sys.executable, [jars], cache, write=False)
+    assert f"-XX:SharedArchiveFile={asked.archive}" in mapped.options
