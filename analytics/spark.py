@@ -87,8 +87,10 @@ def spark_session(
 
 
 DRIVER_ARCHIVE = "spark-driver"
-# The archive part of the driver JVM this process started, settled when it stops.
+# The archive part of the driver JVM this process started, settled when it stops; the archive
+# writer it started, if any.
 _DRIVER: dict[str, ClassData] = {}
+_WRITERS: list[subprocess.Popen[bytes]] = []
 
 
 def driver_inputs(conf: Mapping[str, str]) -> tuple[str, list[Path]] | None:
@@ -111,8 +113,9 @@ def driver_class_data(conf: Mapping[str, str]) -> ClassData | None:
     if inputs is None:
         return None
     data = class_data(DRIVER_ARCHIVE, *inputs, write=False)
-    if not data.options and data.archive is not None and not being_written(data.archive):
-        subprocess.Popen(
+    _WRITERS[:] = [w for w in _WRITERS if w.poll() is None]
+    if not data.options and data.archive is not None and not being_written(data.archive) and not _WRITERS:
+        writer = subprocess.Popen(
             [sys.executable, "-m", "analytics.spark", *(f"--jar={j}" for j in inputs[1][1:])],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -120,6 +123,7 @@ def driver_class_data(conf: Mapping[str, str]) -> ClassData | None:
             start_new_session=True,
             env=dict(os.environ),  # spark_session put this project on PYTHONPATH
         )
+        _WRITERS.append(writer)  # reaped by a later call, or when this process exits
     return data
 
 
@@ -127,6 +131,7 @@ def stop_spark_session(session: SparkSession, timeout: float = 120) -> None:
     """Stop the session and its JVM, and keep the class-data archive the JVM wrote as it exited.
     `stop()` alone leaves the JVM running until this Python process exits."""
     session.stop()
+    _WRITERS[:] = [w for w in _WRITERS if w.poll() is None]
     gateway = SparkContext._gateway
     archive = _DRIVER.pop("archive", None)
     if gateway is None:
