@@ -49,7 +49,8 @@ def describe(
             results=(),
         )
     users = broker.security.store.users
-    names = sorted(users) if request.users is None else [u.name for u in request.users]
+    # As Kafka: no list (null) and an empty list both ask for every user.
+    names = [u.name for u in request.users or ()] or sorted(users)
     seen: set[str] = set()
     results = []
     for name in names:

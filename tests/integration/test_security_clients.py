@@ -38,7 +38,7 @@ from confluent_kafka.admin import (
 
 from streamshop.pki import LocalCA
 from tests.support.harness import BrokerProcess, ThreadBroker
-from tests.support.secure import ADMIN_PASSWORD, SecureBroker, make_admin_user, secure_settings
+from tests.support.secure import ADMIN, ADMIN_PASSWORD, SecureBroker, make_admin_user, secure_settings
 
 ALICE, ALICE_PASSWORD = "alice", "alice-secret"
 
@@ -261,6 +261,10 @@ def test_users_are_managed_with_the_scram_apis(secure: SecureBroker) -> None:
     ]
     with pytest.raises(Exception, match=r"RESOURCE_NOT_FOUND|does not exist"):
         admin.describe_user_scram_credentials(["nobody"])["nobody"].result(timeout=15)
+    # No names (librdkafka sends an empty list) is every user, as Kafka answers it.
+    everyone = admin.describe_user_scram_credentials().result(timeout=15)
+    assert {"bob", ADMIN} <= set(everyone)
+    assert len(everyone["bob"].scram_credential_infos) == 2
     with pytest.raises(Exception, match=r"UNACCEPTABLE_CREDENTIAL|iterations"):
         wait(
             admin.alter_user_scram_credentials(
