@@ -20,13 +20,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from contracts.ports import DEFAULT_PORTS
 from kit.settings import ConfigError, HttpSettings, KafkaClientSettings, secret, setting
 from kit.tls import client_context
-from services.common.db import Database
+
+if TYPE_CHECKING:
+    from services.common.db import Database
 
 __all__ = ["DEFAULT_PORTS", "ConfigError", "OutboxServiceConfig", "ServiceConfig", "secret", "setting"]
 
