@@ -61,8 +61,9 @@ class ClassData:
             return
         if status == 0 and self.writing.exists():
             os.replace(self.writing, self.archive)
-            for old in self.archive.parent.glob(f"{_family(self.archive)}-*{_SUFFIX}"):
-                if old != self.archive:  # the archive of an earlier Java or earlier jars
+            family = _family(self.archive)
+            for old in self.archive.parent.glob(f"{family}-*{_SUFFIX}"):
+                if old != self.archive and _family(old) == family:  # of an earlier Java or earlier jars
                     with contextlib.suppress(OSError):
                         old.unlink()
         else:
@@ -158,7 +159,8 @@ def _drop_abandoned(directory: Path, age_s: float = 3600) -> None:
 
 
 def _family(archive: Path) -> str:
-    return archive.name.rsplit("-", 1)[0]
+    """`kafka-tools` of `kafka-tools-<digest>.jsa`."""
+    return archive.name.removesuffix(_SUFFIX).rsplit("-", 1)[0]
 
 
 def _digest(java: str, classpath: Iterable[Path]) -> str:

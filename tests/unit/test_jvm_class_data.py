@@ -88,10 +88,18 @@ def test_other_jars_or_another_java_select_another_archive_and_the_old_one_goes(
     java = tmp_path / "java"
     java.write_text("another build")
     assert class_data("tools", str(java), [jars], cache).archive != new.archive
-    # Another family is another archive, and is left alone.
-    spark = class_data("spark", sys.executable, [jars], cache)
-    assert spark.archive is not None
-    assert spark.archive.name.startswith("spark-")
+    # Another family is another archive, left alone by this one's upgrades, even when its
+    # name starts with this one's.
+    other = class_data("tools-extra", sys.executable, [jars], cache)
+    _write_archive(other.writing)
+    other.settle(0)
+    (jars / "a.jar").write_bytes(b"a" * 11)
+    newer = class_data("tools", sys.executable, [jars], cache)
+    _write_archive(newer.writing)
+    newer.settle(0)
+    assert other.archive is not None
+    assert other.archive.exists()
+    assert not new.archive.exists()
 
 
 def test_while_one_process_writes_the_archive_the_others_start_without(tmp_path: Path, jars: Path) -> None:
