@@ -74,7 +74,7 @@ def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
 def running_stack(
     data: Path,
     env: Mapping[str, str] | None = None,
-    within: float = 60,
+    within: float = 300,
     without: Sequence[str] = ("analytics",),
     bootstrap: str | None = None,
     *,
@@ -103,7 +103,9 @@ def running_stack(
     running = Stack(proc, data, output)
     try:
         # The stack serves before the analytics job is ready (it is optional): the tests that
-        # look at what the job does wait for it themselves, meanwhile the others run.
+        # look at what the job does wait for it themselves, meanwhile the others run. The bound
+        # only ends a stack that hangs: idle, one is ready in ~5 s; beside the suite's JVMs on
+        # 2 cores, its children have taken 10-20 s each.
         running.wait_for("running stack", lambda d: d["state"] == "running", within=within)
         yield running
     finally:
