@@ -33,6 +33,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kit.pids import pid_alive
+
 __all__ = ["CACHE_ENV", "ClassData", "being_written", "cache_directory", "class_data"]
 
 CACHE_ENV = "STREAMSHOP_JVM_CACHE"
@@ -103,7 +105,7 @@ def class_data(
 
 def being_written(archive: Path) -> bool:
     """Whether a live process has claimed the writing of `archive`."""
-    return _alive(_pid_in(_claim(archive)))
+    return pid_alive(_pid_in(_claim(archive)))
 
 
 def _claim(archive: Path) -> Path:
@@ -119,7 +121,7 @@ def _take_claim(archive: Path) -> bool:
         try:
             fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
-            if _alive(_pid_in(claim)):
+            if pid_alive(_pid_in(claim)):
                 return False
             with contextlib.suppress(OSError):
                 claim.unlink()
@@ -135,18 +137,6 @@ def _pid_in(claim: Path) -> int | None:
         return int(claim.read_text().strip() or "0") or None
     except (OSError, ValueError):
         return None
-
-
-def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _drop_abandoned(directory: Path, age_s: float = 3600) -> None:

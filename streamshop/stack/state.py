@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kit.pids import pid_alive
 from streamshop.clients import CommandError
 
 __all__ = ["FILE_NAME", "VERSION", "iso_now", "pid_alive", "read_stack", "running_stack", "write_stack"]
@@ -77,18 +78,6 @@ def read_stack(data_dir: Path) -> dict[str, Any] | None:
     if not isinstance(document, dict) or document.get("version") != VERSION:
         raise CommandError(f"{path}: not a version {VERSION} stack file")
     return document
-
-
-def pid_alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    return True
 
 
 def running_stack(data_dir: Path) -> dict[str, Any] | None:
