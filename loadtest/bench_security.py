@@ -31,7 +31,8 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from loadtest.brokers import free_port, streamshop_broker
+from kit.ports import free_port
+from loadtest.brokers import streamshop_broker
 from streamshop import kafka_cluster
 from streamshop.broker_users import set_offline
 from streamshop.pki import LocalCA

@@ -29,6 +29,7 @@ from types import FrameType
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kit.ports import free_port
 from kit.settings import parse_host_port
 from streamshop.broker_process import ReadyLine, broker_command, parse_ready_line
 
@@ -136,12 +137,6 @@ def _wait_for_metadata(proc: subprocess.Popen[bytes], log_path: Path, host: str,
         except KafkaException:
             time.sleep(0.1)
     raise TimeoutError(f"{host}:{port} did not answer Metadata in {STARTUP_TIMEOUT:.0f} s")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

@@ -20,13 +20,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kit.ports import free_ports
 from streamshop import kafka_tools
 from streamshop.clients import CommandError
 from streamshop.kafka_jars import KAFKA_VERSION, kafka_java, resolve, run_java
@@ -291,17 +291,6 @@ def wait_gone(pid: int, timeout: float) -> bool:
     return True
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def start(
     directory: Path,
     *,
@@ -344,6 +333,24 @@ def _random_uuid(lib: Path) -> str:
     return lines[-1]
 
 
+def _why_stopped(home: Path, limit: int = 12) -> str:
+    """What a node logged about why it stopped: the first ERROR or FATAL line of its server.log
+    with what follows (the exception), else the last lines the JVM printed (a crash, a bad
+    option)."""
+    logs = {}
+    for name in ("server.log", "stdout.log"):
+        try:
+            logs[name] = (home / name).read_text(errors="replace").splitlines()
+        except OSError:
+            logs[name] = []
+    server = logs["server.log"]
+    marked = [i for i, line in enumerate(server) if " ERROR " in line or " FATAL " in line]
+    name, picked = (
+        ("server.log", server[marked[0] : marked[0] + limit]) if marked else ("stdout.log", logs["stdout.log"][-limit:])
+    )
+    return f"\n{home / name}:" + "".join(f"\n  {line[:400]}" for line in picked)
+
+
 def wait_ready(cluster: Cluster, timeout: float, brokers: int | None = None) -> None:
     """Until `brokers` (default: every node) are registered and a controller is elected."""
     from confluent_kafka.admin import AdminClient
@@ -356,8 +363,8 @@ def wait_ready(cluster: Cluster, timeout: float, brokers: int | None = None) -> 
     while time.monotonic() < deadline:
         dead = [n.node_id for n in cluster.nodes if n.pid is not None and not alive(n.pid)]
         if dead and brokers is None:
-            logs = ", ".join(str(cluster.node_dir(cluster.node(d)) / "server.log") for d in dead)
-            raise CommandError(f"node(s) {dead} exited while starting; see {logs}")
+            reasons = "".join(_why_stopped(cluster.node_dir(cluster.node(d))) for d in dead)
+            raise CommandError(f"node(s) {dead} exited while starting:{reasons}")
         try:
             described = admin.describe_cluster(request_timeout=5).result(6)
             registered = len(described.nodes)

@@ -28,6 +28,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from kit.health import postgres_target
+from kit.ports import free_port
 from streamshop.clients import CommandError
 
 __all__ = [
@@ -150,12 +151,6 @@ def _run(command: list[str], directory: Path, timeout: float) -> subprocess.Comp
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _load(directory: Path) -> tuple[int, str] | None:
     try:
         settings = json.loads((directory / _SETTINGS).read_text())
@@ -243,7 +238,7 @@ def _settle(directory: Path, port: int | None) -> tuple[int, str]:
     down for `status`, and the superuser's password."""
     stored = _load(directory)
     password = stored[1] if stored else (directory / "password").read_text().strip()
-    port = port or (stored[0] if stored and _port_free(stored[0]) else _free_port())
+    port = port or (stored[0] if stored and _port_free(stored[0]) else free_port())
     (directory / _SETTINGS).write_text(json.dumps({"port": port, "user": USER}) + "\n")
     return port, password
 

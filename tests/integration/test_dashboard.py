@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 import uuid
@@ -39,6 +38,7 @@ from confluent_kafka import Producer as ConfluentProducer
 
 from analytics.metrics import window_key
 from kit.logging import configure_logging
+from kit.ports import free_port
 from schemas.catalog import default_catalog
 from schemas.client import RegistryClient
 from schemas.serde import AvroDeserializer, encode, frame
@@ -164,12 +164,6 @@ def topic_row(snap: Snapshot, name: str) -> dict[str, Any]:
 
 def group_row(snap: Snapshot, group_id: str) -> dict[str, Any]:
     return next(g for g in snap["groups"] if g["group_id"] == group_id)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- cluster -------------------------------------------------------------------------------------

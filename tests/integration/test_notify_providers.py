@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
+from kit.ports import free_port
 from kit.tracing import RequestContext, TraceContext, use_context
 from services.notify.providers import (
     DeliveryError,
@@ -26,7 +27,7 @@ from services.notify.providers import (
     WebhookSmsProvider,
 )
 from services.otp.domain import Channel
-from tests.support.notify import free_port, serve_catcher, status_server
+from tests.support.notify import serve_catcher, status_server
 
 SMS = OutgoingMessage("req-1", Channel.SMS, "+15550100", "123456 is your code")
 MAIL = OutgoingMessage("req-1", Channel.EMAIL, "a@example.com", "code 123456", "Your code")
@@ -83,7 +84,7 @@ async def test_webhook_answers_are_classified(status: int, body: Any, error_type
 
 
 async def test_webhook_unreachable_and_slow_are_retryable() -> None:
-    provider = WebhookSmsProvider(f"http://127.0.0.1:{await free_port()}/sms", timeout=1)
+    provider = WebhookSmsProvider(f"http://127.0.0.1:{free_port()}/sms", timeout=1)
     try:
         error = await failure(provider, SMS)
         assert (error.error_type, error.retryable) == ("unreachable", True)
@@ -138,7 +139,7 @@ async def test_smtp_delivers_with_a_message_id_derived_from_the_request_and_retu
 async def test_smtp_reopens_a_kept_connection_the_server_closed_within_the_same_attempt() -> None:
     """The provider keeps its connection open; when the server went away meanwhile (here: the
     catcher restarted on the same port), the next send reconnects instead of failing."""
-    port = await free_port()
+    port = free_port()
     provider = SmtpEmailProvider(host="127.0.0.1", port=port, from_address="s@x.org", timeout=2)
     try:
         async with serve_catcher(smtp_port=port) as catcher:
@@ -235,7 +236,7 @@ async def test_smtp_refusals_are_classified(handler: _Refusing, error_type: str,
 
 
 async def test_smtp_readiness_check_fails_when_the_port_is_closed() -> None:
-    provider = SmtpEmailProvider(host="127.0.0.1", port=await free_port(), from_address="s@x.org")
+    provider = SmtpEmailProvider(host="127.0.0.1", port=free_port(), from_address="s@x.org")
     with pytest.raises(OSError):
         await provider.check()
     async with serve_catcher() as catcher:

@@ -28,6 +28,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
+from kit.ports import free_port
 from registry.app import RunningRegistry
 from services.common.config import ConfigError
 from services.notify.config import EmailSenderConfig, SmsSenderConfig
@@ -43,7 +44,6 @@ from tests.support.notify import (
     SenderApp,
     Served,
     decode_deliveries,
-    free_port,
     parse_metrics,
     read_topic,
     serve_catcher,
@@ -359,7 +359,7 @@ async def test_a_provider_that_is_down_gives_otp_failed_per_attempt_then_a_final
     attempt carries the same Idempotency-Key and the bearer token; the deliveries end failed."""
     async with status_server(503, {"error": "unavailable", "message": "try later"}) as (url, seen):
         sms_config = stack.sms_config(webhook_url=url, webhook_token="tok")
-        email_config = stack.email_config(smtp_port=await free_port())
+        email_config = stack.email_config(smtp_port=free_port())
         async with senders(sms_config, email_config) as (sms, email):
             request_id = await stack.request()
             got = await stack.deliveries(6)

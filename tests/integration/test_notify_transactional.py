@@ -19,13 +19,14 @@ from aiohttp import web
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
+from kit.ports import free_port
 from services.notify.app import LOOP_KEY
 from services.otp.domain import seal_code
 from tests.integration import test_notify_senders as senders
 from tests.integration.test_notify_senders import BOTH, SEAL_KEY, SEAL_KEY_B64, Stack, code_in, otp_requested
 from tests.support.harness import REPO
 from tests.support.kit_processes import CATALOG, kit
-from tests.support.notify import Delivery, decode_deliveries, free_port, serve_sender, wait_for
+from tests.support.notify import Delivery, decode_deliveries, serve_sender, wait_for
 
 # The senders' stack and its fixtures, shared.
 broker = senders.broker
@@ -107,7 +108,7 @@ async def webhook(block: asyncio.Event, reached: asyncio.Event) -> AsyncIterator
     app.router.add_post("/sms", handle)
     runner = web.AppRunner(app)
     await runner.setup()
-    port = await free_port()
+    port = free_port()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     try:
@@ -128,7 +129,7 @@ async def start_sender(stack: Stack, url: str, database: Path) -> asyncio.subpro
         "SMS_SENDER_SEAL_KEY": SEAL_KEY_B64,
         "SMS_SENDER_WEBHOOK_URL": url,
         "SMS_SENDER_DATABASE_PATH": str(database),
-        "SMS_SENDER_PORT": str(await free_port()),
+        "SMS_SENDER_PORT": str(free_port()),
         "SMS_SENDER_LOG_SHIPPING": "false",
         "SMS_SENDER_DELIVERY_MODE": "transactional",
         "SMS_SENDER_SESSION_TIMEOUT_MS": "1500",

@@ -31,7 +31,6 @@ __all__ = [
     "SenderApp",
     "Served",
     "decode_deliveries",
-    "free_port",
     "parse_metrics",
     "read_topic",
     "serve_catcher",
@@ -169,14 +168,6 @@ async def decode_deliveries(registry_url: str, records: list[ConsumerRecord[byte
                 Delivery(r.key.decode(), decoded.record_name.rsplit(".", 1)[-1], value, dict(r.headers), r.value)
             )
         return out
-
-
-async def free_port() -> int:
-    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-    port = int(server.sockets[0].getsockname()[1])
-    server.close()
-    await server.wait_closed()
-    return port
 
 
 @asynccontextmanager
