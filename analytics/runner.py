@@ -53,6 +53,12 @@ __all__ = ["AnalyticsConfig", "replay", "run", "run_jobs"]
 STOP_GRACE = 5.0
 # Seconds a query may take to its first batch before the next query starts anyway.
 FIRST_BATCH_WAIT = 120.0
+# Starting a query of a Python data source, Spark starts the Python process that serves its
+# offsets and gives it a fixed ten seconds to connect back; on a saturated host it can miss
+# them, and the query fails before its first batch, having read nothing. Such a query is
+# started again (from its checkpoint), up to this many times in all.
+START_ATTEMPTS = 4
+MISSED_CONNECT_BACK = "to connect back"
 
 # -- progress ----------------------------------------------------------------------------------
 
@@ -275,8 +281,7 @@ def run_jobs(
         queries: list[tuple[JobSink, StreamingQuery]] = []
         try:
             for sink in sinks:
-                queries.append((sink, _start_query(session, sink.job, config, sink)))
-                _first_batch(queries[-1][1], stop)
+                queries.append((sink, _started(session, sink, config, stop, out)))
             print(
                 f"streamshop analytics ready: jobs {','.join(config.jobs)}, group {config.group_id}, "
                 f"data {config.data_dir}, results topic {config.results_topic}"
@@ -296,6 +301,26 @@ def run_jobs(
 
                 stop_spark_session(session)
     return status
+
+
+def _started(
+    session: SparkSession, sink: JobSink, config: AnalyticsConfig, stop: threading.Event, out: IO[str]
+) -> StreamingQuery:
+    """The job's query, started and past its first batch (or failed, or stopped): a start that
+    failed because Spark's Python process missed its connect-back is tried again."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        query = _start_query(session, sink.job, config, sink)
+        _first_batch(query, stop)
+        error = query.exception()
+        if error is None or MISSED_CONNECT_BACK not in str(error) or attempt == START_ATTEMPTS or stop.is_set():
+            break
+        print(
+            f"analytics {sink.job.name}: Spark's Python process did not connect back in time; "
+            f"starting the query again ({attempt + 1} of {START_ATTEMPTS})",
+            file=out,
+            flush=True,
+        )
+    return query
 
 
 def _first_batch(query: StreamingQuery, stop: threading.Event, limit: float = FIRST_BATCH_WAIT) -> None:

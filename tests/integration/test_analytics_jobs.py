@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 from analytics.results import read_metrics, read_quarantine
 from analytics.runner import replay_jobs, run_jobs
 from analytics.settings import AnalyticsConfig
+from analytics.source import StreamshopKafkaSource
 from schemas.serde import encode, frame
 from tests.support.analytics import (
     CATALOG,
@@ -263,6 +264,43 @@ def test_a_late_event_is_counted_apart_and_its_window_stays_final(
     late = {m.window_start.minute: m.count for m in read_metrics(tmp_path, metric="analytics.late_events")}
     assert late == {2: 1}
     assert "1 late" in out.getvalue()
+
+
+def test_a_query_whose_python_process_misses_sparks_connect_back_is_started_again(
+    spark: SparkSession, broker: ThreadBroker, tmp_path: Path
+) -> None:
+    """Spark gives the Python process serving a Python source's offsets ten seconds to connect
+    back. A Python that takes longer the first time (as on a saturated host) fails the query's
+    first start; the job starts it again and counts every order once."""
+    stalled = tmp_path / "stalled"
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *python_streaming_source_runner*) [ -e {stalled} ] || {{ touch {stalled}; sleep 12; }};; esac\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    registry = ThreadRegistry(broker.bootstrap)
+    context = spark.sparkContext
+    usual = context.pythonExec
+    try:
+        create_topics(broker.bootstrap)
+        produced = produce_events(Producer(broker.bootstrap, registry.url), orders=12)
+        context.pythonExec = str(python)  # read when a Python data source is registered
+        spark.dataSource.register(StreamshopKafkaSource)
+        out = io.StringIO()
+        assert (
+            run_jobs(config(broker.bootstrap, registry.url, tmp_path / "data", jobs=("orders",)), spark=spark, out=out)
+            == 0
+        )
+    finally:
+        context.pythonExec = usual
+        spark.dataSource.register(StreamshopKafkaSource)
+        registry.close()
+    assert stalled.exists()
+    assert "did not connect back in time; starting the query again (2 of 4)" in out.getvalue()
+    counts = read_metrics(tmp_path / "data", metric="orders.count")
+    assert sum(m.count for m in counts) == len(produced.orders)
 
 
 # -- SIGKILL -----------------------------------------------------------------------------------
