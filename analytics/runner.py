@@ -280,8 +280,7 @@ def run_jobs(
         sinks = [JobSink(JOBS[name], config, progress, topics[name]) for name in config.jobs]
         queries: list[tuple[JobSink, StreamingQuery]] = []
         try:
-            for sink in sinks:
-                queries.append((sink, _started(session, sink, config, stop, out)))
+            queries.extend((sink, _started(session, sink, config, stop, out)) for sink in sinks)
             print(
                 f"streamshop analytics ready: jobs {','.join(config.jobs)}, group {config.group_id}, "
                 f"data {config.data_dir}, results topic {config.results_topic}"
