@@ -127,6 +127,11 @@ def driver_class_data(conf: Mapping[str, str]) -> ClassData | None:
     return data
 
 
+# Seconds a driver JVM that writes its class-data archive as it exits may take to exit: the dump
+# of ~185 MB took 40 s on an idle 2-core host and takes minutes on a saturated one.
+ARCHIVE_EXIT_WAIT = 600.0
+
+
 def stop_spark_session(session: SparkSession, timeout: float = 120) -> None:
     """Stop the session and its JVM, and keep the class-data archive the JVM wrote as it exited.
     `stop()` alone leaves the JVM running until this Python process exits."""
@@ -141,7 +146,8 @@ def stop_spark_session(session: SparkSession, timeout: float = 120) -> None:
     status = None
     if proc is not None:
         proc.stdin.close()  # the launcher's JVM exits when its stdin closes
-        status = proc.wait(timeout=timeout)
+        writing = archive is not None and archive.writing is not None
+        status = proc.wait(timeout=max(timeout, ARCHIVE_EXIT_WAIT) if writing else timeout)
     SparkContext._gateway = None
     SparkContext._jvm = None
     if archive is not None:

@@ -27,6 +27,7 @@ _DRIVER = textwrap.dedent(
 )
 
 
+@pytest.mark.timeout(1800)  # two writers and a driver, each minutes on a saturated host
 def test_the_writer_leaves_an_archive_that_a_driver_maps() -> None:
     """The archive of the run's cache (`~/.cache/streamshop/jvm` unless STREAMSHOP_JVM_CACHE says
     otherwise, as for every driver the suite starts): written now if missing, or by the writer a
@@ -36,18 +37,23 @@ def test_the_writer_leaves_an_archive_that_a_driver_maps() -> None:
     assert inputs is not None
     archive = class_data(DRIVER_ARCHIVE, *inputs, write=False).archive
     assert archive is not None
-    writer = subprocess.run(
-        [sys.executable, "-m", "analytics.spark"],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert writer.returncode == 0, writer.stderr[-3000:]
-    deadline = time.monotonic() + 600
-    while being_written(archive) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    # Twice at most: a writer finding another at work leaves the archive to it, and that one (a
+    # driver's background writer) may have been stopped before it settled.
+    for _ in range(2):
+        writer = subprocess.run(
+            [sys.executable, "-m", "analytics.spark"],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        assert writer.returncode == 0, writer.stderr[-3000:]
+        deadline = time.monotonic() + 900
+        while being_written(archive) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if archive.exists():
+            break
     assert archive.exists()
 
     driver = subprocess.run(

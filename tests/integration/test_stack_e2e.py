@@ -395,7 +395,7 @@ async def test_the_analytics_job_drains_the_orders_and_commits_its_progress_as_a
                 raise
             return committed if all(tp.offset >= ends[tp.partition] for tp in committed) else None
 
-        committed = await eventually("the analytics job at the end of orders", drained, within=180, every=2)
+        committed = await eventually("the analytics job at the end of orders", drained, within=300, every=2)
         assert committed, f"analytics committed {consumer.committed(partitions, timeout=10)}, ends {ends}"
     finally:
         consumer.close()

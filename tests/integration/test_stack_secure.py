@@ -203,7 +203,7 @@ async def test_the_analytics_job_commits_its_progress_under_its_own_login(stack:
                     return False
                 raise
 
-        await eventually("offsets committed by the analytics job", committed, within=180, every=2)
+        await eventually("offsets committed by the analytics job", committed, within=300, every=2)
     finally:
         consumer.close()
 
