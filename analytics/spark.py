@@ -78,6 +78,10 @@ def spark_session(
         .config("spark.driver.extraJavaOptions", driver_options)
         .config("spark.executor.extraJavaOptions", log4j)
     )
+    if not master.startswith("local"):
+        # Executors in processes of their own (a standalone cluster's workers start them): their
+        # Python workers import this project, as the driver's do.
+        builder = builder.config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

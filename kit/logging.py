@@ -100,6 +100,8 @@ def configure_logging(
     # The request-context middleware writes the access log (with request id and route);
     # aiohttp's own line would say the same thing twice, and be shipped twice.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # Py4J (PySpark's bridge to its JVM) logs each command and connection at INFO.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
     structlog.configure(
         processors=[
