@@ -34,9 +34,20 @@ from kit.pids import pid_alive
 from kit.ports import free_ports
 from streamshop.clients import CommandError
 
-__all__ = ["Member", "SparkCluster", "spark_home", "start", "status", "stop"]
+__all__ = [
+    "DEFAULT_DIR",
+    "Member",
+    "SparkCluster",
+    "master_state",
+    "master_url_of",
+    "spark_home",
+    "start",
+    "status",
+    "stop",
+]
 
 HOST = "127.0.0.1"
+DEFAULT_DIR = Path("data/spark-cluster")
 STOP_GRACE_S = 30.0
 STATE = "spark-cluster.json"
 # Heap of the master's and each worker's own JVM (SPARK_DAEMON_MEMORY; Spark's default is 1g):
@@ -250,6 +261,21 @@ def _signal(pid: int | None, sig: int) -> None:
     except (ProcessLookupError, PermissionError):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
+
+
+def master_url_of(cluster: str) -> str:
+    """`streamshop up --spark-cluster`: a master URL as given, else that of the running cluster in
+    the directory `cluster` (DEFAULT_DIR when empty)."""
+    if cluster.startswith("spark://"):
+        return cluster
+    directory = Path(cluster or DEFAULT_DIR)
+    running = SparkCluster.load(directory)
+    try:
+        master_state(running)
+    except OSError as e:
+        start = f"streamshop spark-cluster start --dir {directory}"
+        raise CommandError(f"the Spark cluster in {directory} does not answer ({e}): `{start}`") from None
+    return running.master_url
 
 
 def status(directory: Path) -> dict[str, object]:

@@ -11,7 +11,7 @@ from streamshop.commands._common import SubParsers
 
 __all__ = ["register"]
 
-DEFAULT_DIR = Path("data/spark-cluster")
+DEFAULT_DIR = Path("data/spark-cluster")  # as streamshop.spark_cluster's, which this module does not import
 
 
 def register(sub: SubParsers) -> None:

@@ -64,6 +64,14 @@ def _up(sub: SubParsers) -> None:
         "when missing, which needs CREATEDB)",
     )
     p.add_argument(
+        "--spark-cluster",
+        nargs="?",
+        const="",
+        metavar="DIR|URL",
+        help="run the analytics job on a Spark standalone cluster: the one `streamshop spark-cluster start` runs "
+        "from DIR (default ./data/spark-cluster), or the master spark://HOST:PORT",
+    )
+    p.add_argument(
         "--scale",
         metavar="SERVICE=N[,...]",
         help="run N instances of orders, otp, logs, sms-sender or email-sender (needs --postgres), e.g. "

@@ -123,6 +123,7 @@ class StackContext:
     endpoints: Mapping[str, Mapping[str, str]]  # child name -> its announced urls
     secure: SecureStack | None = None  # `up --secure`: every child's logins, keys and certificates
     database_url: str | None = None  # `up --postgres URL`: that server (with its password)
+    spark_master: str | None = None  # `up --spark-cluster`: the analytics job's master
 
     def service_database_url(self, service: str) -> str | None:
         """The PostgreSQL database of `service` when the stack has a `postgres` child: the
@@ -338,6 +339,8 @@ def _analytics_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
         env |= ctx.secure.analytics_env()
         registry = registry.replace("://", f"://analytics:{ctx.secure.registry_passwords['analytics']}@", 1)
     env["ANALYTICS_REGISTRY_URL"] = registry
+    if ctx.spark_master is not None:
+        env["ANALYTICS_SPARK_MASTER"] = ctx.spark_master
     return Launch([*_cli("analytics"), "run"], env)
 
 

@@ -95,6 +95,7 @@ class StackOptions:
     log_format: str = "json"
     verbose: bool = False  # every child's output on the console too, not only in its log file
     postgres_url: str | None = None  # `--postgres URL`: a server the stack uses but does not run
+    spark_master: str | None = None  # `--spark-cluster`: the analytics job's Spark master
 
 
 def _describe_exit(status: int | None) -> str:
@@ -478,6 +479,7 @@ class Supervisor:
             endpoints,
             self.secure,
             self.options.postgres_url,
+            self.options.spark_master,
         )
 
     def save(self) -> None:
@@ -670,6 +672,7 @@ def up(args: argparse.Namespace) -> int:
         # Readable lines in a terminal; JSON (what the logs service indexes anyway) otherwise.
         log_format="console" if sys.stdout.isatty() else "json",
         postgres_url=args.postgres or None,
+        spark_master=_spark_master(args.spark_cluster),
     )
     names = [c.name for c in children]
     console = Console([*names, "demo"] if args.demo else names, sys.stdout, color=color)
@@ -689,6 +692,14 @@ def up(args: argparse.Namespace) -> int:
         return await supervisor.run()
 
     return asyncio.run(main())
+
+
+def _spark_master(cluster: str | None) -> str | None:
+    if cluster is None:
+        return None
+    from streamshop.spark_cluster import master_url_of
+
+    return master_url_of(cluster)
 
 
 def _secure_stack(data_dir: Path, args: argparse.Namespace, children: Sequence[ChildDef]) -> SecureStack:

@@ -5,6 +5,8 @@ The job's totals must be as exact, and its bad records as quarantined, as in loc
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,7 +17,7 @@ import pytest
 from analytics.results import read_quarantine
 from kit.pids import pid_alive
 from schemas.serde import frame
-from streamshop.spark_cluster import SparkCluster, master_state
+from streamshop.spark_cluster import SparkCluster, alive, master_state, wait_ready
 from tests.support.analytics import (
     Producer,
     create_topics,
@@ -24,10 +26,14 @@ from tests.support.analytics import (
     parquet_values,
     produce_events,
 )
+from tests.support.analytics_job import BATCH, Job, kill_after_batches, orders_only, wait_until_committed
 from tests.support.harness import REPO, ThreadBroker
 from tests.support.registry import ThreadRegistry
+from tests.support.spark import committed
+from tests.support.stack import running_stack
 
-pytestmark = pytest.mark.spark
+# One cluster for the module: its stack test too runs on the worker of the analytics jobs.
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark-jobs")]
 
 WORKERS = 2
 
@@ -112,3 +118,55 @@ def test_the_job_on_the_cluster_counts_exactly_and_quarantines_a_poison_record(
     assert [a["state"] for a in apps] == ["FINISHED"]
     for worker in cluster.workers:
         assert list((cluster.home(worker) / "work" / apps[-1]["id"]).glob("*/stderr")), worker.name
+
+
+@pytest.mark.stack
+def test_up_with_spark_cluster_runs_the_stacks_job_on_the_cluster(cluster: SparkCluster, tmp_path: Path) -> None:
+    """`streamshop up --spark-cluster DIR`: the stack's analytics job is an application of the
+    cluster's master, its executors on the workers, until the stack stops."""
+    services = ("catcher", "orders", "otp", "logs", "sms-sender", "email-sender", "dashboard")
+    with running_stack(tmp_path / "stack", without=services, args=("--spark-cluster", str(cluster.directory))) as stack:
+        stack.wait_for("analytics ready", lambda d: d["children"]["analytics"]["state"] == "ready", within=300)
+        apps = [a for a in master_state(cluster)["activeapps"] if a["name"] == "streamshop-analytics"]
+        assert [a["cores"] for a in apps] == [WORKERS]
+    finished = [a for a in master_state(cluster)["completedapps"] if a["id"] == apps[0]["id"]]
+    assert [a["state"] for a in finished] == ["FINISHED"]
+
+
+def test_a_worker_killed_mid_stream_costs_no_record_and_no_double_count(cluster: SparkCluster, tmp_path: Path) -> None:
+    """SIGKILL of a worker's process group (the worker, its executor and that executor's Python
+    workers: a machine lost) while batches run: Spark runs the lost tasks on the other worker,
+    the totals stay exact and the group's offsets end where the data does. The worker is then
+    started again and registers anew."""
+    broker = ThreadBroker(tmp_path / "broker").start()
+    registry = ThreadRegistry(broker.bootstrap)
+    victim = cluster.workers[0]
+    job: Job | None = None
+    try:
+        create_topics(broker.bootstrap)
+        produced = produce_events(Producer(broker.bootstrap, registry.url), orders=120)
+        tps = [("orders", p) for p in range(3)]
+        total = len(produced.orders) + len(produced.status_changes)
+        data = tmp_path / "data"
+        job = Job(broker.bootstrap, registry.url, data, "--trigger", "0.2", "--spark-master", cluster.master_url)
+        kill_after_batches(job, data / "state" / "orders" / "g0001", 2, kill=lambda: _kill_group(victim.pid))
+        at_kill = sum(committed(broker.bootstrap, "analytics", tps).values())
+        assert at_kill < total - BATCH, f"not killed mid-stream: {at_kill} of {total} committed"
+        wait_until_committed(job, broker.bootstrap, tps, total)
+        job.proc.send_signal(signal.SIGTERM)
+        assert job.wait(60) == 0, job.output()
+        assert sum(committed(broker.bootstrap, "analytics", tps).values()) == total
+    finally:
+        if job is not None and job.proc.poll() is None:
+            job.kill()
+        registry.close()
+        broker.close()
+        if not alive(victim.pid):
+            cluster.launch(victim)
+    assert parquet_values(data) == orders_only(expected_metrics(produced))
+    wait_ready(cluster, 120)  # the worker, started again, is one of the master's again
+
+
+def _kill_group(pid: int | None) -> None:
+    assert pid is not None
+    os.killpg(pid, signal.SIGKILL)

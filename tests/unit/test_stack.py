@@ -445,6 +445,19 @@ def test_analytics_reads_the_stack_broker_registry_and_data_dir(tmp_path: Path) 
     assert (config.bootstrap_servers, config.registry_url) == ("127.0.0.1:19092", "http://127.0.0.1:18081")
     assert config.data_dir == tmp_path / "analytics"
     assert not config.once
+    assert config.spark_master == "local[2,4]"
+
+
+def test_with_a_spark_cluster_the_analytics_job_runs_on_its_master(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from analytics.settings import AnalyticsConfig
+    from streamshop.cli import build_parser
+
+    ctx = replace(context(tmp_path), spark_master="spark://127.0.0.1:27077")
+    launch = BY_NAME["analytics"].launch(ctx, {})
+    args = build_parser().parse_args(launch.command[3:])
+    assert AnalyticsConfig.from_args(args, launch.environment({})).spark_master == "spark://127.0.0.1:27077"
 
 
 def test_analytics_ready_line_announces_no_endpoints() -> None:
