@@ -133,32 +133,45 @@ def test_up_with_spark_cluster_runs_the_stacks_job_on_the_cluster(cluster: Spark
     assert [a["state"] for a in finished] == ["FINISHED"]
 
 
-def test_a_worker_killed_mid_stream_costs_no_record_and_no_double_count(cluster: SparkCluster, tmp_path: Path) -> None:
+def test_a_worker_then_the_driver_killed_mid_stream_cost_no_record_and_no_double_count(
+    cluster: SparkCluster, tmp_path: Path
+) -> None:
     """SIGKILL of a worker's process group (the worker, its executor and that executor's Python
-    workers: a machine lost) while batches run: Spark runs the lost tasks on the other worker,
-    the totals stay exact and the group's offsets end where the data does. The worker is then
-    started again and registers anew."""
+    workers: a machine lost) while batches run: Spark runs the lost tasks on the other worker.
+    Then SIGKILL of the driver: the job started again resumes from its checkpoint. The totals
+    stay exact and the group's offsets end where the data does; the worker, started again,
+    registers anew."""
     broker = ThreadBroker(tmp_path / "broker").start()
     registry = ThreadRegistry(broker.bootstrap)
     victim = cluster.workers[0]
-    job: Job | None = None
+    jobs: list[Job] = []
+
+    def job() -> Job:
+        jobs.append(Job(broker.bootstrap, registry.url, data, "--trigger", "0.2", "--spark-master", cluster.master_url))
+        return jobs[-1]
+
     try:
         create_topics(broker.bootstrap)
-        produced = produce_events(Producer(broker.bootstrap, registry.url), orders=120)
+        produced = produce_events(Producer(broker.bootstrap, registry.url), orders=160)
         tps = [("orders", p) for p in range(3)]
         total = len(produced.orders) + len(produced.status_changes)
         data = tmp_path / "data"
-        job = Job(broker.bootstrap, registry.url, data, "--trigger", "0.2", "--spark-master", cluster.master_url)
-        kill_after_batches(job, data / "state" / "orders" / "g0001", 2, kill=lambda: _kill_group(victim.pid))
-        at_kill = sum(committed(broker.bootstrap, "analytics", tps).values())
-        assert at_kill < total - BATCH, f"not killed mid-stream: {at_kill} of {total} committed"
-        wait_until_committed(job, broker.bootstrap, tps, total)
-        job.proc.send_signal(signal.SIGTERM)
-        assert job.wait(60) == 0, job.output()
+        generation = data / "state" / "orders" / "g0001"
+        first = job()
+        kill_after_batches(first, generation, 2, kill=lambda: _kill_group(victim.pid))
+        at_worker_kill = sum(committed(broker.bootstrap, "analytics", tps).values())
+        kill_after_batches(first, generation, 4)  # the driver, on the one worker left
+        at_driver_kill = sum(committed(broker.bootstrap, "analytics", tps).values())
+        assert at_worker_kill <= at_driver_kill < total - BATCH, f"not killed mid-stream: {at_driver_kill} of {total}"
+        restarted = job()
+        wait_until_committed(restarted, broker.bootstrap, tps, total)
+        restarted.proc.send_signal(signal.SIGTERM)
+        assert restarted.wait(60) == 0, restarted.output()
         assert sum(committed(broker.bootstrap, "analytics", tps).values()) == total
     finally:
-        if job is not None and job.proc.poll() is None:
-            job.kill()
+        for j in jobs:
+            if j.proc.poll() is None:
+                j.kill()
         registry.close()
         broker.close()
         if not alive(victim.pid):
