@@ -31,9 +31,18 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from analytics.offsets import OffsetRange, Partition
 
-__all__ = ["KafkaClients", "read_range"]
+__all__ = ["KafkaClients", "read_range", "unreachable"]
 
 _TIMEOUT_S = 30.0
+# What librdkafka says when no broker answers (refused, reset, not resolved, timed out): passing
+# trouble for a reader, which tries again; anything else is an answer, an error to report.
+_UNREACHABLE = {
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._TIMED_OUT,
+    KafkaError._RESOLVE,
+    KafkaError._WAIT_COORD,
+}
 
 # Throughput-minded defaults for the worker consumers; any `kafka.<name>` option overrides them.
 _READ_DEFAULTS: dict[str, Any] = {
@@ -242,3 +251,12 @@ def read_range(
                 )
     finally:
         consumer.close()
+
+
+def unreachable(error: BaseException) -> bool:
+    """Whether `error` says the cluster could not be reached (rather than that it refused)."""
+    if isinstance(error, TimeoutError):
+        return True
+    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+        return error.args[0].code() in _UNREACHABLE
+    return False

@@ -115,7 +115,7 @@ from pyspark.sql.types import (
 from analytics import offsets as off
 from analytics.avro_column_plan import SchemaResolutionError
 from analytics.avro_columns import EventColumns
-from analytics.kafka import KafkaClients, read_range
+from analytics.kafka import KafkaClients, read_range, unreachable
 from analytics.offsets import OffsetRange, Offsets, Partition
 from contracts import commit_note
 from schemas.blocking_registry import Missing, fetch_schema, latest_schema
@@ -135,6 +135,9 @@ log = logging.getLogger(__name__)
 # Unchanged positions are committed again this often (each commit notes when): the group's last
 # commit then says the job is alive even while no data comes.  Within one trigger interval more.
 COMMIT_EVERY_S = 15.0
+# How long a streaming query waits out a cluster it cannot reach, planning no batch meanwhile,
+# before it fails: a broker's restart or a leader's election takes seconds to a minute.
+UNREACHABLE_GRACE_S = 300.0
 
 StartSpec = Literal["earliest", "latest", "group"] | dict[Partition, int]
 
@@ -570,6 +573,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._committed: dict[Partition, int] | None = None
         self._committed_at = 0.0
         self._progress_ms: int | None = None
+        self._unreachable_since: float | None = None
 
     def initialOffset(self) -> dict[str, Any]:
         spec = self.settings.starting or "group"
@@ -594,7 +598,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # Spark runs one batch at a time and re-runs an unfinished batch before planning:
             # `start` is the end of a batch already in the checkpoint's commit log.
             self._commit(begin)
-        latest = self._target if self._target is not None else self._available()
+        latest = self._target if self._target is not None else self._reachable()
+        if latest is None:
+            return off.canonical(begin)  # no batch until the cluster answers
         self._latest = off.canonical(latest)
         # New partitions (absent from start) join once they hold a record; a topic that
         # disappeared keeps its position (offsets never go backwards).
@@ -606,6 +612,22 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         elif isinstance(limit, ReadMinRows) and sum(available.values()) < limit.min_rows:
             end = dict(begin)
         return off.canonical(end)
+
+    def _reachable(self) -> dict[Partition, int] | None:
+        """The latest offsets; None while the cluster cannot be reached, for UNREACHABLE_GRACE_S."""
+        try:
+            latest = self._available()
+        except Exception as e:
+            if not unreachable(e):
+                raise
+            now = time.monotonic()
+            since = self._unreachable_since = self._unreachable_since or now
+            if now - since > UNREACHABLE_GRACE_S:
+                raise
+            log.warning("cluster unreachable, no batch until it answers error=%s for_s=%.0f", e, now - since)
+            return None
+        self._unreachable_since = None
+        return latest
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._latest

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from tests.support.stack import running_stack
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark-jobs")]
 
 WORKERS = 2
+OUTAGE_S = 45.0  # how long the broker is unreachable: longer than the source's client timeouts (30 s)
 
 
 def streamshop(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -183,3 +185,40 @@ def test_a_worker_then_the_driver_killed_mid_stream_cost_no_record_and_no_double
 def _kill_group(pid: int | None) -> None:
     assert pid is not None
     os.killpg(pid, signal.SIGKILL)
+
+
+def test_the_job_on_the_cluster_waits_out_an_unreachable_broker_and_loses_no_batch(
+    cluster: SparkCluster, tmp_path: Path
+) -> None:
+    """The broker stopped for longer than the clients' timeouts while the job runs on the cluster: the job waits, then reads on
+    from where the group was; what was produced before and after counts exactly once."""
+    broker = ThreadBroker(tmp_path / "broker").start()
+    registry = ThreadRegistry(broker.bootstrap)
+    job: Job | None = None
+    try:
+        create_topics(broker.bootstrap)
+        producer = Producer(broker.bootstrap, registry.url)
+        produced = produce_events(producer, orders=60)
+        tps = [("orders", p) for p in range(3)]
+        total = len(produced.orders) + len(produced.status_changes)
+        data = tmp_path / "data"
+        job = Job(broker.bootstrap, registry.url, data, "--trigger", "0.5", "--spark-master", cluster.master_url)
+        wait_until_committed(job, broker.bootstrap, tps, total)
+        broker.stop()
+        outage = time.monotonic() + OUTAGE_S
+        while time.monotonic() < outage:  # the outage itself: the job must live through it
+            assert job.proc.poll() is None, job.output()
+            time.sleep(0.5)
+        broker.start()
+        more = produce_events(producer, orders=60, start=60, older_writers=False)
+        produced += more
+        total += len(more.orders) + len(more.status_changes)
+        wait_until_committed(job, broker.bootstrap, tps, total)
+        job.proc.send_signal(signal.SIGTERM)
+        assert job.wait(60) == 0, job.output()
+    finally:
+        if job is not None and job.proc.poll() is None:
+            job.kill()
+        registry.close()
+        broker.close()
+    assert parquet_values(data) == orders_only(expected_metrics(produced))
