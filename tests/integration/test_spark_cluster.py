@@ -190,8 +190,9 @@ def _kill_group(pid: int | None) -> None:
 def test_the_job_on_the_cluster_waits_out_an_unreachable_broker_and_loses_no_batch(
     cluster: SparkCluster, tmp_path: Path
 ) -> None:
-    """The broker stopped for longer than the clients' timeouts while the job runs on the cluster: the job waits, then reads on
-    from where the group was; what was produced before and after counts exactly once."""
+    """The broker stopped, for longer than the clients' timeouts, while the job runs on the
+    cluster: the job waits, then reads on from where the group was; what was produced before
+    and after counts exactly once."""
     broker = ThreadBroker(tmp_path / "broker").start()
     registry = ThreadRegistry(broker.bootstrap)
     job: Job | None = None
