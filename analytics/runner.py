@@ -56,8 +56,10 @@ FIRST_BATCH_WAIT = 120.0
 # Starting a query of a Python data source, Spark starts the Python process that serves its
 # offsets and gives it a fixed ten seconds to connect back; on a saturated host it can miss
 # them, and the query fails before its first batch, having read nothing. Such a query is
-# started again (from its checkpoint), up to this many times in all.
-START_ATTEMPTS = 4
+# started again (from its checkpoint), up to this many times in all, after a pause that grows
+# (a start-up storm of other processes passes; one more try at once would meet it again).
+START_ATTEMPTS = 6
+START_PAUSES = (5.0, 10.0, 20.0, 30.0, 30.0)
 MISSED_CONNECT_BACK = "to connect back"
 
 # -- progress ----------------------------------------------------------------------------------
@@ -313,12 +315,15 @@ def _started(
         error = query.exception()
         if error is None or MISSED_CONNECT_BACK not in str(error) or attempt == START_ATTEMPTS or stop.is_set():
             break
+        pause = START_PAUSES[min(attempt, len(START_PAUSES)) - 1]
         print(
             f"analytics {sink.job.name}: Spark's Python process did not connect back in time; "
-            f"starting the query again ({attempt + 1} of {START_ATTEMPTS})",
+            f"starting the query again in {pause:g} s ({attempt + 1} of {START_ATTEMPTS})",
             file=out,
             flush=True,
         )
+        if stop.wait(pause):
+            break  # stopping: the failed start is reported as it is
     return query
 
 

@@ -4,7 +4,9 @@ when the run wrote one."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -27,6 +29,7 @@ __all__ = [
     "driver_inputs",
     "spark_session",
     "stop_spark_session",
+    "worker_python",
     "write_driver_archive",
 ]
 
@@ -52,7 +55,7 @@ def spark_session(
     the options of `archive` (default: `driver_class_data(conf)`).
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if str(PROJECT_ROOT) not in paths:
@@ -88,6 +91,47 @@ def spark_session(
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(StreamshopKafkaSource)
     return spark
+
+
+# Spark puts the wheel's python/lib/pyspark.zip (and Py4J's zip) first on the PYTHONPATH of every
+# Python process it starts. A zip holds no compiled bytecode, so each process compiles the
+# PySpark modules it imports (0.7 CPU-s where the installed package's bytecode takes 0.35), and
+# the process that serves a streaming query's offsets must connect back within Spark's fixed
+# ten seconds: on a saturated host that difference decides whether the query starts.
+_LAUNCHER = """#!/bin/sh
+# Written by streamshop (analytics.spark): {python} for Spark's Python processes, with PySpark
+# and Py4J imported from its site-packages (compiled) rather than the zips Spark puts first.
+kept=
+IFS=:
+for entry in $PYTHONPATH; do
+  case $entry in
+    {zips}/*.zip) ;;
+    *) kept=${{kept:+$kept:}}$entry ;;
+  esac
+done
+unset IFS
+PYTHONPATH=$kept exec {python} "$@"
+"""
+
+
+def worker_python() -> str:
+    """What Spark runs for its Python processes: this interpreter, through a launcher (in the
+    user's cache) that drops the wheel's zips from PYTHONPATH, since this interpreter has the
+    same PySpark installed. This interpreter itself when the launcher cannot be written."""
+    zips = Path(pyspark.__file__).parent / "python" / "lib"
+    text = _LAUNCHER.format(python=shlex.quote(sys.executable), zips=shlex.quote(str(zips)))
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "streamshop"
+    launcher = cache / f"spark-python-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    try:
+        if not launcher.exists():
+            cache.mkdir(parents=True, exist_ok=True)
+            part = launcher.with_name(f"{launcher.name}.{os.getpid()}.part")
+            part.write_text(text)
+            part.chmod(0o755)
+            os.replace(part, launcher)  # whole or absent, whoever writes it at once
+    except OSError:
+        return sys.executable
+    return str(launcher)
 
 
 DRIVER_ARCHIVE = "spark-driver"

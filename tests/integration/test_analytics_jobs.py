@@ -292,7 +292,7 @@ def test_a_query_whose_python_process_misses_sparks_connect_back_is_started_agai
         spark.dataSource.register(StreamshopKafkaSource)
         registry.close()
     assert stalled.exists()
-    assert "did not connect back in time; starting the query again (2 of 4)" in out.getvalue()
+    assert "did not connect back in time; starting the query again in 5 s (2 of 6)" in out.getvalue()
     counts = read_metrics(tmp_path / "data", metric="orders.count")
     assert sum(m.count for m in counts) == len(produced.orders)
 
