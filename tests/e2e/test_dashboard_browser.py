@@ -83,15 +83,15 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
     page.goto(url)
 
     # Cluster: the services' topics with their offsets, sizes and a messages-in chart.
-    page.wait_for_selector('[data-testid="topics-table"] tr[data-topic="orders"]', timeout=30_000)
+    page.wait_for_selector('[data-testid="topics-table"] tr[data-topic="orders"]', timeout=90_000)
     assert int(cell(page, "topics-table", 'data-topic="orders"', "partitions")) == 6
     page.wait_for_function(
         """() => Number(document.querySelector('[data-testid="topics-table"] tr[data-topic="orders"]'
                  + ' [data-col="end"]').innerText.replace(/[^0-9]/g, '')) >= 30""",
-        timeout=30_000,
+        timeout=90_000,
     )
     assert cell(page, "topics-table", 'data-topic="orders"', "size") not in ("", "-", "?")
-    page.wait_for_selector('[data-testid="chart-messages-in"] path[data-series]', timeout=30_000)
+    page.wait_for_selector('[data-testid="chart-messages-in"] path[data-series]', timeout=90_000)
 
     # Replication, honestly for one broker: it is the controller and holds each partition's only replica.
     assert page.locator("#repl-controller").inner_text() == "broker 1"
@@ -109,10 +109,10 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
     # Consumer groups: the fan-out, both sender groups on otp.requests.
     for group in ("sms-sender", "email-sender"):
         row = f'data-group="{group}"'
-        page.wait_for_selector(f'[data-testid="groups-table"] tr[{row}]', timeout=30_000)
+        page.wait_for_selector(f'[data-testid="groups-table"] tr[{row}]', timeout=90_000)
         assert "otp.requests" in cell(page, "groups-table", row, "topics")
         assert int(cell(page, "groups-table", row, "members")) >= 1
-    page.wait_for_selector('[data-testid="chart-lag"] path[data-series]', timeout=30_000)
+    page.wait_for_selector('[data-testid="chart-lag"] path[data-series]', timeout=90_000)
 
     # Open transactions: one left open shows with the LSO lag it causes.
     txn = Producer({"bootstrap.servers": stack.child("broker")["urls"]["bootstrap"], "transactional.id": "browser"})
@@ -122,12 +122,12 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
         txn.produce("txn.demo", b"pending-%d" % i, partition=0)
     assert txn.flush(15) == 0
     row = 'data-transaction="browser"'
-    page.wait_for_selector(f'[data-testid="transactions-table"] tr[{row}]', timeout=30_000)
+    page.wait_for_selector(f'[data-testid="transactions-table"] tr[{row}]', timeout=90_000)
     assert cell(page, "transactions-table", row, "state") == "Ongoing"
     assert cell(page, "transactions-table", row, "lso-lag") == "3"
     assert "txn.demo-0 (3)" in cell(page, "transactions-table", row, "partitions")
     txn.abort_transaction(15)
-    page.wait_for_selector(f'[data-testid="transactions-table"] tr[{row}]', state="detached", timeout=30_000)
+    page.wait_for_selector(f'[data-testid="transactions-table"] tr[{row}]', state="detached", timeout=90_000)
 
     # Analytics: the Spark job's metrics arrive through analytics.metrics.
     page.wait_for_function(
@@ -142,7 +142,7 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
     # alive, with its client and last commit, not as a dead "Empty" group.
     analytics_row = 'data-group="analytics"'
     committer_line = f'[data-testid="groups-table"] tr[{analytics_row}] [data-testid="committer"]'
-    page.wait_for_selector(committer_line, timeout=30_000)
+    page.wait_for_selector(committer_line, timeout=90_000)
     assert cell(page, "groups-table", analytics_row, "state") == "Committing"
     committer = page.locator(committer_line).inner_text()
     line = r"job analytics · \S+:\d+ · last commit [\d.]+ s ago, every 15 s · last batch [\d.]+ s ago · alive"
@@ -159,18 +159,18 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
         assert float(ticks.first.get_attribute("data-tick") or "nan") == first
 
     # The catcher's inbox holds the OTP mails; the log tail streams lines.
-    page.wait_for_selector('[data-testid="inbox"] li[data-mail]', timeout=30_000)
+    page.wait_for_selector('[data-testid="inbox"] li[data-mail]', timeout=90_000)
     status, mails = http("GET", stack.child("catcher")["urls"]["http"].rstrip("/") + "/messages")
     assert status == 200
     assert mails["total"] >= 3
     shown = page.locator('[data-testid="inbox"] li[data-mail]').count()
     assert shown == min(mails["total"], 20)
-    page.wait_for_selector('[data-testid="log-tail"] li[data-log-line]', timeout=30_000)
+    page.wait_for_selector('[data-testid="log-tail"] li[data-log-line]', timeout=90_000)
     # Access log lines say what was asked and answered, not just "http request".
     page.wait_for_function(
         """() => [...document.querySelectorAll('[data-testid="log-tail"] [data-testid="log-text"]')]
                  .some((e) => /^(GET|POST|DELETE|PUT) \\/\\S* → \\d{3} in [\\d.,]+ ms$/.test(e.innerText))""",
-        timeout=30_000,
+        timeout=90_000,
     )
 
     # Each service instance, from its logs: orders served the demo's requests.
@@ -178,7 +178,7 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
         """() => [...document.querySelectorAll('[data-testid="instances-table"] tbody tr')]
                  .some((r) => r.cells[0].innerText === "orders"
                               && Number(r.cells[2].innerText.replace(/\\D/g, "")) > 0)""",
-        timeout=30_000,
+        timeout=90_000,
     )
 
     # Live: more traffic moves the page without a reload.
@@ -189,7 +189,7 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
         f"""() => document.body.dataset.updated !== {before_updated!r}
               && document.querySelector('[data-testid="topics-table"] tr[data-topic="orders"] [data-col="end"]')
                    .innerText !== {before_end!r}""",
-        timeout=30_000,
+        timeout=90_000,
     )
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -215,7 +215,7 @@ def test_the_banner_says_what_is_wrong_the_job_stopped_or_the_broker_down_and_cl
     page.wait_for_selector('[data-testid="groups-table"] tr[data-group="analytics"] [data-testid="committer"]')
     # A normal stack: no banner, nothing orange for lag that is only work in progress, empty
     # states that say so, each chart under its own heading.
-    page.wait_for_function("() => document.body.dataset.updated !== ''", timeout=30_000)
+    page.wait_for_function("() => document.body.dataset.updated !== ''", timeout=90_000)
     assert page.locator('[data-testid="problems"]').is_hidden()
     assert page.locator('[data-testid="transactions-none"]').inner_text() == "none open"
     assert page.locator('[data-testid="groups-table"] .lag-positive').count() == 0

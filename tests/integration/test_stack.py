@@ -144,7 +144,7 @@ def test_a_killed_child_is_restarted_on_the_same_url(stack: Stack) -> None:
     after = stack.wait_for(
         "orders restart",
         lambda d: d["children"]["orders"]["restarts"] == 1 and d["children"]["orders"]["state"] == "ready",
-        within=30,
+        within=90,
     )["children"]["orders"]
     assert after["pid"] != before["pid"]
     assert alive(after["pid"])

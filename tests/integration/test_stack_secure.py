@@ -73,7 +73,7 @@ def kafka_conf(stack: Stack, secure: SecureStack, user: str, password: str | Non
     return conf
 
 
-async def eventually(what: str, check: Callable[[], Any], within: float = 60, every: float = 0.5) -> Any:
+async def eventually(what: str, check: Callable[[], Any], within: float = 180, every: float = 0.5) -> Any:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if found := await check():
