@@ -194,6 +194,9 @@ class Cluster:
             # Failover within seconds for a learner watching (Kafka's defaults: 9 s and 2 s).
             "broker.session.timeout.ms": "3000",
             "broker.heartbeat.interval.ms": "500",
+            # A broker gives up when the quorum has not registered it within this (Kafka's
+            # default: 60 s); nodes starting together on a busy host can take longer.
+            "initial.broker.registration.timeout.ms": "300000",
             **(self.security.settings() if self.security else {}),
             **self.settings,
         }

@@ -133,7 +133,7 @@ def test_with_two_of_three_replicas_down_acks_all_is_refused_with_not_enough_rep
     tmp_path: Path,
 ) -> None:
     """Five nodes, the first three the quorum; the replicas on node 3 and broker-only nodes 4 and 5."""
-    five = kafka_cluster.start(tmp_path / "five", nodes=5, heap_mb=288, timeout=240)
+    five = kafka_cluster.start(tmp_path / "five", nodes=5, heap_mb=288, timeout=400)
     try:
         result = scenarios.two_down(five, say=print)
     finally:
