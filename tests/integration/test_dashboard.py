@@ -508,7 +508,7 @@ async def test_the_logs_tail_is_passed_through_with_its_filters_and_closing_it_e
             # which the logs service finds closed on its next write.
             response.close()
             served = 'http_requests_total{method="GET",route="/api/logs/tail",status="200"}'
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 30
             while (await dash.metrics()).get(served) != 1:
                 assert time.monotonic() < deadline, "the dashboard still serves the closed tail"
                 await asyncio.sleep(0.05)

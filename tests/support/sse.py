@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 
 
-async def read_sse(response: aiohttp.ClientResponse, count: int, within: float = 10) -> list[dict[str, Any]]:
+async def read_sse(response: aiohttp.ClientResponse, count: int, within: float = 30) -> list[dict[str, Any]]:
     """The next `count` `log` events of an SSE stream, as {"id": int, "data": {...}}."""
     found: list[dict[str, Any]] = []
     event: dict[str, str] = {}
