@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 from tests.support.harness import REPO, ThreadBroker
 
 
-def cli(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, stdin: str | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "streamshop.cli", *args],
         input=stdin,

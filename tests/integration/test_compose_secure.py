@@ -264,10 +264,10 @@ def running(volumes: Volumes, tmp_path_factory: pytest.TempPathFactory) -> Itera
 def _produce(bootstrap: str, login: Mapping[str, str], topic: str) -> KafkaError | None:
     errors: list[KafkaError | None] = []
     producer = Producer(
-        {"bootstrap.servers": bootstrap, **login, "enable.idempotence": True, "message.timeout.ms": 10000}
+        {"bootstrap.servers": bootstrap, **login, "enable.idempotence": True, "message.timeout.ms": 30000}
     )
     producer.produce(topic, b"compose secure", on_delivery=lambda err, _msg: errors.append(err))
-    producer.flush(15)
+    producer.flush(45)
     return errors[0] if errors else KafkaError(KafkaError._MSG_TIMED_OUT)
 
 

@@ -193,7 +193,7 @@ class BrokerProcess:
         return self.start()
 
 
-def streamshop_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def streamshop_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """`streamshop ARGS...` as a user runs it: a child process from the checkout, its output captured."""
     return subprocess.run(
         [sys.executable, "-m", "streamshop.cli", *args],

@@ -90,6 +90,8 @@ def running_stack(
         proc = subprocess.Popen(
             [
                 *(sys.executable, "-m", "streamshop.cli", "up", "--ephemeral-ports", "--data-dir", str(data)),
+                # Beside the suite's JVMs on a slow host a service has taken over a minute to be ready.
+                *("--start-timeout", "240"),
                 *(arg for child in without for arg in ("--without", child)),
                 *(("--bootstrap", bootstrap) if bootstrap else ()),
                 *(("--secure",) if secure else ()),
