@@ -63,7 +63,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         tmp_path_factory.mktemp("pg-stack"),
         without=("analytics", "dashboard"),
         args=("--postgres", "--scale", SCALE),
-        within=180,
     ) as running:
         yield running
 
