@@ -10,8 +10,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,6 +50,16 @@ def streamshop(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[
         timeout=timeout,
         check=False,
     )
+
+
+def ended(cluster: SparkCluster, which: Callable[[dict[str, Any]], bool], within: float = 60) -> list[dict[str, Any]]:
+    """The master's completed applications that `which` picks, once there is one: the master
+    records an application's end when the driver's message reaches it."""
+    deadline = time.monotonic() + within
+    while not (apps := [a for a in master_state(cluster)["completedapps"] if which(a)]):
+        assert time.monotonic() < deadline, "no such application ended on the master"
+        time.sleep(0.2)
+    return apps
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +127,7 @@ def test_the_job_on_the_cluster_counts_exactly_and_quarantines_a_poison_record(
     assert quarantined == sorted(("orders", r.partition() or 0, r.offset() or 0) for r in (poison, truncated))
     assert set(lag.values()) == {0}
     # The work ran in the workers' executors, one per worker, not in the driver.
-    apps = [a for a in master_state(cluster)["completedapps"] if a["name"] == "streamshop-analytics"]
+    apps = ended(cluster, lambda a: a["name"] == "streamshop-analytics")
     assert [a["state"] for a in apps] == ["FINISHED"]
     for worker in cluster.workers:
         assert list((cluster.home(worker) / "work" / apps[-1]["id"]).glob("*/stderr")), worker.name
@@ -131,7 +142,7 @@ def test_up_with_spark_cluster_runs_the_stacks_job_on_the_cluster(cluster: Spark
         stack.wait_for("analytics ready", lambda d: d["children"]["analytics"]["state"] == "ready", within=300)
         apps = [a for a in master_state(cluster)["activeapps"] if a["name"] == "streamshop-analytics"]
         assert [a["cores"] for a in apps] == [WORKERS]
-    finished = [a for a in master_state(cluster)["completedapps"] if a["id"] == apps[0]["id"]]
+    finished = ended(cluster, lambda a: a["id"] == apps[0]["id"])
     assert [a["state"] for a in finished] == ["FINISHED"]
 
 
