@@ -51,8 +51,9 @@ def spark_session(
     `SPARK_LOCAL_IP` (the hostname resolves to loopback here, Spark warns and may pick a wrong
     interface), `PYSPARK_PYTHON` (this interpreter, not whatever `python3` is on PATH) and
     `PYTHONPATH` (workers unpickle the source's classes, so they must import this project).
-    `java_options` go to the driver's JVM (in local mode, the executors' too) as it starts, with
-    the options of `archive` (default: `driver_class_data(conf)`).
+    `java_options` go to the driver's JVM as it starts (in local mode the executors are in it; on
+    a cluster, to the executors' JVMs too), with the options of `archive` (default:
+    `driver_class_data(conf)`).
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", worker_python())
@@ -79,7 +80,11 @@ def spark_session(
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.extraJavaOptions", driver_options)
-        .config("spark.executor.extraJavaOptions", log4j)
+        # On a cluster the executors are JVMs of their own, started for each application.
+        .config(
+            "spark.executor.extraJavaOptions",
+            log4j if master.startswith("local") else f"{log4j} {java_options}".strip(),
+        )
     )
     if not master.startswith("local"):
         # Executors in processes of their own (a standalone cluster's workers start them): their

@@ -146,26 +146,28 @@ def test_up_with_spark_cluster_runs_the_stacks_job_on_the_cluster(cluster: Spark
     assert [a["state"] for a in finished] == ["FINISHED"]
 
 
-def test_a_worker_then_the_driver_killed_mid_stream_cost_no_record_and_no_double_count(
+def test_a_lost_worker_a_killed_driver_and_an_unreachable_broker_cost_no_record_and_no_double_count(
     cluster: SparkCluster, tmp_path: Path
 ) -> None:
-    """SIGKILL of a worker's process group (the worker, its executor and that executor's Python
-    workers: a machine lost) while batches run: Spark runs the lost tasks on the other worker.
-    Then SIGKILL of the driver: the job started again resumes from its checkpoint. The totals
-    stay exact and the group's offsets end where the data does; the worker, started again,
-    registers anew."""
+    """While batches run on the cluster: SIGKILL of a worker's process group (the worker, its
+    executor and that executor's Python workers: a machine lost), and Spark runs the lost tasks on
+    the other worker; then SIGKILL of the driver, and the job started again resumes from its
+    checkpoint; then the broker stopped for longer than the clients' timeouts, which the job waits
+    out. The totals stay exact and the group's offsets end where the data does; the worker,
+    started again, registers anew."""
     broker = ThreadBroker(tmp_path / "broker").start()
     registry = ThreadRegistry(broker.bootstrap)
     victim = cluster.workers[0]
     jobs: list[Job] = []
 
     def job() -> Job:
-        jobs.append(Job(broker.bootstrap, registry.url, data, "--trigger", "0.2", "--spark-master", cluster.master_url))
+        jobs.append(Job(broker.bootstrap, registry.url, data, "--trigger", "0.5", "--spark-master", cluster.master_url))
         return jobs[-1]
 
     try:
         create_topics(broker.bootstrap)
-        produced = produce_events(Producer(broker.bootstrap, registry.url), orders=160)
+        producer = Producer(broker.bootstrap, registry.url)
+        produced = produce_events(producer, orders=160)
         tps = [("orders", p) for p in range(3)]
         total = len(produced.orders) + len(produced.status_changes)
         data = tmp_path / "data"
@@ -177,6 +179,17 @@ def test_a_worker_then_the_driver_killed_mid_stream_cost_no_record_and_no_double
         at_driver_kill = sum(committed(broker.bootstrap, "analytics", tps).values())
         assert at_worker_kill <= at_driver_kill < total - BATCH, f"not killed mid-stream: {at_driver_kill} of {total}"
         restarted = job()
+        wait_until_committed(restarted, broker.bootstrap, tps, total)
+
+        broker.stop()
+        outage = time.monotonic() + OUTAGE_S
+        while time.monotonic() < outage:  # the outage itself: the job must live through it
+            assert restarted.proc.poll() is None, restarted.output()
+            time.sleep(0.5)
+        broker.start()
+        more = produce_events(producer, orders=60, start=160, older_writers=False)
+        produced += more
+        total += len(more.orders) + len(more.status_changes)
         wait_until_committed(restarted, broker.bootstrap, tps, total)
         restarted.proc.send_signal(signal.SIGTERM)
         assert restarted.wait(60) == 0, restarted.output()
@@ -190,47 +203,10 @@ def test_a_worker_then_the_driver_killed_mid_stream_cost_no_record_and_no_double
         if not alive(victim.pid):
             cluster.launch(victim)
     assert parquet_values(data) == orders_only(expected_metrics(produced))
+    assert "cluster unreachable, no batch until it answers" in restarted.output()
     wait_ready(cluster, 120)  # the worker, started again, is one of the master's again
 
 
 def _kill_group(pid: int | None) -> None:
     assert pid is not None
     os.killpg(pid, signal.SIGKILL)
-
-
-def test_the_job_on_the_cluster_waits_out_an_unreachable_broker_and_loses_no_batch(
-    cluster: SparkCluster, tmp_path: Path
-) -> None:
-    """The broker stopped, for longer than the clients' timeouts, while the job runs on the
-    cluster: the job waits, then reads on from where the group was; what was produced before
-    and after counts exactly once."""
-    broker = ThreadBroker(tmp_path / "broker").start()
-    registry = ThreadRegistry(broker.bootstrap)
-    job: Job | None = None
-    try:
-        create_topics(broker.bootstrap)
-        producer = Producer(broker.bootstrap, registry.url)
-        produced = produce_events(producer, orders=60)
-        tps = [("orders", p) for p in range(3)]
-        total = len(produced.orders) + len(produced.status_changes)
-        data = tmp_path / "data"
-        job = Job(broker.bootstrap, registry.url, data, "--trigger", "0.5", "--spark-master", cluster.master_url)
-        wait_until_committed(job, broker.bootstrap, tps, total)
-        broker.stop()
-        outage = time.monotonic() + OUTAGE_S
-        while time.monotonic() < outage:  # the outage itself: the job must live through it
-            assert job.proc.poll() is None, job.output()
-            time.sleep(0.5)
-        broker.start()
-        more = produce_events(producer, orders=60, start=60, older_writers=False)
-        produced += more
-        total += len(more.orders) + len(more.status_changes)
-        wait_until_committed(job, broker.bootstrap, tps, total)
-        job.proc.send_signal(signal.SIGTERM)
-        assert job.wait(60) == 0, job.output()
-    finally:
-        if job is not None and job.proc.poll() is None:
-            job.kill()
-        registry.close()
-        broker.close()
-    assert parquet_values(data) == orders_only(expected_metrics(produced))
