@@ -38,6 +38,7 @@ from kit.process import signal_child
 from streamshop import postgres
 from streamshop.broker_users import set_offline
 from streamshop.clients import CommandError
+from streamshop.spark_cluster import master_url_of
 from streamshop.stack.console import Console, use_color
 from streamshop.stack.plan import (
     CHILDREN,
@@ -672,7 +673,7 @@ def up(args: argparse.Namespace) -> int:
         # Readable lines in a terminal; JSON (what the logs service indexes anyway) otherwise.
         log_format="console" if sys.stdout.isatty() else "json",
         postgres_url=args.postgres or None,
-        spark_master=_spark_master(args.spark_cluster),
+        spark_master=master_url_of(args.spark_cluster) if args.spark_cluster is not None else None,
     )
     names = [c.name for c in children]
     console = Console([*names, "demo"] if args.demo else names, sys.stdout, color=color)
@@ -692,14 +693,6 @@ def up(args: argparse.Namespace) -> int:
         return await supervisor.run()
 
     return asyncio.run(main())
-
-
-def _spark_master(cluster: str | None) -> str | None:
-    if cluster is None:
-        return None
-    from streamshop.spark_cluster import master_url_of
-
-    return master_url_of(cluster)
 
 
 def _secure_stack(data_dir: Path, args: argparse.Namespace, children: Sequence[ChildDef]) -> SecureStack:

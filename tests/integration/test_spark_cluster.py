@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,7 +27,7 @@ from tests.support.analytics import (
     produce_events,
 )
 from tests.support.analytics_job import BATCH, Job, kill_after_batches, orders_only, wait_until_committed
-from tests.support.harness import REPO, ThreadBroker
+from tests.support.harness import ThreadBroker, streamshop_cli
 from tests.support.registry import ThreadRegistry
 from tests.support.spark import committed
 from tests.support.stack import running_stack
@@ -39,17 +37,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark-jobs")]
 
 WORKERS = 2
 OUTAGE_S = 45.0  # how long the broker is unreachable: longer than the source's client timeouts (30 s)
-
-
-def streamshop(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "streamshop.cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def ended(cluster: SparkCluster, which: Callable[[dict[str, Any]], bool], within: float = 60) -> list[dict[str, Any]]:
@@ -65,7 +52,7 @@ def ended(cluster: SparkCluster, which: Callable[[dict[str, Any]], bool], within
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
     directory = tmp_path_factory.mktemp("spark-cluster")
-    started = streamshop("spark-cluster", "start", "--dir", str(directory), "--workers", str(WORKERS))
+    started = streamshop_cli("spark-cluster", "start", "--dir", str(directory), "--workers", str(WORKERS), timeout=600)
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         running = SparkCluster.load(directory)
@@ -73,13 +60,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
         yield running
     finally:
         pids = [m.pid for m in [*SparkCluster.load(directory).workers, SparkCluster.load(directory).master]]
-        stopped = streamshop("spark-cluster", "stop", "--dir", str(directory))
+        stopped = streamshop_cli("spark-cluster", "stop", "--dir", str(directory))
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         assert not [pid for pid in pids if pid_alive(pid)]
 
 
 def test_status_lists_the_master_and_every_worker_alive(cluster: SparkCluster) -> None:
-    done = streamshop("spark-cluster", "status", "--dir", str(cluster.directory), "--json")
+    done = streamshop_cli("spark-cluster", "status", "--dir", str(cluster.directory), "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["master_url"] == cluster.master_url
@@ -99,7 +86,7 @@ def test_the_job_on_the_cluster_counts_exactly_and_quarantines_a_poison_record(
         poison = producer.send_raw("orders", b'{"order_id": "not avro"}')
         truncated = producer.send_raw("orders", frame(producer.schema_id("orders", "OrderCreated"), b"\x02"))
         data_dir = tmp_path / "data"
-        done = streamshop(
+        done = streamshop_cli(
             "analytics",
             "run",
             "--once",
@@ -115,6 +102,7 @@ def test_the_job_on_the_cluster_counts_exactly_and_quarantines_a_poison_record(
             "50",
             "--lateness",
             "600",
+            timeout=600,  # a driver and two executors starting on a busy host
         )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         lag = group_lag(broker.bootstrap, "analytics")
