@@ -158,6 +158,15 @@ def driver_inputs(conf: Mapping[str, str]) -> tuple[str, list[Path]] | None:
     return java, jars
 
 
+def driver_family(classpath: list[Path]) -> str:
+    """The archive family of a driver: one per set of extra jars, since a new archive of a family
+    replaces the old one, and a session with other jars must not replace the jobs' archive."""
+    extra = sorted(p.name for p in classpath[1:])
+    if not extra:
+        return DRIVER_ARCHIVE
+    return f"{DRIVER_ARCHIVE}_{hashlib.sha256(' '.join(extra).encode()).hexdigest()[:8]}"
+
+
 def driver_class_data(conf: Mapping[str, str]) -> ClassData | None:
     """The driver's archive options when there is an archive. When there is none, a process of
     its own writes it (`python -m analytics.spark`), in the background: an archive is written as
@@ -165,7 +174,7 @@ def driver_class_data(conf: Mapping[str, str]) -> ClassData | None:
     inputs = driver_inputs(conf)
     if inputs is None:
         return None
-    data = class_data(DRIVER_ARCHIVE, *inputs, write=False)
+    data = class_data(driver_family(inputs[1]), *inputs, write=False)
     _WRITERS[:] = [w for w in _WRITERS if w.poll() is None]
     if not data.options and data.archive is not None and not being_written(data.archive) and not _WRITERS:
         writer = subprocess.Popen(
@@ -215,7 +224,7 @@ def write_driver_archive(extra_jars: list[str]) -> int:
     inputs = driver_inputs(conf)
     if inputs is None:
         return 0
-    data = class_data(DRIVER_ARCHIVE, *inputs)
+    data = class_data(driver_family(inputs[1]), *inputs)
     if data.writing is None:
         return 0
     spark = spark_session("streamshop-class-data", conf=conf, archive=data)

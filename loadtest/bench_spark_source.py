@@ -9,11 +9,16 @@ times, each over all the events:
   only), then with Avro decoding, first (cold: writer schema fetched and decoder compiled in
   each worker) and again (warm);
 - a new streaming query's start-up: from start() until its first, small batch is done;
-- a streaming `trigger(availableNow=True)` query over all the events into the `noop` sink.
+- a streaming `trigger(availableNow=True)` query over all the events into the `noop` sink;
+- side by side, alternating, median of `--repeats`: the same batch read decoded by the project's
+  source and by Spark's own (`spark-sql-kafka-0-10` + `from_avro` of `spark-avro`, from Maven
+  Central: analytics.spark_kafka), into the same columns, in local[2] and then on a standalone
+  cluster of `--workers` workers of one core (`streamshop spark-cluster`): events/s, and CPU
+  seconds per million events of Spark (driver, executors, Python workers) and of the broker.
 
-Everything shares the machine's cores: Spark's JVM, its two Python workers and the broker.
+Everything shares the machine's cores: Spark's JVMs, its Python workers and the broker.
 
-    python -m loadtest.bench_spark_source [--events 1000000] [--partitions 6]
+    python -m loadtest.bench_spark_source [--events 1000000] [--partitions 6] [--workers 2]
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ import asyncio
 import io
 import json
 import os
+import statistics
 import tempfile
 import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -36,17 +43,21 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import Producer
 from fastavro import schemaless_reader
+from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from analytics.avro_columns import EventColumns
 from analytics.spark import spark_session, stop_spark_session
-from loadtest.brokers import create_topic, streamshop_broker
+from analytics.spark_kafka import read_kafka
+from loadtest.brokers import BrokerProcess, cpu_seconds, create_topic, streamshop_broker, tree_cpu_seconds
 from registry.app import RunningRegistry, start_registry
 from registry.config import RegistryConfig
 from schemas.catalog import default_catalog
 from schemas.serde import AvroSchema, encode, frame
+from streamshop import spark_cluster, spark_connectors
 
 TOPIC = "orders"
 TARGET = 200_000  # events/s decoded
@@ -197,12 +208,104 @@ def first_batch(spark: SparkSession, bootstrap: str, options: dict[str, str], ch
     return elapsed, rows
 
 
+OURS = "streamshop-kafka (Python)"
+JVM = "kafka + from_avro (JVM)"
+
+
+@dataclass
+class Reading:
+    seconds: float
+    spark_cpu: float  # the driver's JVM, the executors and their Python workers
+    broker_cpu: float
+
+
+def side_by_side(
+    spark: SparkSession,
+    broker: BrokerProcess,
+    registry_url: str,
+    schema: AvroSchema,
+    *,
+    partitions: int,
+    repeats: int,
+    spark_pids: list[int],
+) -> dict[str, list[Reading]]:
+    """Both sources over the whole topic into the noop sink, alternating, `repeats` times each,
+    after a warm-up read of each that also checks they decode the same values."""
+    ours = {"topics": TOPIC, "schema.registry.url": registry_url, "valueRecord": "OrderCreated"}
+    frames: dict[str, Callable[[dict[str, str]], DataFrame]] = {
+        OURS: lambda extra: read(spark, broker.bootstrap, {**ours, **extra}),
+        JVM: lambda extra: read_kafka(spark, broker.bootstrap, TOPIC, schema.text, extra),
+    }
+    head = {"endingOffsets": json.dumps({TOPIC: {str(p): 500 for p in range(partitions)}})}
+    sums = {
+        name: make(head).agg(F.count("order_id"), F.sum("total"), F.max("created_at")).first()
+        for name, make in frames.items()
+    }
+    if sums[OURS] != sums[JVM]:
+        raise RuntimeError(f"the sources decode differently: {sums}")
+    readings: dict[str, list[Reading]] = {name: [] for name in frames}
+    for _ in range(repeats):
+        for name, make in frames.items():
+            df = make({})
+            spark0, broker0 = sum(tree_cpu_seconds(p) for p in spark_pids), cpu_seconds(broker.pid)
+            seconds = timed(lambda df=df: noop(df))  # type: ignore[misc]
+            spark1, broker1 = sum(tree_cpu_seconds(p) for p in spark_pids), cpu_seconds(broker.pid)
+            readings[name].append(Reading(seconds, spark1 - spark0, broker1 - broker0))
+    return readings
+
+
+def driver_pid() -> int:
+    """The pid of the session's JVM (PySpark's launcher ends in `exec java`)."""
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        raise RuntimeError("no Spark JVM started by this process")
+    return int(proc.pid)
+
+
+def on_cluster(
+    workdir: Path, workers: int, jars: list[str], run: Callable[[SparkSession, list[int]], dict[str, list[Reading]]]
+) -> dict[str, list[Reading]]:
+    """`run` on a standalone cluster of `workers` one-core workers, started and stopped here."""
+    cluster = spark_cluster.start(workdir, workers=workers, cores=1, memory_mb=1024, timeout=180)
+    try:
+        spark = spark_session(
+            "bench-spark-source-cluster", master=cluster.master_url, conf={"spark.jars": ",".join(jars)}
+        )
+        try:
+            members = [m.pid for m in [cluster.master, *cluster.workers] if m.pid is not None]
+            return run(spark, [driver_pid(), *members])
+        finally:
+            stop_spark_session(spark)
+    finally:
+        spark_cluster.stop(workdir)
+
+
+def print_side_by_side(events: int, repeats: int, modes: dict[str, dict[str, list[Reading]]]) -> None:
+    print(f"\nside by side: {events:,} OrderCreated events read and decoded into the noop sink, median of {repeats}")
+    print(f"{'where':<30} {'source':<27} {'events/s':>10} {'Spark CPU-s/M':>14} {'broker CPU-s/M':>15}")
+    per_million = 1_000_000 / events
+    for mode, readings in modes.items():
+        medians = {}
+        for name, each in readings.items():
+            rate = events / statistics.median(r.seconds for r in each)
+            cpu = statistics.median(r.spark_cpu for r in each) * per_million
+            broker_cpu = statistics.median(r.broker_cpu for r in each) * per_million
+            medians[name] = (rate, cpu)
+            print(f"{mode:<30} {name:<27} {rate:>10,.0f} {cpu:>14.2f} {broker_cpu:>15.2f}")
+        (ours_rate, ours_cpu), (jvm_rate, jvm_cpu) = medians[OURS], medians[JVM]
+        print(f"{mode:<30} {'ratio Python / JVM':<27} {ours_rate / jvm_rate:>9.2f}x {ours_cpu / jvm_cpu:>13.2f}x")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m loadtest.bench_spark_source", description=__doc__.split("\n")[0])
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--partitions", type=int, default=6)
     p.add_argument("--distinct", type=int, default=500, help="distinct OrderCreated records, cycled")
+    p.add_argument("--repeats", type=int, default=3, help="side-by-side reads of each source (median)")
+    p.add_argument("--workers", type=int, default=2, help="workers of the standalone cluster (0: local[2] only)")
     opts = p.parse_args(argv)
+    jars = spark_connectors.jars()
 
     schema = default_catalog().schema("OrderCreated")
     values = orders(schema, opts.distinct)
@@ -217,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"produced {opts.events:,} events in {produced:.1f} s (not part of the figures)", flush=True)
 
             started = time.perf_counter()
-            spark = spark_session("bench-spark-source")
+            spark = spark_session("bench-spark-source", conf={"spark.jars": ",".join(jars)})
             session_s = time.perf_counter() - started
             decoded = {"topics": TOPIC, "schema.registry.url": registry.running.url, "valueRecord": "OrderCreated"}
             raw = {"topics": TOPIC}
@@ -246,7 +349,18 @@ def main(argv: list[str] | None = None) -> None:
                 spark, broker.bootstrap, {**decoded, "maxRecordsPerTrigger": str(opts.events // 4)}, Path(tmp) / "all"
             )
             rows.append(("stream availableNow + decode, 4 batches", opts.events, total))
+
+            def compare(session: SparkSession, pids: list[int]) -> dict[str, list[Reading]]:
+                url = registry.running.url
+                return side_by_side(
+                    session, broker, url, schema, partitions=opts.partitions, repeats=opts.repeats, spark_pids=pids
+                )
+
+            modes = {"local[2]": compare(spark, [driver_pid()])}
             stop_spark_session(spark)
+            if opts.workers:
+                where = f"cluster, {opts.workers} workers x 1 core"
+                modes[where] = on_cluster(Path(tmp) / "spark-cluster", opts.workers, jars, compare)
         finally:
             registry.close()
 
@@ -260,6 +374,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"\ntarget {TARGET:,} events/s decoded: {'met' if warm >= TARGET else 'NOT met'} ({warm:,.0f} warm batch read)"
     )
+    print_side_by_side(opts.events, opts.repeats, modes)
 
 
 if __name__ == "__main__":

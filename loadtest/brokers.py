@@ -238,8 +238,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def reaped_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the children `pid` has waited for (gone, so not in the tree)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
 def tree_cpu_seconds(pid: int) -> float:
-    """`cpu_seconds` of `pid` and of its live descendants (a PostgreSQL server's backends)."""
+    """`cpu_seconds` of `pid` and of its descendants, live or exited and waited for (a PostgreSQL
+    server's backends, Spark's Python workers)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -253,7 +261,7 @@ def tree_cpu_seconds(pid: int) -> float:
     while todo:
         each = todo.pop()
         with contextlib.suppress(OSError):
-            total += cpu_seconds(each)
+            total += cpu_seconds(each) + reaped_cpu_seconds(each)
         todo.extend(children.get(each, []))
     return total
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kit.jvm import class_data
 from streamshop.clients import CommandError
+from streamshop.maven_jars import complete, copy_dependencies
 
 __all__ = ["CACHE_ENV", "KAFKA_VERSION", "POM", "cache_dir", "kafka_java", "resolve", "run_java"]
 
@@ -51,26 +52,9 @@ def cache_dir() -> Path:
 def resolve(cache: Path | None = None, *, quiet: bool = True) -> Path:
     """The directory of Kafka's jars, copied there by Maven the first time."""
     lib = (cache or cache_dir()) / "lib"
-    if (lib / ".complete").exists():
-        return lib
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise CommandError("Maven (mvn) is needed to fetch Apache Kafka's jars: apt-get install maven")
-    partial = lib.with_name("lib.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    command = [mvn, "-B", "-f", str(POM), "dependency:copy-dependencies", f"-DoutputDirectory={partial}"]
-    if quiet:
-        command.insert(1, "-q")
-    done = subprocess.run(command, capture_output=quiet, text=True, check=False)
-    if done.returncode != 0:
-        tail = (done.stdout or "")[-2000:] + (done.stderr or "")[-2000:]
-        raise CommandError(f"mvn could not resolve Apache Kafka {KAFKA_VERSION}'s jars:\n{tail}")
-    if not any(partial.glob("kafka_2.13-*.jar")):
-        raise CommandError(f"mvn copied no kafka_2.13 jar into {partial}")
-    shutil.rmtree(lib, ignore_errors=True)
-    partial.rename(lib)
-    (lib / ".complete").write_text(KAFKA_VERSION + "\n")
-    (lib.parent / "log4j2.properties").write_text(_LOG4J2)
+    if not complete(POM, lib):
+        copy_dependencies(POM, lib, expect="kafka_2.13-*.jar", what=f"Apache Kafka {KAFKA_VERSION}'s jars", quiet=quiet)
+        (lib.parent / "log4j2.properties").write_text(_LOG4J2)
     return lib
 
 

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
+from analytics.spark_kafka import read_kafka
 from schemas.catalog import default_catalog
 from schemas.serde import AvroSchema, encode, frame
 from tests.support.harness import ThreadBroker
@@ -460,6 +461,63 @@ def test_bad_records_are_quarantined_with_their_coordinates_and_raw_value(
         assert errors[6] is not None
         assert errors[6].startswith(f"schema id {schema_id} ({ORDER_CREATED.name}): ")
         assert all(r["envelope"] is None and r["items"] is None for r in rows if r["error"])
+
+
+def varied_order(i: int) -> dict[str, Any]:
+    """An OrderCreated datum with what a decoder can get wrong: no items or several, multi-byte
+    text, decimals at their scale's edges, timestamps before 1970, an absent trace id."""
+    datum = order(i)
+    items = [
+        {"sku": f"SKU-{i}-{j}-ü€😀", "quantity": (i * 7 + j) % 1000 + 1, "unit_price": Decimal(f"{j}.{i % 10000:04d}")}
+        for j in range(i % 4)
+    ]
+    envelope = dict(datum["envelope"])
+    if i % 3 == 0:
+        envelope["trace_id"] = None
+    envelope["occurred_at"] = BASE_TIME - timedelta(days=21_000 * (i % 2))
+    return {
+        **datum,
+        "envelope": envelope,
+        "customer_id": "客户-" * (i % 5) + str(i),
+        "items": items,
+        "total": Decimal(f"{'-' if i % 7 == 0 else ''}{i * 1_000_003 % 10**12}.{i % 10000:04d}"),
+    }
+
+
+def test_sparks_own_kafka_source_with_from_avro_decodes_every_record_to_the_same_values(
+    spark: SparkSession, broker: ThreadBroker, registry_url: str
+) -> None:
+    """Spark's JVM path (spark-sql-kafka-0-10 + spark-avro from Maven Central), which the
+    benchmark sets beside the project's source, reads the same rows: every column equal, record
+    for record; a record that does not decode is all nulls on both (and an error on ours)."""
+    create_topic(broker.bootstrap, "orders", 3)
+    schema_id = register(registry_url, "orders-value", ORDER_CREATED)
+    produce_avro(
+        broker.bootstrap,
+        "orders",
+        schema_id,
+        ORDER_CREATED,
+        [{"key": f"key-{i}", "value": varied_order(i), "partition": i % 3} for i in range(240)],
+    )
+    truncated = frame(schema_id, encode(ORDER_CREATED, varied_order(1)))[:-6]
+    confluent_produce(broker.bootstrap, "orders", [{"key": "poison", "value": truncated, "partition": 1}])
+    ours = source(
+        spark, broker.bootstrap, topics="orders", **{"schema.registry.url": registry_url, "valueRecord": "OrderCreated"}
+    )
+    theirs = read_kafka(spark, broker.bootstrap, "orders", ORDER_CREATED.text)
+
+    columns = theirs.columns
+    assert columns == ours.columns[: len(columns)]
+    by_position = ["partition", "offset"]
+    mine = [r.asDict(recursive=True) for r in ours.orderBy(*by_position).collect()]
+    spark_rows = [r.asDict(recursive=True) for r in theirs.orderBy(*by_position).collect()]
+    assert len(mine) == len(spark_rows) == 241
+    for a, b in zip(mine, spark_rows, strict=True):
+        assert {c: a[c] for c in columns} == b
+    poison = [r for r in mine if r["key"] == "poison"]
+    assert poison[0]["error"] is not None
+    assert all(poison[0][c] is None for c in columns[5:])
+    assert sum(1 for r in mine if r["error"] is not None) == 1
 
 
 def test_the_driver_jvm_starts_with_the_configured_java_options(spark: SparkSession) -> None:

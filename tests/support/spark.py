@@ -14,19 +14,24 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from pyspark.sql import DataFrame, Row, SparkSession
 
 from analytics.spark import spark_session, stop_spark_session
+from kit.jvm import ClassData
 from schemas.serde import AvroSchema, encode, frame
+from streamshop import spark_connectors
 from tests.support.kafka_clients import confluent_produce
 
 V1 = "application/vnd.schemaregistry.v1+json"
 
 
 def start_spark() -> SparkSession:
-    # One core per task slot is plenty for tests; the session is shared by the whole run.
+    """The run's session: local[2], with Spark's own Kafka and Avro connectors on its class path
+    (the tests set the project's source beside them).  It maps no class-data archive: the jobs'
+    archive is of the wheel's jars alone, and one session of its own would not repay writing one."""
     return spark_session(
         "streamshop-tests",
         master="local[2]",
-        conf={"spark.sql.shuffle.partitions": "2"},
+        conf={"spark.sql.shuffle.partitions": "2", "spark.jars": ",".join(spark_connectors.jars())},
         java_options=os.environ.get("ANALYTICS_JAVA_OPTIONS", ""),  # tests/conftest.py sets it
+        archive=ClassData(()),
     )
 
 
