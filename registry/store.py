@@ -650,6 +650,9 @@ def _passing(error: KafkaError) -> bool:
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.UNKNOWN_TOPIC_OR_PART,
+        # The client's own metadata has not caught up with a topic a cluster just created.
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._UNKNOWN_TOPIC,
     )
 
 
