@@ -80,14 +80,20 @@ def kill_after_batches(
 
 
 def wait_until_committed(
-    job: Job, bootstrap: str, tps: list[tuple[str, int]], total: int, stall: float = JOB_TIMEOUT
+    job: Job,
+    bootstrap: str,
+    tps: list[tuple[str, int]],
+    total: int,
+    *,
+    stall: float = JOB_TIMEOUT,
+    group: str = "analytics",
 ) -> None:
-    """Wait until the group `analytics` has committed `total` records, failing if the job exits
+    """Wait until `group` has committed `total` records, failing if the job exits
     or the group's offsets stop advancing for `stall` seconds (a JVM's start counts as a stall:
     a loaded machine makes the pace, not a fixed deadline)."""
     seen = -1
     deadline = time.monotonic() + stall
-    while (now := sum(committed(bootstrap, "analytics", tps).values())) < total:
+    while (now := sum(committed(bootstrap, group, tps).values())) < total:
         assert job.proc.poll() is None, job.output()
         if now > seen:
             seen, deadline = now, time.monotonic() + stall
