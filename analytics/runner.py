@@ -257,6 +257,12 @@ def run_jobs(
     empty data directory (replays)."""
     out = out if out is not None else sys.stdout
     stop = stop if stop is not None else threading.Event()
+    if spark is None and config.python_env is not None and not config.python_env.is_file():
+        # Before anything starts: Spark would fail its context's start on it with a stack trace.
+        raise StartupError(
+            f"no packed environment at {config.python_env}: "
+            f"`streamshop analytics pack --output {config.python_env}` builds it"
+        )
     with _locked(config.data_dir, empty=empty):
         # The broker and the registry first: without them there is no point starting Spark.
         topics = {
@@ -368,6 +374,7 @@ def _session(config: AnalyticsConfig) -> SparkSession:
         master=config.spark_master,
         conf={"spark.sql.shuffle.partitions": "2"},
         java_options=config.java_options,
+        python_env=config.python_env,
     )
 
 

@@ -57,6 +57,11 @@ class AnalyticsConfig(ProcessSettings):
         help="extra JVM options of the Spark driver (-XX:TieredStopAtLevel=1: a start with a third less CPU, "
         "for short or small jobs)",
     )
+    python_env: Path | None = setting(
+        None,
+        help="packed Python environment (streamshop analytics pack) for a cluster's executors, shipped as "
+        "spark.archives; none: they run the driver's interpreter and checkout, on its host",
+    )
     once: bool = setting(False, parse=boolean, help="process what is available, commit, exit")
     kafka: Mapping[str, str] = setting(default_factory=dict, help="librdkafka settings (ANALYTICS_KAFKA_<NAME>, -X)")
 
@@ -76,6 +81,15 @@ class AnalyticsConfig(ProcessSettings):
         overrides: dict[str, Any] = {f.name: getattr(args, f.name, None) for f in cls.setting_fields()}
         overrides["kafka"] = kafka
         return cls.from_env(env, overrides=overrides)
+
+    def check(self) -> None:
+        # Spark starts the executors' Python workers in the directory it unpacks the environment
+        # into; in local mode the driver's JVM starts them where it runs, with no ./environment.
+        if self.python_env is not None and self.spark_master.startswith("local"):
+            raise ConfigError(
+                f"{self.env_name('python_env')}: a packed environment is for a cluster's executors, "
+                f"not for the {self.spark_master} master"
+            )
 
     def replay(self) -> Self:
         """This configuration turned into a replay: from earliest, once, beside the live job."""

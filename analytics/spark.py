@@ -24,6 +24,7 @@ from kit.jvm import ClassData, being_written, class_data
 
 __all__ = [
     "DRIVER_ARCHIVE",
+    "PACKED_ENV",
     "PROJECT_ROOT",
     "driver_class_data",
     "driver_inputs",
@@ -35,6 +36,9 @@ __all__ = [
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _LOG4J = Path(__file__).resolve().with_name("log4j2.properties")
+# Where Spark unpacks a packed environment (`streamshop analytics pack`) in each executor's working
+# directory: the fragment of its `spark.archives` entry.
+PACKED_ENV = "environment"
 
 
 def spark_session(
@@ -44,6 +48,7 @@ def spark_session(
     java_options: str = "",
     *,
     archive: ClassData | None = None,
+    python_env: Path | None = None,
 ) -> SparkSession:
     """Start (or return the running) SparkSession for a streamshop job.
 
@@ -53,7 +58,8 @@ def spark_session(
     `PYTHONPATH` (workers unpickle the source's classes, so they must import this project).
     `java_options` go to the driver's JVM as it starts (in local mode the executors are in it; on
     a cluster, to the executors' JVMs too), with the options of `archive` (default:
-    `driver_class_data(conf)`).
+    `driver_class_data(conf)`). `python_env`: a packed environment (`streamshop analytics pack`)
+    that the executors' Python workers run instead of this interpreter and this checkout.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", worker_python())
@@ -86,9 +92,21 @@ def spark_session(
             log4j if master.startswith("local") else f"{log4j} {java_options}".strip(),
         )
     )
-    if not master.startswith("local"):
+    if python_env is not None:
+        # The executors' Python workers run the packed environment, which Spark unpacks as
+        # ./environment in each executor's working directory (where it starts them): the project
+        # and its dependencies come from its site-packages, PySpark from the zips Spark puts on
+        # their PYTHONPATH; nothing of this host's paths is needed there. Not PYSPARK_PYTHON, as
+        # PySpark's documentation has it: that path also runs the Python processes the driver
+        # starts for a Python data source (its planner, a stream's offsets), which find no
+        # ./environment where they run. SQL's Python runners, the data source's readers among
+        # them, take theirs from this setting; an RDD's Python function would still get the
+        # driver's interpreter (the jobs have none).
+        builder = builder.config("spark.archives", f"{python_env.resolve().as_uri()}#{PACKED_ENV}")
+        builder = builder.config("spark.sql.execution.pyspark.python", f"./{PACKED_ENV}/bin/python")
+    elif not master.startswith("local"):
         # Executors in processes of their own (a standalone cluster's workers start them): their
-        # Python workers import this project, as the driver's do.
+        # Python workers import this project, as the driver's do, from this host's paths.
         builder = builder.config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)

@@ -9,10 +9,11 @@ master and N workers, each a JVM of its own, on ports chosen free (Spark's defau
     state of the whole cluster in DIR/spark-cluster.json
 
 Workers run their executors as child processes; those start Python workers with the driver's
-interpreter (`spark.pyspark.python`) and `spark.executorEnv.PYTHONPATH`, which
-`analytics.spark.spark_session` sets to this project: on one host the executors use the same
-virtualenv. Across hosts, a packed environment travels with the application instead
-(docs/analytics.md). Stopping sends SIGTERM, then SIGKILL after `STOP_GRACE_S`.
+interpreter (its PYSPARK_PYTHON, which every Python function carries) and
+`spark.executorEnv.PYTHONPATH`, which `analytics.spark.spark_session` sets to this project: on one
+host the executors use the same virtualenv. Across hosts, a packed environment travels with the
+application instead (`streamshop analytics pack`, `analytics run --python-env`; docs/analytics.md).
+Stopping sends SIGTERM, then SIGKILL after `STOP_GRACE_S`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,19 @@
 """`streamshop analytics run|replay`: the PySpark jobs (analytics.runner); flags and help from
-the job's settings (analytics.settings), so no Spark is loaded to parse them."""
+the job's settings (analytics.settings), so no Spark is loaded to parse them.  `streamshop
+analytics pack`: the executors' Python environment for a Spark cluster (streamshop.analytics_pack)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from analytics.settings import AnalyticsConfig
 from streamshop.commands._common import SubParsers, lazy, setting_flag
 
 __all__ = ["register"]
+
+PACK_OUTPUT = Path("data/analytics-env.tar.gz")  # as streamshop.analytics_pack's, not imported here
 
 
 def register(sub: SubParsers) -> None:
@@ -34,6 +38,7 @@ def register(sub: SubParsers) -> None:
         flag("results_topic", metavar="TOPIC")
         flag("max_records_per_trigger", metavar="N")
         flag("spark_master", metavar="URL")
+        flag("python_env", metavar="PACK")
         p.add_argument(
             "-X",
             dest="client_config",
@@ -61,6 +66,18 @@ def register(sub: SubParsers) -> None:
         "recompute every metric from the earliest retained offsets into DATA_DIR/replay, once, with group "
         "<group>-replay and topic <results topic>.replay (the running job is left alone)",
     )
+    pack_help = (
+        "pack the Python environment of a Spark cluster's executors (the project and the job's runtime "
+        "requirements from requirements-image.lock, without pyspark, which Spark supplies) with venv-pack, "
+        "for `run --spark-master spark://... --python-env PACK`; from a checkout, with uv and venv-pack (dev extra)"
+    )
+    pack = actions.add_parser(
+        "pack", help="pack the Python environment of a Spark cluster's executors (venv-pack)", description=pack_help
+    )
+    pack.add_argument(
+        "--output", type=Path, default=PACK_OUTPUT, metavar="PATH", help=f"the .tar.gz written (default {PACK_OUTPUT})"
+    )
+    pack.set_defaults(func=lazy("streamshop.analytics_pack", "main", "analytics"))
 
 
 def _flags(parser: argparse.ArgumentParser) -> Any:

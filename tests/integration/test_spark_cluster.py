@@ -1,21 +1,25 @@
 """`streamshop spark-cluster` and the analytics job on it: a real Spark standalone master and two
 workers from the PySpark wheel, executors in the workers' processes, a real broker and registry.
-The job's totals must be as exact, and its bad records as quarantined, as in local mode."""
+The job's totals must be as exact, and its bad records as quarantined, as in local mode, whether
+the executors' Python is a packed environment shipped with the job (`streamshop analytics pack`,
+`--python-env`) or the driver's own interpreter and checkout."""
 
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import signal
+import sys
+import tarfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from analytics.results import read_quarantine
-from kit.pids import pid_alive
+from analytics.spark import PACKED_ENV
 from schemas.serde import frame
 from streamshop.spark_cluster import SparkCluster, alive, master_state, wait_ready
 from tests.support.analytics import (
@@ -27,42 +31,49 @@ from tests.support.analytics import (
     produce_events,
 )
 from tests.support.analytics_job import BATCH, Job, kill_after_batches, orders_only, wait_until_committed
-from tests.support.harness import ThreadBroker, streamshop_cli
+from tests.support.harness import REPO, ThreadBroker, streamshop_cli
 from tests.support.registry import ThreadRegistry
 from tests.support.spark import committed
+from tests.support.spark_cluster import WORKERS, ended, kill_group, started_cluster
 from tests.support.stack import running_stack
 
-# One cluster for the module: its stack test too runs on the worker of the analytics jobs.
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark-jobs")]
+# One cluster for the module, its stack test too, on a worker of its own: beside the analytics
+# jobs' tests rather than queued behind them.
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark-cluster")]
 
-WORKERS = 2
 OUTAGE_S = 45.0  # how long the broker is unreachable: longer than the source's client timeouts (30 s)
-
-
-def ended(cluster: SparkCluster, which: Callable[[dict[str, Any]], bool], within: float = 60) -> list[dict[str, Any]]:
-    """The master's completed applications that `which` picks, once there is one: the master
-    records an application's end when the driver's message reaches it."""
-    deadline = time.monotonic() + within
-    while not (apps := [a for a in master_state(cluster)["completedapps"] if which(a)]):
-        assert time.monotonic() < deadline, "no such application ended on the master"
-        time.sleep(0.2)
-    return apps
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
-    directory = tmp_path_factory.mktemp("spark-cluster")
-    started = streamshop_cli("spark-cluster", "start", "--dir", str(directory), "--workers", str(WORKERS), timeout=600)
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        running = SparkCluster.load(directory)
-        assert started.stdout.startswith(f"Spark standalone: master {running.master_url}, web UI {running.web_url}")
+    # The executors' Python writes the bytecode of what it imports beside the source, whatever
+    # the environment running the suite says: the packed environment's test reads in it which
+    # files an executor imported.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    with started_cluster(tmp_path_factory.mktemp("spark-cluster"), env=env) as running:
         yield running
-    finally:
-        pids = [m.pid for m in [*SparkCluster.load(directory).workers, SparkCluster.load(directory).master]]
-        stopped = streamshop_cli("spark-cluster", "stop", "--dir", str(directory))
-        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-        assert not [pid for pid in pids if pid_alive(pid)]
+
+
+@pytest.fixture(scope="module")
+def packed_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`streamshop analytics pack`: the project and its runtime requirements, without pyspark."""
+    pack = tmp_path_factory.mktemp("pack") / "analytics-env.tar.gz"
+    done = streamshop_cli("analytics", "pack", "--output", str(pack), timeout=1200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith(f"packed the executors' environment into {pack}: "), done.stdout
+    with tarfile.open(pack) as archive:
+        names = archive.getnames()
+    site = next(n for n in names if n.endswith("/site-packages/analytics/source.py")).rsplit("/", 2)[0]
+    installed = {n.removeprefix(site).split("/")[1] for n in names if n.startswith(f"{site}/")}
+    assert {"analytics", "schemas", "contracts", "kit", "pyarrow", "confluent_kafka", "fastavro"} <= installed
+    assert not {"pyspark", "py4j"} & installed  # Spark's own zips, on every Python worker's path
+    assert not [n for n in names if n.endswith(".pyc")]  # each executor's Python compiles what it imports
+    return pack
+
+
+def imported_from(pyc: Path) -> Path:
+    """The source file a bytecode cache was compiled from, as the interpreter that wrote it found it."""
+    return Path(marshal.loads(pyc.read_bytes()[16:]).co_filename)  # after the 16-byte header (PEP 552)
 
 
 def test_status_lists_the_master_and_every_worker_alive(cluster: SparkCluster) -> None:
@@ -74,9 +85,14 @@ def test_status_lists_the_master_and_every_worker_alive(cluster: SparkCluster) -
     assert [(w["state"], w["cores"], w["memory"]) for w in report["workers"]] == [("ALIVE", 1, 1024)] * WORKERS
 
 
-def test_the_job_on_the_cluster_counts_exactly_and_quarantines_a_poison_record(
-    cluster: SparkCluster, tmp_path: Path
+def test_the_job_with_a_packed_environment_counts_exactly_and_its_executors_import_the_pack(
+    cluster: SparkCluster, packed_env: Path, tmp_path: Path
 ) -> None:
+    """The job run with `--python-env PACK`: Spark unpacks the pack into each executor's working
+    directory, and the executors' Python workers run its interpreter and import the project from
+    its site-packages, not from the checkout; the totals are exact and a poison record is
+    quarantined, as in local mode. (The other tests of this module run the executors on the
+    driver's own interpreter and checkout.)"""
     broker = ThreadBroker(tmp_path / "broker").start()
     registry = ThreadRegistry(broker.bootstrap)
     try:
@@ -102,6 +118,8 @@ def test_the_job_on_the_cluster_counts_exactly_and_quarantines_a_poison_record(
             "50",
             "--lateness",
             "600",
+            "--python-env",
+            str(packed_env),
             timeout=600,  # a driver and two executors starting on a busy host
         )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -119,6 +137,18 @@ def test_the_job_on_the_cluster_counts_exactly_and_quarantines_a_poison_record(
     assert [a["state"] for a in apps] == ["FINISHED"]
     for worker in cluster.workers:
         assert list((cluster.home(worker) / "work" / apps[-1]["id"]).glob("*/stderr")), worker.name
+    # Each executor unpacked the pack, and its Python workers imported the job's source from it: an
+    # interpreter finds a venv's site-packages only when run as that venv's bin/python, and the
+    # bytecode it wrote names the file it compiled, in that executor's copy of the pack.
+    for worker in cluster.workers:
+        executors = list((cluster.home(worker) / "work" / apps[-1]["id"]).glob(f"*/{PACKED_ENV}/bin/python"))
+        assert len(executors) == 1, worker.name
+        site_packages = executors[0].parents[1] / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+        pyc = list((site_packages / "site-packages" / "analytics" / "__pycache__").glob("source.*.pyc"))
+        assert len(pyc) == 1, f"{worker.name}'s executor imported no analytics.source from its pack"
+        source = imported_from(pyc[0])
+        assert source == pyc[0].parents[1] / "source.py"
+        assert not source.is_relative_to(REPO)
 
 
 @pytest.mark.stack
@@ -161,7 +191,7 @@ def test_a_lost_worker_a_killed_driver_and_an_unreachable_broker_cost_no_record_
         data = tmp_path / "data"
         generation = data / "state" / "orders" / "g0001"
         first = job()
-        kill_after_batches(first, generation, 2, kill=lambda: _kill_group(victim.pid))
+        kill_after_batches(first, generation, 2, kill=lambda: kill_group(victim.pid))
         at_worker_kill = sum(committed(broker.bootstrap, "analytics", tps).values())
         kill_after_batches(first, generation, 4)  # the driver, on the one worker left
         at_driver_kill = sum(committed(broker.bootstrap, "analytics", tps).values())
@@ -191,10 +221,4 @@ def test_a_lost_worker_a_killed_driver_and_an_unreachable_broker_cost_no_record_
         if not alive(victim.pid):
             cluster.launch(victim)
     assert parquet_values(data) == orders_only(expected_metrics(produced))
-    assert "cluster unreachable, no batch until it answers" in restarted.output()
     wait_ready(cluster, 120)  # the worker, started again, is one of the master's again
-
-
-def _kill_group(pid: int | None) -> None:
-    assert pid is not None
-    os.killpg(pid, signal.SIGKILL)

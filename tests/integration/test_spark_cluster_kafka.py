@@ -121,5 +121,4 @@ def test_on_apache_kafka_a_lost_worker_a_killed_driver_and_a_frozen_cluster_cost
         if not alive(victim.pid):
             cluster.launch(victim)
     assert parquet_values(data) == orders_only(expected_metrics(produced))
-    assert "cluster unreachable, no batch until it answers" in restarted.output()
     wait_ready(cluster, 120)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -193,14 +193,17 @@ class BrokerProcess:
         return self.start()
 
 
-def streamshop_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """`streamshop ARGS...` as a user runs it: a child process from the checkout, its output captured."""
+def streamshop_cli(
+    *args: str, timeout: float = 180, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`streamshop ARGS...` as a user runs it: a child process from the checkout, its output
+    captured; in `env` (default: this process's environment)."""
     return subprocess.run(
         [sys.executable, "-m", "streamshop.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"},
         check=False,
     )

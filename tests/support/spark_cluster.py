@@ -7,7 +7,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,14 @@ WORKERS = 2
 
 
 @contextlib.contextmanager
-def started_cluster(directory: Path, workers: int = WORKERS) -> Iterator[SparkCluster]:
-    """A master and `workers` workers in `directory`; afterwards none of their processes is left."""
-    started = streamshop_cli("spark-cluster", "start", "--dir", str(directory), "--workers", str(workers), timeout=600)
+def started_cluster(
+    directory: Path, workers: int = WORKERS, env: Mapping[str, str] | None = None
+) -> Iterator[SparkCluster]:
+    """A master and `workers` workers in `directory`, started in `env` (default: this process's
+    environment), which their executors inherit; afterwards none of their processes is left."""
+    started = streamshop_cli(
+        "spark-cluster", "start", "--dir", str(directory), "--workers", str(workers), timeout=600, env=env
+    )
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         running = SparkCluster.load(directory)

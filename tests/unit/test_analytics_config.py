@@ -51,7 +51,8 @@ def test_every_setting_has_a_variable_and_flags_win() -> None:
         "ANALYTICS_JOBS": "logs, orders",
         "ANALYTICS_MAX_RECORDS_PER_TRIGGER": "1000",
         "ANALYTICS_LATENESS_SECONDS": "30",
-        "ANALYTICS_SPARK_MASTER": "local[4]",
+        "ANALYTICS_SPARK_MASTER": "spark://spark:7077",
+        "ANALYTICS_PYTHON_ENV": "/srv/analytics-env.tar.gz",
         "ANALYTICS_ONCE": "true",
         "ANALYTICS_KAFKA_SECURITY_PROTOCOL": "SSL",
         "ANALYTICS_KAFKA_SSL_CA_LOCATION": "/ca.pem",
@@ -68,7 +69,8 @@ def test_every_setting_has_a_variable_and_flags_win() -> None:
         jobs=("logs", "orders"),
         max_records_per_trigger=1000,
         lateness_seconds=30.0,
-        spark_master="local[4]",
+        spark_master="spark://spark:7077",
+        python_env=Path("/srv/analytics-env.tar.gz"),
         once=True,
         kafka={"security.protocol": "SSL", "ssl.ca.location": "/ca.pem"},
     )
@@ -91,6 +93,15 @@ def test_bad_variables_are_all_reported_by_name() -> None:
     assert "ANALYTICS_TRIGGER_SECONDS: expected a positive number" in message
     assert "ANALYTICS_JOBS: expected a comma list of orders, otp, logs" in message
     assert "ANALYTICS_ONCE: expected true or false" in message
+
+
+def test_a_packed_environment_is_for_a_cluster_master_only() -> None:
+    """Spark finds the pack by a path relative to where an executor starts its Python workers,
+    which in local mode is the driver's directory."""
+    flags = ["run", "--python-env", "env.tar.gz"]
+    assert config([*flags, "--spark-master", "spark://h:7077"], {}).python_env == Path("env.tar.gz")
+    with pytest.raises(ConfigError, match="ANALYTICS_PYTHON_ENV: a packed environment is for a cluster's executors"):
+        config(flags, {})  # local[2,4]
 
 
 def test_bad_flags_are_refused_by_the_parser() -> None:
