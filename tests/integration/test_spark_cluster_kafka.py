@@ -15,8 +15,9 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from streamshop.kafka_cluster import Cluster
-from streamshop.spark_cluster import SparkCluster, alive, wait_ready
+from streamshop import spark_cluster
+from streamshop.kafka_cluster import Cluster, alive
+from streamshop.spark_cluster import SparkCluster, wait_ready
 from tests.support.analytics import Producer, expected_metrics, parquet_values, produce_events
 from tests.support.analytics_job import BATCH, Job, kill_after_batches, orders_only, wait_until_committed
 from tests.support.registry import ThreadRegistry
@@ -57,8 +58,10 @@ def fresh_orders_topic(kafka: Cluster) -> None:
 
 @contextlib.contextmanager
 def frozen(kafka: Cluster) -> Iterator[None]:
-    pids = [n.pid for n in kafka.nodes if n.pid is not None]
-    assert len(pids) == len(kafka.nodes)
+    # The nodes as they run now: a test of the run that stopped one started it again, with a new pid.
+    nodes = Cluster.load(kafka.directory).nodes
+    pids = [n.pid for n in nodes if n.pid is not None and alive(n.pid)]
+    assert len(pids) == len(nodes), nodes
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:
@@ -118,7 +121,7 @@ def test_on_apache_kafka_a_lost_worker_a_killed_driver_and_a_frozen_cluster_cost
             if j.proc.poll() is None:
                 j.kill()
         registry.close()
-        if not alive(victim.pid):
+        if not spark_cluster.alive(victim.pid):
             cluster.launch(victim)
     assert parquet_values(data) == orders_only(expected_metrics(produced))
     wait_ready(cluster, 120)
