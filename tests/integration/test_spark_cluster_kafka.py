@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streamshop import spark_cluster
@@ -40,20 +39,33 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
         yield running
 
 
-def fresh_orders_topic(kafka: Cluster) -> None:
-    """`orders` with 3 partitions on every node, without what other tests of the run wrote."""
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, **kafka.client_config()})
-    if "orders" in admin.list_topics(timeout=30).topics:
-        admin.delete_topics(["orders"], operation_timeout=30)["orders"].result(60)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            admin.create_topics([NewTopic("orders", 3, 3)], operation_timeout=30)["orders"].result(60)
-            return
-        except KafkaException:  # still being deleted
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+# What the job reads and writes on the cluster: the stacks of other tests use the same names.
+TOPICS = ("orders", "analytics.metrics")
+
+
+@pytest.fixture
+def topics_of_its_own(apache_kafka: Cluster) -> Iterator[None]:
+    """`orders` with 3 partitions on every node and no `analytics.metrics`, without what other
+    tests of the run wrote to them; afterwards neither is left for the tests after."""
+    admin = AdminClient({"bootstrap.servers": apache_kafka.bootstrap, **apache_kafka.client_config()})
+    _delete(admin, TOPICS)
+    admin.create_topics([NewTopic("orders", 3, 3)], operation_timeout=30)["orders"].result(60)
+    try:
+        yield
+    finally:
+        _delete(admin, TOPICS)
+
+
+def _delete(admin: AdminClient, names: tuple[str, ...], within: float = 60) -> None:
+    """Delete the topics among `names` and wait until no broker lists them."""
+    present = [n for n in names if n in admin.list_topics(timeout=30).topics]
+    if present:
+        for future in admin.delete_topics(present, operation_timeout=30).values():
+            future.result(60)
+    deadline = time.monotonic() + within
+    while set(names) & set(admin.list_topics(timeout=30).topics):
+        assert time.monotonic() < deadline, f"{names} still listed {within:.0f} s after their deletion"
+        time.sleep(0.2)
 
 
 @contextlib.contextmanager
@@ -71,6 +83,7 @@ def frozen(kafka: Cluster) -> Iterator[None]:
             os.kill(pid, signal.SIGCONT)
 
 
+@pytest.mark.usefixtures("topics_of_its_own")
 def test_on_apache_kafka_a_lost_worker_a_killed_driver_and_a_frozen_cluster_cost_no_record(
     cluster: SparkCluster, apache_kafka: Cluster, tmp_path: Path
 ) -> None:
@@ -79,7 +92,6 @@ def test_on_apache_kafka_a_lost_worker_a_killed_driver_and_a_frozen_cluster_cost
     source's requests wait, which the job waits out. The totals stay exact and the group's
     offsets end where the data does."""
     bootstrap = apache_kafka.bootstrap
-    fresh_orders_topic(apache_kafka)
     registry = ThreadRegistry(bootstrap)
     victim = cluster.workers[0]
     jobs: list[Job] = []
