@@ -41,7 +41,7 @@ from tests.support.stack import running_stack
 # jobs' tests rather than queued behind them.
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark-cluster")]
 
-OUTAGE_S = 45.0  # how long the broker is unreachable: longer than the source's client timeouts (30 s)
+OUTAGE_S = 35.0  # how long the broker is unreachable: longer than the source's client timeouts (30 s)
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 GROUP = "analytics-spark-cluster"  # the stack's jobs on this Kafka cluster commit as `analytics`
 # Every Kafka node stopped (SIGSTOP) this long: connections hang and nothing answers, for longer
 # than the source's requests wait (30 s), so they time out and the job must wait it out.
-FROZEN_S = 45.0
+FROZEN_S = 35.0
 
 
 @pytest.fixture(scope="module")
