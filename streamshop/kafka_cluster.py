@@ -26,11 +26,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kit.pids import StartedProcesses
 from kit.ports import free_ports
 from streamshop import kafka_tools
 from streamshop.clients import CommandError
 from streamshop.kafka_jars import KAFKA_VERSION, kafka_java, resolve, run_java
-from streamshop.stack.state import pid_alive, write_private
+from streamshop.stack.state import write_private
 
 __all__ = [
     "Cluster",
@@ -237,7 +238,7 @@ class Cluster:
             proc = subprocess.Popen(
                 command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
             )
-        _CHILDREN[proc.pid] = proc
+        _STARTED.add(proc)
         node.pid = proc.pid
         self.save()
 
@@ -261,28 +262,12 @@ class Cluster:
         self.save()
 
 
-# The JVMs this process started, kept until they are reaped (a Popen dropped while its
-# process runs would warn, and its exit status would be lost).
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+# The JVMs this process started, kept until they are reaped.
+_STARTED = StartedProcesses()
 
 
 def alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    child = _CHILDREN.get(pid)
-    if child is not None:
-        if child.poll() is None:
-            return True
-        del _CHILDREN[pid]
-        return False
-    if not pid_alive(pid):
-        return False
-    # Exited but not reaped (its parent, a `kafka-cluster` command, is gone and PID 1 may not
-    # reap): as good as gone.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    return _STARTED.alive(pid)
 
 
 def wait_gone(pid: int, timeout: float) -> bool:
@@ -404,8 +389,7 @@ def stop(directory: Path, grace: float = STOP_GRACE_S) -> Cluster:
 def reap() -> None:
     """Collect the exit status of every JVM this process started that has ended (one may have
     been killed by another process, a `streamshop scenario` say)."""
-    for pid in list(_CHILDREN):
-        alive(pid)
+    _STARTED.reap()
 
 
 def quorum(cluster: Cluster, timeout: float = 30.0) -> dict[str, str]:

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kit.pids import pid_alive
+from kit.pids import StartedProcesses
 from kit.ports import free_ports
 from streamshop.clients import CommandError
 
@@ -147,13 +147,13 @@ class SparkCluster:
                 env=env,
                 start_new_session=True,  # a Ctrl-C of the shell that started it leaves it running
             )
-        _CHILDREN[proc.pid] = proc
+        _STARTED.add(proc)
         member.pid = proc.pid  # spark-class ends in `exec java`: the JVM keeps this pid
         self.save()
 
 
-# Popen objects of the processes this process started, so that their exit is reaped.
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+# The daemons this process started, kept until they are reaped.
+_STARTED = StartedProcesses()
 
 
 def spark_home() -> Path:
@@ -165,10 +165,7 @@ def spark_home() -> Path:
 
 
 def alive(pid: int | None) -> bool:
-    child = _CHILDREN.get(pid or 0)
-    if child is not None:
-        return child.poll() is None
-    return pid_alive(pid)
+    return _STARTED.alive(pid)
 
 
 def start(

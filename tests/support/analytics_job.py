@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
+from loadtest.bench_analytics import job_command
 from tests.support.harness import REPO
 from tests.support.spark import committed
 
@@ -28,26 +28,8 @@ class Job:
 
     def __init__(self, bootstrap: str, registry_url: str, data_dir: Path, *args: str) -> None:
         self.log = data_dir.parent / f"job-{time.monotonic_ns()}.log"
-        cmd = [
-            sys.executable,
-            "-m",
-            "streamshop.cli",
-            "analytics",
-            "run",
-            "--bootstrap",
-            bootstrap,
-            "--registry-url",
-            registry_url,
-            "--data-dir",
-            str(data_dir),
-            "--jobs",
-            "orders",
-            "--max-records-per-trigger",
-            str(BATCH),
-            "--lateness",
-            "600",
-            *args,
-        ]
+        args = ("--max-records-per-trigger", str(BATCH), "--lateness", "600", *args)
+        cmd = job_command(bootstrap, registry_url, data_dir, *args)
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
