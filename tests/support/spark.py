@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.request
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql import DataFrame, Row, SparkSession
 
 from analytics.spark import spark_session, stop_spark_session
@@ -68,11 +69,33 @@ def produce_avro(
     )
 
 
-def committed(bootstrap: str, group: str, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+# What a group's coordinator answers while it moves or loads (a Kafka node restarted by another
+# test, say): the question is asked again.
+_COORDINATOR_MOVING = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+)
+
+
+def committed(
+    bootstrap: str, group: str, partitions: Iterable[tuple[str, int]], within: float = 60
+) -> dict[tuple[str, int], int]:
     """The group's committed offsets (partitions without one left out), read with confluent-kafka."""
+    asked = [TopicPartition(t, p) for t, p in partitions]
+    deadline = time.monotonic() + within
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        found = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=10)
+        while True:
+            try:
+                found = consumer.committed(asked, timeout=10)
+                break
+            except KafkaException as e:
+                error = e.args[0] if e.args else None
+                moving = isinstance(error, KafkaError) and error.code() in _COORDINATOR_MOVING
+                if not moving or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         consumer.close()
     return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
