@@ -1,10 +1,11 @@
 """How closely a throttled client is held to its quota, for `bench_limits` and its test.
 
 A confluent-kafka producer (client id `quota-bench`, 1 KB records, 16 KiB batches) produces
-as fast as it can while the client id has a `producer_byte_rate`; the rate of records the
-broker acknowledged is measured over a span that starts after a warm-up (Kafka's rate counts
-the windows a young client has not lived yet, so it starts with some credit); then a consumer
-with a `consumer_byte_rate` reads them back, measured the same way.
+as fast as it can while the client id has a `producer_byte_rate`; the rate at which the broker
+appended its records (their LogAppendTime stamps) is measured over a span that starts after a
+warm-up (Kafka's rate counts the windows a young client has not lived yet, so it starts with
+some credit); then a consumer with a `consumer_byte_rate` reads them back, measured as they
+arrive.
 """
 
 from __future__ import annotations
@@ -63,13 +64,17 @@ def _rate(stamps: list[tuple[float, int]], start: float, end: float) -> float:
 def producer_rate(bootstrap: str, quota: float, *, warmup: float, seconds: float) -> float:
     """Bytes/s of values the broker acknowledged between `warmup` and `warmup + seconds`."""
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: a dropped client fails its futures
-    admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
+    # The broker stamps each record as it appends it (LogAppendTime), and the delivery report
+    # carries that stamp: the rate is the broker's, not that of the client's callbacks, which a
+    # client starved of CPU runs in bursts.
+    config = {"message.timestamp.type": "LogAppendTime"}
+    admin.create_topics([NewTopic(TOPIC, 1, 1, config=config)])[TOPIC].result(30)
     set_client_quota(bootstrap, CLIENT, "producer_byte_rate", quota)
     stamps: list[tuple[float, int]] = []
 
     def delivered(error: Any, message: Any) -> None:
         if error is None:
-            stamps.append((time.monotonic(), len(message.value())))
+            stamps.append((message.timestamp()[1] / 1000, len(message.value())))
 
     producer = Producer(
         {
@@ -82,9 +87,9 @@ def producer_rate(bootstrap: str, quota: float, *, warmup: float, seconds: float
         }
     )
     value = b"q" * RECORD
-    started = time.monotonic()
+    started = time.time()  # the clock of the broker's stamps (the same host)
     end = started + warmup + seconds
-    while time.monotonic() < end:
+    while time.time() < end:
         try:
             producer.produce(TOPIC, value, on_delivery=delivered)
         except BufferError:
@@ -92,7 +97,7 @@ def producer_rate(bootstrap: str, quota: float, *, warmup: float, seconds: float
         producer.poll(0)
     producer.purge()  # what is still queued is not measured: no need to wait for it
     producer.flush(10)
-    return _rate(stamps, started + warmup, end)
+    return _rate(sorted(stamps), started + warmup, end)
 
 
 def consumer_rate(bootstrap: str, quota: float, *, warmup: float, seconds: float) -> float:
