@@ -121,8 +121,8 @@ class ThreadRegistry:
     def url(self) -> str:
         return self.running.url
 
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.running.stop(), self.loop).result(30)
+    def close(self, timeout: float = 30) -> None:
+        asyncio.run_coroutine_threadsafe(self.running.stop(), self.loop).result(timeout)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
