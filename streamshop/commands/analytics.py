@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from analytics.settings import AnalyticsConfig
+from streamshop.analytics_pack import DEFAULT_OUTPUT
 from streamshop.commands._common import SubParsers, lazy, setting_flag
 
 __all__ = ["register"]
-
-PACK_OUTPUT = Path("data/analytics-env.tar.gz")  # as streamshop.analytics_pack's, not imported here
 
 
 def register(sub: SubParsers) -> None:
@@ -75,7 +74,11 @@ def register(sub: SubParsers) -> None:
         "pack", help="pack the Python environment of a Spark cluster's executors (venv-pack)", description=pack_help
     )
     pack.add_argument(
-        "--output", type=Path, default=PACK_OUTPUT, metavar="PATH", help=f"the .tar.gz written (default {PACK_OUTPUT})"
+        "--output",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        metavar="PATH",
+        help=f"the .tar.gz written (default {DEFAULT_OUTPUT})",
     )
     pack.set_defaults(func=lazy("streamshop.analytics_pack", "main", "analytics"))
 
