@@ -231,18 +231,17 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of every thread of `pid`."""
+def _cpu_ticks(pid: int) -> tuple[int, int]:
+    """From /proc/PID/stat: the user + system ticks of every thread of `pid`, and those of the
+    children it has waited for (exited, so in no process of the tree any more)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
 
 
-def reaped_cpu_seconds(pid: int) -> float:
-    """User + system CPU time of the children `pid` has waited for (gone, so not in the tree)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of every thread of `pid`."""
+    return _cpu_ticks(pid)[0] / os.sysconf("SC_CLK_TCK")
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -261,7 +260,7 @@ def tree_cpu_seconds(pid: int) -> float:
     while todo:
         each = todo.pop()
         with contextlib.suppress(OSError):
-            total += cpu_seconds(each) + reaped_cpu_seconds(each)
+            total += sum(_cpu_ticks(each)) / os.sysconf("SC_CLK_TCK")
         todo.extend(children.get(each, []))
     return total
 
