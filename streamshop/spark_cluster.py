@@ -128,8 +128,11 @@ class SparkCluster:
                 str(home / "work"),
                 self.master_url,
             ]
+        # Without the caller's PYTHONPATH: an executor's Python workers put the worker's PYTHONPATH
+        # before their interpreter's site-packages, so a checkout on it would shadow the project an
+        # application ships in a packed environment, as it could on no other host.
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
             "SPARK_HOME": str(spark_home()),
             "SPARK_LOCAL_IP": HOST,
             "SPARK_LOG_DIR": str(home),
