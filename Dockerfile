@@ -25,8 +25,9 @@ RUN useradd --create-home --uid 10001 streamshop \
         /var/lib/streamshop/analytics /var/lib/streamshop/secure \
  && chown -R streamshop:streamshop /var/lib/streamshop
 
-# The broker's compiled record walk (setup.py), built where a C compiler is, so neither image
-# carries one; without it the broker would fall back to the slower Python walk.
+# The compiled parts (setup.py): the broker's record walk and the analytics source's Avro decoder,
+# built where a C compiler is, so neither image carries one; without them the broker and the
+# analytics job would fall back to their slower Python twins.
 FROM base AS compiled
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
@@ -34,6 +35,7 @@ RUN apt-get update \
  && pip install "setuptools>=77"
 COPY setup.py ./
 COPY broker/protocol/_recordwalk.c broker/protocol/
+COPY analytics/_avrovm.c analytics/
 RUN python setup.py build_ext --inplace
 
 FROM base AS broker
@@ -78,6 +80,7 @@ COPY streamshop streamshop
 # Not a package of the distribution: Locust runs it from /app (`python -m locust -f loadtest/locustfile.py`).
 COPY loadtest loadtest
 COPY --from=compiled /app/broker/protocol/*.so broker/protocol/
+COPY --from=compiled /app/analytics/*.so analytics/
 RUN pip install --no-deps -e .
 USER streamshop
 CMD ["streamshop", "--help"]

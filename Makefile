@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 # then serves the image tests' venvs (tests/integration/test_images.py) without a second download.
 # uv keeps a new build of an sdist (pyspark's is 1.9 GiB unpacked and built) each time it installs
 # one with hashes and never drops the old: `uv cache prune` removes what nothing points to.
-$(STAMP): pyproject.toml requirements.lock setup.py broker/protocol/_recordwalk.c
+$(STAMP): pyproject.toml requirements.lock setup.py broker/protocol/_recordwalk.c analytics/_avrovm.c
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	awk '/^uv==/{p=1} p{print} p && !/\\$$/{exit}' requirements.lock > $(VENV)/uv-requirement.txt

@@ -30,14 +30,16 @@ The parts, one module each:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable, Sequence
+from types import ModuleType
 from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.types import StructField
 
 from analytics.arrow_builders import InvalidTextError
-from analytics.avro_codegen import Decoder, DecoderGen
+from analytics.avro_codegen import Decoder, python_decoder
 from analytics.avro_column_plan import (
     SchemaResolutionError,
     UnsupportedSchemaError,
@@ -48,9 +50,18 @@ from analytics.avro_column_plan import (
     plan_column,
     short_name,
 )
+from analytics.avro_program import CALL, Op, Program, ProgramGen
 from schemas.serde import AvroSchema
 
-__all__ = ["EventColumns"]
+__all__ = ["COMPILED", "EventColumns"]
+
+_avrovm: ModuleType | None
+try:
+    _avrovm = importlib.import_module("analytics._avrovm")
+except ImportError:  # built without a C compiler: generated Python alone
+    _avrovm = None
+
+COMPILED = _avrovm is not None
 
 _T = TypeVar("_T")
 
@@ -64,8 +75,11 @@ class EventColumns:
     rows with every field null; `finish()` returns one Arrow array per column and starts over.
     """
 
-    def __init__(self, reader: AvroSchema, rename: Callable[[str], str] = lambda name: name) -> None:
+    def __init__(
+        self, reader: AvroSchema, rename: Callable[[str], str] = lambda name: name, *, compiled: bool = COMPILED
+    ) -> None:
         self.reader = reader
+        self._vm = _avrovm if compiled else None
         root = deref(reader.parsed, reader.named)
         self._union_of_records = isinstance(root, list)
         if self._union_of_records:
@@ -165,24 +179,26 @@ class EventColumns:
         return self._generate(writer, w, strict), strict
 
     def _generate(self, writer: AvroSchema, w: Any, strict: Decoder | None) -> Decoder:
-        """The strict decoder, or (given the strict one) the fast one."""
-        gen = DecoderGen(writer.named, self.reader.named, fast=strict is not None)
-        body = DecoderGen.BODY
-        if self._union_of_records:
-            choice = next(
-                (i for i, c in enumerate(self._columns) if names_of(w) & names_of(c.schema)),
-                None,
-            )
-            if choice is None:
-                raise SchemaResolutionError(f"{w['name']} is none of the reader union's records")
-            for i, col in enumerate(self._columns):
-                if i == choice:
-                    gen.record(w, col, body, short_name(col.schema["name"]))
-                else:
-                    gen.emit(body, f"{gen.bind(col.node.null, 'N')}()")
-        else:
+        """The strict decoder, or (given the strict one) the fast one: compiled when the
+        interpreter of `analytics._avrovm` is built, else generated Python."""
+        program = self._program(writer, w)
+        if strict is not None and self._vm is not None:
+            decoder: Decoder = self._vm.Decoder(program, self._truncate, strict)
+            return decoder
+        return python_decoder(program, writer.name, strict, rollback=self._rollback, truncate=self._truncate)
+
+    def _program(self, writer: AvroSchema, w: Any) -> Program:
+        """The program reading a record written with `w` into the columns."""
+        gen = ProgramGen(writer.named, self.reader.named)
+        if not self._union_of_records:
             r = self._root.schema
             if not (names_of(w) & names_of(r)):
                 raise SchemaResolutionError(f"{w['name']} is not {r['name']}")
-            gen.record(w, self._root, body, short_name(r["name"]), top=True)
-        return gen.function(writer.name, strict, rollback=self._rollback, truncate=self._truncate)
+            return tuple(gen.record(w, self._root, short_name(r["name"])))
+        choice = next((i for i, c in enumerate(self._columns) if names_of(w) & names_of(c.schema)), None)
+        if choice is None:
+            raise SchemaResolutionError(f"{w['name']} is none of the reader union's records")
+        ops: list[Op] = []
+        for i, col in enumerate(self._columns):
+            ops += gen.record(w, col, short_name(col.schema["name"])) if i == choice else [(CALL, col.node.null)]
+        return tuple(ops)

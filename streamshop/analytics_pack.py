@@ -17,8 +17,9 @@ The environment is built fresh in a temporary directory, from the checkout:
 - never pyspark, nor the py4j it brings: Spark puts its own pyspark.zip and Py4J zip first on the
   PYTHONPATH of every Python worker it starts, so a worker's PySpark is always the cluster's;
 - the project from a wheel built from a copy of the checkout (not editable: venv-pack refuses
-  an environment that points back into a checkout), without its optional C extension (the
-  broker's record walk, which no executor loads: the wheel is then pure Python).
+  an environment that points back into a checkout), with its optional C extensions: the source's
+  Avro decoder is one (the broker's record walk, the other, is never loaded there); without a C
+  compiler the wheel is pure Python and the executors decode with the generated Python.
 Then the packed interpreter must import the job's source with Spark's zips alone, as an executor
 will, before venv-pack packs it. The environment holds no bytecode: each executor's Python
 compiles what it imports, once.
@@ -83,6 +84,7 @@ class Pack:
     size: int  # bytes
     seconds: float  # to build and pack
     packages: tuple[str, ...]  # name==version of everything installed, the project included
+    compiled: bool  # the executors decode Avro with the compiled decoder (analytics/_avrovm.c)
 
 
 def canonical(name: str) -> str:
@@ -174,7 +176,7 @@ def build(output: Path, *, project: Path = PROJECT, timeout: float = STEP_TIMEOU
         _run([*install, "--require-hashes", "-r", str(locked)], f"installing from {LOCK}", timeout)
         source = _project_copy(project, pyproject, tmp / "source")
         _run([*install, "--no-deps", str(source)], "building and installing the project's wheel", timeout)
-        _check(python, tmp, timeout)
+        compiled_decoder = _check(python, tmp, timeout)
         listed = _run([str(uv), "pip", "list", "--python", str(python), "--format", "json"], "uv pip list", timeout)
         packages = tuple(f"{p['name']}=={p['version']}" for p in json.loads(listed))
         partial = output.with_name(f".{output.name}.{os.getpid()}.part")
@@ -186,14 +188,14 @@ def build(output: Path, *, project: Path = PROJECT, timeout: float = STEP_TIMEOU
             os.replace(partial, output)
         finally:
             partial.unlink(missing_ok=True)
-    return Pack(output, output.stat().st_size, time.monotonic() - started, packages)
+    return Pack(output, output.stat().st_size, time.monotonic() - started, packages, compiled_decoder)
 
 
 def _project_copy(project: Path, pyproject: Mapping[str, Any], into: Path) -> Path:
     """What a wheel of the project is built from: its packages and metadata, copied, since a build
-    writes build/ and *.egg-info where it runs; setup.py (the optional C extension) left out."""
+    writes build/ and *.egg-info where it runs; setup.py builds the C extensions from their sources."""
     into.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "setup.py"):
         shutil.copy(project / name, into / name)
     patterns = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
     tops = {p.split(".")[0].rstrip("*") for p in patterns}
@@ -202,9 +204,10 @@ def _project_copy(project: Path, pyproject: Mapping[str, Any], into: Path) -> Pa
     return into
 
 
-def _check(python: Path, cwd: Path, timeout: float) -> None:
+def _check(python: Path, cwd: Path, timeout: float) -> bool:
     """The packed interpreter imports the job's source with PySpark from Spark's zips alone, in a
-    directory away from the checkout: what an executor's Python worker does first."""
+    directory away from the checkout: what an executor's Python worker does first.  Whether its
+    Avro decoder is the compiled one."""
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
         raise CommandError("pyspark is not installed: its zips are what the executors import PySpark from")
@@ -215,8 +218,9 @@ def _check(python: Path, cwd: Path, timeout: float) -> None:
         "PYTHONDONTWRITEBYTECODE": "1",  # no bytecode of the build's paths in the pack
         "PYTHONNOUSERSITE": "1",
     }
-    code = f"import {ENTRY_MODULE}"
-    _run([str(python), "-c", code], f"the packed environment importing {ENTRY_MODULE}", timeout, cwd=cwd, env=env)
+    code = f"import {ENTRY_MODULE}; from analytics.avro_columns import COMPILED; print(COMPILED)"
+    out = _run([str(python), "-c", code], f"the packed environment importing {ENTRY_MODULE}", timeout, cwd=cwd, env=env)
+    return out.strip() == "True"
 
 
 def _run(
@@ -260,5 +264,7 @@ def main(args: argparse.Namespace) -> int:
         f"in {pack.seconds:.1f} s",
         flush=True,
     )
+    if not pack.compiled:
+        print("no C compiler built the Avro decoder: the executors decode with the generated Python, slower")
     print(f"run the job with it: streamshop analytics run --spark-master spark://HOST:PORT --python-env {args.output}")
     return 0

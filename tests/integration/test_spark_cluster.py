@@ -67,6 +67,7 @@ def packed_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     installed = {n.removeprefix(site).split("/")[1] for n in names if n.startswith(f"{site}/")}
     assert {"analytics", "schemas", "contracts", "kit", "pyarrow", "confluent_kafka", "fastavro"} <= installed
     assert not {"pyspark", "py4j"} & installed  # Spark's own zips, on every Python worker's path
+    assert [n for n in names if n.startswith(f"{site}/analytics/_avrovm.") and n.endswith(".so")]  # the decoder
     assert not [n for n in names if n.endswith(".pyc")]  # each executor's Python compiles what it imports
     return pack
 

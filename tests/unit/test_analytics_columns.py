@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -19,7 +20,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from analytics.avro_column_plan import SchemaResolutionError, UnsupportedSchemaError, spark_type
-from analytics.avro_columns import EventColumns
+from analytics.avro_columns import COMPILED, EventColumns
 from schemas.catalog import default_catalog
 from schemas.serde import AvroSchema, encode
 
@@ -27,11 +28,27 @@ CATALOG = default_catalog()
 HEADER = b"\x00\x00\x00\x00\x2a"
 
 
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def engine(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test runs with each fast decoder: the compiled interpreter and generated Python."""
+    global _COMPILED  # noqa: PLW0603 - read by `decode`, which the tests call
+    _COMPILED = request.param == "compiled"
+    yield
+    _COMPILED = True
+
+
+_COMPILED = True
+
+
+def test_the_compiled_decoder_is_built() -> None:
+    assert COMPILED  # `make setup` builds analytics/_avrovm.c: the tests run it
+
+
 def decode(
     reader: AvroSchema, writer: AvroSchema, payloads: list[bytes]
 ) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
     """Decode framed payloads the way the source does: rows as Python values, and the errors."""
-    columns = EventColumns(reader)
+    columns = EventColumns(reader, compiled=_COMPILED)
     schema = to_arrow_schema(StructType(columns.fields), timezone="UTC")
 
     def fill() -> list[tuple[int, str]]:
@@ -438,6 +455,7 @@ def test_each_bad_record_becomes_a_null_row_with_a_reason_and_its_neighbours_dec
         (["null", "long"], "union index 7", "union branch"),
         ({"type": "array", "items": "long"}, "block of 2**40", "block count"),
         ({"type": "string"}, "length -3", "negative length"),
+        ({"type": "long"}, "a tenth byte of 0x7f", "exceeds 64 bits"),
     ],
 )
 def test_values_arrow_cannot_hold_are_refused_per_record(field: Any, value: Any, message: str) -> None:
@@ -450,6 +468,7 @@ def test_values_arrow_cannot_hold_are_refused_per_record(field: Any, value: Any,
         "union branch": b"\x0e",
         "block count": b"\x80\x80\x80\x80\x80\x20",
         "negative length": b"\x05",
+        "exceeds 64 bits": b"\xff" * 9 + b"\x7f",  # Python's int would hold it; int64 cannot
     }[message]
 
     rows, errors = decode(schema, schema, [raw])
