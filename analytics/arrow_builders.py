@@ -1,8 +1,9 @@
-"""Arrow column builders: Python lists that generated decoders append to, built into Arrow arrays.
+"""Arrow column builders: Python lists that the Avro decoders append to, built into Arrow arrays.
 
 One builder per reader column node (`analytics.avro_column_plan` chooses which): a leaf keeps
 one list of values, a struct its children, a list or map its offsets and items.  Generated code
-(`analytics.avro_codegen`) binds the lists' `append` methods, so a decoded value costs one call;
+(`analytics.avro_codegen`) binds the lists' `append` methods, so a decoded value costs one call
+(the compiled decoder, `analytics/_avrovm.c`, appends to the same lists);
 `finish` turns the lists into Arrow in C (`pa.array`), decimals and timestamps vectorised, and
 clears them in place for the next batch.
 """

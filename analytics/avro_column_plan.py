@@ -9,8 +9,8 @@ a union of null and one type -> that type; [int, long] -> bigint; [float, double
 unions -> struct<member0, member1, ...> of the non-null branches with only the one written set.
 Every column is nullable (a quarantined record is a null row).  Recursive schemas are refused.
 
-A `Column` keeps the reader's Avro node next to its Spark type and builder: the decoders of
-`analytics.avro_codegen` resolve writer data into it (and its defaults, `default_value`).  The
+A `Column` keeps the reader's Avro node next to its Spark type and builder: the programs of
+`analytics.avro_program` resolve writer data into it (and its defaults, `default_value`).  The
 small schema helpers here (`deref`, `kind_of`...) read parsed Avro JSON for both.
 """
 

@@ -254,7 +254,14 @@ def stop(directory: Path, grace: float = STOP_GRACE_S) -> SparkCluster:
     for member in [cluster.master, *cluster.workers]:
         member.pid = None
     cluster.save()
+    reap()
     return cluster
+
+
+def reap() -> None:
+    """Collect the exit status of every daemon this process started that has ended (one stopped
+    by another process's `spark-cluster stop`, say)."""
+    _STARTED.reap()
 
 
 def _signal(pid: int | None, sig: int) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.pids import pid_alive
-from streamshop.spark_cluster import SparkCluster, master_state
+from streamshop.spark_cluster import SparkCluster, master_state, reap
 from tests.support.harness import streamshop_cli
 
 WORKERS = 2
@@ -37,6 +37,7 @@ def started_cluster(
         stopped = streamshop_cli("spark-cluster", "stop", "--dir", str(directory))
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         assert not [pid for pid in pids if pid_alive(pid)]
+        reap()  # a worker this process started again, stopped by the command's process
 
 
 def ended(cluster: SparkCluster, which: Callable[[dict[str, Any]], bool], within: float = 60) -> list[dict[str, Any]]:
