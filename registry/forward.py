@@ -5,7 +5,9 @@ body and the headers that matter (content type, accept, credentials), marked as 
 the primary's status, body and content type come back unchanged. A forwarded request that reaches
 an instance which is no longer the primary is refused rather than forwarded again, so a role that
 moves mid-request never makes a loop. Only a failure to connect is retried (the request was not
-sent): once the election names a new primary, the write goes to it.
+sent): once the election names a new primary, the write goes to it. A write the primary took is
+read back here before the answer is relayed, so a client reads its own writes from the instance
+it wrote through (Confluent's followers answer from a view that may lag the leader's).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from aiohttp import web
 from registry import errors
 from registry.config import RegistryConfig
 from registry.election import PrimaryElection
+from registry.errors import RegistryError
+from registry.http import READ_SYNC_SECONDS, STORE
 
 log = structlog.get_logger(__name__)
 
@@ -65,15 +69,22 @@ def primary_only(handler: Handler) -> Handler:
             if FORWARDED in request.headers:
                 raise errors.forwarding_error("this registry is no longer the primary; send the write again")
             try:
-                return await _forward(request, primary.url)
+                answer = await _forward(request, primary.url)
             except aiohttp.ClientConnectorError as e:
                 # Not sent: the primary is gone. Try again until the group names another.
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise errors.forwarding_error(f"cannot reach the primary at {primary.url}: {e}") from e
                 await asyncio.sleep(min(0.25, remaining))
+                continue
             except (aiohttp.ClientError, TimeoutError) as e:
                 raise errors.forwarding_error(f"error while forwarding the request to the primary: {e}") from e
+            if answer.status < 300:
+                try:
+                    await request.app[STORE].sync(READ_SYNC_SECONDS)
+                except RegistryError as e:  # written all the same: this instance catches up later
+                    log.warning("forwarded write not yet read back", error=e.message)
+            return answer
 
     return write
 

@@ -79,6 +79,18 @@ async def test_two_registries_elect_one_primary_and_the_secondary_forwards_every
         assert (await b.delete("/subjects/own-0/versions/1")).error_code == 40406
         assert (await b.put("/config/shared", {"compatibility": "FULL"})).json == {"compatibility": "FULL"}
         assert (await a.get("/config/shared")).json == {"compatibilityLevel": "FULL"}
+        # A client reads its own writes back from the instance it wrote through, at once.
+        through = b if roles[1] == "secondary" else a
+        for i in range(20):
+            version = await through.post("/subjects/back/versions", {"schema": json.dumps(record(f"Back{i}"))})
+            assert (await through.get("/subjects/back/versions/latest")).json["id"] == version.json["id"]
+            assert (await through.delete("/subjects/back")).status == 200
+            ready = (await through.get("/readyz")).json
+            assert ready["position"] == ready["end"], "answered before its write was read back"
+            assert (await through.get("/subjects/back/versions")).status == 404
+            level = ("NONE", "FULL")[i % 2]
+            assert (await through.put("/config/shared", {"compatibility": level})).status == 200
+            assert (await through.get("/config/shared")).json == {"compatibilityLevel": level}
 
 
 async def test_a_deposed_primary_is_fenced_and_its_write_never_applies(broker: ThreadBroker) -> None:
