@@ -10,7 +10,8 @@
  *
  * Every read is bounds-checked against the value, and a length is added to a position only once
  * it is known to end inside it, so no sum overflows.  A varint's tenth byte above 1 would not fit
- * 64 bits and fails the value, as in Python.
+ * 64 bits and fails the value, as in Python, and so do more array and map items, read or
+ * skipped, than the value has bytes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -197,6 +198,7 @@ seq_parse(PyObject *program, Seq *out, int depth)
 typedef struct {
     const unsigned char *data;
     Py_ssize_t pos, end;
+    Py_ssize_t items; /* the array and map items the value may still hold: one per byte, in all */
 } Cursor;
 
 /* What running a program on a value came to. */
@@ -252,7 +254,7 @@ little_endian(const unsigned char *p, int n)
     return v;
 }
 
-static int run(const Seq *seq, Cursor *c, Py_ssize_t nvalue);
+static int run(const Seq *seq, Cursor *c);
 
 static int
 decimal(const Op *op, Cursor *c)
@@ -296,7 +298,7 @@ decimal(const Op *op, Cursor *c)
 }
 
 static int
-blocks(const Op *op, Cursor *c, Py_ssize_t nvalue)
+blocks(const Op *op, Cursor *c)
 {
     int read = op->code == OP_BLOCKS;
     Py_ssize_t count = 0;
@@ -322,11 +324,14 @@ blocks(const Op *op, Cursor *c, Py_ssize_t nvalue)
                 return READ_BAD;
             k = -k;
         }
-        if (k > nvalue)
+        /* Items of a zero-width type (null) take no bytes: without a budget, blocks of them
+         * would make a small value cost time and memory without bound. */
+        if (k > c->items)
             return READ_BAD;
+        c->items -= (Py_ssize_t)k;
         count += (Py_ssize_t)k;
         for (int64_t i = 0; i < k; i++) {
-            int r = run(op->seqs, c, nvalue);
+            int r = run(op->seqs, c);
             if (r != READ_OK)
                 return r;
         }
@@ -345,7 +350,7 @@ blocks(const Op *op, Cursor *c, Py_ssize_t nvalue)
 }
 
 static int
-step(const Op *op, Cursor *c, Py_ssize_t nvalue)
+step(const Op *op, Cursor *c)
 {
     int64_t v;
     Py_ssize_t n;
@@ -425,10 +430,10 @@ step(const Op *op, Cursor *c, Py_ssize_t nvalue)
     case OP_UNION:
         if (!varint(c, &v) || v < 0 || v >= op->nseqs)
             return READ_BAD;
-        return run(&op->seqs[v], c, nvalue);
+        return run(&op->seqs[v], c);
     case OP_BLOCKS:
     case OP_SKIP_BLOCKS:
-        return blocks(op, c, nvalue);
+        return blocks(op, c);
     case OP_SKIP:
         if (op->size > c->end - c->pos)
             return READ_BAD;
@@ -447,10 +452,10 @@ step(const Op *op, Cursor *c, Py_ssize_t nvalue)
 }
 
 static int
-run(const Seq *seq, Cursor *c, Py_ssize_t nvalue)
+run(const Seq *seq, Cursor *c)
 {
     for (Py_ssize_t i = 0; i < seq->n; i++) {
-        int r = step(&seq->ops[i], c, nvalue);
+        int r = step(&seq->ops[i], c);
         if (r != READ_OK)
             return r;
     }
@@ -564,8 +569,9 @@ Decoder_call(Decoder *self, PyObject *args, PyObject *kwds)
         PyObject *value = PySequence_Fast_GET_ITEM(seq, i);
         int r = READ_BAD;
         if (PyBytes_Check(value) && start >= 0 && start <= PyBytes_GET_SIZE(value)) {
-            Cursor c = {(const unsigned char *)PyBytes_AS_STRING(value), start, PyBytes_GET_SIZE(value)};
-            r = run(&self->seq, &c, c.end);
+            Py_ssize_t size = PyBytes_GET_SIZE(value);
+            Cursor c = {(const unsigned char *)PyBytes_AS_STRING(value), start, size, size};
+            r = run(&self->seq, &c);
             if (r == READ_OK && c.pos != c.end)
                 r = READ_BAD;
         }

@@ -240,7 +240,10 @@ class _Emitter:
             self.length(ind + 2, size)
             self.emit(ind + 2, f"pos += {size}")
             self.emit(ind + 2, "continue")
-        self.emit(ind + 1, f"if {k} > nbuf: raise _Bad('block count larger than the message')")
+        # Items of a zero-width type (null) take no bytes: without a budget, blocks of them
+        # would make a small record cost time and memory without bound.
+        self.emit(ind + 1, f"items -= {k}")
+        self.emit(ind + 1, "if items < 0: raise _Bad('block count larger than the message')")
         if read:
             self.emit(ind + 1, f"{count} += {k}")
         self.emit(ind + 1, f"for _ in range({k}):")
@@ -285,6 +288,7 @@ def python_decoder(
         "        try:",
         "            pos = start",
         "            nbuf = len(buf)",
+        "            items = nbuf  # the array and map items a record may hold: one per byte",
         *gen.lines,
         "            if pos != nbuf:",
         "                raise _Bad('trailing bytes after the record' if pos < nbuf else 'truncated')",

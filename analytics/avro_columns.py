@@ -17,8 +17,9 @@ strict one is generated straight-line Python, which also stands in for the fast 
 package was installed without a C compiler (`COMPILED` says which).
 
 Every record is decoded under `try`: a record that runs past its end, has trailing bytes, invalid
-UTF-8, an out-of-range int or decimal, an unknown union branch or enum index is rolled back out of
-the columns, becomes a null row and is reported as `(row, message)`; the records around it decode.
+UTF-8, an out-of-range int or decimal, an unknown union branch or enum index, or more array and
+map items than it has bytes (nulls take none: unbounded, they would cost time and memory) is
+rolled back out of the columns, becomes a null row and is reported as `(row, message)`; the records around it decode.
 The compiled decoder words no message: a record it cannot read goes to the strict decoder.
 
 The reader decides the shape; any writer schema that resolves to it under Avro's rules decodes

@@ -478,6 +478,30 @@ def test_values_arrow_cannot_hold_are_refused_per_record(field: Any, value: Any,
     assert message in errors[0][1]
 
 
+def test_arrays_of_items_that_take_no_bytes_hold_no_more_items_than_the_record_has_bytes() -> None:
+    """Nulls take no bytes: a small record of blocks of them would otherwise make the decoder
+    append (or, skipping them, loop) without bound. A record holds at most one array or map
+    item per byte, read or skipped."""
+    nulls = AvroSchema.parse(
+        {
+            "type": "record",
+            "name": "R",
+            "fields": [{"name": "n", "type": "long"}, {"name": "xs", "type": {"type": "array", "items": "null"}}],
+        }
+    )
+    skipping = AvroSchema.parse({"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]})
+    fits = b"\x02" + b"\x0e\x00"  # n=1, one block of 7 nulls: 8 bytes with the header
+    hostile = b"\x02" + b"\x7e" * 100_000 + b"\x00"  # 100,000 blocks of 63 nulls each
+
+    rows, errors = decode(nulls, nulls, [fits, hostile])
+    assert rows == [{"n": 1, "xs": [None] * 7}, {"n": None, "xs": None}]
+    assert [(row, "block count" in message) for row, message in errors] == [(1, True)]
+
+    rows, errors = decode(skipping, nulls, [fits, hostile])
+    assert rows == [{"n": 1}, {"n": None}]
+    assert [(row, "block count" in message) for row, message in errors] == [(1, True)]
+
+
 def test_timestamps_keep_their_milliseconds_before_the_epoch_too() -> None:
     schema = AvroSchema.parse(
         {
