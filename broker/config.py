@@ -65,6 +65,18 @@ def _policy(raw: str) -> str:
     return ",".join(sorted(set(parts), key=parts.index))
 
 
+def _throttled_replicas(raw: str) -> str:
+    """Kafka's replication throttle lists: `*`, or `partition:broker` pairs (empty: none)."""
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    if parts == ["*"]:
+        return "*"
+    for part in parts:
+        partition, _, broker = part.partition(":")
+        if not (partition.isdigit() and broker.isdigit()):
+            raise ConfigError(f"{raw!r} is not * nor a list of partition:broker pairs")
+    return ",".join(parts)
+
+
 def _host_counts(raw: str) -> dict[str, int]:
     """Kafka's `max.connections.per.ip.overrides`: `host:count,host:count`."""
     out: dict[str, int] = {}
@@ -212,6 +224,22 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             "fsync a partition at least this often, whatever the acks",
         ),
         TopicConfigDef("min.insync.replicas", "min.insync.replicas", "1", _int(1, 1), "single-node broker: always 1"),
+        # Set and cleared by kafka-reassign-partitions --throttle/--verify: a single broker
+        # replicates nothing, so there is nothing to throttle.
+        TopicConfigDef(
+            "leader.replication.throttled.replicas",
+            "leader.replication.throttled.replicas",
+            "",
+            _throttled_replicas,
+            "replicas whose replication the leader throttles: no effect on a single broker",
+        ),
+        TopicConfigDef(
+            "follower.replication.throttled.replicas",
+            "follower.replication.throttled.replicas",
+            "",
+            _throttled_replicas,
+            "replicas whose replication followers throttle: no effect on a single broker",
+        ),
     ]
 }
 

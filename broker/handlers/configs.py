@@ -39,9 +39,11 @@ TOPIC, BROKER = 2, 4
 # ConfigSource values of DescribeConfigs v1+.
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-_LIST_CONFIGS = {"cleanup.policy"}
+_LIST_CONFIGS = {"cleanup.policy", "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
 _TYPES = {
     "cleanup.policy": 7,
+    "leader.replication.throttled.replicas": 7,
+    "follower.replication.throttled.replicas": 7,
     "message.timestamp.type": 2,
     "compression.type": 2,
     "min.cleanable.dirty.ratio": 6,
@@ -246,6 +248,29 @@ def _apply(current: dict[str, str], resource: _Changes) -> dict[str, str]:
     return out
 
 
+def _changed_topic(
+    broker: Broker, resource: _Res, change: Callable[[dict[str, str], _Res], dict[str, str]], *, validate_only: bool
+) -> bool:
+    """Apply `change` to the topic's configs (unless `validate_only`); whether it changed them."""
+    topic = broker.store.get(resource.resource_name)
+    if topic is None:
+        raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist")
+    new = change(topic.configs, resource)
+    try:
+        validate_topic_configs(new)
+    except ConfigError as e:
+        raise KafkaError(ErrorCode.invalid_config, str(e)) from None
+    if validate_only:
+        return False
+    broker.store.set_configs(topic.name, new)
+    return True
+
+
+def _deletes_only(resource: _Resource) -> bool:
+    ops = getattr(resource, "configs", ())
+    return all(getattr(op, "config_operation", None) == DELETE for op in ops)
+
+
 def _replace(_: dict[str, str], resource: _Settings) -> dict[str, str]:
     """AlterConfigs (the legacy API): the request's set is the topic's whole new set."""
     ops = resource.configs
@@ -309,23 +334,17 @@ def _alter(
         error, message = ErrorCode.none, None
         try:
             _authorize(broker, ctx, resource, Operation.ALTER_CONFIGS)
-            if resource.resource_type != TOPIC:
+            if resource.resource_type == BROKER and change is _apply and _deletes_only(resource):
+                # No dynamic broker config is ever set here, so deleting one finds nothing to
+                # delete and succeeds, as on Kafka (`kafka-reassign-partitions --verify` clears
+                # the replication throttles of every broker this way).
+                pass
+            elif resource.resource_type != TOPIC:
                 raise KafkaError(
                     ErrorCode.invalid_request,
                     "only topic configs can be altered; broker settings are set at start (--set)",
                 )
-            topic = broker.store.get(resource.resource_name)
-            if topic is None:
-                raise KafkaError(
-                    ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist"
-                )
-            new = change(topic.configs, resource)
-            try:
-                validate_topic_configs(new)
-            except ConfigError as e:
-                raise KafkaError(ErrorCode.invalid_config, str(e)) from None
-            if not validate_only:
-                broker.store.set_configs(topic.name, new)
+            elif _changed_topic(broker, resource, change, validate_only=validate_only):
                 changed = True
         except KafkaError as e:
             error, message = e.code, e.message

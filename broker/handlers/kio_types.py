@@ -28,6 +28,10 @@ from kio.schema.alter_client_quotas import v1 as alter_client_quotas_v1
 from kio.schema.alter_configs import v0 as alter_configs_v0
 from kio.schema.alter_configs import v1 as alter_configs_v1
 from kio.schema.alter_configs import v2 as alter_configs_v2
+from kio.schema.alter_partition_reassignments import v0 as alter_partition_reassignments_v0
+from kio.schema.alter_partition_reassignments import v1 as alter_partition_reassignments_v1
+from kio.schema.alter_replica_log_dirs import v1 as alter_replica_log_dirs_v1
+from kio.schema.alter_replica_log_dirs import v2 as alter_replica_log_dirs_v2
 from kio.schema.alter_user_scram_credentials import v0 as alter_user_scram_credentials_v0
 from kio.schema.api_versions import v0 as api_versions_v0
 from kio.schema.api_versions import v1 as api_versions_v1
@@ -86,6 +90,9 @@ from kio.schema.describe_log_dirs import v4 as describe_log_dirs_v4
 from kio.schema.describe_producers import v0 as describe_producers_v0
 from kio.schema.describe_transactions import v0 as describe_transactions_v0
 from kio.schema.describe_user_scram_credentials import v0 as describe_user_scram_credentials_v0
+from kio.schema.elect_leaders import v0 as elect_leaders_v0
+from kio.schema.elect_leaders import v1 as elect_leaders_v1
+from kio.schema.elect_leaders import v2 as elect_leaders_v2
 from kio.schema.end_txn import v0 as end_txn_v0
 from kio.schema.end_txn import v1 as end_txn_v1
 from kio.schema.end_txn import v2 as end_txn_v2
@@ -155,6 +162,7 @@ from kio.schema.list_offsets import v5 as list_offsets_v5
 from kio.schema.list_offsets import v6 as list_offsets_v6
 from kio.schema.list_offsets import v7 as list_offsets_v7
 from kio.schema.list_offsets import v8 as list_offsets_v8
+from kio.schema.list_partition_reassignments import v0 as list_partition_reassignments_v0
 from kio.schema.list_transactions import v0 as list_transactions_v0
 from kio.schema.list_transactions import v1 as list_transactions_v1
 from kio.schema.metadata import v0 as metadata_v0
@@ -741,3 +749,27 @@ TxnOffsetCommitResponse: TypeAlias = (
 )
 WriteTxnMarkersRequest: TypeAlias = write_txn_markers_v1.WriteTxnMarkersRequest
 WriteTxnMarkersResponse: TypeAlias = write_txn_markers_v1.WriteTxnMarkersResponse
+AlterPartitionReassignmentsRequest: TypeAlias = (
+    alter_partition_reassignments_v0.AlterPartitionReassignmentsRequest
+    | alter_partition_reassignments_v1.AlterPartitionReassignmentsRequest
+)
+AlterPartitionReassignmentsResponse: TypeAlias = (
+    alter_partition_reassignments_v0.AlterPartitionReassignmentsResponse
+    | alter_partition_reassignments_v1.AlterPartitionReassignmentsResponse
+)
+AlterReplicaLogDirsRequest: TypeAlias = (
+    alter_replica_log_dirs_v1.AlterReplicaLogDirsRequest | alter_replica_log_dirs_v2.AlterReplicaLogDirsRequest
+)
+AlterReplicaLogDirsResponse: TypeAlias = (
+    alter_replica_log_dirs_v1.AlterReplicaLogDirsResponse | alter_replica_log_dirs_v2.AlterReplicaLogDirsResponse
+)
+ElectLeadersRequest: TypeAlias = (
+    elect_leaders_v0.ElectLeadersRequest | elect_leaders_v1.ElectLeadersRequest | elect_leaders_v2.ElectLeadersRequest
+)
+ElectLeadersResponse: TypeAlias = (
+    elect_leaders_v0.ElectLeadersResponse
+    | elect_leaders_v1.ElectLeadersResponse
+    | elect_leaders_v2.ElectLeadersResponse
+)
+ListPartitionReassignmentsRequest: TypeAlias = list_partition_reassignments_v0.ListPartitionReassignmentsRequest
+ListPartitionReassignmentsResponse: TypeAlias = list_partition_reassignments_v0.ListPartitionReassignmentsResponse

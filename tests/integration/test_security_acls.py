@@ -21,7 +21,21 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from kio.schema.alter_partition_reassignments.v1.request import (
+    AlterPartitionReassignmentsRequest,
+    ReassignablePartition,
+    ReassignableTopic,
+)
+from kio.schema.alter_replica_log_dirs.v2.request import (
+    AlterReplicaLogDir,
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirTopic,
+)
+from kio.schema.elect_leaders.v2.request import ElectLeadersRequest, TopicPartitions
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
+from kio.schema.types import BrokerId
+from kio.static.primitive import i8, i32
 
 from broker.protocol.errors import ErrorCode
 from streamshop.pki import LocalCA
@@ -292,3 +306,34 @@ def test_without_an_authorizer_the_acl_apis_answer_security_disabled(broker: Thr
     with pytest.raises(KafkaException) as disabled:
         wait(futures)
     assert disabled.value.args[0].code() == KafkaError.SECURITY_DISABLED
+
+
+def test_leaders_assignments_and_log_dirs_need_the_cluster_operations_kafka_asks_for(secure: SecureBroker) -> None:
+    """ElectLeaders, AlterPartitionReassignments and AlterReplicaLogDirs need ALTER on the cluster,
+    ListPartitionReassignments DESCRIBE; without them every partition asked about is refused."""
+    create_topic(secure, "acl.replicas")
+    asked = (TopicPartitions(topic="acl.replicas", partitions=(i32(0),)),)
+    move = AlterReplicaLogDir(path="/", topics=(AlterReplicaLogDirTopic(name="acl.replicas", partitions=(i32(0),)),))
+    assign = ReassignableTopic(
+        name="acl.replicas", partitions=(ReassignablePartition(partition_index=i32(0), replicas=(BrokerId(1),)),)
+    )
+    refused = ErrorCode.cluster_authorization_failed
+    with _raw_login(secure, MALLORY, MALLORY_PASSWORD) as mallory:
+        elected = mallory.request(ElectLeadersRequest(election_type=i8(0), topic_partitions=asked, timeout=ms(5000)))
+        assert elected.error_code == refused
+        assert [p.error_code for r in elected.replica_election_results for p in r.partition_result] == [refused]
+        moved = mallory.request(AlterReplicaLogDirsRequest(dirs=(move,)))
+        assert [p.error_code for r in moved.results for p in r.partitions] == [refused]
+        reassigned = mallory.request(
+            AlterPartitionReassignmentsRequest(timeout=ms(5000), allow_replication_factor_change=True, topics=(assign,))
+        )
+        assert reassigned.error_code == refused
+        assert [p.error_code for r in reassigned.responses for p in r.partitions] == [refused]
+        listed = mallory.request(ListPartitionReassignmentsRequest(timeout=ms(5000), topics=None))
+        assert listed.error_code == refused
+    with _raw_login(secure, "admin", "admin-secret") as admin:
+        elected = admin.request(ElectLeadersRequest(election_type=i8(0), topic_partitions=asked, timeout=ms(5000)))
+        assert [p.error_code for r in elected.replica_election_results for p in r.partition_result] == [
+            ErrorCode.election_not_needed
+        ]
+        assert admin.request(ListPartitionReassignmentsRequest(timeout=ms(5000), topics=None)).error_code == 0
