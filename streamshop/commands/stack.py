@@ -37,7 +37,8 @@ def _up(sub: SubParsers) -> None:
     p.add_argument(
         "--ephemeral-ports",
         action="store_true",
-        help="let the OS pick every port (read them from the output or DIR/stack.json)",
+        help="free ports instead of the fixed ones, below the kernel's ephemeral range (read them from the output "
+        "or DIR/stack.json)",
     )
     p.add_argument("--listen", default="127.0.0.1", metavar="HOST", help="interface every child binds (127.0.0.1)")
     p.add_argument("--no-color", action="store_true", help="no colours (also: the NO_COLOR environment variable)")

@@ -34,6 +34,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import aiohttp
 
+from kit.ports import free_ports
 from kit.process import signal_child
 from streamshop import postgres
 from streamshop.broker_users import set_offline
@@ -137,7 +138,7 @@ class Child:
         options = supervisor.options
         # Ports to bind: after the first start, the ones the child announced, so a restart keeps
         # its URLs (the other children and stack.json stay right) even with --ephemeral-ports.
-        self.ports = {role: 0 if options.ephemeral_ports else port for role, port in spec.ports.items()}
+        self.ports = {role: supervisor.free.pop() if options.ephemeral_ports else p for role, p in spec.ports.items()}
         self.log_path = options.data_dir / "output" / f"{spec.name}.log"
         self.proc: asyncio.subprocess.Process | None = None
         self.state = "pending"
@@ -463,6 +464,12 @@ class Supervisor:
         self.secrets = secrets
         self.after_ready = after_ready
         self.levels = levels(children)
+        # --ephemeral-ports: free ports below the kernel's ephemeral range, chosen together so that
+        # no two children get the same one. A port bind(0) handed out would come from that range,
+        # where a client connection's local port may take it while its child restarts after a
+        # crash, and the child could not bind it again until that connection ends.
+        wanted = sum(len(spec.ports) for spec in children) if options.ephemeral_ports else 0
+        self.free = free_ports(wanted, options.listen) if wanted else []
         self.children = {spec.name: Child(spec, self) for spec in children}  # declared order, for people
         self.state = "starting"
         self.stop_requested = asyncio.Event()
