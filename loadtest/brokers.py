@@ -141,18 +141,29 @@ def _wait_for_metadata(proc: subprocess.Popen[bytes], log_path: Path, host: str,
 
 @contextlib.contextmanager
 def streamshop_broker(
-    workdir: Path, source: Path | None = None, *, admin: bool = False, settings: dict[str, str] | None = None
+    workdir: Path,
+    source: Path | None = None,
+    *,
+    admin: bool = False,
+    settings: dict[str, str] | None = None,
+    advertise: str | None = None,
 ) -> Iterator[BrokerProcess]:
     """This checkout's broker, or with `source` the broker of another tree of the project
     (an earlier commit, for `bench_broker --baseline`), run by the same interpreter; with
-    `admin`, its admin HTTP API on a free port too."""
+    `admin`, its admin HTTP API on a free port too.  With `advertise` (a proxy's address), it
+    listens on a free port below the ephemeral range and the process's bootstrap is that port,
+    not the address its ready line announces."""
     name = "streamshop" if source is None else "baseline"
-    cmd = broker_command(workdir / f"{name}-data", "127.0.0.1:0", "127.0.0.1:0" if admin else "off", settings)
+    listen = "127.0.0.1:0" if advertise is None else f"127.0.0.1:{free_port()}"
+    cmd = broker_command(
+        workdir / f"{name}-data", listen, "127.0.0.1:0" if admin else "off", settings, advertise=advertise
+    )
     log_path = workdir / f"{name}.log"
     env = None if source is None else {**os.environ, "PYTHONPATH": str(source)}
     with child_process(cmd, log_path, env, cwd=source) as proc:
         ready = _wait_for_ready_line(proc, log_path)
-        yield BrokerProcess(name, f"127.0.0.1:{ready.port}", proc, ready.admin_url, log_path)
+        bootstrap = f"127.0.0.1:{ready.port}" if advertise is None else listen
+        yield BrokerProcess(name, bootstrap, proc, ready.admin_url, log_path)
 
 
 def default_tansu_binary() -> Path:

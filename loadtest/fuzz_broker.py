@@ -33,7 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kit.settings import parse_host_port
 from loadtest.brokers import connect, recv_exactly, rss_mib, streamshop_broker
-from loadtest.fuzz_seeds import Frame, record_seeds, relabel
+from loadtest.fuzz_seeds import Frame, Recorder, record_seeds, relabel
 
 CONTROL_TOPIC = "fuzz-control"
 CONTROL_PARTITIONS = 3
@@ -52,6 +52,7 @@ class Report:
     seconds: float = 0.0
     seeds: int = 0
     apis: int = 0
+    recorded_apis: int = 0  # API keys the client sessions sent (the rest start from empty bodies)
     broker_exits: int = 0
     acknowledged: int = 0
     control_problems: list[str] = field(default_factory=list)
@@ -66,7 +67,8 @@ class Report:
     def lines(self) -> list[str]:
         fps = self.frames / self.seconds if self.seconds else 0.0
         return [
-            f"seeds: {self.seeds} requests covering {self.apis} API keys (every advertised version)",
+            f"seeds: {self.seeds} requests covering {self.apis} API keys (every advertised version), "
+            f"{self.recorded_apis} of them recorded from real clients",
             f"frames sent: {self.frames:,} in {self.seconds:.1f} s ({fps:,.0f} frames/s) "
             f"over {self.connections:,} connections: {self.closed_by_broker:,} closed by the broker, "
             f"{self.unanswered:,} frames without an answer within 50 ms",
@@ -306,12 +308,17 @@ def run(
     if bootstrap is not None:
         _fuzz_and_check(bootstrap, None, report, plan)
         return report
+    # The broker advertises the seed recorder, so the clients recording seeds reach it through
+    # the recorder on every connection (the control client too, afterwards, unrecorded).
     with (
         tempfile.TemporaryDirectory(prefix="fuzz-broker-") as tmp,
-        streamshop_broker(Path(tmp), settings=settings) as broker,
+        Recorder() as recorder,
+        streamshop_broker(Path(tmp), settings=settings, advertise=f"127.0.0.1:{recorder.port}") as broker,
     ):
         assert broker.proc is not None  # streamshop_broker starts it as our child
-        _fuzz_and_check(broker.bootstrap, broker.proc, report, plan)
+        server = parse_host_port(broker.bootstrap)
+        recorder.upstream = (server.host, server.port)
+        _fuzz_and_check(broker.bootstrap, broker.proc, report, plan, recorder)
         if broker.proc.poll() is None:
             report.broker_rss_mib = rss_mib(broker.pid)
         assert broker.log_path is not None
@@ -327,9 +334,17 @@ class _Plan:
     seed: int
 
 
-def _fuzz_and_check(bootstrap: str, proc: subprocess.Popen[bytes] | None, report: Report, plan: _Plan) -> None:
+def _fuzz_and_check(
+    bootstrap: str,
+    proc: subprocess.Popen[bytes] | None,
+    report: Report,
+    plan: _Plan,
+    recorder: Recorder | None = None,
+) -> None:
     advertised = advertised_versions(bootstrap)
-    seeds = relabel(record_seeds(bootstrap), advertised)
+    recorded = record_seeds(bootstrap, recorder)
+    report.recorded_apis = len({struct.unpack_from(">h", f)[0] for f in recorded if len(f) >= 2})
+    seeds = relabel(recorded, advertised)
     report.seeds, report.apis = len(seeds), len(advertised)
     control = Control(bootstrap)
     control.start()

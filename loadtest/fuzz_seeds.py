@@ -1,10 +1,14 @@
 """Seed requests for the network fuzzer: real clients' traffic, recorded.
 
-A recording TCP proxy sits between real clients (confluent-kafka producer, consumer group
-and admin client; kafka-python's admin client for older versions) and the broker, and keeps
-every request frame it forwards.  Each frame is then relabelled with every version the broker
-advertises for its API key, so the fuzzer starts from a real request of every advertised
-API and version (the body of a relabelled frame is the nearest real one).
+A recording TCP proxy (`Recorder`) sits between real clients (confluent-kafka's producer,
+consumer group, admin and transactional clients, aiokafka, kafka-python's admin client) and the
+broker, and keeps every request frame it forwards.  Clients follow the broker's Metadata to the
+address it advertises, so the proxy sees all their connections only when the broker advertises
+the proxy's address (`fuzz_broker` starts its broker so); otherwise it sees their bootstrap
+connections alone.  Each frame is then relabelled with every version the broker advertises for
+its API key, so the fuzzer starts from a real request of each API a client sent, in every
+advertised version (the body of a relabelled frame is the nearest real one), and from an empty
+body for the others.
 """
 
 from __future__ import annotations
@@ -33,12 +37,14 @@ from kit.settings import parse_host_port
 Frame = bytes  # a request without its 4-byte size prefix: header then body
 
 
-class _Recorder:
-    """A loopback proxy to `upstream` that records the client-to-broker frames."""
+class Recorder:
+    """A loopback proxy to `upstream` that records the client-to-broker frames while
+    `recording` (its port is known before its upstream: a broker may advertise it)."""
 
-    def __init__(self, upstream: tuple[str, int]) -> None:
+    def __init__(self, upstream: tuple[str, int] | None = None) -> None:
         self.upstream = upstream
         self.frames: list[Frame] = []
+        self.recording = True
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -46,7 +52,7 @@ class _Recorder:
         self._sessions: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server
 
-    def __enter__(self) -> _Recorder:
+    def __enter__(self) -> Recorder:
         self._thread.start()
         self._ready.wait(10)
         return self
@@ -81,13 +87,15 @@ class _Recorder:
             self._sessions.discard(task)
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        assert self.upstream is not None, "a client connected before the recorder's upstream was set"
         up_reader, up_writer = await asyncio.open_connection(*self.upstream)
 
         async def requests() -> None:
             while True:
                 size = struct.unpack(">i", await reader.readexactly(4))[0]
                 frame = await reader.readexactly(size)
-                self.frames.append(frame)
+                if self.recording:
+                    self.frames.append(frame)
                 up_writer.write(struct.pack(">i", size) + frame)
                 await up_writer.drain()
 
@@ -188,15 +196,48 @@ def _transactional_session(bootstrap: str) -> None:
     admin.delete_topics([topic])[topic].result(20)
 
 
-SESSIONS: list[Callable[[str], None]] = [_confluent_session, _aiokafka_session, _transactional_session]
+def _replica_admin_session(bootstrap: str) -> None:
+    """kafka-python's admin client for the leader, reassignment and log-directory APIs, which
+    librdkafka's has not all of."""
+    from kafka import KafkaAdminClient
+    from kafka.structs import TopicPartition as KafkaTopicPartition
+    from kafka.structs import TopicPartitionReplica
+
+    topic = f"seed-replicas-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(20)
+    client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
+    try:
+        client.elect_leaders(0, {topic: [0, 1]}, raise_errors=False)
+        client.alter_partition_reassignments({KafkaTopicPartition(topic, 0): [1], KafkaTopicPartition(topic, 1): None})
+        client.list_partition_reassignments()
+        client.describe_log_dirs()
+        client.alter_replica_log_dirs({TopicPartitionReplica(topic, 0, 1): "/"})
+    finally:
+        client.close()
+    admin.delete_topics([topic])[topic].result(20)
 
 
-def record_seeds(bootstrap: str) -> list[Frame]:
-    server = parse_host_port(bootstrap)
-    with _Recorder((server.host, server.port)) as recorder:
-        for session in SESSIONS:
-            session(f"127.0.0.1:{recorder.port}")
-        return list(recorder.frames)
+SESSIONS: list[Callable[[str], None]] = [
+    _confluent_session,
+    _aiokafka_session,
+    _transactional_session,
+    _replica_admin_session,
+]
+
+
+def record_seeds(bootstrap: str, recorder: Recorder | None = None) -> list[Frame]:
+    """The frames the client sessions send to the broker at `bootstrap`: through `recorder`, a
+    running proxy to it that the broker advertises (every connection), or else through a proxy
+    of their own (their bootstrap connections only).  `recorder` stops recording after them."""
+    if recorder is None:
+        server = parse_host_port(bootstrap)
+        with Recorder((server.host, server.port)) as own:
+            return record_seeds(bootstrap, own)
+    for session in SESSIONS:
+        session(f"127.0.0.1:{recorder.port}")
+    recorder.recording = False
+    return list(recorder.frames)
 
 
 def relabel(frames: list[Frame], advertised: dict[int, tuple[int, int]]) -> list[Frame]:

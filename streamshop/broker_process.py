@@ -27,10 +27,16 @@ class ReadyLine:
 
 
 def broker_command(
-    data_dir: Path, listen: str, admin_listen: str = "off", settings: dict[str, str] | None = None
+    data_dir: Path,
+    listen: str,
+    admin_listen: str = "off",
+    settings: dict[str, str] | None = None,
+    advertise: str | None = None,
 ) -> list[str]:
     cmd = [sys.executable, "-m", "streamshop.cli", "broker", "--data-dir", str(data_dir)]
     cmd += ["--listen", listen, "--admin-listen", admin_listen]
+    if advertise is not None:
+        cmd += ["--advertise", advertise]
     for key, value in (settings or {}).items():
         cmd += ["--set", f"{key}={value}"]
     return cmd
