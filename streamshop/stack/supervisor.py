@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import aiohttp
 
@@ -65,9 +65,7 @@ from streamshop.stack.plan import (
 )
 from streamshop.stack.secure import ACCESS, ADMIN, SecureStack, apply_access
 from streamshop.stack.state import FILE_NAME, VERSION, iso_now, running_stack, write_stack
-
-if TYPE_CHECKING:
-    from streamshop.stack.demo import Targets
+from streamshop.stack.up_demo import Endpoints, demo_after_ready
 
 __all__ = ["StackOptions", "Supervisor", "up"]
 
@@ -455,7 +453,7 @@ class Supervisor:
         console: Console,
         secrets: Secrets,
         *,
-        after_ready: Callable[[Supervisor], Coroutine[Any, Any, None]] | None = None,
+        after_ready: Callable[[Endpoints], Coroutine[Any, Any, None]] | None = None,
         secure: SecureStack | None = None,
     ) -> None:
         self.options = options
@@ -477,14 +475,17 @@ class Supervisor:
         self.http = aiohttp.ClientSession()
         self.stack_file = options.data_dir / FILE_NAME
 
+    def endpoints(self) -> Endpoints:
+        """Each child's announced urls, by child name."""
+        return {c.name: c.announced.urls for c in self.children.values() if c.announced is not None}
+
     def context(self) -> StackContext:
-        endpoints = {c.name: c.announced.urls for c in self.children.values() if c.announced is not None}
         return StackContext(
             self.options.data_dir,
             self.options.listen,
             self.secrets,
             self.options.log_format,
-            endpoints,
+            self.endpoints(),
             self.secure,
             self.options.postgres_url,
             self.options.spark_master,
@@ -555,7 +556,7 @@ class Supervisor:
                     demo += f" --stack {self.options.data_dir}"
                 self.console.say(f"Ctrl-C stops the stack; `{demo}` drives traffic against it")
                 if self.after_ready is not None:
-                    extra = asyncio.create_task(self.after_ready(self))
+                    extra = asyncio.create_task(self.after_ready(self.endpoints()))
                 await self.stop_requested.wait()
         except StartError as e:
             self.console.say(f"the stack did not start: {e}")
@@ -684,7 +685,7 @@ def up(args: argparse.Namespace) -> int:
     )
     names = [c.name for c in children]
     console = Console([*names, "demo"] if args.demo else names, sys.stdout, color=color)
-    after_ready = _demo_after_ready(args, console) if args.demo else None
+    after_ready = demo_after_ready(args, console) if args.demo else None
 
     if secure is not None:
         console.say(
@@ -712,68 +713,6 @@ def _secure_stack(data_dir: Path, args: argparse.Namespace, children: Sequence[C
     # The in-process demo calls the services as the operator (streamshop.stack.demo reads this).
     os.environ["STREAMSHOP_API_KEY"] = secure.api_keys[ADMIN]
     return secure
-
-
-def _demo_after_ready(args: argparse.Namespace, console: Console) -> Callable[[Supervisor], Coroutine[Any, Any, None]]:
-    """`up --demo`: one round of demo traffic with its report, then a steady trickle (about
-    `--demo-rate` orders a second and an OTP every few seconds) so that the dashboard's charts
-    keep moving; its lines are prefixed ``demo``."""
-
-    async def run(supervisor: Supervisor) -> None:
-        from streamshop.stack.demo import Progress, Targets, run_traffic
-
-        urls = {c.name: c.announced.urls for c in supervisor.children.values() if c.announced is not None}
-        targets = Targets.from_endpoints(urls)
-
-        def say(text: str) -> None:
-            console.line("demo", text)
-
-        try:
-            report = await run_traffic(
-                targets,
-                orders=args.demo_orders,
-                otps=args.demo_otp,
-                concurrency=8,
-                progress=Progress(args.demo_orders + args.demo_otp, write_line=say),
-            )
-        except CommandError as e:
-            say(f"no demo traffic: {e}")
-            return
-        for line in report.lines():
-            say(line)
-        if args.demo_rate <= 0:
-            return
-        say(f"keeps sending about {args.demo_rate:g} orders/s and an OTP every {_TRICKLE_ROUND:g} s; Ctrl-C stops")
-        await _trickle(targets, args.demo_rate, say)
-
-    return run
-
-
-_TRICKLE_ROUND = 5.0  # seconds per round of trickle traffic
-_TRICKLE_QUIET = 60.0  # at most one line per this many seconds about failing rounds
-
-
-async def _trickle(targets: Targets, rate: float, say: Callable[[str], None]) -> None:
-    """Rounds of `rate` x `_TRICKLE_ROUND` orders and one OTP, one round per `_TRICKLE_ROUND`
-    seconds, until cancelled.  A failing round (a service restarting) is reported, then retried."""
-    from streamshop.stack.demo import Progress, run_traffic
-
-    orders = max(1, round(rate * _TRICKLE_ROUND))
-    last_said = -_TRICKLE_QUIET
-    while True:
-        began = time.monotonic()
-        try:
-            report = await run_traffic(
-                targets, orders=orders, otps=1, concurrency=4, progress=Progress(orders + 1, write_line=lambda _: None)
-            )
-            problems = report.stats.problems
-        except CommandError as e:
-            problems = [str(e)]
-        if problems and began - last_said >= _TRICKLE_QUIET:
-            last_said = began
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            say(f"trickle round failed: {problems[0]}{more}")
-        await asyncio.sleep(max(0.0, _TRICKLE_ROUND - (time.monotonic() - began)))
 
 
 def _shorten(line: str) -> str:
