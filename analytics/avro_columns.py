@@ -183,17 +183,13 @@ class EventColumns:
         w = deref(writer.parsed, writer.named)
         if not is_record(w):
             raise SchemaResolutionError(f"the writer schema is {kind_of(w)}, not a record")
-        strict = self._generate(writer, w, None)
-        return self._generate(writer, w, strict), strict
-
-    def _generate(self, writer: AvroSchema, w: Any, strict: Decoder | None) -> Decoder:
-        """The strict decoder, or (given the strict one) the fast one: compiled when the
-        interpreter of `analytics._avrovm` is built, else generated Python."""
         program = self._program(writer, w)
-        if strict is not None and self._vm is not None:
-            decoder: Decoder = self._vm.Decoder(program, self._truncate, strict)
-            return decoder
-        return python_decoder(program, writer.name, strict, rollback=self._rollback, truncate=self._truncate)
+        strict = python_decoder(program, writer.name, None, rollback=self._rollback, truncate=self._truncate)
+        if self._vm is not None:  # the compiled interpreter of the same program
+            fast: Decoder = self._vm.Decoder(program, self._truncate, strict)
+        else:
+            fast = python_decoder(program, writer.name, strict, rollback=self._rollback, truncate=self._truncate)
+        return fast, strict
 
     def _program(self, writer: AvroSchema, w: Any) -> Program:
         """The program reading a record written with `w` into the columns."""
