@@ -27,6 +27,16 @@ CATALOG = default_catalog()
 HEADER = b"\x00\x00\x00\x00\x2a"
 _avrovm = importlib.import_module("analytics._avrovm")
 
+# The fields writer and reader have alike: a decimal in a fixed, a timestamp, a boolean, an array.
+_SHARED = [
+    {
+        "name": "money",
+        "type": {"type": "fixed", "name": "M", "size": 9, "logicalType": "decimal", "precision": 20, "scale": 2},
+    },
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "flag", "type": "boolean"},
+    {"name": "scores", "type": {"type": "array", "items": "double"}},
+]
 _WRITER = AvroSchema.parse(
     {
         "type": "record",
@@ -42,20 +52,7 @@ _WRITER = AvroSchema.parse(
             {"name": "name", "type": "bytes"},
             {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["a", "b", "new"]}},
             {"name": "maybe", "type": ["null", "long", "string"]},
-            {
-                "name": "money",
-                "type": {
-                    "type": "fixed",
-                    "name": "M",
-                    "size": 9,
-                    "logicalType": "decimal",
-                    "precision": 20,
-                    "scale": 2,
-                },
-            },
-            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-            {"name": "flag", "type": "boolean"},
-            {"name": "scores", "type": {"type": "array", "items": "double"}},
+            *_SHARED,
         ],
     }
 )
@@ -72,20 +69,7 @@ _READER = AvroSchema.parse(
                 "type": {"type": "enum", "name": "Kind", "symbols": ["a", "b", "other"], "default": "other"},
             },
             {"name": "maybe", "type": ["null", "double", "string"]},
-            {
-                "name": "money",
-                "type": {
-                    "type": "fixed",
-                    "name": "M",
-                    "size": 9,
-                    "logicalType": "decimal",
-                    "precision": 20,
-                    "scale": 2,
-                },
-            },
-            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-            {"name": "flag", "type": "boolean"},
-            {"name": "scores", "type": {"type": "array", "items": "double"}},
+            *_SHARED,
             {"name": "added", "type": {"type": "map", "values": "long"}, "default": {"k": 1}},
         ],
     }
