@@ -85,9 +85,10 @@ class _Emitter:
         self._n += 1
         return f"{prefix}{self._n}"
 
-    def bind(self, obj: Any, prefix: str) -> str:
-        """A name in the generated code's namespace for `obj` (one per object)."""
-        key = id(obj)
+    def bind(self, obj: Any, prefix: str, key: int | None = None) -> str:
+        """A name in the generated code's namespace for `obj`: one per `key` (default: the
+        object's identity; the program keeps every object alive, so no identity is reused)."""
+        key = id(obj) if key is None else key
         name = self._ids.get(key)
         if name is None:
             name = self.var(prefix)
@@ -96,14 +97,8 @@ class _Emitter:
         return name
 
     def append(self, values: list[Any]) -> str:
-        """The name bound to `values.append` (one per list)."""
-        key = id(values)
-        name = self._ids.get(key)
-        if name is None:
-            name = self.var("A")
-            self._ids[key] = name
-            self.env[name] = values.append  # the list lives as long as its builder, which owns it
-        return name
+        """The name bound to `values.append`: one per list (each `.append` is a new object)."""
+        return self.bind(values.append, "A", key=id(values))
 
     def emit(self, ind: int, line: str) -> None:
         self.lines.append("    " * ind + line)
