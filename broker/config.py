@@ -56,6 +56,16 @@ def _choice(*options: str) -> Callable[[str], str]:
     return parse
 
 
+def _assignors(raw: str) -> tuple[str, ...]:
+    """group.consumer.assignors: the server-side assignors members may choose, the first
+    the default (Kafka also takes its assignors' class names; here, their names)."""
+    names = tuple(n.strip() for n in raw.split(",") if n.strip())
+    unknown = [n for n in names if n not in ("uniform", "range")]
+    if not names or unknown:
+        raise ConfigError(f"{raw!r} must list assignors among uniform, range")
+    return names
+
+
 def _policy(raw: str) -> str:
     """delete, compact, both, or (as Kafka 4.2 allows) neither: an empty list keeps every
     segment, like retention.ms=-1 with retention.bytes=-1."""
@@ -271,6 +281,13 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         BrokerSettingDef("group.initial.rebalance.delay.ms", "100", _int(0)),
         BrokerSettingDef("group.min.session.timeout.ms", "6000", _int(1, INT_MAX)),
         BrokerSettingDef("group.max.session.timeout.ms", "1800000", _int(1, INT_MAX)),
+        # The consumer group protocol (KIP-848).  The heartbeat interval bounds how long a
+        # member takes to learn of a change: Kafka's 5 s suits large clusters; 250 ms lets a
+        # group rebalance within half a second for 4 heartbeats a second per member.
+        BrokerSettingDef("group.consumer.session.timeout.ms", "45000", _int(1, INT_MAX)),
+        BrokerSettingDef("group.consumer.heartbeat.interval.ms", "250", _int(1, INT_MAX)),
+        BrokerSettingDef("group.consumer.assignors", "uniform,range", _assignors),
+        BrokerSettingDef("group.consumer.max.size", "1000", _int(1, INT_MAX)),
         BrokerSettingDef("offsets.retention.minutes", "10080", _int(1, INT_MAX)),
         BrokerSettingDef("offset.metadata.max.bytes", "4096", _int(0, INT_MAX)),
         BrokerSettingDef("offsets.retention.check.interval.ms", "600000", _int(1)),

@@ -19,6 +19,7 @@ import structlog
 
 from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig, validate_topic_configs, validate_topic_name
+from broker.coordinator.consumer_groups import ConsumerGroupConfig
 from broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from broker.log import cleaner
 from broker.log.cleaner_worker import CleanerProcess
@@ -92,6 +93,12 @@ class Broker:
                 offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
                 max_metadata_bytes=config.get("offset.metadata.max.bytes"),
                 cleanup_interval_ms=config.get("offsets.retention.check.interval.ms"),
+                consumer=ConsumerGroupConfig(
+                    session_timeout_ms=config.get("group.consumer.session.timeout.ms"),
+                    heartbeat_interval_ms=config.get("group.consumer.heartbeat.interval.ms"),
+                    assignors=config.get("group.consumer.assignors"),
+                    max_size=config.get("group.consumer.max.size"),
+                ),
             ),
             self.sync,
         )

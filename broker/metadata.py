@@ -63,6 +63,7 @@ class MetadataStore:
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
         self.skipped = SkippedRecords()
+        self.version = 0  # rises when a topic is created, deleted or grows (groups re-read subscriptions)
         self.other_records: dict[bytes, tuple[int, bytes | None]] = {}  # key: (offset, value)
         self.meta_log = PartitionLog(
             partition_dir(self.data_dir, METADATA_TOPIC, 0),
@@ -194,6 +195,7 @@ class MetadataStore:
         self.topics[topic.name] = topic
         self.by_id[topic.topic_id] = topic
         self.normalized[_normal(topic.name)] = topic.name
+        self.version += 1
         log.info("topic created", topic=topic.name, partitions=topic.partitions, configs=topic.configs)
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str], *, internal: bool = False) -> Topic:
@@ -209,6 +211,7 @@ class MetadataStore:
         self.by_id.pop(topic.topic_id, None)
         self.normalized.pop(_normal(name), None)
         self._write(topic, delete=True)
+        self.version += 1
         log.info("topic deleted", topic=name)
         return topic.logs
 
@@ -226,6 +229,7 @@ class MetadataStore:
                 plog.delete()
             raise
         topic.logs.extend(logs)
+        self.version += 1
 
     def partition_count(self) -> int:
         return sum(t.partitions for t in self.topics.values())

@@ -74,3 +74,13 @@ def encode_assignment(partitions: dict[str, list[int]], version: int = 0) -> byt
             out += _I32.pack(p)
     out += _I32.pack(-1)  # no user data
     return bytes(out)
+
+
+def encode_subscription(topics: list[str], version: int = 0) -> bytes:
+    """A ConsumerProtocolSubscription of `topics` (describing consumer-protocol members)."""
+    out = bytearray(_I16.pack(version) + _I32.pack(len(topics)))
+    for topic in topics:
+        name = topic.encode()
+        out += _I16.pack(len(name)) + name
+    out += _I32.pack(-1)  # no user data
+    return bytes(out)

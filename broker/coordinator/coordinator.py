@@ -16,13 +16,14 @@ import asyncio
 import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgpack
 import structlog
 
 from broker.clock import Clock
+from broker.coordinator.consumer_groups import ConsumerGroupConfig, ConsumerGroups, Heartbeat, HeartbeatResult
 from broker.coordinator.group import Group, GroupState, JoinResult, Member
 from broker.log.partition_log import PartitionLog
 from broker.metadata import MetadataStore
@@ -33,6 +34,7 @@ from broker.replay import need
 log = structlog.get_logger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
+CONSUMER_GROUP_RECORDS = frozenset({"cg", "cgm", "cgt", "cgtm", "cgc"})  # broker/coordinator/consumer_groups.py
 MAX_GROUP_ID = 249  # Kafka's limit on a group id's length is that of a topic name
 # Kafka's settings of its coordinators' compacted internal topics (the transaction coordinator's too).
 COORDINATOR_TOPIC_CONFIG = {
@@ -75,6 +77,7 @@ class CoordinatorConfig:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     max_metadata_bytes: int = 4096
     cleanup_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
+    consumer: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)  # the consumer group protocol (KIP-848)
 
 
 Sync = Callable[[Iterable[PartitionLog]], Awaitable[None]]
@@ -90,6 +93,7 @@ class GroupCoordinator:
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         self.empty_since: dict[str, int] = {}  # when each group last became empty
         self._last_cleanup_ms = clock.now_ms()
+        self.consumer = ConsumerGroups(store, config.consumer, self._claim_for_consumer_group)
         topic = store.get(OFFSETS_TOPIC)
         self.partitions = topic.partitions if topic is not None else config.offsets_partitions
         if topic is not None:
@@ -123,6 +127,7 @@ class GroupCoordinator:
                     self._replay(record, now)
                 except Exception as e:
                     skipped.skip(OFFSETS_TOPIC, record.offset, f"{type(e).__name__}: {e}")
+        self.consumer.loaded(now)
         log.info(
             "group coordinator loaded", groups=len(self.groups), offsets=sum(len(o) for o in self.offsets.values())
         )
@@ -149,6 +154,8 @@ class GroupCoordinator:
                 "offset value is malformed",
             )
             self.offsets.setdefault(group_id, {})[(topic, partition)] = committed
+        elif key[0] in CONSUMER_GROUP_RECORDS:
+            self.consumer.replay(key, value)
         elif key[0] == "g":
             group_id = key[1]
             if value is None:
@@ -264,6 +271,7 @@ class GroupCoordinator:
         now = self.clock.now_ms()
         if req.member_id and req.group_id not in self.groups:
             raise KafkaError(ErrorCode.unknown_member_id, f"member {req.member_id!r} is not in group {req.group_id!r}")
+        self._claim_for_classic_group(req.group_id)
         group = self._group(req.group_id)
         if not group.supports(req.protocol_type, req.protocols):
             raise KafkaError(ErrorCode.inconsistent_group_protocol, "the member's protocols do not match the group's")
@@ -382,6 +390,42 @@ class GroupCoordinator:
             group.complete_join(now)
             if group.state == GroupState.EMPTY:
                 self.empty_since[group.group_id] = now
+
+    # --- the consumer group protocol (KIP-848) -----------------------------------------
+
+    def consumer_heartbeat(self, req: Heartbeat) -> tuple[HeartbeatResult, Awaitable[None] | None]:
+        """The heartbeat's effect at once (in request order); what it wrote is durable
+        once the returned coroutine, if any, has run."""
+        self._check_group_id(req.group_id)
+        result, records = self.consumer.heartbeat(req, self.clock.now_ms())
+        if not records:
+            return result, None
+        plog = self._append(req.group_id, records)
+        return result, self._sync([plog])
+
+    def _claim_for_consumer_group(self, group_id: str) -> None:
+        """A consumer-protocol member may take over a group id whose classic group is empty
+        (its offsets stay); a classic group with members keeps it."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        if group.members or group.pending:
+            raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
+        del self.groups[group_id]
+        self.empty_since.pop(group_id, None)
+        self._append(group_id, [(["g", group_id], None)])
+
+    def _claim_for_classic_group(self, group_id: str) -> None:
+        """The other way: a classic member may take over an empty consumer group."""
+        group = self.consumer.groups.get(group_id)
+        if group is None:
+            return
+        if group.members:
+            raise KafkaError(
+                ErrorCode.inconsistent_group_protocol,
+                f"Group {group_id} uses the consumer group protocol: its members join with ConsumerGroupHeartbeat.",
+            )
+        self._append(group_id, self.consumer.delete(group_id))
 
     # --- SyncGroup -------------------------------------------------------------------
 
@@ -505,6 +549,8 @@ class GroupCoordinator:
 
     def tick(self) -> None:
         now = self.clock.now_ms()
+        for group_id, records in self.consumer.expire(now):
+            self._append(group_id, records)
         for group in list(self.groups.values()):
             for member_id, deadline in list(group.pending.items()):
                 if now >= deadline:
@@ -532,12 +578,17 @@ class GroupCoordinator:
             group.state = GroupState.DEAD
             del self.groups[group_id]
             self.empty_since.pop(group_id, None)
+        for group_id, consumer_group in list(self.consumer.groups.items()):
+            idle = now - consumer_group.state_changed_ms >= self.config.cleanup_interval_ms
+            if not consumer_group.members and group_id not in self.offsets and idle:
+                self._append(group_id, self.consumer.delete(group_id))
 
     def _expire_offsets(self, now: int) -> None:
         retention = self.config.offsets_retention_ms
         for group_id, offsets in list(self.offsets.items()):
             group = self.groups.get(group_id)
-            if group is not None and group.members:
+            consumer_group = self.consumer.groups.get(group_id)
+            if (group is not None and group.members) or (consumer_group is not None and consumer_group.members):
                 continue  # offsets of an active group never expire (KIP-211)
             since = self.empty_since.get(group_id)
             expired = [
@@ -557,12 +608,20 @@ class GroupCoordinator:
                     self._append(group_id, [(["g", group_id], None)])
                     group.state = GroupState.DEAD
                     del self.groups[group_id]
+                if consumer_group is not None and not consumer_group.members:
+                    self._append(group_id, self.consumer.delete(group_id))
 
     # --- offsets ---------------------------------------------------------------------
 
     def validate_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
         """Kafka's checks before any partition is looked at."""
         self._check_group_id(group_id)
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            # Admin tools and assign() consumers commit with no epoch while the group is empty.
+            if not (generation < 0 and not consumer_group.members):
+                self.consumer.validate_member(consumer_group, member_id, generation)
+            return
         group = self.groups.get(group_id)
         if generation < 0 and (not member_id or group is None or not group.members):
             # A commit from outside the group protocol (assign() consumers, tools):
@@ -579,6 +638,14 @@ class GroupCoordinator:
             raise KafkaError(ErrorCode.rebalance_in_progress)
         member.last_heartbeat_ms = self.clock.now_ms()
 
+    def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> None:
+        """OffsetFetch v9+ from a member of a consumer group: its epoch must be current
+        (requests with neither, from tools, read freely)."""
+        group = self.consumer.groups.get(group_id)
+        if group is None or (member_epoch < 0 and not member_id):
+            return
+        self.consumer.validate_member(group, member_id or "", member_epoch)
+
     async def commit(self, group_id: str, offsets: dict[tuple[str, int], tuple[int, int, str]]) -> None:
         """Store validated offsets durably: (topic, partition) -> (offset, epoch, metadata)."""
         if not offsets:
@@ -588,7 +655,7 @@ class GroupCoordinator:
             (["o", group_id, t, p], {"o": o, "e": e, "m": m, "t": now}) for (t, p), (o, e, m) in offsets.items()
         ]
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None and group_id not in self.consumer.groups:
             # A standalone commit creates an empty group to hang the offsets on.
             group = self._group(group_id)
             self.empty_since[group_id] = now
@@ -614,13 +681,16 @@ class GroupCoordinator:
 
     async def delete_group(self, group_id: str) -> None:
         group = self.groups.get(group_id)
-        if group is None and group_id not in self.offsets:
+        consumer_group = self.consumer.groups.get(group_id)
+        if group is None and consumer_group is None and group_id not in self.offsets:
             raise KafkaError(ErrorCode.group_id_not_found, f"group {group_id!r} does not exist")
-        if group is not None and (group.members or group.pending):
+        if (group is not None and (group.members or group.pending)) or (consumer_group and consumer_group.members):
             raise KafkaError(ErrorCode.non_empty_group, f"group {group_id!r} has active members")
         records: list[tuple[list[object], dict[str, object] | None]] = [
             (["o", group_id, t, p], None) for t, p in self.offsets.get(group_id, {})
         ]
+        if consumer_group is not None:
+            records.extend(self.consumer.delete(group_id))
         records.append((["g", group_id], None))
         plog = self._append(group_id, records)
         self.offsets.pop(group_id, None)
@@ -631,7 +701,7 @@ class GroupCoordinator:
         await self._sync([plog])
 
     def known_groups(self) -> list[str]:
-        return sorted(set(self.groups) | set(self.offsets))
+        return sorted(set(self.groups) | set(self.consumer.groups) | set(self.offsets))
 
 
 def _is_int(x: object) -> bool:

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from kio.static.protocol import Entity
 
+from broker.coordinator.consumer_group import ConsumerGroup
+from broker.coordinator.consumer_protocol import encode_assignment, encode_subscription
 from broker.coordinator.coordinator import GroupCoordinator, JoinRequest
 from broker.coordinator.group import GroupState
 from broker.core import Broker
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from kio.schema.offset_fetch import v7 as offset_fetch_v7
     from kio.schema.offset_fetch import v8 as offset_fetch_v8
     from kio.schema.offset_fetch import v9 as offset_fetch_v9
+    from kio.schema.offset_fetch.v9 import request as offset_fetch_v9_request
     from kio.schema.sync_group import v0 as sync_group_v0
     from kio.schema.sync_group import v1 as sync_group_v1
     from kio.schema.sync_group import v2 as sync_group_v2
@@ -169,6 +172,10 @@ def _fetches_groups(
     request: OffsetFetchRequest,
 ) -> TypeIs[offset_fetch_v8.OffsetFetchRequest | offset_fetch_v9.OffsetFetchRequest]:
     return request.__version__ >= 8  # KIP-709: several groups at once
+
+
+def _fetches_as_member(group: object) -> TypeIs[offset_fetch_v9_request.OffsetFetchRequestGroup]:
+    return getattr(group, "__version__", 0) >= 9  # KIP-848: the member's id and epoch
 
 
 def _may_require_stable(
@@ -535,6 +542,13 @@ def offset_fetch(broker: Broker, ctx: RequestContext, request: OffsetFetchReques
         part_cls = nested(cls, "OffsetFetchResponsePartitions")
         groups = []
         for g in request.groups:
+            if _fetches_as_member(g):
+                # KIP-848: a member's fetch carries its epoch, which must be current.
+                try:
+                    coordinator.validate_fetch(g.group_id, g.member_id, g.member_epoch)
+                except KafkaError as e:
+                    groups.append(build(group_cls, group_id=g.group_id, topics=(), error_code=e.code))
+                    continue
             error, topics = group_result(g.group_id, g.topics, topic_cls, part_cls)
             groups.append(build(group_cls, group_id=g.group_id, topics=topics, error_code=error))
         return build(cls, throttle_time=0, groups=tuple(groups))
@@ -600,19 +614,16 @@ def list_groups(broker: Broker, ctx: RequestContext, request: ListGroupsRequest)
         if not everything and not _may(broker, ctx, Operation.DESCRIBE, group_id):
             continue
         group = coordinator.groups.get(group_id)
-        state = group.state.value if group else GroupState.EMPTY.value
-        if states and state.lower() not in states:
-            continue
-        if types and "classic" not in types:
+        consumer_group = coordinator.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            state, kind, protocol_type = consumer_group.state.value, "consumer", "consumer"
+        else:
+            state = group.state.value if group else GroupState.EMPTY.value
+            kind, protocol_type = "classic", (group.protocol_type if group else None) or ""
+        if (states and state.lower() not in states) or (types and kind not in types):
             continue
         entries.append(
-            build(
-                entry_cls,
-                group_id=group_id,
-                protocol_type=(group.protocol_type if group else None) or "",
-                group_state=state,
-                group_type="classic",
-            )
+            build(entry_cls, group_id=group_id, protocol_type=protocol_type, group_state=state, group_type=kind)
         )
     return build(cls, throttle_time=0, error_code=ErrorCode.none, groups=tuple(entries))
 
@@ -650,6 +661,10 @@ def describe_groups(broker: Broker, ctx: RequestContext, request: DescribeGroups
         if not _may(broker, ctx, Operation.DESCRIBE, group_id):
             out.append(memberless(ErrorCode.group_authorization_failed, ""))
             continue
+        consumer_group = coordinator.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            out.append(_consumer_group_as_classic(broker, group_cls, member_cls, consumer_group, ops))
+            continue
         if group is None:
             known = group_id in coordinator.offsets
             # v6 reports a missing group as GROUP_ID_NOT_FOUND; earlier versions as Dead.
@@ -682,6 +697,38 @@ def describe_groups(broker: Broker, ctx: RequestContext, request: DescribeGroups
             )
         )
     return build(cls, throttle_time=0, groups=tuple(out))
+
+
+def _consumer_group_as_classic(
+    broker: Broker, group_cls: type[Entity], member_cls: type[Entity], group: ConsumerGroup, ops: int
+) -> Entity:
+    """A consumer-protocol group as DescribeGroups shows it (as Kafka does): protocol type
+    "consumer", its assignor as the protocol, each member's subscription and assignment in
+    the consumer protocol's encoding."""
+    consumer = _coordinator(broker).consumer
+    names = {topic.topic_id: name for name, topic in broker.store.topics.items()}
+    members = tuple(
+        build(
+            member_cls,
+            member_id=m.member_id,
+            group_instance_id=m.instance_id,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            member_metadata=encode_subscription(sorted(consumer.member_topics(group, m))),
+            member_assignment=encode_assignment({names[t]: sorted(ps) for t, ps in m.assigned.items() if t in names}),
+        )
+        for m in group.members.values()
+    )
+    return build(
+        group_cls,
+        error_code=ErrorCode.none,
+        group_id=group.group_id,
+        group_state=group.state.value,
+        protocol_type="consumer",
+        protocol_data=consumer.assignor_of(group),
+        members=members,
+        authorized_operations=ops,
+    )
 
 
 def delete_groups(broker: Broker, ctx: RequestContext, request: DeleteGroupsRequest) -> Answer[DeleteGroupsResponse]:

@@ -38,6 +38,10 @@ from kio.schema.api_versions import v1 as api_versions_v1
 from kio.schema.api_versions import v2 as api_versions_v2
 from kio.schema.api_versions import v3 as api_versions_v3
 from kio.schema.api_versions import v4 as api_versions_v4
+from kio.schema.consumer_group_describe import v0 as consumer_group_describe_v0
+from kio.schema.consumer_group_describe import v1 as consumer_group_describe_v1
+from kio.schema.consumer_group_heartbeat import v0 as consumer_group_heartbeat_v0
+from kio.schema.consumer_group_heartbeat import v1 as consumer_group_heartbeat_v1
 from kio.schema.create_acls import v1 as create_acls_v1
 from kio.schema.create_acls import v2 as create_acls_v2
 from kio.schema.create_acls import v3 as create_acls_v3
@@ -773,3 +777,18 @@ ElectLeadersResponse: TypeAlias = (
 )
 ListPartitionReassignmentsRequest: TypeAlias = list_partition_reassignments_v0.ListPartitionReassignmentsRequest
 ListPartitionReassignmentsResponse: TypeAlias = list_partition_reassignments_v0.ListPartitionReassignmentsResponse
+
+ConsumerGroupHeartbeatRequest: TypeAlias = (
+    consumer_group_heartbeat_v0.ConsumerGroupHeartbeatRequest
+    | consumer_group_heartbeat_v1.ConsumerGroupHeartbeatRequest
+)
+ConsumerGroupHeartbeatResponse: TypeAlias = (
+    consumer_group_heartbeat_v0.ConsumerGroupHeartbeatResponse
+    | consumer_group_heartbeat_v1.ConsumerGroupHeartbeatResponse
+)
+ConsumerGroupDescribeRequest: TypeAlias = (
+    consumer_group_describe_v0.ConsumerGroupDescribeRequest | consumer_group_describe_v1.ConsumerGroupDescribeRequest
+)
+ConsumerGroupDescribeResponse: TypeAlias = (
+    consumer_group_describe_v0.ConsumerGroupDescribeResponse | consumer_group_describe_v1.ConsumerGroupDescribeResponse
+)
