@@ -44,6 +44,8 @@ class MemberSpec:
     name: str  # also the client id, so the broker's view can be matched
     session_timeout_ms: int | None = None  # None: the client's default
     heartbeat_interval_ms: int | None = None
+    protocol: str = "classic"  # confluent only: "consumer" is KIP-848's (the broker times the heartbeats)
+    instance_id: str | None = None  # group.instance.id: a static member
 
 
 @dataclass(frozen=True)
@@ -96,20 +98,32 @@ def _run_confluent(spec: MemberSpec, emit: Emit, stop: threading.Event) -> None:
         conf["session.timeout.ms"] = spec.session_timeout_ms
     if spec.heartbeat_interval_ms is not None:
         conf["heartbeat.interval.ms"] = spec.heartbeat_interval_ms
+    if spec.protocol != "classic":
+        conf["group.protocol"] = spec.protocol
+    if spec.instance_id is not None:
+        conf["group.instance.id"] = spec.instance_id
     consumer = Consumer(conf)
     epoch = 0
+    # The classic protocol (eager) hands over the whole assignment at each rebalance; KIP-848's
+    # is incremental: on_assign gives the partitions added, on_revoke those taken away.
+    incremental = spec.protocol != "classic"
+    held: set[int] = set()
 
-    def assigned(partitions: list[Any]) -> None:
-        nonlocal epoch
+    def assigned(added: list[Any], removed: list[Any]) -> None:
+        nonlocal epoch, held
         epoch += 1
-        emit({"event": "assigned", "epoch": epoch, "partitions": sorted(tp.partition for tp in partitions)})
+        if incremental:
+            held = (held | {tp.partition for tp in added}) - {tp.partition for tp in removed}
+        else:
+            held = {tp.partition for tp in added}
+        emit({"event": "assigned", "epoch": epoch, "partitions": sorted(held)})
 
     try:
         consumer.subscribe(
             list(spec.topics),
-            on_assign=lambda _c, ps: assigned(ps),
-            on_revoke=lambda _c, _ps: assigned([]),
-            on_lost=lambda _c, _ps: assigned([]),
+            on_assign=lambda _c, ps: assigned(ps, []),
+            on_revoke=lambda _c, ps: assigned([], ps),
+            on_lost=lambda _c, ps: assigned([], ps),
         )
         emit({"event": "started"})
         while not stop.is_set():
@@ -205,6 +219,7 @@ class Member:
         self._lock = threading.Lock()
         self._processed: list[Processed] = []
         self._assignment: frozenset[int] = frozenset()
+        self._assignments: list[frozenset[int]] = []  # every assignment held, in order
         self._committed: dict[int, int] = {}
         self.commit_failures = 0
         self.errors: list[str] = []
@@ -220,6 +235,7 @@ class Member:
                 self.journal.add(rec)
             elif kind == "assigned":
                 self._assignment = frozenset(event["partitions"])
+                self._assignments.append(self._assignment)
             elif kind == "committed":
                 for p, o in event["offsets"].items():
                     self._committed[int(p)] = max(o, self._committed.get(int(p), 0))
@@ -237,6 +253,11 @@ class Member:
     def assignment(self) -> frozenset[int]:
         with self._lock:
             return self._assignment
+
+    @property
+    def assignments(self) -> list[frozenset[int]]:
+        with self._lock:
+            return list(self._assignments)
 
     @property
     def processed(self) -> list[Processed]:
