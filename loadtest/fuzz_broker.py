@@ -53,6 +53,7 @@ class Report:
     seeds: int = 0
     apis: int = 0
     recorded_apis: int = 0  # API keys the client sessions sent (the rest start from empty bodies)
+    recorded_keys: list[int] = field(default_factory=list)
     broker_exits: int = 0
     acknowledged: int = 0
     control_problems: list[str] = field(default_factory=list)
@@ -343,7 +344,8 @@ def _fuzz_and_check(
 ) -> None:
     advertised = advertised_versions(bootstrap)
     recorded = record_seeds(bootstrap, recorder)
-    report.recorded_apis = len({struct.unpack_from(">h", f)[0] for f in recorded if len(f) >= 2})
+    report.recorded_keys = sorted({struct.unpack_from(">h", f)[0] for f in recorded if len(f) >= 2})
+    report.recorded_apis = len(report.recorded_keys)
     seeds = relabel(recorded, advertised)
     report.seeds, report.apis = len(seeds), len(advertised)
     control = Control(bootstrap)

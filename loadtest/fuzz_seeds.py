@@ -218,11 +218,35 @@ def _replica_admin_session(bootstrap: str) -> None:
     admin.delete_topics([topic])[topic].result(20)
 
 
+def _consumer_protocol_session(bootstrap: str) -> None:
+    """The consumer group protocol (KIP-848): ConsumerGroupHeartbeat (join, reconcile, commit
+    with the member epoch, leave) and ConsumerGroupDescribe."""
+    topic = f"seed-kip848-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(20)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, key=b"k", value=b"v")
+    producer.flush(20)
+    group = f"g-{topic}"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                         "auto.offset.reset": "earliest", "group.instance.id": f"i-{topic}"})  # fmt: skip
+    consumer.subscribe([topic, "^seed-kip848-.*"])
+    for _ in range(50):
+        message = consumer.poll(0.1)
+        if message is not None and message.error() is None:
+            consumer.commit(message, asynchronous=False)
+            break
+    admin.describe_consumer_groups([group])[group].result(20)
+    consumer.close()
+    admin.delete_topics([topic])[topic].result(20)
+
+
 SESSIONS: list[Callable[[str], None]] = [
     _confluent_session,
     _aiokafka_session,
     _transactional_session,
     _replica_admin_session,
+    _consumer_protocol_session,
 ]
 
 
