@@ -38,6 +38,19 @@ class ConsumerGroupState(enum.Enum):
     STABLE = "Stable"
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicProtocol:
+    """A member that speaks the classic protocol inside a consumer group (an online
+    upgrade): its protocols (name, subscription) and session timeout, from its JoinGroup."""
+
+    protocols: tuple[tuple[str, bytes], ...]
+    session_timeout_ms: int
+
+    @property
+    def name(self) -> str:
+        return self.protocols[0][0]
+
+
 @dataclass(slots=True)
 class ConsumerMember:
     member_id: str
@@ -54,6 +67,7 @@ class ConsumerMember:
     previous_epoch: int = 0
     assigned: Assignment = field(default_factory=dict)
     revoking: Assignment = field(default_factory=dict)
+    classic: ClassicProtocol | None = None
     # Not stored: timers restart when the broker does.
     session_deadline_ms: int = 0
     revoke_deadline_ms: int | None = None

@@ -28,6 +28,7 @@ from broker.coordinator.assignors import ASSIGNORS, Assignment
 from broker.coordinator.consumer_group import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
+    ClassicProtocol,
     ConsumerGroup,
     ConsumerMember,
     MemberState,
@@ -82,11 +83,12 @@ class ConsumerGroups:
         self,
         store: MetadataStore,
         config: ConsumerGroupConfig,
-        claim: Callable[[str], None],
+        claim: Callable[[str, int], tuple[ConsumerGroup | None, list[Rec]]],
     ) -> None:
         self.store = store
         self.config = config
-        self._claim = claim  # raises when the group id belongs to a non-empty classic group
+        # A classic group of that id: gone if empty, converted if not (or raises).
+        self._claim = claim
         self.groups: dict[str, ConsumerGroup] = {}
         self.rebalances = 0
 
@@ -101,34 +103,75 @@ class ConsumerGroups:
         if group is None:
             if req.member_epoch != 0:
                 raise KafkaError(ErrorCode.group_id_not_found, f"consumer group {req.group_id} not found")
-            self._claim(req.group_id)
-            group = self.groups[req.group_id] = ConsumerGroup(req.group_id, state_changed_ms=now)
+            converted, claimed = self._claim(req.group_id, now)
+            records.extend(claimed)
+            group = converted or ConsumerGroup(req.group_id, state_changed_ms=now)
+            self.groups[req.group_id] = group
         member, new = self._member(group, req, records)
+        before = member.assigned
+        fields: dict[str, object] = {
+            "instance_id": req.instance_id,
+            "rack_id": req.rack_id,
+            "server_assignor": req.server_assignor,
+            "rebalance_timeout_ms": req.rebalance_timeout_ms if req.rebalance_timeout_ms >= 0 else None,
+            "client_id": req.client_id,
+            "client_host": req.client_host,
+        }
+        if member.classic is not None:  # a classic member restarted with the consumer protocol
+            member.classic = None
+            new = True
+        self._apply(
+            group,
+            member,
+            new=new,
+            fields=fields,
+            topic_names=req.topic_names,
+            topic_regex=req.topic_regex,
+            owned=req.owned,
+            now=now,
+            records=records,
+        )
+        member.session_deadline_ms = now + self.config.session_timeout_ms
+        full = req.member_epoch == 0 or (
+            req.rebalance_timeout_ms >= 0 and req.topic_names is not None and req.owned is not None
+        )
+        assignment = member.assigned if full or member.assigned != before else None
+        return HeartbeatResult(member.member_id, member.epoch, assignment), records
+
+    def _apply(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerMember,
+        *,
+        new: bool,
+        fields: dict[str, object],
+        topic_names: tuple[str, ...] | None,
+        topic_regex: str | None,
+        owned: Assignment | None,
+        now: int,
+        records: list[Rec],
+    ) -> None:
+        """The heartbeat's three steps for `member`, in either protocol: update the member
+        (bumping the group epoch if its subscription changed), recompute the target if the
+        epoch moved, then one reconciliation step."""
         bump = group.epoch == 0 or new
         changed = new
-        for name, value in (
-            ("instance_id", req.instance_id),
-            ("rack_id", req.rack_id),
-            ("server_assignor", req.server_assignor),
-            ("rebalance_timeout_ms", req.rebalance_timeout_ms if req.rebalance_timeout_ms >= 0 else None),
-            ("client_id", req.client_id),
-            ("client_host", req.client_host),
-        ):
+        for name, value in fields.items():
             if value is not None and getattr(member, name) != value:
                 setattr(member, name, value)
                 changed = True
-        if req.topic_names is not None and tuple(sorted(set(req.topic_names))) != member.topic_names:
-            member.topic_names = tuple(sorted(set(req.topic_names)))
+        if topic_names is not None and tuple(sorted(set(topic_names))) != member.topic_names:
+            member.topic_names = tuple(sorted(set(topic_names)))
             changed = bump = True
-        if req.topic_regex is not None and (req.topic_regex or None) != member.topic_regex:
-            member.topic_regex = req.topic_regex or None
+        if topic_regex is not None and (topic_regex or None) != member.topic_regex:
+            member.topic_regex = topic_regex or None
             changed = bump = True
-        if new:
+        if member.member_id not in group.members:
             group.add_member(member)
         if changed:
             records.append(self._member_record(group, member))
         if bump or group.metadata_version != self.store.version:
-            subscribed = self._resolve(group)
+            subscribed = self.resolve(group)
             if subscribed != group.subscribed:
                 group.subscribed = subscribed
                 bump = True
@@ -139,15 +182,56 @@ class ConsumerGroups:
             log.info("consumer group epoch bumped", group=group.group_id, epoch=group.epoch, members=len(group.members))
         if group.epoch > group.assignment_epoch:
             self._assign(group, records)
-        before = member.assigned
-        if group.reconcile(member, req.owned, now):
+        if group.reconcile(member, owned, now):
             records.append(self._current_record(group, member))
-        member.session_deadline_ms = now + self.config.session_timeout_ms
-        full = req.member_epoch == 0 or (
-            req.rebalance_timeout_ms >= 0 and req.topic_names is not None and req.owned is not None
+
+    def classic_heartbeat(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerMember,
+        *,
+        topics: tuple[str, ...],
+        owned: Assignment,
+        rebalance_timeout_ms: int,
+        client: tuple[str, str],
+        now: int,
+    ) -> tuple[int, list[Rec]]:
+        """A classic member's JoinGroup: the same steps, with what its subscription says it
+        still owns; returns its epoch (the generation it is told)."""
+        records: list[Rec] = []
+        fields: dict[str, object] = {
+            "rebalance_timeout_ms": rebalance_timeout_ms,
+            "client_id": client[0],
+            "client_host": client[1],
+        }
+        new = not member.topic_names and member.epoch == 0
+        self._apply(
+            group,
+            member,
+            new=new,
+            fields=fields,
+            topic_names=topics,
+            topic_regex=None,
+            owned=owned,
+            now=now,
+            records=records,
         )
-        assignment = member.assigned if full or member.assigned != before else None
-        return HeartbeatResult(member.member_id, member.epoch, assignment), records
+        # A member that gave its partitions up before rejoining (every classic one that
+        # rebalances eagerly) has finished revoking already.
+        if member.state == MemberState.UNREVOKED_PARTITIONS and group.reconcile(member, owned, now):
+            records.append(self._current_record(group, member))
+        if not any(r[0][0] == "cgm" for r in records):
+            records.append(self._member_record(group, member))  # its protocols may have changed
+        return member.epoch, records
+
+    def snapshot(self, group: ConsumerGroup) -> list[Rec]:
+        """Every record of a group, as written when a classic group becomes a consumer group."""
+        records: list[Rec] = [self._group_record(group), (["cgt", group.group_id], {"epoch": group.assignment_epoch})]
+        for member in group.members.values():
+            records.append(self._member_record(group, member))
+            records.append(self._target_record(group, member.member_id))
+            records.append(self._current_record(group, member))
+        return records
 
     def _validate(self, req: Heartbeat) -> None:
         def invalid(message: str) -> KafkaError:
@@ -197,7 +281,7 @@ class ConsumerGroups:
                         f"Static member {member_id} with instance id {req.instance_id} cannot join the group "
                         f"because the instance id is owned by {holder} member.",
                     )
-                return self._replace_static(group, old, member_id, records), False
+                return self.replace_static(group, old, member_id, records), False
             if req.member_epoch != 0:
                 if holder is None:
                     raise KafkaError(ErrorCode.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
@@ -221,7 +305,7 @@ class ConsumerGroups:
             _check_epoch(member, req.member_epoch, req.owned)
         return member, False
 
-    def _replace_static(
+    def replace_static(
         self, group: ConsumerGroup, old: ConsumerMember, member_id: str, records: list[Rec]
     ) -> ConsumerMember:
         """A static member back under a new member id takes over its predecessor's
@@ -242,6 +326,7 @@ class ConsumerGroups:
             previous_epoch=old.previous_epoch,
             assigned=old.assigned,
             revoking=old.revoking,
+            classic=old.classic,
         )
         group.add_member(member)
         if target is not None:
@@ -281,10 +366,10 @@ class ConsumerGroups:
                 member.previous_epoch, member.epoch = member.epoch, STATIC_LEAVE_EPOCH
             log.info("static member left for now", group=group.group_id, member=member_id)
             return HeartbeatResult(member_id, STATIC_LEAVE_EPOCH, None), [self._current_record(group, member)]
-        records = self._fence(group, member_id, "left the group", now)
+        records = self.fence(group, member_id, "left the group", now)
         return HeartbeatResult(member_id, LEAVE_EPOCH, None), records
 
-    def _fence(self, group: ConsumerGroup, member_id: str, reason: str, now: int) -> list[Rec]:
+    def fence(self, group: ConsumerGroup, member_id: str, reason: str, now: int) -> list[Rec]:
         group.remove_member(member_id)
         group.epoch += 1
         group.state_changed_ms = now
@@ -296,7 +381,7 @@ class ConsumerGroups:
 
     # --- assignment --------------------------------------------------------------------
 
-    def _resolve(self, group: ConsumerGroup) -> frozenset[tuple[str, uuid.UUID, int]]:
+    def resolve(self, group: ConsumerGroup) -> frozenset[tuple[str, uuid.UUID, int]]:
         """The topics the members subscribe to, by name or pattern, as they exist now."""
         group.metadata_version = self.store.version
         names: set[str] = set()
@@ -353,10 +438,10 @@ class ConsumerGroups:
         for group in self.groups.values():
             for member in list(group.members.values()):
                 if now > member.session_deadline_ms:
-                    out.append((group.group_id, self._fence(group, member.member_id, "session timeout", now)))
+                    out.append((group.group_id, self.fence(group, member.member_id, "session timeout", now)))
                 elif member.revoke_deadline_ms is not None and now > member.revoke_deadline_ms:
                     out.append(
-                        (group.group_id, self._fence(group, member.member_id, "partitions not revoked in time", now))
+                        (group.group_id, self.fence(group, member.member_id, "partitions not revoked in time", now))
                     )
         return out
 
@@ -404,6 +489,9 @@ class ConsumerGroups:
             "regex": m.topic_regex,
             "assignor": m.server_assignor,
             "rebalance_ms": m.rebalance_timeout_ms,
+            "classic": None
+            if m.classic is None
+            else {"protocols": [list(p) for p in m.classic.protocols], "session_ms": m.classic.session_timeout_ms},
         }
 
     def _target_record(self, group: ConsumerGroup, member_id: str) -> Rec:
@@ -468,6 +556,7 @@ class ConsumerGroups:
         member.client_id, member.client_host = value["client"], value["host"]
         member.topic_names, member.topic_regex = tuple(value["topics"]), value.get("regex")
         member.server_assignor, member.rebalance_timeout_ms = value.get("assignor"), value["rebalance_ms"]
+        member.classic = _classic(value.get("classic"))
         if member.instance_id is not None:
             group.static[member.instance_id] = member_id
 
@@ -495,6 +584,26 @@ class ConsumerGroups:
         for group in self.groups.values():
             group.rebuild_owners()
         self.restart_timers(now)
+
+
+def _classic(value: object) -> ClassicProtocol | None:
+    if value is None:
+        return None
+    need(isinstance(value, dict), "member's classic protocols are malformed")
+    assert isinstance(value, dict)
+    protocols, session = value.get("protocols"), value.get("session_ms")
+    need(
+        isinstance(protocols, list)
+        and len(protocols) > 0
+        and all(
+            isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], bytes) for p in protocols
+        )
+        and _is_int(session),
+        "member's classic protocols are malformed",
+    )
+    assert isinstance(protocols, list)
+    assert isinstance(session, int)
+    return ClassicProtocol(tuple((p[0], p[1]) for p in protocols), session)
 
 
 def _check_epoch(member: ConsumerMember, received: int, owned: Assignment | None) -> None:

@@ -28,6 +28,23 @@ class _Reader:
         self.pos += 4
         return int(value)
 
+    def count(self) -> int:
+        """An array's length: -1 (null) reads as empty; more entries than bytes left is refused."""
+        n = self.i32()
+        if n > len(self.data) - self.pos:
+            raise ValueError("array count larger than the data")
+        return max(n, 0)
+
+    def bytes_(self) -> bytes | None:
+        n = self.i32()
+        if n < 0:
+            return None
+        if n > len(self.data) - self.pos:
+            raise ValueError("bytes longer than the data")
+        value = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return value
+
     def string(self) -> str:
         length = self.i16()
         if length < 0:
@@ -39,12 +56,26 @@ class _Reader:
 
 def subscription_topics(metadata: bytes) -> set[str] | None:
     """Topics of a ConsumerProtocolSubscription (any version), or None."""
+    found = decode_subscription(metadata)
+    return None if found is None else set(found[0])
+
+
+def decode_subscription(metadata: bytes) -> tuple[list[str], dict[str, list[int]]] | None:
+    """A ConsumerProtocolSubscription's topics and (v1+) owned partitions, or None when it
+    does not decode.  Counts are bounded by the bytes left, so a hostile count cannot make
+    it allocate more than the blob's size."""
     try:
         reader = _Reader(metadata)
-        reader.i16()  # version
-        count = reader.i32()
-        return {reader.string() for _ in range(max(count, 0))}
-    except (struct.error, UnicodeDecodeError):
+        version = reader.i16()
+        topics = [reader.string() for _ in range(reader.count())]
+        owned: dict[str, list[int]] = {}
+        if version >= 1:
+            reader.bytes_()  # user data
+            for _ in range(reader.count()):
+                topic = reader.string()
+                owned.setdefault(topic, []).extend(reader.i32() for _ in range(reader.count()))
+        return topics, owned
+    except (struct.error, UnicodeDecodeError, ValueError):
         return None
 
 

@@ -23,8 +23,10 @@ import msgpack
 import structlog
 
 from broker.clock import Clock
-from broker.coordinator.consumer_groups import ConsumerGroupConfig, ConsumerGroups, Heartbeat, HeartbeatResult
-from broker.coordinator.group import Group, GroupState, JoinResult, Member
+from broker.coordinator.classic_members import ClassicMembers
+from broker.coordinator.consumer_group import ConsumerGroup
+from broker.coordinator.consumer_groups import ConsumerGroupConfig, ConsumerGroups, Heartbeat, HeartbeatResult, Rec
+from broker.coordinator.group import Group, GroupState, JoinRequest, JoinResult, Member
 from broker.log.partition_log import PartitionLog
 from broker.metadata import MetadataStore
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -54,20 +56,6 @@ class CommittedOffset:
     commit_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class JoinRequest:
-    group_id: str
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int  # -1: not given (JoinGroup v0)
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    require_known_member_id: bool  # JoinGroup v4+ (KIP-394)
-
-
 @dataclass(frozen=True)
 class CoordinatorConfig:
     offsets_partitions: int = 50
@@ -94,6 +82,7 @@ class GroupCoordinator:
         self.empty_since: dict[str, int] = {}  # when each group last became empty
         self._last_cleanup_ms = clock.now_ms()
         self.consumer = ConsumerGroups(store, config.consumer, self._claim_for_consumer_group)
+        self.classic_members = ClassicMembers(self.consumer)
         topic = store.get(OFFSETS_TOPIC)
         self.partitions = topic.partitions if topic is not None else config.offsets_partitions
         if topic is not None:
@@ -269,9 +258,13 @@ class GroupCoordinator:
                 f"{self.config.max_session_timeout_ms}]",
             )
         now = self.clock.now_ms()
-        if req.member_id and req.group_id not in self.groups:
+        known = req.group_id in self.groups or req.group_id in self.consumer.groups
+        if req.member_id and not known:
             raise KafkaError(ErrorCode.unknown_member_id, f"member {req.member_id!r} is not in group {req.group_id!r}")
         self._claim_for_classic_group(req.group_id)
+        consumer_group = self.consumer.groups.get(req.group_id)
+        if consumer_group is not None:
+            return await self._classic_join(consumer_group, req)
         group = self._group(req.group_id)
         if not group.supports(req.protocol_type, req.protocols):
             raise KafkaError(ErrorCode.inconsistent_group_protocol, "the member's protocols do not match the group's")
@@ -398,34 +391,53 @@ class GroupCoordinator:
         once the returned coroutine, if any, has run."""
         self._check_group_id(req.group_id)
         result, records = self.consumer.heartbeat(req, self.clock.now_ms())
+        if result.member_epoch < 0:  # it left
+            records.extend(self._maybe_downgrade(req.group_id))
         if not records:
             return result, None
         plog = self._append(req.group_id, records)
         return result, self._sync([plog])
 
-    def _claim_for_consumer_group(self, group_id: str) -> None:
-        """A consumer-protocol member may take over a group id whose classic group is empty
-        (its offsets stay); a classic group with members keeps it."""
+    def _claim_for_consumer_group(self, group_id: str, now: int) -> tuple[ConsumerGroup | None, list[Rec]]:
+        """A consumer-protocol member arrives where a classic group is: an empty one makes
+        way (its offsets stay); a Stable one with members becomes a consumer group with them
+        (Kafka's online upgrade, broker/coordinator/classic_members.py)."""
         group = self.groups.get(group_id)
         if group is None:
-            return
+            return None, []
+        converted: ConsumerGroup | None = None
+        records: list[Rec] = []
         if group.members or group.pending:
-            raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
+            converted, records = self.classic_members.upgrade(group, now)
+            log.info("classic group upgraded to a consumer group", group=group_id, members=len(group.members))
         del self.groups[group_id]
         self.empty_since.pop(group_id, None)
-        self._append(group_id, [(["g", group_id], None)])
+        return converted, [*records, (["g", group_id], None)]
 
     def _claim_for_classic_group(self, group_id: str) -> None:
-        """The other way: a classic member may take over an empty consumer group."""
+        """A classic member may take over an empty consumer group (a group with members
+        takes it in: `_classic_join`)."""
         group = self.consumer.groups.get(group_id)
-        if group is None:
-            return
-        if group.members:
-            raise KafkaError(
-                ErrorCode.inconsistent_group_protocol,
-                f"Group {group_id} uses the consumer group protocol: its members join with ConsumerGroupHeartbeat.",
-            )
-        self._append(group_id, self.consumer.delete(group_id))
+        if group is not None and not group.members:
+            self._append(group_id, self.consumer.delete(group_id))
+
+    def _maybe_downgrade(self, group_id: str) -> list[Rec]:
+        """When the last consumer-protocol member has gone, the classic members left make a
+        classic group again, which rebalances."""
+        group = self.consumer.groups.get(group_id)
+        if group is None or not group.members or any(m.classic is None for m in group.members.values()):
+            return []
+        classic = self.classic_members.downgrade(group, self.clock.now_ms(), self.config.initial_rebalance_delay_ms)
+        records = self.consumer.delete(group_id)
+        self.groups[group_id] = classic
+        log.info("consumer group downgraded to a classic group", group=group_id, members=len(classic.members))
+        return [*records, self._group_record(classic)]
+
+    async def _classic_join(self, group: ConsumerGroup, req: JoinRequest) -> JoinResult:
+        result, records = self.classic_members.join(group, req, self.clock.now_ms())
+        if records:
+            await self._sync([self._append(req.group_id, records)])
+        return result
 
     # --- SyncGroup -------------------------------------------------------------------
 
@@ -440,6 +452,14 @@ class GroupCoordinator:
         protocol_name: str | None,
         assignments: dict[str, bytes],
     ) -> tuple[str | None, str | None, bytes]:
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            name, assignment = self.classic_members.sync(consumer_group, member_id, generation, self.clock.now_ms())
+            if (protocol_type not in (None, "consumer")) or (protocol_name not in (None, name)):
+                raise KafkaError(
+                    ErrorCode.inconsistent_group_protocol, "protocol type or name differs from the member's"
+                )
+            return "consumer", name, assignment
         group, member = self._member_of_generation(group_id, generation, member_id, group_instance_id)
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
             protocol_name is not None and protocol_name != group.protocol_name
@@ -504,6 +524,10 @@ class GroupCoordinator:
     # --- Heartbeat and LeaveGroup ----------------------------------------------------
 
     def heartbeat(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None) -> None:
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            self.classic_members.heartbeat(consumer_group, member_id, generation, self.clock.now_ms())
+            return
         group, member = self._member_of_generation(group_id, generation, member_id, group_instance_id)
         member.last_heartbeat_ms = self.clock.now_ms()
         if group.state == GroupState.PREPARING_REBALANCE:
@@ -511,6 +535,15 @@ class GroupCoordinator:
 
     def leave(self, group_id: str, member_id: str | None, group_instance_id: str | None) -> None:
         self._check_group_id(group_id)
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            if group_instance_id is not None and not member_id:
+                member_id = consumer_group.static.get(group_instance_id)
+            if not member_id or member_id not in consumer_group.members:
+                raise KafkaError(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
+            records = self.consumer.fence(consumer_group, member_id, "left the group", self.clock.now_ms())
+            self._append(group_id, [*records, *self._maybe_downgrade(group_id)])
+            return
         group = self.groups.get(group_id)
         if group is None:
             raise KafkaError(ErrorCode.unknown_member_id, f"group {group_id!r} has no members")
@@ -550,7 +583,7 @@ class GroupCoordinator:
     def tick(self) -> None:
         now = self.clock.now_ms()
         for group_id, records in self.consumer.expire(now):
-            self._append(group_id, records)
+            self._append(group_id, [*records, *self._maybe_downgrade(group_id)])
         for group in list(self.groups.values()):
             for member_id, deadline in list(group.pending.items()):
                 if now >= deadline:

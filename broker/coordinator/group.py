@@ -38,6 +38,20 @@ class JoinResult:
     error: ErrorCode = ErrorCode.none
 
 
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int  # -1: not given (JoinGroup v0)
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    require_known_member_id: bool  # JoinGroup v4+ (KIP-394)
+
+
 @dataclass(slots=True)
 class Member:
     member_id: str

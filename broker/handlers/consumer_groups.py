@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 HEARTBEAT: Messages[ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse] = Messages(68, 0, 1)
 DESCRIBE: Messages[ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse] = Messages(69, 0, 1)
-CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1's member type: 0 classic, 1 consumer
+CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1  # ConsumerGroupDescribe v1's member types
 
 
 def heartbeat(
@@ -214,5 +214,5 @@ def _members(broker: Broker, cls: type[Entity], group: ConsumerGroup) -> Iterabl
             subscribed_topic_regex=m.topic_regex,
             assignment=described(m.assigned),
             target_assignment=described(group.target.get(m.member_id, {})),
-            member_type=CONSUMER_MEMBER,
+            member_type=CLASSIC_MEMBER if m.classic is not None else CONSUMER_MEMBER,
         )

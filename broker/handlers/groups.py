@@ -11,8 +11,8 @@ from kio.static.protocol import Entity
 
 from broker.coordinator.consumer_group import ConsumerGroup
 from broker.coordinator.consumer_protocol import encode_assignment, encode_subscription
-from broker.coordinator.coordinator import GroupCoordinator, JoinRequest
-from broker.coordinator.group import GroupState
+from broker.coordinator.coordinator import GroupCoordinator
+from broker.coordinator.group import GroupState, JoinRequest
 from broker.core import Broker
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext
 from broker.protocol.codec import build, nested, timedelta_ms
