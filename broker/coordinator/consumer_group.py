@@ -60,6 +60,8 @@ class ConsumerMember:
     client_host: str = ""
     topic_names: tuple[str, ...] = ()
     topic_regex: str | None = None
+    regex_topics: frozenset[str] = frozenset()  # what the pattern matched, as the member may see it
+    regex_version: int = -1  # the metadata version it was matched at (not stored: matched again)
     server_assignor: str | None = None
     rebalance_timeout_ms: int = 300_000
     state: MemberState = MemberState.STABLE

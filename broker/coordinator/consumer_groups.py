@@ -69,6 +69,7 @@ class Heartbeat:
     client_id: str
     client_host: str
     generated_member_id: bool = False  # v0: the broker names new members
+    may_describe: Callable[[str], bool] | None = None  # the member's view of topics (None: all)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +131,7 @@ class ConsumerGroups:
             owned=req.owned,
             now=now,
             records=records,
+            may_describe=req.may_describe,
         )
         member.session_deadline_ms = now + self.config.session_timeout_ms
         full = req.member_epoch == 0 or (
@@ -150,6 +152,7 @@ class ConsumerGroups:
         owned: Assignment | None,
         now: int,
         records: list[Rec],
+        may_describe: Callable[[str], bool] | None = None,
     ) -> None:
         """The heartbeat's three steps for `member`, in either protocol: update the member
         (bumping the group epoch if its subscription changed), recompute the target if the
@@ -165,6 +168,9 @@ class ConsumerGroups:
             changed = bump = True
         if topic_regex is not None and (topic_regex or None) != member.topic_regex:
             member.topic_regex = topic_regex or None
+            changed = bump = True
+            member.regex_version = -1
+        if member.regex_version != self.store.version and self._match(member, may_describe):
             changed = bump = True
         if member.member_id not in group.members:
             group.add_member(member)
@@ -385,27 +391,32 @@ class ConsumerGroups:
         """The topics the members subscribe to, by name or pattern, as they exist now."""
         group.metadata_version = self.store.version
         names: set[str] = set()
-        patterns: set[str] = set()
         for member in group.members.values():
             names.update(member.topic_names)
-            if member.topic_regex:
-                patterns.add(member.topic_regex)
+            names.update(member.regex_topics)
         topics = self.store.topics
-        for pattern in patterns:
-            regex = compile_regex(pattern)
-            names.update(n for n, t in topics.items() if not t.internal and regex.fullmatch(n))
         return frozenset((n, topics[n].topic_id, topics[n].partitions) for n in names if n in topics)
 
-    def member_topics(self, group: ConsumerGroup, member: ConsumerMember) -> set[str]:
-        names = {n for n, _, _ in group.subscribed if n in member.topic_names}
+    def _match(self, member: ConsumerMember, may_describe: Callable[[str], bool] | None) -> bool:
+        """Resolve the member's pattern over today's topics, those it may describe only (as
+        Kafka does: a pattern must not hand a member topics hidden from it).  Returns
+        whether the matches changed."""
+        matched: frozenset[str] = frozenset()
         if member.topic_regex:
             regex = compile_regex(member.topic_regex)
-            names.update(n for n, _, _ in group.subscribed if not self._internal(n) and regex.fullmatch(n))
-        return names
+            matched = frozenset(
+                n
+                for n, t in self.store.topics.items()
+                if not t.internal and regex.fullmatch(n) and (may_describe is None or may_describe(n))
+            )
+        member.regex_version = self.store.version
+        if matched == member.regex_topics:
+            return False
+        member.regex_topics = matched
+        return True
 
-    def _internal(self, name: str) -> bool:
-        topic = self.store.topics.get(name)
-        return topic is None or topic.internal
+    def member_topics(self, group: ConsumerGroup, member: ConsumerMember) -> set[str]:
+        return {n for n, _, _ in group.subscribed if n in member.topic_names or n in member.regex_topics}
 
     def assignor_of(self, group: ConsumerGroup) -> str:
         """The assignor most members ask for, else the broker's default."""
@@ -487,6 +498,7 @@ class ConsumerGroups:
             "host": m.client_host,
             "topics": list(m.topic_names),
             "regex": m.topic_regex,
+            "regex_topics": sorted(m.regex_topics),
             "assignor": m.server_assignor,
             "rebalance_ms": m.rebalance_timeout_ms,
             "classic": None
@@ -554,7 +566,10 @@ class ConsumerGroups:
             del group.static[member.instance_id]
         member.instance_id, member.rack_id = value.get("instance"), value.get("rack")
         member.client_id, member.client_host = value["client"], value["host"]
+        matched = value.get("regex_topics", [])
+        need(isinstance(matched, list) and all(isinstance(t, str) for t in matched), "member matches are malformed")
         member.topic_names, member.topic_regex = tuple(value["topics"]), value.get("regex")
+        member.regex_topics = frozenset(matched)
         member.server_assignor, member.rebalance_timeout_ms = value.get("assignor"), value["rebalance_ms"]
         member.classic = _classic(value.get("classic"))
         if member.instance_id is not None:

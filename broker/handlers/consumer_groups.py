@@ -53,7 +53,7 @@ def heartbeat(
         if denied:
             return failed(ErrorCode.topic_authorization_failed, f"Unauthorized topics: {', '.join(denied)}.")
     try:
-        result, durable = coordinator.consumer_heartbeat(_heartbeat(ctx, request))
+        result, durable = coordinator.consumer_heartbeat(_heartbeat(broker, ctx, request))
     except KafkaError as e:
         return failed(e.code, e.message)
     assignment = None
@@ -94,7 +94,7 @@ def _with_regex(
     return request.__version__ >= 1  # v1 added SubscribedTopicRegex
 
 
-def _heartbeat(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> Heartbeat:
+def _heartbeat(broker: Broker, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> Heartbeat:
     owned = None
     if request.topic_partitions is not None:
         owned = _assignment((tp.topic_id, tp.partitions) for tp in request.topic_partitions)
@@ -113,6 +113,7 @@ def _heartbeat(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> H
         client_id=ctx.client_id or "",
         client_host=ctx.client_host,
         generated_member_id=ctx.api_version == 0,  # v1: the client names itself (KIP-1082)
+        may_describe=lambda topic: broker.security.topic(ctx.session, Operation.DESCRIBE, topic),
     )
 
 

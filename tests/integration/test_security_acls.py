@@ -135,13 +135,15 @@ def test_prefixed_acls_cover_every_topic_of_the_prefix_only(secure: SecureBroker
     assert visible == {"team-a.one", "team-a.two"}
 
 
-def test_a_group_needs_read_on_the_group(secure: SecureBroker) -> None:
-    create_topic(secure, "acl.events")
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])  # the consumer group protocol's too (KIP-848)
+def test_a_group_needs_read_on_the_group(secure: SecureBroker, protocol: str) -> None:
+    topic, group = f"acl.events.{protocol}", f"acl.readers.{protocol}"
+    create_topic(secure, topic)
     admin = AdminClient(secure.admin())
-    grant(admin, acl(ResourceType.TOPIC, "acl.events", AclOperation.READ))
-    conf = secure.confluent("SASL_SSL", ALICE, ALICE_PASSWORD) | {"group.id": "acl.readers"}
+    grant(admin, acl(ResourceType.TOPIC, topic, AclOperation.READ))
+    conf = secure.confluent("SASL_SSL", ALICE, ALICE_PASSWORD) | {"group.id": group, "group.protocol": protocol}
     consumer = Consumer(conf)
-    consumer.subscribe(["acl.events"])
+    consumer.subscribe([topic])
     errors = []
     deadline = time.monotonic() + 10
     while not errors and time.monotonic() < deadline:
@@ -150,10 +152,10 @@ def test_a_group_needs_read_on_the_group(secure: SecureBroker) -> None:
             errors.append(message.error().code())
     consumer.close()
     assert KafkaError.GROUP_AUTHORIZATION_FAILED in errors
-    grant(admin, acl(ResourceType.GROUP, "acl.readers", AclOperation.READ))
-    produce_as(secure, "admin", "admin-secret", "acl.events", 2)
+    grant(admin, acl(ResourceType.GROUP, group, AclOperation.READ))
+    produce_as(secure, "admin", "admin-secret", topic, 2)
     consumer = Consumer(conf | {"auto.offset.reset": "earliest"})
-    consumer.subscribe(["acl.events"])
+    consumer.subscribe([topic])
     got = 0
     deadline = time.monotonic() + 15
     while got < 2 and time.monotonic() < deadline:
@@ -162,6 +164,37 @@ def test_a_group_needs_read_on_the_group(secure: SecureBroker) -> None:
             got += 1
     consumer.close()
     assert got == 2
+
+
+def test_a_topic_pattern_assigns_only_topics_the_member_may_describe(secure: SecureBroker) -> None:
+    """The consumer group protocol resolves a member's pattern on the broker: as Kafka does, only
+    over the topics its principal may describe, so a pattern reveals no hidden topic."""
+    for name in ("acl.rx.open", "acl.rx.hidden"):
+        create_topic(secure, name)
+    admin = AdminClient(secure.admin())
+    grant(
+        admin,
+        acl(ResourceType.TOPIC, "acl.rx.open", AclOperation.READ),
+        acl(ResourceType.GROUP, "acl.rx", AclOperation.READ),
+    )
+    conf = secure.confluent("SASL_SSL", ALICE, ALICE_PASSWORD) | {"group.id": "acl.rx", "group.protocol": "consumer"}
+    consumer = Consumer(conf)
+    try:
+        consumer.subscribe(["^acl[.]rx[.].*"])
+
+        def assigned() -> set[str]:
+            consumer.poll(0.1)
+            return {tp.topic for tp in consumer.assignment()}
+
+        deadline = time.monotonic() + 15
+        while assigned() != {"acl.rx.open"} and time.monotonic() < deadline:
+            pass
+        assert assigned() == {"acl.rx.open"}
+        group = admin.describe_consumer_groups(["acl.rx"])["acl.rx"].result(10)
+        (member,) = group.members
+        assert {tp.topic for tp in member.assignment.topic_partitions} == {"acl.rx.open"}
+    finally:
+        consumer.close()
 
 
 def _raw_login(secure: SecureBroker, user: str, password: str) -> KafkaConnection:
