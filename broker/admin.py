@@ -33,6 +33,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from broker.coordinator.consumer_group import ConsumerGroup
 from broker.coordinator.consumer_protocol import assignment_partitions
 from broker.coordinator.coordinator import CommittedOffset
 from broker.coordinator.group import Group, GroupState
@@ -108,15 +109,34 @@ def _members(group: Group | None) -> list[dict[str, Any]]:
     return out
 
 
+def _consumer_members(broker: Broker, group: ConsumerGroup) -> list[dict[str, Any]]:
+    names = {topic.topic_id: name for name, topic in broker.store.topics.items()}
+    return [
+        {
+            "member_id": m.member_id,
+            "client_id": m.client_id,
+            "host": m.client_host,
+            "group_instance_id": m.instance_id,
+            "assignment": {
+                names[t]: sorted(ps)
+                for t, ps in sorted(m.assigned.items(), key=lambda tp: names.get(tp[0], ""))
+                if t in names
+            },
+        }
+        for m in sorted(group.members.values(), key=lambda m: m.member_id)
+    ]
+
+
 def group_detail(broker: Broker, group_id: str) -> dict[str, Any] | None:
     """One group with its members and per-partition offsets and lag; None if unknown."""
     coordinator = broker.coordinator
     group = coordinator.groups.get(group_id)
+    consumer_group = coordinator.consumer.groups.get(group_id)
     if group is not None and group.state == GroupState.DEAD:
         group = None
-    if group is None and group_id not in coordinator.offsets:
+    if group is None and consumer_group is None and group_id not in coordinator.offsets:
         return None
-    members = _members(group)
+    members = _members(group) if consumer_group is None else _consumer_members(broker, consumer_group)
     owners = {
         (topic, partition): m["member_id"]
         for m in members
@@ -143,9 +163,12 @@ def group_detail(broker: Broker, group_id: str) -> dict[str, Any] | None:
     return {
         "group": group_id,
         # A group known only by its committed offsets is Empty, as ListGroups reports it.
-        "state": group.state.value if group is not None else GroupState.EMPTY.value,
-        "protocol_type": (group.protocol_type if group is not None else None) or "",
-        "protocol": (group.protocol_name if group is not None else None) or "",
+        "state": _state(group, consumer_group),
+        "type": "consumer" if consumer_group is not None else "classic",
+        "protocol_type": "consumer" if consumer_group is not None else (group.protocol_type if group else None) or "",
+        "protocol": coordinator.consumer.assignor_of(consumer_group)
+        if consumer_group is not None
+        else (group.protocol_name if group is not None else None) or "",
         "member_count": len(members),
         "lag": sum(p["lag"] for p in partitions if p["lag"] is not None),
         "members": members,
@@ -153,6 +176,12 @@ def group_detail(broker: Broker, group_id: str) -> dict[str, Any] | None:
         # A job that commits without joining (the analytics job), from its commits' metadata.
         "committer": _committer(committed.values()),
     }
+
+
+def _state(group: Group | None, consumer_group: ConsumerGroup | None) -> str:
+    if consumer_group is not None:
+        return consumer_group.state.value
+    return group.state.value if group is not None else GroupState.EMPTY.value
 
 
 def _committer(entries: Iterable[CommittedOffset]) -> dict[str, object] | None:

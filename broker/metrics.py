@@ -101,6 +101,9 @@ class _GroupCollector(Collector):
                 continue
             members.add_metric([group_id], len(group.members))
             rebalances.add_metric([group_id], group.rebalances)
+        for group_id, consumer_group in sorted(coordinator.consumer.groups.items()):
+            members.add_metric([group_id], len(consumer_group.members))
+            rebalances.add_metric([group_id], consumer_group.rebalances)
         yield lag
         yield members
         yield rebalances

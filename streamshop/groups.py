@@ -54,6 +54,13 @@ def _state(value: Any) -> str:
     return _STATE_NAMES.get(value, str(getattr(value, "name", value)))
 
 
+def _type(value: object) -> str | None:
+    """The group's protocol, as ListGroups v5 and ConsumerGroupDescribe report it: "classic" or
+    "consumer" (KIP-848); None from a broker that does not say."""
+    kind = getattr(value, "name", None)
+    return kind.lower() if kind in ("CLASSIC", "CONSUMER") else None
+
+
 def _protocol_type(is_simple: bool) -> str:
     # librdkafka reports only whether the protocol type is empty (a "simple" group whose
     # offsets were committed without joining); every group its consumers join is "consumer".
@@ -97,6 +104,7 @@ def list_(args: argparse.Namespace) -> int:
             {
                 "group": listing.group_id,
                 "state": _state(getattr(listing, "state", ConsumerGroupState.UNKNOWN)),
+                "type": _type(listing.type),
                 "protocol_type": _protocol_type(listing.is_simple_consumer_group),
             }
             for listing in result.valid or ()
@@ -108,8 +116,8 @@ def list_(args: argparse.Namespace) -> int:
     elif groups:
         print(
             table(
-                ["GROUP", "STATE", "PROTOCOL-TYPE"],
-                [(g["group"], g["state"], _cell(g["protocol_type"])) for g in groups],
+                ["GROUP", "STATE", "TYPE", "PROTOCOL-TYPE"],
+                [(g["group"], g["state"], _cell(g["type"]), _cell(g["protocol_type"])) for g in groups],
             )
         )
     return 1 if result.errors else 0
@@ -188,6 +196,7 @@ def _describe_one(admin: AdminClient, description: Any, timeout: float) -> dict[
     return {
         "group": group_id,
         "state": _state(description.state),
+        "type": _type(description.type),
         "protocol_type": _protocol_type(description.is_simple_consumer_group),
         "protocol": description.partition_assignor or "",
         "member_count": len(members),

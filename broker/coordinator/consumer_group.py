@@ -93,6 +93,7 @@ class ConsumerGroup:
     subscribed: frozenset[tuple[str, uuid.UUID, int]] = frozenset()
     metadata_version: int = -1
     state_changed_ms: int = 0
+    rebalances: int = 0  # epoch bumps since the broker started (metrics)
 
     @property
     def state(self) -> ConsumerGroupState:

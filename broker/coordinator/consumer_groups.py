@@ -183,6 +183,7 @@ class ConsumerGroups:
                 bump = True
         if bump:
             group.epoch += 1
+            group.rebalances += 1
             self.rebalances += 1
             records.append(self._group_record(group))
             log.info("consumer group epoch bumped", group=group.group_id, epoch=group.epoch, members=len(group.members))
@@ -379,6 +380,7 @@ class ConsumerGroups:
         group.remove_member(member_id)
         group.epoch += 1
         group.state_changed_ms = now
+        group.rebalances += 1
         self.rebalances += 1
         log.info(
             "consumer group member removed", group=group.group_id, member=member_id, reason=reason, epoch=group.epoch

@@ -126,6 +126,7 @@ def test_groups_endpoints_report_state_members_assignments_offsets_and_lag(broke
                 {
                     "group": "email",
                     "state": "Empty",
+                    "type": "classic",
                     "protocol_type": "consumer",
                     "protocol": "",
                     "member_count": 0,
@@ -134,6 +135,7 @@ def test_groups_endpoints_report_state_members_assignments_offsets_and_lag(broke
                 {
                     "group": "ops/audit",
                     "state": "Empty",
+                    "type": "classic",
                     "protocol_type": "",
                     "protocol": "",
                     "member_count": 0,
@@ -142,6 +144,7 @@ def test_groups_endpoints_report_state_members_assignments_offsets_and_lag(broke
                 {
                     "group": "sms",
                     "state": "Stable",
+                    "type": "classic",
                     "protocol_type": "consumer",
                     "protocol": "range",
                     "member_count": 1,
@@ -153,6 +156,7 @@ def test_groups_endpoints_report_state_members_assignments_offsets_and_lag(broke
         assert sms_detail == {
             "group": "sms",
             "state": "Stable",
+            "type": "classic",
             "protocol_type": "consumer",
             "protocol": "range",
             "member_count": 1,
@@ -257,3 +261,48 @@ def test_metrics_report_lag_per_committed_partition_members_and_rebalances_per_g
     after = group_metrics(broker)
     assert after[sample("streamshop_group_members", group="indexer")] == 0.0
     assert after[sample("streamshop_group_lag", group="indexer", topic="logs", partition="1")] == 3.0
+
+
+def test_a_consumer_protocol_group_is_in_the_endpoints_and_the_metrics(broker: ThreadBroker) -> None:
+    """A group of the consumer group protocol (KIP-848): type, assignor, members and their
+    assignments in `/api/groups`, and in the metrics."""
+    create_topic(broker.bootstrap, "kip848.admin", 4)
+    consumers = [
+        Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": "kip848.admin",
+                "group.protocol": "consumer",
+                "client.id": f"admin-{i}",
+            }
+        )
+        for i in range(2)
+    ]
+    try:
+        for c in consumers:
+            c.subscribe(["kip848.admin"])
+
+        def settled() -> bool:
+            for c in consumers:
+                c.poll(0.05)
+            return all(len(c.assignment()) == 2 for c in consumers)
+
+        wait_until(settled, "two members with two partitions each")
+        detail = get_json(broker, "/api/groups/kip848.admin")
+        assert (detail["type"], detail["state"], detail["protocol"], detail["member_count"]) == (
+            "consumer",
+            "Stable",
+            "uniform",
+            2,
+        )
+        held = sorted(p for m in detail["members"] for p in m["assignment"]["kip848.admin"])
+        assert held == [0, 1, 2, 3]
+        assert {m["client_id"] for m in detail["members"]} == {"admin-0", "admin-1"}
+        listed = {g["group"]: g for g in get_json(broker, "/api/groups")["groups"]}
+        assert listed["kip848.admin"]["type"] == "consumer"
+        metrics = group_metrics(broker)
+        assert metrics[sample("streamshop_group_members", group="kip848.admin")] == 2.0
+        assert metrics[sample("streamshop_group_rebalances_total", group="kip848.admin")] >= 2.0
+    finally:
+        for c in consumers:
+            c.close()

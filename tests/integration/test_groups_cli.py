@@ -113,11 +113,14 @@ def test_list_and_describe_json_show_committed_offsets_log_end_offsets_lag_and_t
         c.commit(message=at[(1, 5)], asynchronous=False)  # committed offset 6 of 6
         [member_id] = member_ids(broker, "billing")
 
-        assert groups_json(broker, "list") == [{"group": "billing", "state": "Stable", "protocol_type": "consumer"}]
+        assert groups_json(broker, "list") == [
+            {"group": "billing", "state": "Stable", "type": "classic", "protocol_type": "consumer"}
+        ]
         assert groups_json(broker, "describe", "billing") == [
             {
                 "group": "billing",
                 "state": "Stable",
+                "type": "classic",
                 "protocol_type": "consumer",
                 "protocol": "range",
                 "member_count": 1,
@@ -171,7 +174,7 @@ def test_list_and_describe_json_show_committed_offsets_log_end_offsets_lag_and_t
         )
 
         listed = groups(broker, "list")
-        assert re.search(r"^billing\s+Stable\s+consumer$", listed.stdout, re.MULTILINE), listed.stdout
+        assert re.search(r"^billing\s+Stable\s+classic\s+consumer$", listed.stdout, re.MULTILINE), listed.stdout
 
 
 def test_describe_of_an_unknown_group_fails_but_still_describes_the_known_ones(broker: ThreadBroker) -> None:
