@@ -18,7 +18,7 @@ from pathlib import Path
 import structlog
 
 from broker.clock import Clock, SystemClock
-from broker.config import BrokerConfig, validate_topic_configs, validate_topic_name
+from broker.config import BrokerConfig, check_combination, validate_topic_configs, validate_topic_name
 from broker.coordinator.consumer_groups import ConsumerGroupConfig
 from broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from broker.log import cleaner
@@ -128,6 +128,7 @@ class Broker:
         self.endpoints: dict[str, tuple[str, int]] = {}
         self._watches: dict[int, set[_AppendWatch]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._flushes: set[asyncio.Task[None]] = set()  # flush.messages fsyncs under way
         # CPU work one request may need off the event loop (opening large batches).
         self.workers = ThreadPoolExecutor(max_workers=1, thread_name_prefix="broker-worker")
         self.admin_workers = ThreadPoolExecutor(max_workers=1, thread_name_prefix="broker-admin")
@@ -167,6 +168,7 @@ class Broker:
             loop.create_task(self._every("log.retention.check.interval.ms", self._retention_pass), name="retention"),
             loop.create_task(self._every("log.cleaner.backoff.ms", self._cleaner_pass), name="cleaner"),
             loop.create_task(self._periodic_flush(), name="flush-ms"),
+            loop.create_task(self._reap_deleted_segments(), name="file-delete-delay"),
             loop.create_task(self._coordinator_ticks(), name="group-coordinator"),
             loop.create_task(self._watch_loop_lag(), name="loop-lag"),
             loop.create_task(self._recover_transactions(), name="transaction-recovery"),
@@ -177,9 +179,9 @@ class Broker:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        for task in [*self._tasks, *self._flushes]:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._flushes, return_exceptions=True)
         await self.flusher.stop()
         self.workers.shutdown(wait=True)
         self.admin_workers.shutdown(wait=True)
@@ -244,6 +246,18 @@ class Broker:
                     due.append(plog)
             if due:
                 await self.flusher.sync(due)
+
+    async def _reap_deleted_segments(self) -> None:
+        """file.delete.delay.ms: remove the files of deleted segments once their delay is over."""
+        while True:
+            await asyncio.sleep(0.25)
+            try:
+                self.reap_deleted_segments()
+            except OSError:
+                log.exception("removing deleted segments failed")
+
+    def reap_deleted_segments(self) -> int:
+        return self.store.deletions.reap(self.clock.now_ms())
 
     def run_retention(self) -> int:
         """One retention pass over every partition, at once (tests call it directly)."""
@@ -345,7 +359,10 @@ class Broker:
     # --- long-poll support -----------------------------------------------------------
 
     def notify_append(self, plog: PartitionLog, nbytes: int) -> None:
-        """`nbytes` were appended to `plog`: complete the long polls they satisfy."""
+        """`nbytes` were appended to `plog`: complete the long polls they satisfy, and fsync
+        it when flush.messages records have come since it last asked."""
+        if plog.unflushed_messages >= plog.config.flush_messages:
+            self._flush_now(plog)
         watches = self._watches.get(id(plog))
         if not watches:
             return
@@ -353,6 +370,19 @@ class Broker:
             watch.needed -= nbytes
             if watch.needed <= 0 and not watch.future.done():
                 watch.future.set_result(None)
+
+    def _flush_now(self, plog: PartitionLog) -> None:
+        """flush.messages: an fsync through the group-commit flusher, as flush.ms has; the
+        append's answer does not wait for it (acks=all waits for its own)."""
+        plog.unflushed_messages = 0
+        task = asyncio.get_running_loop().create_task(self.flusher.sync([plog]))
+        self._flushes.add(task)
+        task.add_done_callback(self._flushed)
+
+    def _flushed(self, task: asyncio.Task[None]) -> None:
+        self._flushes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("flush.messages fsync failed", error=str(task.exception()))
 
     def watch_appends(self, logs: list[PartitionLog], needed_bytes: int) -> _AppendWatch:
         """Register now for `needed_bytes` more appended to `logs` (together): the Fetch
@@ -410,9 +440,11 @@ class Broker:
                 f"replication factor {replication} is larger than the 1 available broker",
             )
         try:
-            return validate_topic_configs(configs)
+            valid = validate_topic_configs(configs)
+            check_combination({**self.config.topic_defaults(), **valid})
         except ConfigError as e:
             raise KafkaError(ErrorCode.invalid_config, str(e)) from None
+        return valid
 
     def _colliding_topic(self, name: str) -> str | None:
         """Kafka refuses names that differ from an existing one only by '.' versus '_'."""

@@ -18,6 +18,7 @@ import structlog
 
 from broker.clock import Clock
 from broker.config import BrokerConfig, LogConfig, validate_topic_configs, validate_topic_name
+from broker.log.deletions import DeferredDeletes
 from broker.log.partition_log import PartitionLog
 from broker.protocol.records import Record, build_batch
 from broker.replay import SkippedRecords, need
@@ -65,6 +66,7 @@ class MetadataStore:
         self.skipped = SkippedRecords()
         self.version = 0  # rises when a topic is created, deleted or grows (groups re-read subscriptions)
         self.other_records: dict[bytes, tuple[int, bytes | None]] = {}  # key: (offset, value)
+        self.deletions = DeferredDeletes()  # every partition's segments awaiting file.delete.delay.ms
         self.meta_log = PartitionLog(
             partition_dir(self.data_dir, METADATA_TOPIC, 0),
             METADATA_TOPIC,
@@ -72,6 +74,7 @@ class MetadataStore:
             LogConfig.from_strings({**config.topic_defaults(), **_METADATA_CONFIG}),
             clock,
             recover=recover,
+            deletions=self.deletions,
         )
         self._replay()
         self.normalized = {_normal(name): name for name in self.topics}  # '.' and '_' collide
@@ -117,6 +120,7 @@ class MetadataStore:
             self.log_config(topic),
             self.clock,
             recover=self.recover,
+            deletions=self.deletions,
         )
 
     def _write(self, topic: Topic, *, delete: bool = False) -> None:

@@ -234,7 +234,7 @@ def _consumer_protocol_session(bootstrap: str) -> None:
     for _ in range(50):
         message = consumer.poll(0.1)
         if message is not None and message.error() is None:
-            consumer.commit(message, asynchronous=False)
+            consumer.commit(message=message, asynchronous=False)
             break
     admin.describe_consumer_groups([group])[group].result(20)
     consumer.close()

@@ -1,4 +1,11 @@
-"""DescribeConfigs, IncrementalAlterConfigs and AlterConfigs for topics (and describe for the broker)."""
+"""DescribeConfigs, IncrementalAlterConfigs and AlterConfigs for topics (and describe for the broker).
+
+Described as Kafka's ConfigHelper describes them: a topic's configs are never read-only, their
+source is the first of their synonyms (the topic's override, the broker's static setting,
+the default); a broker setting is read-only unless Kafka can change it at runtime.  This
+broker has no dynamic broker configs, so no source is ever DYNAMIC_BROKER_CONFIG or
+DYNAMIC_DEFAULT_BROKER_CONFIG, and the cluster-wide defaults (the broker resource "") are none.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,8 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from kio.static.protocol import Entity
 
-from broker.config import BROKER_SETTINGS, TOPIC_CONFIGS, validate_topic_configs
+from broker.config import BROKER_SETTINGS, TOPIC_CONFIGS, check_combination, validate_topic_configs
+from broker.config_values import LIST
 from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext
 from broker.protocol.codec import build, nested
@@ -36,22 +44,11 @@ INCREMENTAL_ALTER_CONFIGS: Messages[IncrementalAlterConfigsRequest, IncrementalA
     44, 0, 1
 )
 TOPIC, BROKER = 2, 4
-# ConfigSource values of DescribeConfigs v1+.
+# ConfigSource values of DescribeConfigs v1+ (Kafka's DYNAMIC_BROKER_CONFIG, 2, and
+# DYNAMIC_DEFAULT_BROKER_CONFIG, 3, never apply: no broker config is dynamic here).
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-_LIST_CONFIGS = {"cleanup.policy", "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
-_TYPES = {
-    "cleanup.policy": 7,
-    "leader.replication.throttled.replicas": 7,
-    "follower.replication.throttled.replicas": 7,
-    "message.timestamp.type": 2,
-    "compression.type": 2,
-    "min.cleanable.dirty.ratio": 6,
-    "segment.bytes": 3,
-    "index.interval.bytes": 3,
-    "max.message.bytes": 3,
-    "min.insync.replicas": 3,
-}
+_LIST_CONFIGS = {name for name, d in TOPIC_CONFIGS.items() if d.config_type == LIST}
 
 
 class _Resource(Protocol):
@@ -107,52 +104,89 @@ def _with_documentation(
     return request.__version__ >= 3  # KIP-569
 
 
+Synonym = tuple[str, str | None, int]  # name, value, source
+
+
 @dataclass(frozen=True)
 class ConfigEntry:
     name: str
     value: str | None
-    source: int
-    synonyms: list[tuple[str, str | None, int]]
+    synonyms: list[Synonym]  # Kafka's order: the topic's, static, default
     doc: str
     config_type: int
+    read_only: bool = False
     sensitive: bool = False
+
+    @property
+    def source(self) -> int:
+        return self.synonyms[0][2] if self.synonyms else DEFAULT_CONFIG
+
+
+def _broker_synonyms(broker: Broker, name: str, default: str, *, with_default: bool) -> list[Synonym]:
+    """A broker setting's synonyms: its static value when set, then its default (which Kafka
+    leaves out when it has none, or derives it from another setting)."""
+    synonyms: list[Synonym] = []
+    if name in broker.config.settings:
+        synonyms.append((name, broker.config.settings[name], STATIC_BROKER_CONFIG))
+    if with_default:
+        synonyms.append((name, default, DEFAULT_CONFIG))
+    return synonyms
 
 
 def topic_config_entries(broker: Broker, values: dict[str, str], overrides: set[str]) -> list[ConfigEntry]:
     entries = []
     for name, definition in TOPIC_CONFIGS.items():
-        synonyms: list[tuple[str, str | None, int]] = []
+        synonyms: list[Synonym] = []
         if name in overrides:
             synonyms.append((name, values[name], DYNAMIC_TOPIC_CONFIG))
-        if definition.broker_name in broker.config.settings:
-            synonyms.append(
-                (definition.broker_name, broker.config.settings[definition.broker_name], STATIC_BROKER_CONFIG)
+        if definition.broker_name is not None:
+            synonyms += _broker_synonyms(
+                broker, definition.broker_name, definition.default, with_default=definition.default_synonym
             )
-        synonyms.append((definition.broker_name, definition.default, DEFAULT_CONFIG))
-        entries.append(ConfigEntry(name, values[name], synonyms[0][2], synonyms, definition.doc, _TYPES.get(name, 5)))
+        entries.append(ConfigEntry(name, values[name], synonyms, definition.doc, definition.config_type))
     return entries
-
-
-_PASSWORD = 9  # DescribeConfigs' config_type of a password
 
 
 def _broker_entries(broker: Broker) -> list[ConfigEntry]:
+    """The broker's settings and its defaults of the topic configs (every one of which Kafka
+    can change at runtime), as Kafka describes its own resource."""
     entries = []
     for name, setting in BROKER_SETTINGS.items():
-        value = broker.config.settings.get(name, setting.default)
+        given = name in broker.config.settings
+        value: str | None = broker.config.settings.get(name, setting.default)
+        synonyms = _broker_synonyms(broker, name, setting.default, with_default=not setting.null_default)
         if name == "cluster.id":
-            value = broker.cluster_id
-        source = STATIC_BROKER_CONFIG if name in broker.config.settings else DEFAULT_CONFIG
+            value, synonyms = broker.cluster_id, synonyms if given else []
+        elif setting.null_default and not given:
+            value = None
         if setting.sensitive:  # as Kafka: a password's value is never sent, set or not
-            entries.append(ConfigEntry(name, None, source, [(name, None, source)], "", _PASSWORD, sensitive=True))
-            continue
-        entries.append(ConfigEntry(name, value, source, [(name, value, source)], "", 2))
+            value, synonyms = None, [(n, None, s) for n, _, s in synonyms]
+        kind, read_only = setting.config_type, not setting.dynamic
+        entries.append(ConfigEntry(name, value, synonyms, "", kind, read_only=read_only, sensitive=setting.sensitive))
     for definition in TOPIC_CONFIGS.values():
-        name = definition.broker_name
-        value = broker.config.settings.get(name, definition.default)
-        source = STATIC_BROKER_CONFIG if name in broker.config.settings else DEFAULT_CONFIG
-        entries.append(ConfigEntry(name, value, source, [(name, value, source)], definition.doc, 5))
+        default_name = definition.broker_name
+        if default_name is None:
+            continue
+        synonyms = _broker_synonyms(broker, default_name, definition.default, with_default=definition.default_synonym)
+        default = broker.config.settings.get(default_name, definition.default)
+        entries.append(ConfigEntry(default_name, default, synonyms, definition.doc, definition.config_type))
     return entries
+
+
+def _broker_resource(broker: Broker, name: str) -> list[ConfigEntry]:
+    """Kafka's answers: "" is the cluster-wide dynamic defaults (none here), an id this broker."""
+    if name == "":
+        return []
+    try:
+        node = int(name)
+    except ValueError:
+        raise KafkaError(ErrorCode.invalid_request, f"Broker id must be an integer, but it is: {name}") from None
+    if node != broker.node_id:
+        raise KafkaError(
+            ErrorCode.invalid_request,
+            f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}",
+        )
+    return _broker_entries(broker)
 
 
 def describe_configs(broker: Broker, ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
@@ -177,15 +211,13 @@ def describe_configs(broker: Broker, ctx: RequestContext, request: DescribeConfi
                 values = {**broker.config.topic_defaults(), **topic.configs}
                 entries = topic_config_entries(broker, values, set(topic.configs))
             elif resource.resource_type == BROKER:
-                if resource.resource_name not in ("", str(broker.node_id)):
-                    raise KafkaError(ErrorCode.invalid_request, f"unknown broker {resource.resource_name!r}")
-                entries = _broker_entries(broker)
+                entries = _broker_resource(broker, resource.resource_name)
             else:
                 raise KafkaError(ErrorCode.invalid_request, f"resource type {resource.resource_type} is not supported")
         except KafkaError as e:
             error, message = e.code, e.message
         keys = resource.configuration_keys
-        if keys is not None:
+        if keys:  # as Kafka, an empty list asks for every config, as null does
             entries = [e for e in entries if e.name in keys]
         results.append(
             build(
@@ -199,7 +231,7 @@ def describe_configs(broker: Broker, ctx: RequestContext, request: DescribeConfi
                         entry_cls,
                         name=e.name,
                         value=e.value,
-                        read_only=resource.resource_type == BROKER,
+                        read_only=e.read_only,
                         config_source=e.source,
                         is_default=e.source == DEFAULT_CONFIG,
                         is_sensitive=e.sensitive,
@@ -258,6 +290,7 @@ def _changed_topic(
     new = change(topic.configs, resource)
     try:
         validate_topic_configs(new)
+        check_combination({**broker.config.topic_defaults(), **new})
     except ConfigError as e:
         raise KafkaError(ErrorCode.invalid_config, str(e)) from None
     if validate_only:

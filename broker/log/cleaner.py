@@ -48,8 +48,8 @@ from broker.protocol.records import Record, build_batch, decode_records
 
 if TYPE_CHECKING:
     from broker.clock import Clock
-    from broker.config import LogConfig
     from broker.log.txn_index import AbortedTxn
+    from broker.topic_configs import LogConfig
 
 log_ = structlog.get_logger("broker.cleaner")
 
@@ -74,6 +74,8 @@ class CleanableLog(Protocol):
     def last_stable_offset(self) -> int: ...
 
     def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]: ...
+
+    def retire(self, segments: list[LogSegment]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,10 @@ class BuildSpec:
     segment_bytes: int
     index_interval_bytes: int
     aborted: tuple[tuple[int, int, int], ...] = ()  # (producer id, first offset, marker offset)
+    # segment.index.bytes, and each segment's (offset, time) index entries: a merged group's
+    # indexes must fit too, as Kafka's cleaner groups segments.
+    segment_index_bytes: int = 10 * 1024 * 1024
+    index_entries: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -193,7 +199,17 @@ def dirty_ratio(log: CleanableLog) -> float:
 
 
 def needs_cleaning(log: CleanableLog) -> bool:
-    return log.config.compact and len(log.segments) > 1 and dirty_ratio(log) >= log.config.min_cleanable_dirty_ratio
+    if not (log.config.compact and len(log.segments) > 1):
+        return False
+    return dirty_ratio(log) >= log.config.min_cleanable_dirty_ratio or compaction_overdue(log)
+
+
+def compaction_overdue(log: CleanableLog) -> bool:
+    """max.compaction.lag.ms: a closed dirty segment whose first batch is older than this
+    must be cleaned whatever the dirty ratio (Kafka's maxCompactionDelay)."""
+    start = first_dirty_offset(log)
+    horizon = log.clock.now_ms() - log.config.max_compaction_lag_ms
+    return any(0 < s.first_batch_timestamp < horizon for s in log.segments[:-1] if s.next_offset > start and s.size > 0)
 
 
 def plan(log: CleanableLog) -> CleanPlan | None:
@@ -222,6 +238,8 @@ def plan(log: CleanableLog) -> CleanPlan | None:
         aborted=tuple(
             (t.producer_id, t.first_offset, t.last_offset) for t in log.aborted_transactions(closed[0].base_offset, end)
         ),
+        segment_index_bytes=log.config.segment_index_bytes,
+        index_entries=tuple((len(s.offset_index.rel_offsets), len(s.time_index.timestamps)) for s in closed),
     )
     return CleanPlan(closed, spec)
 
@@ -263,6 +281,7 @@ def build_files(plan: BuildSpec) -> Built:
     result = Built(staging=staging, undecodable=undecodable)
     tombstone_horizon = plan.now - plan.delete_retention_ms
     pending: list[tuple[list[int], bytearray]] = []
+    pending_entries = (0, 0)  # index entries of the pending group's members
     for segment, (path, max_ts) in enumerate(zip(plan.paths, plan.max_timestamps, strict=True)):
         out = bytearray()
         drop_tombstones = max_ts < tombstone_horizon
@@ -302,13 +321,22 @@ def build_files(plan: BuildSpec) -> Built:
                     partition_leader_epoch=header.partition_leader_epoch,
                 )
         result.bytes_before += size
-        if pending and len(pending[-1][1]) + len(out) <= plan.segment_bytes:
+        entries = plan.index_entries[segment] if plan.index_entries else (0, 0)
+        merged = (pending_entries[0] + entries[0], pending_entries[1] + entries[1])
+        if (
+            pending
+            and len(pending[-1][1]) + len(out) <= plan.segment_bytes
+            and merged[0] * 8 <= plan.segment_index_bytes
+            and merged[1] * 12 <= plan.segment_index_bytes
+        ):
             pending[-1][0].append(segment)
             pending[-1][1].extend(out)
+            pending_entries = merged
         else:
             if pending:
                 result.groups.append(_stage(plan, staging, *pending.pop()))
             pending.append(([segment], out))
+            pending_entries = entries
     if pending:
         result.groups.append(_stage(plan, staging, *pending.pop()))
     fsync_dir(staging)
@@ -368,8 +396,7 @@ def commit_install(log: CleanableLog, group: StagedGroup, staging: Path, swap: P
         swap.unlink(missing_ok=True)
         return False
     name = segment_name(group.base_offset)
-    for segment in group.members:
-        segment.delete()
+    log.retire(list(group.members))  # renamed out of the way at once, removed after file.delete.delay.ms
     for suffix in (".index", ".timeindex"):
         os.replace(staging / f"{name}{suffix}", log.directory / f"{name}{suffix}")
     os.replace(swap, log.directory / f"{name}.log")

@@ -7,6 +7,8 @@ as stored.  Rolling, retention and recovery live here; compaction is in `cleaner
 
 from __future__ import annotations
 
+import os
+import random
 import shutil
 import threading
 import time
@@ -18,11 +20,11 @@ from pathlib import Path
 import structlog
 
 from broker.clock import Clock
-from broker.config import LogConfig
 from broker.log import validator
+from broker.log.deletions import DeferredDeletes
 from broker.log.producer_state import BatchMeta, ProducerStateError, ProducerStateManager
 from broker.log.region import FetchRead, SegmentRegion
-from broker.log.segment import LogSegment, fsync_dir
+from broker.log.segment import DELETED, LogSegment, fsync_dir
 from broker.log.txn_index import AbortedTxn, TxnIndex
 from broker.protocol.batch import (
     HEADER_SIZE,
@@ -39,6 +41,7 @@ from broker.protocol.batch import (
 from broker.protocol.control import ControlType, InvalidMarker, build_marker, read_marker
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch, decode_records
+from broker.topic_configs import LogConfig
 
 _OFFSET_DELTA_LIMIT = 0x7FFFFFFF
 WALK_CHUNK = 1 << 20  # read at a time when finding the batches a Fetch serves
@@ -131,6 +134,7 @@ class PartitionLog:
         clock: Clock,
         *,
         recover: bool,
+        deletions: DeferredDeletes | None = None,
     ) -> None:
         self.directory = directory
         self.topic = topic
@@ -146,6 +150,9 @@ class PartitionLog:
         self.corrupt_batches_served = 0  # refused reads of batches that fail their CRC on disk
         self.unreadable_markers = 0  # control batches found at recovery that are not valid markers
         self.txn_index = TxnIndex(directory / TXN_INDEX)
+        self.deletions = DeferredDeletes() if deletions is None else deletions
+        self._retired: list[LogSegment] = []  # renamed *.deleted, their removal still due
+        self.unflushed_messages = 0  # records appended since flush.messages last asked for an fsync
         self._storage_logged = -STORAGE_LOG_INTERVAL_S  # when a write failure was last logged
         self._storage_unlogged = 0
         self._load(recover)
@@ -156,8 +163,12 @@ class PartitionLog:
         from broker.log.cleaner import complete_interrupted_swaps
 
         complete_interrupted_swaps(self.directory)
+        names = os.listdir(self.directory)
+        for name in names:
+            if name.endswith(DELETED):  # deleted before the last stop, their delay not over: as Kafka
+                (self.directory / name).unlink()
         now = self.clock.now_ms()
-        bases = sorted(int(p.name.split(".")[0]) for p in self.directory.glob("*.log"))
+        bases = sorted(int(name.split(".")[0]) for name in names if name.endswith(".log"))
         for i, base in enumerate(bases):
             segment = LogSegment(
                 self.directory, base, index_interval_bytes=self.config.index_interval_bytes, created_ms=now
@@ -173,6 +184,7 @@ class PartitionLog:
             self.segments.append(segment)
         if not self.segments:
             self.segments.append(self._new_segment(0))
+        self.active.roll_jitter_ms = self._roll_jitter()
         start_file = self.directory / "log-start-offset"
         stored_start = int(start_file.read_text()) if start_file.exists() else 0
         self.log_start_offset = max(self.segments[0].base_offset, stored_start)
@@ -189,9 +201,16 @@ class PartitionLog:
             index_interval_bytes=self.config.index_interval_bytes,
             created_ms=self.clock.now_ms(),
         )
+        segment.roll_jitter_ms = self._roll_jitter()
         # The new file's directory entry must be durable before its data can be.
         fsync_dir(self.directory)
         return segment
+
+    def _roll_jitter(self) -> int:
+        """segment.jitter.ms: how much sooner than segment.ms this segment rolls, drawn as
+        Kafka draws it (below the smaller of the jitter and segment.ms)."""
+        bound = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        return random.randrange(bound) if bound > 0 else 0
 
     def _rebuild_producer_state(self) -> None:
         start = self.producer_state.load_snapshot(self.next_offset)
@@ -295,6 +314,7 @@ class PartitionLog:
         return build_batch(
             records,
             compression=self.config.compression or 0,
+            level=self.config.compression_level,
             producer_id=header.producer_id,
             producer_epoch=header.producer_epoch,
             base_sequence=header.base_sequence,
@@ -342,6 +362,7 @@ class PartitionLog:
             raise self._storage_error(e) from e
         self.producer_state.update(written)
         self.next_offset = written.last_offset + 1
+        self.unflushed_messages += written.records_count
         return AppendResult(
             base_offset=base,
             last_offset=written.last_offset,
@@ -428,7 +449,8 @@ class PartitionLog:
         since = active.first_batch_timestamp if active.first_batch_timestamp >= 0 else active.created_ms
         if (
             active.size + incoming > self.config.segment_bytes
-            or now - since > self.config.segment_ms
+            or now - since > self.config.max_segment_ms - active.roll_jitter_ms
+            or active.index_full(self.config.segment_index_bytes)
             or self.next_offset - active.base_offset > _OFFSET_DELTA_LIMIT
         ):
             self.roll()
@@ -669,9 +691,25 @@ class PartitionLog:
         victims = self.segments[:doomed]
         self.segments = self.segments[doomed:]
         self.advance_log_start(self.segments[0].base_offset)
-        for segment in victims:
-            segment.delete()
+        self.retire(victims)
         return len(victims)
+
+    def retire(self, segments: list[LogSegment]) -> None:
+        """Delete segments the log no longer holds, after file.delete.delay.ms (`deletions`)."""
+        delay = self.config.file_delete_delay_ms
+        if delay == 0:
+            for segment in segments:
+                segment.delete()
+            return
+        due = self.clock.now_ms() + delay
+        self._retired = [s for s in self._retired if not s.deleted]
+        for segment in segments:
+            for earlier in self._retired:
+                if earlier.base_offset == segment.base_offset:
+                    earlier.delete()  # a compacted segment's replacement deleted in turn: the names are taken
+            segment.mark_deleted()
+            self.deletions.add(segment, due)
+            self._retired.append(segment)
 
     def advance_log_start(self, offset: int) -> None:
         if offset > self.log_start_offset:
@@ -699,9 +737,11 @@ class PartitionLog:
             if clean and segment.dirty:
                 segment.fsync()
             segment.close()
+        for segment in self._retired:
+            segment.close()  # their files go at the next start
 
     def delete(self) -> None:
-        for segment in self.segments:
+        for segment in [*self.segments, *self._retired]:
             segment.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 

@@ -6,6 +6,7 @@ os.write (that is what `acks=1` waits for); fsync is done by the group-commit fl
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,8 +34,18 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+DELETED = ".deleted"  # suffix of a deleted segment's files awaiting file.delete.delay.ms
+
+
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
+
+
+def _rename_deleted(path: Path) -> Path:
+    target = path.with_name(path.name + DELETED)
+    with contextlib.suppress(FileNotFoundError):  # an index never written (no entry yet)
+        path.replace(target)
+    return target
 
 
 class LogSegment:
@@ -70,6 +81,8 @@ class LogSegment:
         self.write_seq = 0  # appends (and truncations) so far
         self.durable_seq = 0  # write_seq covered by the last completed fsync
         self.closed = False
+        self.deleted = False
+        self.roll_jitter_ms = 0  # segment.jitter.ms: drawn for each active segment
         self.index_mismatches = 0  # offset-index entries found wrong when used
         self._checked_entries: set[int] = set()  # positions of entries found right
 
@@ -269,6 +282,14 @@ class LogSegment:
         self.offset_index.flush()
         self.time_index.flush()
 
+    def index_full(self, max_index_bytes: int) -> bool:
+        """segment.index.bytes: Kafka's indexes are files of that size at most, so a segment
+        whose offset (8-byte entries) or time (12-byte) index has no room left rolls."""
+        return (
+            len(self.offset_index.rel_offsets) >= max_index_bytes // 8
+            or len(self.time_index.timestamps) >= max_index_bytes // 12
+        )
+
     @property
     def dirty(self) -> bool:
         return self.durable_seq < self.write_seq
@@ -299,7 +320,19 @@ class LogSegment:
             FILES.release(self)
             self.closed = True
 
+    def mark_deleted(self) -> None:
+        """file.delete.delay.ms: the first step of deleting a segment the log no longer holds,
+        as Kafka's: its files renamed `*.deleted` (never loaded again, and removed on the next
+        start), while a Fetch already answering from it still reads them.  `delete` follows."""
+        self.flush_indexes()
+        self.offset_index.path = _rename_deleted(self.offset_index.path)
+        self.time_index.path = _rename_deleted(self.time_index.path)
+        self.log_path = _rename_deleted(self.log_path)  # reopened by this name if evicted meanwhile
+
     def delete(self) -> None:
+        if self.deleted:
+            return  # its names may be another segment's by now
+        self.deleted = True
         self.close()
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             path.unlink(missing_ok=True)

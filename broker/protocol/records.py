@@ -111,17 +111,18 @@ def decompress(codec: int, data: bytes) -> bytes:
     raise InvalidBatch("invalid", f"unknown compression codec {codec}")
 
 
-def compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """`level` is the codec's (a topic's compression.gzip/lz4/zstd.level); None: its default."""
     if codec == 0:
         return data
     if codec == 1:
-        return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data, level=level))
     if codec == 2:
         return _snappy_compress_xerial(data)
     if codec == 3:
-        return bytes(cramjam.lz4.compress(data))
+        return bytes(cramjam.lz4.compress(data, level=level))
     if codec == 4:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data, level=level))
     raise InvalidBatch("invalid", f"unknown compression codec {codec}")
 
 
@@ -203,6 +204,7 @@ def build_batch(
     base_offset: int | None = None,
     last_offset: int | None = None,
     compression: int = 0,
+    level: int | None = None,
     log_append_time: bool = False,
     producer_id: int = NO_PRODUCER_ID,
     producer_epoch: int = -1,
@@ -221,7 +223,7 @@ def build_batch(
     body = bytearray()
     for rec in records:
         _encode_record(body, rec, base, base_ts)
-    payload = compress(compression, bytes(body))
+    payload = compress(compression, bytes(body), level)
     attributes = (compression & ATTR_COMPRESSION_MASK) | attributes_extra
     if log_append_time:
         attributes |= ATTR_TIMESTAMP_TYPE

@@ -50,7 +50,7 @@ def test_a_small_answer_is_inline_and_a_large_one_a_region_with_the_same_bytes()
 
 
 def test_a_region_opened_before_its_segment_is_deleted_still_reads_and_one_opened_after_fails() -> None:
-    with environment(SETTINGS | {"segment.bytes": "100000"}) as env:
+    with environment(SETTINGS | {"segment.bytes": "100000", "file.delete.delay.ms": "0"}) as env:
         log = env.open()
         _fill(log, 200)
         assert len(log.segments) > 2
@@ -65,6 +65,33 @@ def test_a_region_opened_before_its_segment_is_deleted_still_reads_and_one_opene
             assert os.pread(fd, held.length, held.position) == expected
         finally:
             os.close(fd)
+        with pytest.raises(FileNotFoundError, match="deleted before its bytes were sent"):
+            late.open()
+
+
+def test_with_file_delete_delay_a_deleted_segment_serves_regions_until_its_files_are_removed() -> None:
+    """file.delete.delay.ms: the deleted segment's files are renamed *.deleted at once and
+    kept for the delay, so a Fetch answer opened after the deletion still reads its bytes;
+    once the delay is over they are removed and such an answer fails as without a delay."""
+    with environment(SETTINGS | {"segment.bytes": "100000", "file.delete.delay.ms": "60000"}) as env:
+        log = env.open()
+        _fill(log, 200)
+        first = log.segments[0]
+        late = log.read_for_fetch(0, 1 << 20).data
+        assert isinstance(late, SegmentRegion)
+        expected = log.read(0, 1 << 20)
+        names = {p.name for p in env.directory.glob(f"{0:020d}.*")}
+        log.delete_records(log.segments[1].base_offset)
+        assert {p.name for p in env.directory.glob(f"{0:020d}.*")} == {f"{n}.deleted" for n in names}
+        assert log.segments[0] is not first
+        assert _bytes_of(late) == expected
+
+        env.clock.advance(59_999)
+        assert log.deletions.reap(env.clock.now_ms()) == 0
+        assert _bytes_of(late) == expected
+        env.clock.advance(1)
+        assert log.deletions.reap(env.clock.now_ms()) == 1
+        assert list(env.directory.glob(f"{0:020d}.*")) == []
         with pytest.raises(FileNotFoundError, match="deleted before its bytes were sent"):
             late.open()
 
