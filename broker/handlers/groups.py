@@ -4,8 +4,7 @@ OffsetDelete.  The protocol glue lives here; the behaviour in broker/coordinator
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from kio.static.protocol import Entity
 
@@ -40,14 +39,6 @@ if TYPE_CHECKING:
     from kio.schema.leave_group import v2 as leave_group_v2
     from kio.schema.list_groups import v4 as list_groups_v4
     from kio.schema.list_groups import v5 as list_groups_v5
-    from kio.schema.offset_commit import v6 as offset_commit_v6
-    from kio.schema.offset_commit import v7 as offset_commit_v7
-    from kio.schema.offset_commit import v8 as offset_commit_v8
-    from kio.schema.offset_commit import v9 as offset_commit_v9
-    from kio.schema.offset_fetch import v7 as offset_fetch_v7
-    from kio.schema.offset_fetch import v8 as offset_fetch_v8
-    from kio.schema.offset_fetch import v9 as offset_fetch_v9
-    from kio.schema.offset_fetch.v9 import request as offset_fetch_v9_request
     from kio.schema.sync_group import v0 as sync_group_v0
     from kio.schema.sync_group import v1 as sync_group_v1
     from kio.schema.sync_group import v2 as sync_group_v2
@@ -69,27 +60,18 @@ if TYPE_CHECKING:
         LeaveGroupResponse,
         ListGroupsRequest,
         ListGroupsResponse,
-        OffsetCommitRequest,
-        OffsetCommitResponse,
-        OffsetDeleteRequest,
-        OffsetDeleteResponse,
-        OffsetFetchRequest,
-        OffsetFetchResponse,
         SyncGroupRequest,
         SyncGroupResponse,
     )
 
-OFFSET_COMMIT: Messages[OffsetCommitRequest, OffsetCommitResponse] = Messages(8, 2, 9)
-OFFSET_FETCH: Messages[OffsetFetchRequest, OffsetFetchResponse] = Messages(9, 1, 9)
 FIND_COORDINATOR: Messages[FindCoordinatorRequest, FindCoordinatorResponse] = Messages(10, 0, 6)
 JOIN_GROUP: Messages[JoinGroupRequest, JoinGroupResponse] = Messages(11, 0, 9)
 HEARTBEAT: Messages[HeartbeatRequest, HeartbeatResponse] = Messages(12, 0, 4)
 LEAVE_GROUP: Messages[LeaveGroupRequest, LeaveGroupResponse] = Messages(13, 0, 5)
 SYNC_GROUP: Messages[SyncGroupRequest, SyncGroupResponse] = Messages(14, 0, 5)
-DESCRIBE_GROUPS: Messages[DescribeGroupsRequest, DescribeGroupsResponse] = Messages(15, 0, 5)
+DESCRIBE_GROUPS: Messages[DescribeGroupsRequest, DescribeGroupsResponse] = Messages(15, 0, 6)
 LIST_GROUPS: Messages[ListGroupsRequest, ListGroupsResponse] = Messages(16, 0, 5)
 DELETE_GROUPS: Messages[DeleteGroupsRequest, DeleteGroupsResponse] = Messages(42, 0, 2)
-OFFSET_DELETE: Messages[OffsetDeleteRequest, OffsetDeleteResponse] = Messages(47, 0, 0)
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 # GROUP resource operations: READ, DELETE, DESCRIBE.
 
@@ -149,43 +131,6 @@ def _one_member_leaves(
     return request.__version__ < 3  # KIP-345: v3 lets members leave in a batch
 
 
-def _with_leader_epochs(
-    request: OffsetCommitRequest,
-) -> TypeIs[
-    offset_commit_v6.OffsetCommitRequest
-    | offset_commit_v7.OffsetCommitRequest
-    | offset_commit_v8.OffsetCommitRequest
-    | offset_commit_v9.OffsetCommitRequest
-]:
-    return request.__version__ >= 6  # KIP-320
-
-
-def _commits_as_instance(
-    request: OffsetCommitRequest,
-) -> TypeIs[
-    offset_commit_v7.OffsetCommitRequest | offset_commit_v8.OffsetCommitRequest | offset_commit_v9.OffsetCommitRequest
-]:
-    return request.__version__ >= 7  # KIP-345
-
-
-def _fetches_groups(
-    request: OffsetFetchRequest,
-) -> TypeIs[offset_fetch_v8.OffsetFetchRequest | offset_fetch_v9.OffsetFetchRequest]:
-    return request.__version__ >= 8  # KIP-709: several groups at once
-
-
-def _fetches_as_member(group: object) -> TypeIs[offset_fetch_v9_request.OffsetFetchRequestGroup]:
-    return getattr(group, "__version__", 0) >= 9  # KIP-848: the member's id and epoch
-
-
-def _may_require_stable(
-    request: OffsetFetchRequest,
-) -> TypeIs[
-    offset_fetch_v7.OffsetFetchRequest | offset_fetch_v8.OffsetFetchRequest | offset_fetch_v9.OffsetFetchRequest
-]:
-    return request.__version__ >= 7  # KIP-447
-
-
 def _filters_states(
     request: ListGroupsRequest,
 ) -> TypeIs[list_groups_v4.ListGroupsRequest | list_groups_v5.ListGroupsRequest]:
@@ -204,16 +149,6 @@ def _before_operations(
     | describe_groups_v2.DescribeGroupsRequest
 ]:
     return request.__version__ < 3  # KIP-430
-
-
-class _FetchTopic(Protocol):
-    """An OffsetFetch topic, in any version's request."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def partition_indexes(self) -> Sequence[int]: ...
 
 
 def _may(broker: Broker, ctx: RequestContext, op: Operation, group_id: str) -> bool:
@@ -421,183 +356,6 @@ def leave_group(broker: Broker, ctx: RequestContext, request: LeaveGroupRequest)
     return build(cls, throttle_time=0, error_code=top, members=tuple(results) if top == ErrorCode.none else ())
 
 
-# --- offsets ---------------------------------------------------------------------------
-
-
-def offset_commit(broker: Broker, ctx: RequestContext, request: OffsetCommitRequest) -> Answer[OffsetCommitResponse]:
-    cls = OFFSET_COMMIT.response(ctx.api_version)
-    topic_cls = nested(cls, "OffsetCommitResponseTopic")
-    part_cls = nested(cls, "OffsetCommitResponsePartition")
-    coordinator = _coordinator(broker)
-    generation = request.generation_id_or_member_epoch
-    instance_id = request.group_instance_id if _commits_as_instance(request) else None
-    # the leader epoch each offset was read at
-    epochs = (
-        {(t.name, p.partition_index): p.committed_leader_epoch for t in request.topics for p in t.partitions}
-        if _with_leader_epochs(request)
-        else {}
-    )
-    top_error = ErrorCode.none
-    try:
-        if not _may(broker, ctx, Operation.READ, request.group_id):
-            raise KafkaError(ErrorCode.group_authorization_failed)
-        coordinator.validate_commit(request.group_id, generation, request.member_id or "", instance_id)
-    except KafkaError as e:
-        top_error = e.code
-        if top_error == ErrorCode.group_id_not_found and ctx.api_version < 9:
-            top_error = ErrorCode.illegal_generation  # Kafka's answer before OffsetCommit v9
-    accepted: dict[tuple[str, int], tuple[int, int, str]] = {}
-    results: list[tuple[str, list[tuple[int, ErrorCode]]]] = []
-    for topic in request.topics:
-        parts: list[tuple[int, ErrorCode]] = []
-        readable = broker.security.topic(ctx.session, Operation.READ, topic.name)
-        for p in topic.partitions:
-            error = top_error
-            metadata = p.committed_metadata or ""
-            if error == ErrorCode.none:
-                if not readable:
-                    error = ErrorCode.topic_authorization_failed
-                elif broker.store.partition_log(topic.name, p.partition_index) is None:
-                    error = ErrorCode.unknown_topic_or_partition
-                elif len(metadata.encode()) > coordinator.config.max_metadata_bytes:
-                    error = ErrorCode.offset_metadata_too_large
-                else:
-                    epoch = epochs.get((topic.name, p.partition_index), -1)
-                    accepted[(topic.name, p.partition_index)] = (p.committed_offset, epoch, metadata)
-            parts.append((p.partition_index, error))
-        results.append((topic.name, parts))
-
-    def respond() -> OffsetCommitResponse:
-        return build(
-            cls,
-            throttle_time=0,
-            topics=tuple(
-                build(
-                    topic_cls,
-                    name=name,
-                    partitions=tuple(
-                        build(part_cls, partition_index=index, error_code=error) for index, error in parts
-                    ),
-                )
-                for name, parts in results
-            ),
-        )
-
-    async def durable() -> OffsetCommitResponse:
-        await coordinator.commit(request.group_id, accepted)
-        return respond()
-
-    return durable() if accepted else respond()
-
-
-def offset_fetch(broker: Broker, ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
-    cls = OFFSET_FETCH.response(ctx.api_version)
-    coordinator = _coordinator(broker)
-    # require_stable (v7+, KIP-447): a partition whose offset waits in an open transaction
-    # answers UNSTABLE_OFFSET_COMMIT, and the client asks again once the transaction ended.
-    stable_only = _may_require_stable(request) and request.require_stable
-
-    def group_result(
-        group_id: str, topics: Sequence[_FetchTopic] | None, topic_cls: type[Entity], part_cls: type[Entity]
-    ) -> tuple[ErrorCode, tuple[Entity, ...]]:
-        if not group_id:
-            return ErrorCode.invalid_group_id, ()
-        if not _may(broker, ctx, Operation.DESCRIBE, group_id):
-            return ErrorCode.group_authorization_failed, ()
-        committed = coordinator.committed(group_id)
-        unstable = broker.transactions.pending_offsets(group_id) if stable_only else set()
-        described = broker.security.topic
-        if topics is None:
-            wanted: dict[str, list[int]] = {}
-            for t, p in sorted(committed):
-                if described(ctx.session, Operation.DESCRIBE, t):  # the rest are left out, as in Kafka
-                    wanted.setdefault(t, []).append(p)
-        else:
-            wanted = {t.name: list(t.partition_indexes) for t in topics}
-        out: list[Entity] = []
-        for name, partitions in wanted.items():
-            parts: list[Entity] = []
-            allowed = described(ctx.session, Operation.DESCRIBE, name)
-            for index in partitions:
-                entry = committed.get((name, index)) if allowed else None
-                error = ErrorCode.none if allowed else ErrorCode.topic_authorization_failed
-                if allowed and (name, index) in unstable:
-                    entry, error = None, ErrorCode.unstable_offset_commit
-                parts.append(
-                    build(
-                        part_cls,
-                        partition_index=index,
-                        committed_offset=entry.offset if entry else -1,
-                        committed_leader_epoch=entry.leader_epoch if entry else -1,
-                        metadata=entry.metadata if entry else "",
-                        error_code=error,
-                    )
-                )
-            out.append(build(topic_cls, name=name, partitions=tuple(parts)))
-        return ErrorCode.none, tuple(out)
-
-    if _fetches_groups(request):
-        group_cls = nested(cls, "OffsetFetchResponseGroup")
-        topic_cls = nested(cls, "OffsetFetchResponseTopics")
-        part_cls = nested(cls, "OffsetFetchResponsePartitions")
-        groups = []
-        for g in request.groups:
-            if _fetches_as_member(g):
-                # KIP-848: a member's fetch carries its epoch, which must be current.
-                try:
-                    coordinator.validate_fetch(g.group_id, g.member_id, g.member_epoch)
-                except KafkaError as e:
-                    groups.append(build(group_cls, group_id=g.group_id, topics=(), error_code=e.code))
-                    continue
-            error, topics = group_result(g.group_id, g.topics, topic_cls, part_cls)
-            groups.append(build(group_cls, group_id=g.group_id, topics=topics, error_code=error))
-        return build(cls, throttle_time=0, groups=tuple(groups))
-    topic_cls = nested(cls, "OffsetFetchResponseTopic")
-    part_cls = nested(cls, "OffsetFetchResponsePartition")
-    error, topics = group_result(request.group_id, request.topics, topic_cls, part_cls)
-    return build(cls, throttle_time=0, topics=topics, error_code=error)
-
-
-def offset_delete(broker: Broker, ctx: RequestContext, request: OffsetDeleteRequest) -> Answer[OffsetDeleteResponse]:
-    cls = OFFSET_DELETE.response(ctx.api_version)
-    topic_cls = nested(cls, "OffsetDeleteResponseTopic")
-    part_cls = nested(cls, "OffsetDeleteResponsePartition")
-    coordinator = _coordinator(broker)
-    group_id = request.group_id
-    group = coordinator.groups.get(group_id)
-    if not group_id:
-        return build(cls, error_code=ErrorCode.invalid_group_id, throttle_time=0, topics=())
-    if not _may(broker, ctx, Operation.DELETE, group_id):
-        return build(cls, error_code=ErrorCode.group_authorization_failed, throttle_time=0, topics=())
-    if group is None and group_id not in coordinator.offsets:
-        return build(cls, error_code=ErrorCode.group_id_not_found, throttle_time=0, topics=())
-    subscribed = group.subscribed_topics() if group is not None and group.members else set()
-    deletable: list[tuple[str, int]] = []
-    topics = []
-    for topic in request.topics:
-        parts = []
-        readable = broker.security.topic(ctx.session, Operation.READ, topic.name)
-        for p in topic.partitions:
-            if not readable:
-                error = ErrorCode.topic_authorization_failed
-            elif broker.store.partition_log(topic.name, p.partition_index) is None:
-                error = ErrorCode.unknown_topic_or_partition
-            elif subscribed is None or topic.name in subscribed:
-                error = ErrorCode.group_subscribed_to_topic
-            else:
-                error = ErrorCode.none
-                deletable.append((topic.name, p.partition_index))
-            parts.append(build(part_cls, partition_index=p.partition_index, error_code=error))
-        topics.append(build(topic_cls, name=topic.name, partitions=tuple(parts)))
-    response = build(cls, error_code=ErrorCode.none, throttle_time=0, topics=tuple(topics))
-
-    async def durable() -> OffsetDeleteResponse:
-        await coordinator.delete_offsets(group_id, deletable)
-        return response
-
-    return durable()
-
-
 # --- ListGroups / DescribeGroups / DeleteGroups ----------------------------------------
 
 
@@ -643,10 +401,13 @@ def describe_groups(broker: Broker, ctx: RequestContext, request: DescribeGroups
             else NOT_REQUESTED_OPERATIONS
         )
 
-        def memberless(error: ErrorCode, state: str, group_id: str = group_id, ops: int = ops) -> Entity:
+        def memberless(
+            error: ErrorCode, state: str, message: str | None = None, group_id: str = group_id, ops: int = ops
+        ) -> Entity:
             return build(
                 group_cls,
                 error_code=error,
+                error_message=message,  # v6+
                 group_id=group_id,
                 group_state=state,
                 protocol_type="",
@@ -668,8 +429,10 @@ def describe_groups(broker: Broker, ctx: RequestContext, request: DescribeGroups
         if group is None:
             known = group_id in coordinator.offsets
             # v6 reports a missing group as GROUP_ID_NOT_FOUND; earlier versions as Dead.
-            error = ErrorCode.group_id_not_found if ctx.api_version >= 6 and not known else ErrorCode.none
-            out.append(memberless(error, "Empty" if known else "Dead"))
+            if ctx.api_version >= 6 and not known:
+                out.append(memberless(ErrorCode.group_id_not_found, "Dead", f"Group {group_id} not found."))
+            else:
+                out.append(memberless(ErrorCode.none, "Empty" if known else "Dead"))
             continue
         stable = group.state == GroupState.STABLE
         members = tuple(

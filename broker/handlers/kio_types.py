@@ -87,6 +87,7 @@ from kio.schema.describe_groups import v2 as describe_groups_v2
 from kio.schema.describe_groups import v3 as describe_groups_v3
 from kio.schema.describe_groups import v4 as describe_groups_v4
 from kio.schema.describe_groups import v5 as describe_groups_v5
+from kio.schema.describe_groups import v6 as describe_groups_v6
 from kio.schema.describe_log_dirs import v1 as describe_log_dirs_v1
 from kio.schema.describe_log_dirs import v2 as describe_log_dirs_v2
 from kio.schema.describe_log_dirs import v3 as describe_log_dirs_v3
@@ -190,6 +191,7 @@ from kio.schema.offset_commit import v6 as offset_commit_v6
 from kio.schema.offset_commit import v7 as offset_commit_v7
 from kio.schema.offset_commit import v8 as offset_commit_v8
 from kio.schema.offset_commit import v9 as offset_commit_v9
+from kio.schema.offset_commit import v10 as offset_commit_v10
 from kio.schema.offset_delete import v0 as offset_delete_v0
 from kio.schema.offset_fetch import v1 as offset_fetch_v1
 from kio.schema.offset_fetch import v2 as offset_fetch_v2
@@ -200,6 +202,7 @@ from kio.schema.offset_fetch import v6 as offset_fetch_v6
 from kio.schema.offset_fetch import v7 as offset_fetch_v7
 from kio.schema.offset_fetch import v8 as offset_fetch_v8
 from kio.schema.offset_fetch import v9 as offset_fetch_v9
+from kio.schema.offset_fetch import v10 as offset_fetch_v10
 from kio.schema.produce import v3 as produce_v3
 from kio.schema.produce import v4 as produce_v4
 from kio.schema.produce import v5 as produce_v5
@@ -398,6 +401,7 @@ DescribeGroupsRequest: TypeAlias = (
     | describe_groups_v3.DescribeGroupsRequest
     | describe_groups_v4.DescribeGroupsRequest
     | describe_groups_v5.DescribeGroupsRequest
+    | describe_groups_v6.DescribeGroupsRequest
 )
 DescribeGroupsResponse: TypeAlias = (
     describe_groups_v0.DescribeGroupsResponse
@@ -406,6 +410,7 @@ DescribeGroupsResponse: TypeAlias = (
     | describe_groups_v3.DescribeGroupsResponse
     | describe_groups_v4.DescribeGroupsResponse
     | describe_groups_v5.DescribeGroupsResponse
+    | describe_groups_v6.DescribeGroupsResponse
 )
 DescribeLogDirsRequest: TypeAlias = (
     describe_log_dirs_v1.DescribeLogDirsRequest
@@ -650,6 +655,7 @@ OffsetCommitRequest: TypeAlias = (
     | offset_commit_v7.OffsetCommitRequest
     | offset_commit_v8.OffsetCommitRequest
     | offset_commit_v9.OffsetCommitRequest
+    | offset_commit_v10.OffsetCommitRequest
 )
 OffsetCommitResponse: TypeAlias = (
     offset_commit_v2.OffsetCommitResponse
@@ -660,6 +666,7 @@ OffsetCommitResponse: TypeAlias = (
     | offset_commit_v7.OffsetCommitResponse
     | offset_commit_v8.OffsetCommitResponse
     | offset_commit_v9.OffsetCommitResponse
+    | offset_commit_v10.OffsetCommitResponse
 )
 OffsetDeleteRequest: TypeAlias = offset_delete_v0.OffsetDeleteRequest
 OffsetDeleteResponse: TypeAlias = offset_delete_v0.OffsetDeleteResponse
@@ -673,6 +680,7 @@ OffsetFetchRequest: TypeAlias = (
     | offset_fetch_v7.OffsetFetchRequest
     | offset_fetch_v8.OffsetFetchRequest
     | offset_fetch_v9.OffsetFetchRequest
+    | offset_fetch_v10.OffsetFetchRequest
 )
 OffsetFetchResponse: TypeAlias = (
     offset_fetch_v1.OffsetFetchResponse
@@ -684,6 +692,7 @@ OffsetFetchResponse: TypeAlias = (
     | offset_fetch_v7.OffsetFetchResponse
     | offset_fetch_v8.OffsetFetchResponse
     | offset_fetch_v9.OffsetFetchResponse
+    | offset_fetch_v10.OffsetFetchResponse
 )
 ProduceRequest: TypeAlias = (
     produce_v3.ProduceRequest

@@ -98,7 +98,7 @@ def test_a_member_joining_does_not_stop_the_others(broker: ThreadBroker, pool: M
 
     def keep_producing() -> None:
         start = 0
-        while not stop.is_set():
+        while not stop.wait(0.05):  # paced: a steady trickle, not a load test
             produced.update(produce(broker.bootstrap, topic, keyed_records(24, 2, start=start)))
             start += 2
 
@@ -108,7 +108,7 @@ def test_a_member_joining_does_not_stop_the_others(broker: ThreadBroker, pool: M
         wait_until(lambda: all(m.processed for m in first), 20, "the first members consuming")
         before = {m.name: len(m.processed) for m in first}
         late = _member(pool, broker.bootstrap, group, topic)
-        wait_balanced([*first, late], PARTITIONS, sizes=[3, 3, 3, 3])
+        wait_balanced([*first, late], PARTITIONS, sizes=[3, 3, 3, 3], timeout=20)
         # Each of the first three gave up one partition and kept the rest throughout:
         # incremental reconciliation, no stop-the-world rebalance.
         for m in first:

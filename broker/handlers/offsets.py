@@ -1,0 +1,333 @@
+"""The committed-offset APIs: OffsetCommit, OffsetFetch and OffsetDelete.  From v10
+OffsetCommit and OffsetFetch name topics by id (as Kafka 4.1 does): an id the broker does not
+know is UNKNOWN_TOPIC_ID, a topic re-created under the same name is another topic."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kio.static.protocol import Entity
+
+from broker.core import Broker
+from broker.handlers.base import Answer, Messages, RequestContext
+from broker.protocol.codec import build, nested
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.acls import Operation
+
+if TYPE_CHECKING:
+    from kio.schema.offset_commit import v6 as offset_commit_v6
+    from kio.schema.offset_commit import v7 as offset_commit_v7
+    from kio.schema.offset_commit import v8 as offset_commit_v8
+    from kio.schema.offset_commit import v9 as offset_commit_v9
+    from kio.schema.offset_commit import v10 as offset_commit_v10
+    from kio.schema.offset_fetch import v7 as offset_fetch_v7
+    from kio.schema.offset_fetch import v8 as offset_fetch_v8
+    from kio.schema.offset_fetch import v9 as offset_fetch_v9
+    from kio.schema.offset_fetch import v10 as offset_fetch_v10
+    from kio.schema.offset_fetch.v9 import request as offset_fetch_v9_request
+    from kio.schema.offset_fetch.v10 import request as offset_fetch_v10_request
+    from typing_extensions import TypeIs
+
+    from broker.handlers.kio_types import (
+        OffsetCommitRequest,
+        OffsetCommitResponse,
+        OffsetDeleteRequest,
+        OffsetDeleteResponse,
+        OffsetFetchRequest,
+        OffsetFetchResponse,
+    )
+
+OFFSET_COMMIT: Messages[OffsetCommitRequest, OffsetCommitResponse] = Messages(8, 2, 10)
+OFFSET_FETCH: Messages[OffsetFetchRequest, OffsetFetchResponse] = Messages(9, 1, 10)
+OFFSET_DELETE: Messages[OffsetDeleteRequest, OffsetDeleteResponse] = Messages(47, 0, 0)
+
+# Fields some versions lack: each guard narrows a request to the versions that have them.
+
+
+def _with_leader_epochs(
+    request: OffsetCommitRequest,
+) -> TypeIs[
+    offset_commit_v6.OffsetCommitRequest
+    | offset_commit_v7.OffsetCommitRequest
+    | offset_commit_v8.OffsetCommitRequest
+    | offset_commit_v9.OffsetCommitRequest
+    | offset_commit_v10.OffsetCommitRequest
+]:
+    return request.__version__ >= 6  # KIP-320
+
+
+def _commits_as_instance(
+    request: OffsetCommitRequest,
+) -> TypeIs[
+    offset_commit_v7.OffsetCommitRequest
+    | offset_commit_v8.OffsetCommitRequest
+    | offset_commit_v9.OffsetCommitRequest
+    | offset_commit_v10.OffsetCommitRequest
+]:
+    return request.__version__ >= 7  # KIP-345
+
+
+def _commits_by_id(request: OffsetCommitRequest) -> TypeIs[offset_commit_v10.OffsetCommitRequest]:
+    return request.__version__ >= 10
+
+
+def _fetches_groups(
+    request: OffsetFetchRequest,
+) -> TypeIs[
+    offset_fetch_v8.OffsetFetchRequest | offset_fetch_v9.OffsetFetchRequest | offset_fetch_v10.OffsetFetchRequest
+]:
+    return request.__version__ >= 8  # KIP-709: several groups at once
+
+
+def _fetches_as_member(
+    group: object,
+) -> TypeIs[offset_fetch_v9_request.OffsetFetchRequestGroup | offset_fetch_v10_request.OffsetFetchRequestGroup]:
+    return getattr(group, "__version__", 0) >= 9  # KIP-848: the member's id and epoch
+
+
+def _fetches_by_id(group: object) -> TypeIs[offset_fetch_v10_request.OffsetFetchRequestGroup]:
+    return getattr(group, "__version__", 0) >= 10
+
+
+def _may_require_stable(
+    request: OffsetFetchRequest,
+) -> TypeIs[
+    offset_fetch_v7.OffsetFetchRequest
+    | offset_fetch_v8.OffsetFetchRequest
+    | offset_fetch_v9.OffsetFetchRequest
+    | offset_fetch_v10.OffsetFetchRequest
+]:
+    return request.__version__ >= 7  # KIP-447
+
+
+@dataclass(frozen=True, slots=True)
+class _Topic:
+    """A requested topic by name and id; `name` is None for an id the broker does not know."""
+
+    name: str | None
+    topic_id: uuid.UUID | None
+    partitions: Sequence[int]
+
+
+def _by_name(broker: Broker, name: str, partitions: Sequence[int]) -> _Topic:
+    topic = broker.store.get(name)
+    return _Topic(name, topic.topic_id if topic is not None else None, partitions)
+
+
+def _by_id(broker: Broker, topic_id: uuid.UUID | None, partitions: Sequence[int]) -> _Topic:
+    topic = broker.store.by_id.get(topic_id) if topic_id is not None else None
+    return _Topic(topic.name if topic is not None else None, topic_id, partitions)
+
+
+# --- OffsetCommit ------------------------------------------------------------------------
+
+
+def offset_commit(broker: Broker, ctx: RequestContext, request: OffsetCommitRequest) -> Answer[OffsetCommitResponse]:
+    cls = OFFSET_COMMIT.response(ctx.api_version)
+    topic_cls = nested(cls, "OffsetCommitResponseTopic")
+    part_cls = nested(cls, "OffsetCommitResponsePartition")
+    coordinator = broker.coordinator
+    generation = request.generation_id_or_member_epoch
+    instance_id = request.group_instance_id if _commits_as_instance(request) else None
+    if _commits_by_id(request):
+        topics = [_by_id(broker, t.topic_id, [p.partition_index for p in t.partitions]) for t in request.topics]
+    else:
+        topics = [_by_name(broker, t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
+    # (offset, leader epoch the offset was read at, metadata) per partition, in request order
+    offered: list[list[tuple[int, int, str | None]]]
+    if _with_leader_epochs(request):
+        offered = [
+            [(p.committed_offset, p.committed_leader_epoch, p.committed_metadata) for p in t.partitions]
+            for t in request.topics
+        ]
+    else:
+        offered = [[(p.committed_offset, -1, p.committed_metadata) for p in t.partitions] for t in request.topics]
+    top_error = ErrorCode.none
+    try:
+        if not broker.security.group(ctx.session, Operation.READ, request.group_id):
+            raise KafkaError(ErrorCode.group_authorization_failed)
+        coordinator.validate_commit(request.group_id, generation, request.member_id or "", instance_id)
+    except KafkaError as e:
+        top_error = e.code
+        if top_error == ErrorCode.group_id_not_found and ctx.api_version < 9:
+            top_error = ErrorCode.illegal_generation  # Kafka's answer before OffsetCommit v9
+    accepted: dict[tuple[str, int], tuple[int, int, str]] = {}
+    results: list[tuple[_Topic, list[tuple[int, ErrorCode]]]] = []
+    for topic, values in zip(topics, offered, strict=True):
+        parts: list[tuple[int, ErrorCode]] = []
+        readable = topic.name is not None and broker.security.topic(ctx.session, Operation.READ, topic.name)
+        for index, (offset, epoch, metadata) in zip(topic.partitions, values, strict=True):
+            error = top_error
+            if error == ErrorCode.none:
+                if topic.name is None:
+                    error = ErrorCode.unknown_topic_id
+                elif not readable:
+                    error = ErrorCode.topic_authorization_failed
+                elif broker.store.partition_log(topic.name, index) is None:
+                    error = ErrorCode.unknown_topic_or_partition
+                elif len((metadata or "").encode()) > coordinator.config.max_metadata_bytes:
+                    error = ErrorCode.offset_metadata_too_large
+                else:
+                    accepted[(topic.name, index)] = (offset, epoch, metadata or "")
+            parts.append((index, error))
+        results.append((topic, parts))
+
+    def respond() -> OffsetCommitResponse:
+        return build(
+            cls,
+            throttle_time=0,
+            topics=tuple(
+                build(
+                    topic_cls,
+                    name=topic.name or "",
+                    topic_id=topic.topic_id,
+                    partitions=tuple(
+                        build(part_cls, partition_index=index, error_code=error) for index, error in parts
+                    ),
+                )
+                for topic, parts in results
+            ),
+        )
+
+    async def durable() -> OffsetCommitResponse:
+        await coordinator.commit(request.group_id, accepted)
+        return respond()
+
+    return durable() if accepted else respond()
+
+
+# --- OffsetFetch -------------------------------------------------------------------------
+
+
+def offset_fetch(broker: Broker, ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
+    cls = OFFSET_FETCH.response(ctx.api_version)
+    coordinator = broker.coordinator
+    # require_stable (v7+, KIP-447): a partition whose offset waits in an open transaction
+    # answers UNSTABLE_OFFSET_COMMIT, and the client asks again once the transaction ended.
+    stable_only = _may_require_stable(request) and request.require_stable
+    described = broker.security.topic
+
+    def group_result(
+        group_id: str, topics: list[_Topic] | None, by_id: bool, topic_cls: type[Entity], part_cls: type[Entity]
+    ) -> tuple[ErrorCode, tuple[Entity, ...]]:
+        if not group_id:
+            return ErrorCode.invalid_group_id, ()
+        if not broker.security.group(ctx.session, Operation.DESCRIBE, group_id):
+            return ErrorCode.group_authorization_failed, ()
+        committed = coordinator.committed(group_id)
+        unstable = broker.transactions.pending_offsets(group_id) if stable_only else set()
+        if topics is None:
+            wanted: dict[str, list[int]] = {}
+            for t, p in sorted(committed):
+                if described(ctx.session, Operation.DESCRIBE, t):  # the rest are left out, as in Kafka
+                    wanted.setdefault(t, []).append(p)
+            topics = [_by_name(broker, name, parts) for name, parts in wanted.items()]
+            if by_id:  # offsets of a topic since deleted have no id to name them by
+                topics = [t for t in topics if t.topic_id is not None]
+        out: list[Entity] = []
+        for topic in topics:
+            parts: list[Entity] = []
+            allowed = topic.name is not None and described(ctx.session, Operation.DESCRIBE, topic.name)
+            for index in topic.partitions:
+                key = (topic.name or "", index)
+                entry = committed.get(key) if allowed else None
+                if topic.name is None:
+                    error = ErrorCode.unknown_topic_id
+                else:
+                    error = ErrorCode.none if allowed else ErrorCode.topic_authorization_failed
+                if allowed and key in unstable:
+                    entry, error = None, ErrorCode.unstable_offset_commit
+                parts.append(
+                    build(
+                        part_cls,
+                        partition_index=index,
+                        committed_offset=entry.offset if entry else -1,
+                        committed_leader_epoch=entry.leader_epoch if entry else -1,
+                        metadata=entry.metadata if entry else "",
+                        error_code=error,
+                    )
+                )
+            out.append(build(topic_cls, name=topic.name or "", topic_id=topic.topic_id, partitions=tuple(parts)))
+        return ErrorCode.none, tuple(out)
+
+    if _fetches_groups(request):
+        group_cls = nested(cls, "OffsetFetchResponseGroup")
+        topic_cls = nested(cls, "OffsetFetchResponseTopics")
+        part_cls = nested(cls, "OffsetFetchResponsePartitions")
+        groups = []
+        for g in request.groups:
+            if _fetches_as_member(g):
+                # KIP-848: a member's fetch carries its epoch, which must be current.
+                try:
+                    coordinator.validate_fetch(g.group_id, g.member_id, g.member_epoch)
+                except KafkaError as e:
+                    groups.append(build(group_cls, group_id=g.group_id, topics=(), error_code=e.code))
+                    continue
+            wanted: list[_Topic] | None = None
+            if _fetches_by_id(g):
+                if g.topics is not None:
+                    wanted = [_by_id(broker, t.topic_id, t.partition_indexes) for t in g.topics]
+            elif g.topics is not None:
+                wanted = [_by_name(broker, t.name, t.partition_indexes) for t in g.topics]
+            error, topics = group_result(g.group_id, wanted, _fetches_by_id(g), topic_cls, part_cls)
+            groups.append(build(group_cls, group_id=g.group_id, topics=topics, error_code=error))
+        return build(cls, throttle_time=0, groups=tuple(groups))
+    topic_cls = nested(cls, "OffsetFetchResponseTopic")
+    part_cls = nested(cls, "OffsetFetchResponsePartition")
+    single = None
+    if request.topics is not None:
+        single = [_by_name(broker, t.name, t.partition_indexes) for t in request.topics]
+    error, topics = group_result(request.group_id, single, False, topic_cls, part_cls)
+    return build(cls, throttle_time=0, topics=topics, error_code=error)
+
+
+# --- OffsetDelete ------------------------------------------------------------------------
+
+
+def offset_delete(broker: Broker, ctx: RequestContext, request: OffsetDeleteRequest) -> Answer[OffsetDeleteResponse]:
+    cls = OFFSET_DELETE.response(ctx.api_version)
+    topic_cls = nested(cls, "OffsetDeleteResponseTopic")
+    part_cls = nested(cls, "OffsetDeleteResponsePartition")
+    coordinator = broker.coordinator
+    group_id = request.group_id
+    group = coordinator.groups.get(group_id)
+    consumer_group = coordinator.consumer.groups.get(group_id)
+    if not group_id:
+        return build(cls, error_code=ErrorCode.invalid_group_id, throttle_time=0, topics=())
+    if not broker.security.group(ctx.session, Operation.DELETE, group_id):
+        return build(cls, error_code=ErrorCode.group_authorization_failed, throttle_time=0, topics=())
+    if group is None and consumer_group is None and group_id not in coordinator.offsets:
+        return build(cls, error_code=ErrorCode.group_id_not_found, throttle_time=0, topics=())
+    # Offsets of a topic the group's members subscribe to stay (GROUP_SUBSCRIBED_TO_TOPIC).
+    subscribed: set[str] | None = set()
+    if consumer_group is not None:
+        subscribed = {n for m in consumer_group.members.values() for n in (*m.topic_names, *m.regex_topics)}
+    elif group is not None and group.members:
+        subscribed = group.subscribed_topics()
+    deletable: list[tuple[str, int]] = []
+    topics = []
+    for topic in request.topics:
+        parts = []
+        readable = broker.security.topic(ctx.session, Operation.READ, topic.name)
+        for p in topic.partitions:
+            if not readable:
+                error = ErrorCode.topic_authorization_failed
+            elif broker.store.partition_log(topic.name, p.partition_index) is None:
+                error = ErrorCode.unknown_topic_or_partition
+            elif subscribed is None or topic.name in subscribed:
+                error = ErrorCode.group_subscribed_to_topic
+            else:
+                error = ErrorCode.none
+                deletable.append((topic.name, p.partition_index))
+            parts.append(build(part_cls, partition_index=p.partition_index, error_code=error))
+        topics.append(build(topic_cls, name=topic.name, partitions=tuple(parts)))
+    response = build(cls, error_code=ErrorCode.none, throttle_time=0, topics=tuple(topics))
+
+    async def durable() -> OffsetDeleteResponse:
+        await coordinator.delete_offsets(group_id, deletable)
+        return response
+
+    return durable()
