@@ -5,6 +5,11 @@ One observation costs: Metadata (brokers, topics, partitions, leaders), ListOffs
 start and end offsets (a group-less consumer), DescribeLogDirs per broker (sizes), ListGroups,
 FindCoordinator + DescribeGroups + OffsetFetch per group.
 
+ListGroups is asked in v5 where a broker speaks it, the first version that says each group's
+type: "classic" (JoinGroup/SyncGroup) or "consumer" (the consumer group protocol of KIP-848).
+aiokafka 0.14 stops at v2, so v5 is defined here; a broker without it (an older Kafka) is asked
+v0-v2 as before, and its groups' type is unknown.
+
 aiokafka 0.14 has no DescribeLogDirs at all, and its DescribeGroups v3 parses the answer with
 the v2 layout (the trailing authorized_operations field of each group is not read, which
 garbles every group after the first): both requests are defined here with aiokafka's own
@@ -24,8 +29,13 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
-from aiokafka.errors import IncompatibleBrokerVersion, KafkaError
-from aiokafka.protocol.admin import DescribeGroupsRequest_v0, DescribeGroupsRequest_v1, DescribeGroupsRequest_v2
+from aiokafka.errors import IncompatibleBrokerVersion, KafkaError, for_code
+from aiokafka.protocol.admin import (
+    DescribeGroupsRequest_v0,
+    DescribeGroupsRequest_v1,
+    DescribeGroupsRequest_v2,
+    ListGroupsRequest,
+)
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import (
     Array,
@@ -53,7 +63,7 @@ from services.dashboard.model import (
     TransactionInfo,
 )
 
-__all__ = ["ClusterReader", "DescribeLogDirsRequest", "decode_assignment"]
+__all__ = ["ClusterReader", "DescribeLogDirsRequest", "ListGroupTypesRequest", "decode_assignment"]
 
 log = get_logger(__name__)
 
@@ -278,6 +288,50 @@ class DescribeTransactionsRequest(Request[DescribeTransactionsRequest_v0]):  # t
         return request_struct_class(self.transactional_ids, {})
 
 
+_LIST_GROUPS = 16
+
+
+class ListGroupsResponse_v5(Response):  # type: ignore[misc]
+    API_KEY = _LIST_GROUPS
+    API_VERSION = 5
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        ("error_code", Int16),
+        (
+            "groups",
+            CompactArray(
+                ("group_id", CompactString("utf-8")),
+                ("protocol_type", CompactString("utf-8")),
+                ("group_state", CompactString("utf-8")),
+                ("group_type", CompactString("utf-8")),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class ListGroupsRequest_v5(RequestStruct):  # type: ignore[misc]
+    FLEXIBLE_VERSION = True
+    API_KEY = _LIST_GROUPS
+    API_VERSION = 5
+    RESPONSE_TYPE = ListGroupsResponse_v5
+    SCHEMA = Schema(
+        ("states_filter", CompactArray(CompactString("utf-8"))),
+        ("types_filter", CompactArray(CompactString("utf-8"))),
+        ("tags", TaggedFields),
+    )
+
+
+# Only v5: v3 and v4 say no more than aiokafka's v2 does (no group type), so a broker without
+# v5 is asked v0-v2 through aiokafka's own request instead.
+class ListGroupTypesRequest(Request[ListGroupsRequest_v5]):  # type: ignore[misc]
+    API_KEY = _LIST_GROUPS
+
+    def build(self, request_struct_class: Any) -> Any:
+        return request_struct_class([], [], {})  # empty filters: every state, every type
+
+
 # DescribeGroups up to v2, whose answer aiokafka parses right (see the module docstring).
 _DescribeGroupsVersions = DescribeGroupsRequest_v0 | DescribeGroupsRequest_v1 | DescribeGroupsRequest_v2
 
@@ -378,6 +432,26 @@ class _Admin(AIOKafkaAdminClient):  # type: ignore[misc]
                 if t["error_code"] == 0 and t["transaction_state"] in OPEN_TRANSACTION_STATES
             )
         return found
+
+    async def list_groups(self, node_ids: Iterable[int]) -> dict[str, str | None]:
+        """Every group id, with its type ("classic", "consumer", ...) where the broker says it
+        (ListGroups v5), None where it does not (older brokers)."""
+        found: dict[str, str | None] = {}
+        for groups in await _gather(*(self._list_groups(node_id) for node_id in node_ids)):
+            for group_id, group_type in groups:
+                found[group_id] = found.get(group_id) or group_type
+        return found
+
+    async def _list_groups(self, node_id: int) -> list[tuple[str, str | None]]:
+        try:
+            answer = (await self._send_request(ListGroupTypesRequest(), node_id)).to_object()
+            groups = [(g["group_id"], g["group_type"] or None) for g in answer["groups"]]
+        except (IncompatibleBrokerVersion, NotImplementedError):  # no v5 on this broker
+            answer = (await self._send_request(ListGroupsRequest(), node_id)).to_object()
+            groups = [(g["group"], None) for g in answer["groups"]]
+        if answer["error_code"]:
+            raise for_code(answer["error_code"])("Error listing consumer groups")
+        return groups
 
     async def describe_groups_by_node(self, groups_by_node: dict[int, list[str]]) -> list[dict[str, Any]]:
         replies = await _gather(
@@ -533,8 +607,8 @@ class ClusterReader:
         )
 
     async def _groups(self, admin: _Admin, node_ids: list[int]) -> dict[str, GroupInfo]:
-        listed = await admin.list_consumer_groups(broker_ids=node_ids)
-        group_ids = sorted({str(g[0]) for g in listed})
+        types = await admin.list_groups(node_ids)
+        group_ids = sorted(types)
         if not group_ids:
             return {}
         coordinators = await _gather(*(admin.find_coordinator(g) for g in group_ids))
@@ -557,6 +631,7 @@ class ClusterReader:
                 state=d["state"],
                 protocol_type=d["protocol_type"],
                 protocol=d["protocol"],
+                group_type=types.get(d["group"]),
                 members=tuple(
                     MemberInfo(
                         m["member_id"],

@@ -115,6 +115,8 @@ class GroupInfo:
     # A job that commits without joining (the analytics job) notes itself in its commits.
     committer: CommitNote | None = None
     error: str | None = None  # the group could not be read fully this time
+    # "classic" or "consumer" (KIP-848) as ListGroups v5 says; None from a broker without v5.
+    group_type: str | None = None
 
     def assigned(self) -> dict[TopicPartitionKey, MemberInfo]:
         return {tp: m for m in self.members for tp in m.partitions()}
@@ -456,6 +458,7 @@ def groups_json(
                 "state": group.state,
                 "protocol_type": group.protocol_type,
                 "protocol": group.protocol,
+                "group_type": group.group_type,
                 "members": [
                     {
                         "member_id": m.member_id,

@@ -4,6 +4,7 @@ counted across polls, the bounded chart history, and decoding member assignments
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import pytest
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
@@ -106,6 +107,9 @@ def test_lag_is_end_minus_committed_and_for_an_assigned_partition_without_commit
     assert row["lag"] == 6 + 15 + 30  # unknown lags are left out of the total
     assert row["topics"] == ["t"]
     assert (row["out_rate"], row["rebalances"]) == (1.5, 2)
+    assert row["group_type"] is None  # a broker without ListGroups v5 does not say
+    (typed,) = groups_json(observation(0, [], [replace(g, group_type="consumer")]), {}, {})
+    assert typed["group_type"] == "consumer"
 
 
 def test_a_group_without_members_lists_the_topics_it_committed() -> None:

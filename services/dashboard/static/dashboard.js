@@ -185,6 +185,20 @@ function stateText(group) {
   return c.alive ? ["Committing", "Stable"] : [`${group.state} (job stopped)`, group.state];
 }
 
+// Which group protocol the group uses, as ListGroups says (nothing from a broker too old to say).
+function typeBadge(group) {
+  const type = group.group_type;
+  if (!type) return null;
+  const assignor = group.protocol ? ` (assignor ${group.protocol})` : "";
+  const [text, title] =
+    type === "consumer"
+      ? ["consumer protocol", `new consumer group protocol: the broker assigns the partitions${assignor}`]
+      : type === "classic"
+        ? ["classic", `classic group protocol: a member assigns the partitions${assignor}`]
+        : [type, `${type} group`];
+  return el("span", { class: `badge badge-type type-${type}`, "data-testid": "group-type", title }, text);
+}
+
 function assignmentLines(group) {
   if (group.members.length === 0 && group.committer) return [committerLine(group.committer)];
   if (group.members.length === 0) return [el("span", { class: "unknown" }, "no members")];
@@ -249,7 +263,7 @@ function renderGroups(groups, problems) {
       el(
         "tr",
         { "data-group": g.group_id },
-        el("td", { "data-col": "group" }, g.group_id),
+        el("td", { "data-col": "group" }, g.group_id, " ", typeBadge(g)),
         el("td", { "data-col": "state", class: `state state-${stateText(g)[1]}` }, stateText(g)[0]),
         numCell("members", g.members.length, String(g.members.length)),
         el("td", { "data-col": "topics" }, g.topics.join(", ")),

@@ -1,0 +1,180 @@
+"""The dashboard tells the two group protocols apart, against a real broker with real clients:
+a classic group (JoinGroup/SyncGroup, confluent-kafka's default) and a consumer-protocol group
+(KIP-848, `group.protocol=consumer`), each with its type from ListGroups v5, its member and its
+assignment.  A broker without ListGroups v5 (an older Kafka) still shows both groups, their type
+unknown.  The dashboard app runs on a real HTTP server (127.0.0.1, OS port)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer
+
+from services.dashboard.app import create_app
+from services.dashboard.config import DashboardConfig
+from services.dashboard.kafka_reader import ClusterReader
+from tests.support.harness import ThreadBroker
+from tests.support.kafka_clients import create_topic
+from tests.support.services import serve_app
+
+Snapshot = dict[str, Any]
+
+
+class PollingConsumer:
+    """A confluent-kafka consumer polling in a thread of its own, which also reads its assignment:
+    with the consumer protocol, assignment() must not be called while another thread polls."""
+
+    def __init__(self, bootstrap: str, topic: str, group_id: str, **config: str) -> None:
+        self._config = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "client.id": f"{group_id}-client",
+            **config,
+        }
+        self._topic = topic
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"consumer-{group_id}")
+        self.assigned: list[tuple[str, int]] = []
+
+    def _run(self) -> None:
+        consumer = Consumer(self._config)
+        try:
+            consumer.subscribe([self._topic])
+            while not self._stop.is_set():
+                consumer.poll(0.1)
+                self.assigned = sorted((tp.topic, tp.partition) for tp in consumer.assignment())
+        finally:
+            consumer.close()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.to_thread(self._thread.join, 30)
+        assert not self._thread.is_alive(), "the consumer did not close"
+
+
+@asynccontextmanager
+async def two_groups(bootstrap: str, topic: str, classic: str, kip848: str) -> AsyncIterator[list[PollingConsumer]]:
+    """One member in each group, both on every partition of `topic`."""
+    consumers = [
+        PollingConsumer(bootstrap, topic, classic),
+        PollingConsumer(bootstrap, topic, kip848, **{"group.protocol": "consumer"}),
+    ]
+    for c in consumers:
+        c.start()
+    try:
+        yield consumers
+    finally:
+        for c in consumers:
+            await c.stop()
+
+
+async def until(read: Callable[[], Any], condition: Callable[[Any], object], what: str, within: float = 20) -> Any:
+    """The first answer of `read` for which `condition` is true (an exception counts as false)."""
+    deadline = time.monotonic() + within
+    while True:
+        answer = await read()
+        try:
+            if condition(answer):
+                return answer
+        except (KeyError, TypeError):
+            pass
+        assert time.monotonic() < deadline, f"timed out after {within} s waiting for {what}; last: {answer}"
+        await asyncio.sleep(0.05)
+
+
+def group_row(snap: Snapshot, group_id: str) -> dict[str, Any]:
+    """KeyError while the group is not listed yet (a StopIteration would not pass a generator)."""
+    rows: dict[str, dict[str, Any]] = {g["group_id"]: g for g in snap["groups"]}
+    return rows[group_id]
+
+
+def settled(row: dict[str, Any], topic: str) -> bool:
+    """Stable, its one member holding both partitions of `topic`."""
+    return row["state"] == "Stable" and [m["assignment"] for m in row["members"]] == [
+        [{"topic": topic, "partitions": [0, 1]}]
+    ]
+
+
+async def test_the_snapshot_reports_a_classic_and_a_consumer_protocol_group_with_their_members(
+    broker: ThreadBroker, tmp_path: Path
+) -> None:
+    topic, classic, kip848 = "dash.types", "dash-classic", "dash-kip848"
+    create_topic(broker.bootstrap, topic, 2)
+    config = DashboardConfig(
+        listen="127.0.0.1",
+        port=0,
+        bootstrap_servers=broker.bootstrap,
+        refresh_interval=0.2,
+        poll_timeout=3.0,
+        log_shipping=False,
+        database_path=tmp_path / "dashboard.db",
+    )
+    async with (
+        serve_app(create_app(config)) as (url, session),
+        two_groups(broker.bootstrap, topic, classic, kip848) as consumers,
+    ):
+
+        async def snapshot() -> Snapshot:
+            async with session.get(url + "/api/snapshot") as response:
+                assert response.status == 200
+                return dict(await response.json())
+
+        snap = await until(
+            snapshot,
+            lambda s: (
+                all(c.assigned == [(topic, 0), (topic, 1)] for c in consumers)
+                and all(settled(group_row(s, g), topic) for g in (classic, kip848))
+            ),
+            "each group stable with its member holding both partitions",
+        )
+    rows = {g: group_row(snap, g) for g in (classic, kip848)}
+    assert {g: row["group_type"] for g, row in rows.items()} == {classic: "classic", kip848: "consumer"}
+    for group_id, row in rows.items():
+        assert row["protocol_type"] == "consumer"
+        assert [m["client_id"] for m in row["members"]] == [f"{group_id}-client"]
+        assert row["members"][0]["member_id"]
+    assert rows[kip848]["protocol"] == "uniform"  # the broker's assignor, not a client's
+    assert rows[classic]["protocol"] == "range"  # confluent-kafka's first assignor
+
+
+async def test_a_broker_without_list_groups_v5_still_shows_both_groups_with_their_type_unknown(
+    broker: ThreadBroker,
+) -> None:
+    topic, classic, kip848 = "dash.untyped", "untyped-classic", "untyped-kip848"
+    create_topic(broker.bootstrap, topic, 2)
+    reader = ClusterReader({"bootstrap_servers": broker.bootstrap})
+    await reader.start()
+    try:
+        async with two_groups(broker.bootstrap, topic, classic, kip848):
+            typed = await until(
+                reader.observe,
+                lambda o: all(
+                    o.groups[g].state == "Stable" and o.groups[g].members and o.groups[g].members[0].assignment
+                    for g in (classic, kip848)
+                ),
+                "both groups stable with their assignment",
+            )
+            assert (typed.groups[classic].group_type, typed.groups[kip848].group_type) == ("classic", "consumer")
+
+            # What an older Kafka advertises: ListGroups up to v4.  The reader's connections are open
+            # (the observation above), so they keep this until they reconnect.
+            assert reader._admin is not None
+            for conn in reader._admin._client._conns.values():
+                conn._versions[16] = (0, 4)
+            untyped = await reader.observe()
+    finally:
+        await reader.close()
+    for group_id in (classic, kip848):
+        group = untyped.groups[group_id]
+        assert group.group_type is None
+        assert (group.state, group.protocol_type) == ("Stable", "consumer")
+        assert group.members[0].assignment == ((topic, (0, 1)),)
