@@ -16,14 +16,10 @@ if TYPE_CHECKING:
     from kio.schema.describe_cluster import v1 as describe_cluster_v1
     from typing_extensions import TypeIs
 
-    from broker.handlers.kio_types import (
-        DescribeClusterRequest,
-        DescribeClusterResponse,
-        InitProducerIdRequest,
-        InitProducerIdResponse,
-    )
+    from broker.handlers.kio_types import DescribeClusterRequest, DescribeClusterResponse
+    from broker.handlers.kio_types_txn import InitProducerIdRequest, InitProducerIdResponse
 
-DESCRIBE_CLUSTER: Messages[DescribeClusterRequest, DescribeClusterResponse] = Messages(60, 0, 1)
+DESCRIBE_CLUSTER: Messages[DescribeClusterRequest, DescribeClusterResponse] = Messages(60, 0, 2)
 BROKERS_ENDPOINT = 1
 
 
@@ -56,7 +52,9 @@ def describe_cluster(broker: Broker, ctx: RequestContext, request: DescribeClust
         endpoint_type=endpoint_type,
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
-        brokers=(build(broker_cls, broker_id=broker.node_id, host=host, port=port, rack=None),),
+        # v2 (KIP-1073) may ask for fenced brokers too and flags each; this one answers, so it
+        # is never fenced.
+        brokers=(build(broker_cls, broker_id=broker.node_id, host=host, port=port, rack=None, is_fenced=False),),
         cluster_authorized_operations=broker.security.operations(ctx.session, ResourceType.CLUSTER, CLUSTER_NAME)
         if request.include_cluster_authorized_operations
         else NOT_REQUESTED_OPERATIONS,

@@ -4,7 +4,9 @@ Limits follow Kafka (KIP-74): `max_bytes` bounds the response and `partition_max
 each partition, except that the first batch of the first non-empty partition is always
 returned whole so a consumer can make progress past a batch larger than its limits.
 Fetch sessions (KIP-227) are declined: we answer with session id 0, which clients treat
-as "full fetch every time".
+as "full fetch every time".  v18's per-partition high watermark is a follower's, for its
+leader to answer sooner when it moves; consumers never send it, and with no followers here
+it is ignored.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from kio.schema.fetch import v15 as fetch_v15
     from kio.schema.fetch import v16 as fetch_v16
     from kio.schema.fetch import v17 as fetch_v17
+    from kio.schema.fetch import v18 as fetch_v18
     from typing_extensions import TypeIs
 
     from broker.handlers.kio_types import FetchRequest, FetchResponse
@@ -45,10 +48,11 @@ if TYPE_CHECKING:
         | fetch_v15.FetchRequest
         | fetch_v16.FetchRequest
         | fetch_v17.FetchRequest
+        | fetch_v18.FetchRequest
     )
 
 API_KEY = 1
-MIN_VERSION, MAX_VERSION = 4, 17
+MIN_VERSION, MAX_VERSION = 4, 18
 MESSAGES: Messages[FetchRequest, FetchResponse] = Messages(API_KEY, MIN_VERSION, MAX_VERSION)
 
 

@@ -6,23 +6,14 @@ class at run time would add half a second to the broker's start, and kio's index
 class of a version when a client first uses it.  The dispatcher hands a handler kio's
 decoding of its frame, an instance of the class of the frame's version;
 tests/unit/test_handler_types.py checks that each union holds exactly the classes of the
-versions its API serves, so that hand-over is what the handler's type says.
+versions its API serves, so that hand-over is what the handler's type says.  The transaction
+APIs' unions are in broker/handlers/kio_types_txn.py.
 """
 
 from __future__ import annotations
 
 from typing import TypeAlias
 
-from kio.schema.add_offsets_to_txn import v0 as add_offsets_to_txn_v0
-from kio.schema.add_offsets_to_txn import v1 as add_offsets_to_txn_v1
-from kio.schema.add_offsets_to_txn import v2 as add_offsets_to_txn_v2
-from kio.schema.add_offsets_to_txn import v3 as add_offsets_to_txn_v3
-from kio.schema.add_offsets_to_txn import v4 as add_offsets_to_txn_v4
-from kio.schema.add_partitions_to_txn import v0 as add_partitions_to_txn_v0
-from kio.schema.add_partitions_to_txn import v1 as add_partitions_to_txn_v1
-from kio.schema.add_partitions_to_txn import v2 as add_partitions_to_txn_v2
-from kio.schema.add_partitions_to_txn import v3 as add_partitions_to_txn_v3
-from kio.schema.add_partitions_to_txn import v4 as add_partitions_to_txn_v4
 from kio.schema.alter_client_quotas import v0 as alter_client_quotas_v0
 from kio.schema.alter_client_quotas import v1 as alter_client_quotas_v1
 from kio.schema.alter_configs import v0 as alter_configs_v0
@@ -77,6 +68,7 @@ from kio.schema.describe_client_quotas import v0 as describe_client_quotas_v0
 from kio.schema.describe_client_quotas import v1 as describe_client_quotas_v1
 from kio.schema.describe_cluster import v0 as describe_cluster_v0
 from kio.schema.describe_cluster import v1 as describe_cluster_v1
+from kio.schema.describe_cluster import v2 as describe_cluster_v2
 from kio.schema.describe_configs import v1 as describe_configs_v1
 from kio.schema.describe_configs import v2 as describe_configs_v2
 from kio.schema.describe_configs import v3 as describe_configs_v3
@@ -92,17 +84,10 @@ from kio.schema.describe_log_dirs import v1 as describe_log_dirs_v1
 from kio.schema.describe_log_dirs import v2 as describe_log_dirs_v2
 from kio.schema.describe_log_dirs import v3 as describe_log_dirs_v3
 from kio.schema.describe_log_dirs import v4 as describe_log_dirs_v4
-from kio.schema.describe_producers import v0 as describe_producers_v0
-from kio.schema.describe_transactions import v0 as describe_transactions_v0
 from kio.schema.describe_user_scram_credentials import v0 as describe_user_scram_credentials_v0
 from kio.schema.elect_leaders import v0 as elect_leaders_v0
 from kio.schema.elect_leaders import v1 as elect_leaders_v1
 from kio.schema.elect_leaders import v2 as elect_leaders_v2
-from kio.schema.end_txn import v0 as end_txn_v0
-from kio.schema.end_txn import v1 as end_txn_v1
-from kio.schema.end_txn import v2 as end_txn_v2
-from kio.schema.end_txn import v3 as end_txn_v3
-from kio.schema.end_txn import v4 as end_txn_v4
 from kio.schema.fetch import v4 as fetch_v4
 from kio.schema.fetch import v5 as fetch_v5
 from kio.schema.fetch import v6 as fetch_v6
@@ -117,6 +102,7 @@ from kio.schema.fetch import v14 as fetch_v14
 from kio.schema.fetch import v15 as fetch_v15
 from kio.schema.fetch import v16 as fetch_v16
 from kio.schema.fetch import v17 as fetch_v17
+from kio.schema.fetch import v18 as fetch_v18
 from kio.schema.find_coordinator import v0 as find_coordinator_v0
 from kio.schema.find_coordinator import v1 as find_coordinator_v1
 from kio.schema.find_coordinator import v2 as find_coordinator_v2
@@ -131,12 +117,6 @@ from kio.schema.heartbeat import v3 as heartbeat_v3
 from kio.schema.heartbeat import v4 as heartbeat_v4
 from kio.schema.incremental_alter_configs import v0 as incremental_alter_configs_v0
 from kio.schema.incremental_alter_configs import v1 as incremental_alter_configs_v1
-from kio.schema.init_producer_id import v0 as init_producer_id_v0
-from kio.schema.init_producer_id import v1 as init_producer_id_v1
-from kio.schema.init_producer_id import v2 as init_producer_id_v2
-from kio.schema.init_producer_id import v3 as init_producer_id_v3
-from kio.schema.init_producer_id import v4 as init_producer_id_v4
-from kio.schema.init_producer_id import v5 as init_producer_id_v5
 from kio.schema.join_group import v0 as join_group_v0
 from kio.schema.join_group import v1 as join_group_v1
 from kio.schema.join_group import v2 as join_group_v2
@@ -167,9 +147,9 @@ from kio.schema.list_offsets import v5 as list_offsets_v5
 from kio.schema.list_offsets import v6 as list_offsets_v6
 from kio.schema.list_offsets import v7 as list_offsets_v7
 from kio.schema.list_offsets import v8 as list_offsets_v8
+from kio.schema.list_offsets import v9 as list_offsets_v9
+from kio.schema.list_offsets import v10 as list_offsets_v10
 from kio.schema.list_partition_reassignments import v0 as list_partition_reassignments_v0
-from kio.schema.list_transactions import v0 as list_transactions_v0
-from kio.schema.list_transactions import v1 as list_transactions_v1
 from kio.schema.metadata import v0 as metadata_v0
 from kio.schema.metadata import v1 as metadata_v1
 from kio.schema.metadata import v2 as metadata_v2
@@ -183,6 +163,7 @@ from kio.schema.metadata import v9 as metadata_v9
 from kio.schema.metadata import v10 as metadata_v10
 from kio.schema.metadata import v11 as metadata_v11
 from kio.schema.metadata import v12 as metadata_v12
+from kio.schema.metadata import v13 as metadata_v13
 from kio.schema.offset_commit import v2 as offset_commit_v2
 from kio.schema.offset_commit import v3 as offset_commit_v3
 from kio.schema.offset_commit import v4 as offset_commit_v4
@@ -213,6 +194,7 @@ from kio.schema.produce import v9 as produce_v9
 from kio.schema.produce import v10 as produce_v10
 from kio.schema.produce import v11 as produce_v11
 from kio.schema.produce import v12 as produce_v12
+from kio.schema.produce import v13 as produce_v13
 from kio.schema.sasl_authenticate import v0 as sasl_authenticate_v0
 from kio.schema.sasl_authenticate import v1 as sasl_authenticate_v1
 from kio.schema.sasl_authenticate import v2 as sasl_authenticate_v2
@@ -223,41 +205,7 @@ from kio.schema.sync_group import v2 as sync_group_v2
 from kio.schema.sync_group import v3 as sync_group_v3
 from kio.schema.sync_group import v4 as sync_group_v4
 from kio.schema.sync_group import v5 as sync_group_v5
-from kio.schema.txn_offset_commit import v0 as txn_offset_commit_v0
-from kio.schema.txn_offset_commit import v1 as txn_offset_commit_v1
-from kio.schema.txn_offset_commit import v2 as txn_offset_commit_v2
-from kio.schema.txn_offset_commit import v3 as txn_offset_commit_v3
-from kio.schema.txn_offset_commit import v4 as txn_offset_commit_v4
-from kio.schema.write_txn_markers import v1 as write_txn_markers_v1
 
-AddOffsetsToTxnRequest: TypeAlias = (
-    add_offsets_to_txn_v0.AddOffsetsToTxnRequest
-    | add_offsets_to_txn_v1.AddOffsetsToTxnRequest
-    | add_offsets_to_txn_v2.AddOffsetsToTxnRequest
-    | add_offsets_to_txn_v3.AddOffsetsToTxnRequest
-    | add_offsets_to_txn_v4.AddOffsetsToTxnRequest
-)
-AddOffsetsToTxnResponse: TypeAlias = (
-    add_offsets_to_txn_v0.AddOffsetsToTxnResponse
-    | add_offsets_to_txn_v1.AddOffsetsToTxnResponse
-    | add_offsets_to_txn_v2.AddOffsetsToTxnResponse
-    | add_offsets_to_txn_v3.AddOffsetsToTxnResponse
-    | add_offsets_to_txn_v4.AddOffsetsToTxnResponse
-)
-AddPartitionsToTxnRequest: TypeAlias = (
-    add_partitions_to_txn_v0.AddPartitionsToTxnRequest
-    | add_partitions_to_txn_v1.AddPartitionsToTxnRequest
-    | add_partitions_to_txn_v2.AddPartitionsToTxnRequest
-    | add_partitions_to_txn_v3.AddPartitionsToTxnRequest
-    | add_partitions_to_txn_v4.AddPartitionsToTxnRequest
-)
-AddPartitionsToTxnResponse: TypeAlias = (
-    add_partitions_to_txn_v0.AddPartitionsToTxnResponse
-    | add_partitions_to_txn_v1.AddPartitionsToTxnResponse
-    | add_partitions_to_txn_v2.AddPartitionsToTxnResponse
-    | add_partitions_to_txn_v3.AddPartitionsToTxnResponse
-    | add_partitions_to_txn_v4.AddPartitionsToTxnResponse
-)
 AlterConfigsRequest: TypeAlias = (
     alter_configs_v0.AlterConfigsRequest | alter_configs_v1.AlterConfigsRequest | alter_configs_v2.AlterConfigsRequest
 )
@@ -377,10 +325,14 @@ DescribeClientQuotasResponse: TypeAlias = (
     describe_client_quotas_v0.DescribeClientQuotasResponse | describe_client_quotas_v1.DescribeClientQuotasResponse
 )
 DescribeClusterRequest: TypeAlias = (
-    describe_cluster_v0.DescribeClusterRequest | describe_cluster_v1.DescribeClusterRequest
+    describe_cluster_v0.DescribeClusterRequest
+    | describe_cluster_v1.DescribeClusterRequest
+    | describe_cluster_v2.DescribeClusterRequest
 )
 DescribeClusterResponse: TypeAlias = (
-    describe_cluster_v0.DescribeClusterResponse | describe_cluster_v1.DescribeClusterResponse
+    describe_cluster_v0.DescribeClusterResponse
+    | describe_cluster_v1.DescribeClusterResponse
+    | describe_cluster_v2.DescribeClusterResponse
 )
 DescribeConfigsRequest: TypeAlias = (
     describe_configs_v1.DescribeConfigsRequest
@@ -424,27 +376,9 @@ DescribeLogDirsResponse: TypeAlias = (
     | describe_log_dirs_v3.DescribeLogDirsResponse
     | describe_log_dirs_v4.DescribeLogDirsResponse
 )
-DescribeProducersRequest: TypeAlias = describe_producers_v0.DescribeProducersRequest
-DescribeProducersResponse: TypeAlias = describe_producers_v0.DescribeProducersResponse
-DescribeTransactionsRequest: TypeAlias = describe_transactions_v0.DescribeTransactionsRequest
-DescribeTransactionsResponse: TypeAlias = describe_transactions_v0.DescribeTransactionsResponse
 DescribeUserScramCredentialsRequest: TypeAlias = describe_user_scram_credentials_v0.DescribeUserScramCredentialsRequest
 DescribeUserScramCredentialsResponse: TypeAlias = (
     describe_user_scram_credentials_v0.DescribeUserScramCredentialsResponse
-)
-EndTxnRequest: TypeAlias = (
-    end_txn_v0.EndTxnRequest
-    | end_txn_v1.EndTxnRequest
-    | end_txn_v2.EndTxnRequest
-    | end_txn_v3.EndTxnRequest
-    | end_txn_v4.EndTxnRequest
-)
-EndTxnResponse: TypeAlias = (
-    end_txn_v0.EndTxnResponse
-    | end_txn_v1.EndTxnResponse
-    | end_txn_v2.EndTxnResponse
-    | end_txn_v3.EndTxnResponse
-    | end_txn_v4.EndTxnResponse
 )
 FetchRequest: TypeAlias = (
     fetch_v4.FetchRequest
@@ -461,6 +395,7 @@ FetchRequest: TypeAlias = (
     | fetch_v15.FetchRequest
     | fetch_v16.FetchRequest
     | fetch_v17.FetchRequest
+    | fetch_v18.FetchRequest
 )
 FetchResponse: TypeAlias = (
     fetch_v4.FetchResponse
@@ -477,6 +412,7 @@ FetchResponse: TypeAlias = (
     | fetch_v15.FetchResponse
     | fetch_v16.FetchResponse
     | fetch_v17.FetchResponse
+    | fetch_v18.FetchResponse
 )
 FindCoordinatorRequest: TypeAlias = (
     find_coordinator_v0.FindCoordinatorRequest
@@ -517,22 +453,6 @@ IncrementalAlterConfigsRequest: TypeAlias = (
 IncrementalAlterConfigsResponse: TypeAlias = (
     incremental_alter_configs_v0.IncrementalAlterConfigsResponse
     | incremental_alter_configs_v1.IncrementalAlterConfigsResponse
-)
-InitProducerIdRequest: TypeAlias = (
-    init_producer_id_v0.InitProducerIdRequest
-    | init_producer_id_v1.InitProducerIdRequest
-    | init_producer_id_v2.InitProducerIdRequest
-    | init_producer_id_v3.InitProducerIdRequest
-    | init_producer_id_v4.InitProducerIdRequest
-    | init_producer_id_v5.InitProducerIdRequest
-)
-InitProducerIdResponse: TypeAlias = (
-    init_producer_id_v0.InitProducerIdResponse
-    | init_producer_id_v1.InitProducerIdResponse
-    | init_producer_id_v2.InitProducerIdResponse
-    | init_producer_id_v3.InitProducerIdResponse
-    | init_producer_id_v4.InitProducerIdResponse
-    | init_producer_id_v5.InitProducerIdResponse
 )
 JoinGroupRequest: TypeAlias = (
     join_group_v0.JoinGroupRequest
@@ -599,6 +519,8 @@ ListOffsetsRequest: TypeAlias = (
     | list_offsets_v6.ListOffsetsRequest
     | list_offsets_v7.ListOffsetsRequest
     | list_offsets_v8.ListOffsetsRequest
+    | list_offsets_v9.ListOffsetsRequest
+    | list_offsets_v10.ListOffsetsRequest
 )
 ListOffsetsResponse: TypeAlias = (
     list_offsets_v1.ListOffsetsResponse
@@ -609,12 +531,8 @@ ListOffsetsResponse: TypeAlias = (
     | list_offsets_v6.ListOffsetsResponse
     | list_offsets_v7.ListOffsetsResponse
     | list_offsets_v8.ListOffsetsResponse
-)
-ListTransactionsRequest: TypeAlias = (
-    list_transactions_v0.ListTransactionsRequest | list_transactions_v1.ListTransactionsRequest
-)
-ListTransactionsResponse: TypeAlias = (
-    list_transactions_v0.ListTransactionsResponse | list_transactions_v1.ListTransactionsResponse
+    | list_offsets_v9.ListOffsetsResponse
+    | list_offsets_v10.ListOffsetsResponse
 )
 MetadataRequest: TypeAlias = (
     metadata_v0.MetadataRequest
@@ -630,6 +548,7 @@ MetadataRequest: TypeAlias = (
     | metadata_v10.MetadataRequest
     | metadata_v11.MetadataRequest
     | metadata_v12.MetadataRequest
+    | metadata_v13.MetadataRequest
 )
 MetadataResponse: TypeAlias = (
     metadata_v0.MetadataResponse
@@ -645,6 +564,7 @@ MetadataResponse: TypeAlias = (
     | metadata_v10.MetadataResponse
     | metadata_v11.MetadataResponse
     | metadata_v12.MetadataResponse
+    | metadata_v13.MetadataResponse
 )
 OffsetCommitRequest: TypeAlias = (
     offset_commit_v2.OffsetCommitRequest
@@ -705,6 +625,7 @@ ProduceRequest: TypeAlias = (
     | produce_v10.ProduceRequest
     | produce_v11.ProduceRequest
     | produce_v12.ProduceRequest
+    | produce_v13.ProduceRequest
 )
 ProduceResponse: TypeAlias = (
     produce_v3.ProduceResponse
@@ -717,6 +638,7 @@ ProduceResponse: TypeAlias = (
     | produce_v10.ProduceResponse
     | produce_v11.ProduceResponse
     | produce_v12.ProduceResponse
+    | produce_v13.ProduceResponse
 )
 SaslAuthenticateRequest: TypeAlias = (
     sasl_authenticate_v0.SaslAuthenticateRequest
@@ -746,22 +668,6 @@ SyncGroupResponse: TypeAlias = (
     | sync_group_v4.SyncGroupResponse
     | sync_group_v5.SyncGroupResponse
 )
-TxnOffsetCommitRequest: TypeAlias = (
-    txn_offset_commit_v0.TxnOffsetCommitRequest
-    | txn_offset_commit_v1.TxnOffsetCommitRequest
-    | txn_offset_commit_v2.TxnOffsetCommitRequest
-    | txn_offset_commit_v3.TxnOffsetCommitRequest
-    | txn_offset_commit_v4.TxnOffsetCommitRequest
-)
-TxnOffsetCommitResponse: TypeAlias = (
-    txn_offset_commit_v0.TxnOffsetCommitResponse
-    | txn_offset_commit_v1.TxnOffsetCommitResponse
-    | txn_offset_commit_v2.TxnOffsetCommitResponse
-    | txn_offset_commit_v3.TxnOffsetCommitResponse
-    | txn_offset_commit_v4.TxnOffsetCommitResponse
-)
-WriteTxnMarkersRequest: TypeAlias = write_txn_markers_v1.WriteTxnMarkersRequest
-WriteTxnMarkersResponse: TypeAlias = write_txn_markers_v1.WriteTxnMarkersResponse
 AlterPartitionReassignmentsRequest: TypeAlias = (
     alter_partition_reassignments_v0.AlterPartitionReassignmentsRequest
     | alter_partition_reassignments_v1.AlterPartitionReassignmentsRequest

@@ -1,5 +1,5 @@
-"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4),
-or the first offset whose record timestamp is at or after a given time."""
+"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4), latest
+tiered (-5), or the first offset whose record timestamp is at or after a given time."""
 
 from __future__ import annotations
 
@@ -18,11 +18,15 @@ if TYPE_CHECKING:
     from broker.handlers.kio_types import ListOffsetsRequest, ListOffsetsResponse
 
 API_KEY = 2
-MIN_VERSION, MAX_VERSION = 1, 8
+MIN_VERSION, MAX_VERSION = 1, 10
 MESSAGES: Messages[ListOffsetsRequest, ListOffsetsResponse] = Messages(API_KEY, MIN_VERSION, MAX_VERSION)
 
 READ_COMMITTED = 1
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+# The version that introduced each special timestamp (KIP-734, KIP-405, KIP-1005).  As Kafka, an
+# older request asking one, or any other negative timestamp, is UNSUPPORTED_VERSION.
+_SINCE = {LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
+# v10's timeout_ms bounds a wait for remote (tiered) storage: with none, every answer is at once.
 
 
 def _reads_all(request: ListOffsetsRequest) -> TypeIs[list_offsets_v1.ListOffsetsRequest]:
@@ -45,6 +49,8 @@ def handle(broker: Broker, ctx: RequestContext, request: ListOffsetsRequest) -> 
             try:
                 if not described:
                     error = ErrorCode.topic_authorization_failed
+                elif ts < 0 and ctx.api_version < _SINCE.get(ts, 1 << 15):
+                    error = ErrorCode.unsupported_version
                 elif plog is None:
                     error = ErrorCode.unknown_topic_or_partition
                 elif ts == LATEST:
@@ -55,8 +61,8 @@ def handle(broker: Broker, ctx: RequestContext, request: ListOffsetsRequest) -> 
                     found = plog.max_timestamp_offset()
                     if found is not None:
                         offset, timestamp = found
-                elif ts < 0:
-                    error = ErrorCode.invalid_request
+                elif ts == LATEST_TIERED:
+                    pass  # nothing is ever tiered here: no offset, as Kafka without remote storage
                 else:
                     found = plog.offset_for_timestamp(ts)
                     if found is not None:
@@ -70,7 +76,7 @@ def handle(broker: Broker, ctx: RequestContext, request: ListOffsetsRequest) -> 
                     error_code=error,
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=0 if error == ErrorCode.none else -1,
+                    leader_epoch=0 if error == ErrorCode.none and offset >= 0 else -1,
                 )
             )
         topics.append(build(topic_cls, name=topic.name, partitions=tuple(parts)))

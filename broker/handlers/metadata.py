@@ -28,12 +28,13 @@ if TYPE_CHECKING:
     from kio.schema.metadata import v10 as metadata_v10
     from kio.schema.metadata import v11 as metadata_v11
     from kio.schema.metadata import v12 as metadata_v12
+    from kio.schema.metadata import v13 as metadata_v13
     from typing_extensions import TypeIs
 
     from broker.handlers.kio_types import MetadataRequest, MetadataResponse
 
 API_KEY = 3
-MIN_VERSION, MAX_VERSION = 0, 12
+MIN_VERSION, MAX_VERSION = 0, 13
 MESSAGES: Messages[MetadataRequest, MetadataResponse] = Messages(API_KEY, MIN_VERSION, MAX_VERSION)
 _ZERO_UUID = uuid.UUID(int=0)
 _I32 = struct.Struct(">i")
@@ -60,6 +61,7 @@ def _asks_operations(
     | metadata_v10.MetadataRequest
     | metadata_v11.MetadataRequest
     | metadata_v12.MetadataRequest
+    | metadata_v13.MetadataRequest
 ]:
     return request.__version__ >= 8  # KIP-430
 
@@ -72,7 +74,12 @@ def _asks_cluster_operations(
 
 def _by_topic_id(
     request: MetadataRequest,
-) -> TypeIs[metadata_v10.MetadataRequest | metadata_v11.MetadataRequest | metadata_v12.MetadataRequest]:
+) -> TypeIs[
+    metadata_v10.MetadataRequest
+    | metadata_v11.MetadataRequest
+    | metadata_v12.MetadataRequest
+    | metadata_v13.MetadataRequest
+]:
     return request.__version__ >= 10  # KIP-516
 
 
@@ -180,10 +187,14 @@ def _response(
             controller_id=node,
             topics=(),
             cluster_authorized_operations=cluster_ops,
+            # v13's top-level error (KIP-1102) is for REBOOTSTRAP_REQUIRED, which Kafka 4.1's
+            # brokers never send either.
+            error_code=ErrorCode.none,
         )
     )
     flexible = bool(cls.__flexible__)
-    tail = (4 if 8 <= version <= 10 else 0) + (1 if flexible else 0)
+    # What follows the topics: v8-v10's cluster operations, v13's error code, the tagged fields.
+    tail = (4 if 8 <= version <= 10 else 0) + (2 if version >= 13 else 0) + (1 if flexible else 0)
     at = len(envelope) - tail - len(_EMPTY_ARRAY[flexible])
     assert envelope[at : len(envelope) - tail] == _EMPTY_ARRAY[flexible]
     count = uvarint(len(entries) + 1) if flexible else _I32.pack(len(entries))

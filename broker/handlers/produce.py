@@ -3,14 +3,22 @@
 acks=0  no response (the connection is closed if anything failed, as Kafka does);
 acks=1  answer once the batch reached the OS (os.write returned);
 acks=-1 answer once the batch is fsynced, through the group-commit flusher.
+
+A transactional batch is taken only for a partition of its producer's ongoing transaction
+(Kafka's verification, KIP-890); from v12 (transactions v2) the partition joins the
+transaction here, as AddPartitionsToTxn would have.  From v13 (KIP-516) topics are named by
+id: an id the broker does not know (the zero id included) is UNKNOWN_TOPIC_ID for each of its
+partitions, before any other check, as Kafka.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import uuid
+from collections.abc import Coroutine, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import structlog
 
@@ -24,10 +32,13 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation, ResourceType
 
 if TYPE_CHECKING:
+    from kio.schema.produce import v13 as produce_v13
+    from typing_extensions import TypeIs
+
     from broker.handlers.kio_types import ProduceRequest, ProduceResponse
 
 API_KEY = 0
-MIN_VERSION, MAX_VERSION = 3, 12
+MIN_VERSION, MAX_VERSION = 3, 13
 MESSAGES: Messages[ProduceRequest, ProduceResponse] = Messages(API_KEY, MIN_VERSION, MAX_VERSION)
 
 log = structlog.get_logger(__name__)
@@ -61,6 +72,37 @@ class _Outcome:
         self.error, self.message = error.code, error.message
 
 
+class _PartitionData(Protocol):
+    """A partition's batch, in any version's request."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def records(self) -> bytes | None: ...
+
+
+def _by_topic_id(request: ProduceRequest) -> TypeIs[produce_v13.ProduceRequest]:
+    return request.__version__ >= 13  # KIP-516
+
+
+def _topics(
+    broker: Broker, request: ProduceRequest
+) -> list[tuple[str | None, uuid.UUID | None, Sequence[_PartitionData]]]:
+    """Each topic of the request: its name (None: an id no topic has), its id (v13+), its partitions."""
+    if not _by_topic_id(request):
+        return [(t.name, None, t.partition_data) for t in request.topic_data]
+    out: list[tuple[str | None, uuid.UUID | None, Sequence[_PartitionData]]] = []
+    for t in request.topic_data:
+        topic = broker.store.by_id.get(t.topic_id) if t.topic_id is not None else None
+        out.append((topic.name if topic else None, t.topic_id, t.partition_data))
+    return out
+
+
+# Each topic's name (None: unknown id) and id (v13+), with its partitions' outcomes.
+_Results: TypeAlias = list[tuple[str | None, uuid.UUID | None, list[_Outcome]]]
+
+
 def _single_batch(records: bytes | None) -> memoryview:
     if not records:
         raise KafkaError(ErrorCode.invalid_record, "no record batch in the request")
@@ -75,7 +117,67 @@ def _single_batch(records: bytes | None) -> memoryview:
     return batches[0]
 
 
-def _append(broker: Broker, out: _Outcome, transactional_id: str | None) -> bool:
+# Coordinator errors Kafka's produce path reports as NOT_ENOUGH_REPLICAS instead, which every
+# client retries (older ones would not retry these).
+_UNVERIFIED = frozenset(
+    {
+        ErrorCode.network_exception,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.not_coordinator,
+    }
+)
+
+
+def _txn_error(error: KafkaError, version: int) -> KafkaError:
+    """A transaction coordinator's refusal as a Produce of `version` reports it, as Kafka."""
+    code = error.code
+    if code == ErrorCode.producer_fenced:
+        return KafkaError(ErrorCode.invalid_producer_epoch, error.message)
+    # v12+ is transactions v2, whose clients retry CONCURRENT_TRANSACTIONS themselves.
+    if code in _UNVERIFIED or (code == ErrorCode.concurrent_transactions and version < 12):
+        return KafkaError(
+            ErrorCode.not_enough_replicas,
+            f"Unable to verify the partition has been added to the transaction. Underlying error: {code.name.upper()}",
+        )
+    if code == ErrorCode.transaction_abortable and version <= 10:  # v11 introduced it (KIP-890)
+        return KafkaError(ErrorCode.invalid_txn_state, "Partition was not added to the transaction")
+    return error
+
+
+def _add_partitions(
+    broker: Broker, version: int, transactional_id: str | None, opened: list[_Outcome]
+) -> Coroutine[Any, Any, None] | None:
+    """Transactions v2 (v12+): the partitions of transactional batches that their producer's
+    ongoing transaction lacks join it, through the coordinator, before anything is appended;
+    its refusal is those partitions' error.  None when there is nothing to add."""
+    if version < 12 or transactional_id is None:
+        return None
+    wanted: dict[tuple[int, int], list[tuple[_Outcome, tuple[str, int]]]] = {}
+    for out in opened:
+        if out.error != ErrorCode.none or out.opened is None or out.plog is None:
+            continue
+        header = out.opened.header
+        tp = (out.plog.topic, out.plog.partition)
+        if header.is_transactional and not broker.transactions.holds(
+            transactional_id, header.producer_id, header.producer_epoch, tp
+        ):
+            wanted.setdefault((header.producer_id, header.producer_epoch), []).append((out, tp))
+    if not wanted:
+        return None
+
+    async def add() -> None:
+        for (producer_id, epoch), outs in wanted.items():
+            try:
+                await broker.transactions.add_partitions(transactional_id, producer_id, epoch, [tp for _, tp in outs])
+            except KafkaError as e:
+                for out, _ in outs:
+                    out.fail(_txn_error(e, version))
+
+    return add()
+
+
+def _append(broker: Broker, out: _Outcome, transactional_id: str | None, version: int) -> bool:
     """Append an opened batch; True when it was new (not a retried duplicate).  A
     transactional batch is taken only for a partition its ongoing transaction holds."""
     assert out.plog is not None
@@ -86,9 +188,13 @@ def _append(broker: Broker, out: _Outcome, transactional_id: str | None) -> bool
     if header.is_transactional:
         if transactional_id is None:
             raise KafkaError(ErrorCode.transactional_id_authorization_failed, "a transactional batch needs its id")
-        broker.transactions.check_produce(
-            transactional_id, header.producer_id, header.producer_epoch, (plog.topic, plog.partition)
-        )
+        tp = (plog.topic, plog.partition)
+        try:
+            verified = broker.transactions.verify(transactional_id, header.producer_id, header.producer_epoch, [tp])
+        except KafkaError as e:
+            raise _txn_error(e, version) from None
+        if verified[tp] != ErrorCode.none:
+            raise _txn_error(KafkaError(verified[tp], f"{tp[0]}-{tp[1]} is not in the transaction"), version)
     result = plog.append(out.batch, out.opened)
     out.base_offset = result.base_offset
     out.log_append_time = result.log_append_time
@@ -107,20 +213,22 @@ def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Answ
     the request is opened in a worker thread and appended afterwards, and the connection
     dispatches nothing else meanwhile (`Serial`), so a producer's batches keep their order."""
     acks = request.acks
-    results: list[tuple[str, list[_Outcome]]] = []
+    results: _Results = []
     ready: list[_Outcome] = []
     later: list[_Outcome] = []
     limit = broker.config.get("message.max.decompressed.bytes")
     security, session = broker.security, ctx.session
-    for topic_data in request.topic_data:
+    for name, topic_id, partitions in _topics(broker, request):
         outcomes = []
-        writable = security.topic(session, Operation.WRITE, topic_data.name)
-        for pdata in topic_data.partition_data:
+        writable = name is not None and security.topic(session, Operation.WRITE, name)
+        for pdata in partitions:
             out = _Outcome(pdata.index)
             outcomes.append(out)
             try:
+                if name is None:
+                    raise KafkaError(ErrorCode.unknown_topic_id, f"no topic has id {topic_id}")
                 if not writable:
-                    raise KafkaError(ErrorCode.topic_authorization_failed, f"WRITE on topic {topic_data.name} denied")
+                    raise KafkaError(ErrorCode.topic_authorization_failed, f"WRITE on topic {name} denied")
                 if acks not in (0, 1, -1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, not {acks}")
                 if request.transactional_id is not None and not security.allowed(
@@ -130,17 +238,14 @@ def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Answ
                         ErrorCode.transactional_id_authorization_failed,
                         f"WRITE on transactional id {request.transactional_id} denied",
                     )
-                if topic_data.name in INTERNAL_TOPICS:
+                if name in INTERNAL_TOPICS:
                     # The broker's own records: a client's would be replayed at the next start.
                     raise KafkaError(
-                        ErrorCode.invalid_topic_exception,
-                        f"{topic_data.name} is an internal topic: clients cannot produce to it",
+                        ErrorCode.invalid_topic_exception, f"{name} is an internal topic: clients cannot produce to it"
                     )
-                plog = broker.store.partition_log(topic_data.name, pdata.index)
+                plog = broker.store.partition_log(name, pdata.index)
                 if plog is None:
-                    raise KafkaError(
-                        ErrorCode.unknown_topic_or_partition, f"{topic_data.name}-{pdata.index} does not exist"
-                    )
+                    raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{name}-{pdata.index} does not exist")
                 out.plog = plog
                 out.batch = _single_batch(pdata.records)
                 try:
@@ -150,9 +255,20 @@ def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Answ
                     later.append(out)
             except KafkaError as e:
                 out.fail(e)
-        results.append((topic_data.name, outcomes))
+        results.append((name, topic_id, outcomes))
     if not later:
-        return _finish(broker, ctx.api_version, acks, results, ready, transactional_id=request.transactional_id)
+        adding = _add_partitions(broker, ctx.api_version, request.transactional_id, ready)
+        if adding is None:
+            return _finish(broker, ctx.api_version, acks, results, ready, transactional_id=request.transactional_id)
+
+        async def added() -> ProduceResponse | Signal:
+            await adding
+            outcome = _finish(broker, ctx.api_version, acks, results, ready, transactional_id=request.transactional_id)
+            return await outcome if inspect.isawaitable(outcome) else outcome
+
+        # The coordinator is awaited: the connection's next request, maybe this producer's next
+        # batch of a partition added here, must wait for these appends.
+        return Serial(added())
 
     async def opened_in_worker() -> ProduceResponse | Signal:
         loop = asyncio.get_running_loop()
@@ -165,6 +281,9 @@ def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Answ
                 )
             except KafkaError as e:
                 out.fail(e)
+        adding = _add_partitions(broker, ctx.api_version, request.transactional_id, [*ready, *later])
+        if adding is not None:
+            await adding
         outcome = _finish(
             broker, ctx.api_version, acks, results, [*ready, *later], transactional_id=request.transactional_id
         )
@@ -177,7 +296,7 @@ def _finish(
     broker: Broker,
     version: int,
     acks: int,
-    results: list[tuple[str, list[_Outcome]]],
+    results: _Results,
     opened: list[_Outcome],
     *,
     transactional_id: str | None,
@@ -188,13 +307,13 @@ def _finish(
         if out.error != ErrorCode.none:
             continue
         try:
-            _append(broker, out, transactional_id)
+            _append(broker, out, transactional_id, version)
             assert out.plog is not None
             touched.append(out.plog)
         except KafkaError as e:
             out.fail(e)
     failed = False
-    for _, outcomes in results:
+    for _, _, outcomes in results:
         for out in outcomes:
             if out.error != ErrorCode.none:
                 failed = True
@@ -209,7 +328,7 @@ def _finish(
                 await broker.sync(touched)
             except OSError as e:
                 log.exception("fsync failed; failing acks=all produce", error=str(e))
-                for _, outcomes in results:
+                for _, _, outcomes in results:
                     for out in outcomes:
                         if out.error == ErrorCode.none:
                             out.error, out.message = ErrorCode.kafka_storage_error, str(e)
@@ -219,7 +338,7 @@ def _finish(
     return _response(version, results)
 
 
-def _response(version: int, results: list[tuple[str, list[_Outcome]]]) -> ProduceResponse:
+def _response(version: int, results: _Results) -> ProduceResponse:
     cls = MESSAGES.response(version)
     topic_cls = nested(cls, "TopicProduceResponse")
     part_cls = nested(cls, "PartitionProduceResponse")
@@ -230,6 +349,7 @@ def _response(version: int, results: list[tuple[str, list[_Outcome]]]) -> Produc
             build(
                 topic_cls,
                 name=name,
+                topic_id=topic_id,
                 partition_responses=tuple(
                     build(
                         part_cls,
@@ -244,6 +364,6 @@ def _response(version: int, results: list[tuple[str, list[_Outcome]]]) -> Produc
                     for o in outcomes
                 ),
             )
-            for name, outcomes in results
+            for name, topic_id, outcomes in results
         ),
     )

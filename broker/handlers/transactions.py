@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+import re2
 from kio.static.protocol import Entity
 
 from broker.core import INTERNAL_TOPICS, Broker
@@ -19,16 +20,20 @@ from broker.txn.state import PendingOffsets, TxnMetadata, TxnState
 
 if TYPE_CHECKING:
     from kio.schema.add_partitions_to_txn import v4 as add_partitions_to_txn_v4
+    from kio.schema.add_partitions_to_txn import v5 as add_partitions_to_txn_v5
+    from kio.schema.end_txn import v5 as end_txn_v5
     from kio.schema.init_producer_id import v3 as init_producer_id_v3
     from kio.schema.init_producer_id import v4 as init_producer_id_v4
     from kio.schema.init_producer_id import v5 as init_producer_id_v5
     from kio.schema.list_transactions import v1 as list_transactions_v1
+    from kio.schema.list_transactions import v2 as list_transactions_v2
     from kio.schema.txn_offset_commit import v2 as txn_offset_commit_v2
     from kio.schema.txn_offset_commit import v3 as txn_offset_commit_v3
     from kio.schema.txn_offset_commit import v4 as txn_offset_commit_v4
+    from kio.schema.txn_offset_commit import v5 as txn_offset_commit_v5
     from typing_extensions import TypeIs
 
-    from broker.handlers.kio_types import (
+    from broker.handlers.kio_types_txn import (
         AddOffsetsToTxnRequest,
         AddOffsetsToTxnResponse,
         AddPartitionsToTxnRequest,
@@ -50,14 +55,14 @@ if TYPE_CHECKING:
     )
 
 INIT_PRODUCER_ID: Messages[InitProducerIdRequest, InitProducerIdResponse] = Messages(22, 0, 5)
-ADD_PARTITIONS_TO_TXN: Messages[AddPartitionsToTxnRequest, AddPartitionsToTxnResponse] = Messages(24, 0, 4)
+ADD_PARTITIONS_TO_TXN: Messages[AddPartitionsToTxnRequest, AddPartitionsToTxnResponse] = Messages(24, 0, 5)
 ADD_OFFSETS_TO_TXN: Messages[AddOffsetsToTxnRequest, AddOffsetsToTxnResponse] = Messages(25, 0, 4)
-END_TXN: Messages[EndTxnRequest, EndTxnResponse] = Messages(26, 0, 4)
+END_TXN: Messages[EndTxnRequest, EndTxnResponse] = Messages(26, 0, 5)
 WRITE_TXN_MARKERS: Messages[WriteTxnMarkersRequest, WriteTxnMarkersResponse] = Messages(27, 1, 1)
-TXN_OFFSET_COMMIT: Messages[TxnOffsetCommitRequest, TxnOffsetCommitResponse] = Messages(28, 0, 4)
+TXN_OFFSET_COMMIT: Messages[TxnOffsetCommitRequest, TxnOffsetCommitResponse] = Messages(28, 0, 5)
 DESCRIBE_PRODUCERS: Messages[DescribeProducersRequest, DescribeProducersResponse] = Messages(61, 0, 0)
 DESCRIBE_TRANSACTIONS: Messages[DescribeTransactionsRequest, DescribeTransactionsResponse] = Messages(65, 0, 0)
-LIST_TRANSACTIONS: Messages[ListTransactionsRequest, ListTransactionsResponse] = Messages(66, 0, 1)
+LIST_TRANSACTIONS: Messages[ListTransactionsRequest, ListTransactionsResponse] = Messages(66, 0, 2)
 
 # Fields some versions lack: each guard narrows a request to the versions that have them
 # (kio's class of a version carries its number, `__version__`).
@@ -73,7 +78,9 @@ def _resumes_producer(
     return request.__version__ >= 3  # KIP-360: the producer id and epoch it had
 
 
-def _batched(request: AddPartitionsToTxnRequest) -> TypeIs[add_partitions_to_txn_v4.AddPartitionsToTxnRequest]:
+def _batched(
+    request: AddPartitionsToTxnRequest,
+) -> TypeIs[add_partitions_to_txn_v4.AddPartitionsToTxnRequest | add_partitions_to_txn_v5.AddPartitionsToTxnRequest]:
     return request.__version__ >= 4  # KIP-890: several transactions, from brokers
 
 
@@ -83,18 +90,33 @@ def _with_leader_epochs(
     txn_offset_commit_v2.TxnOffsetCommitRequest
     | txn_offset_commit_v3.TxnOffsetCommitRequest
     | txn_offset_commit_v4.TxnOffsetCommitRequest
+    | txn_offset_commit_v5.TxnOffsetCommitRequest
 ]:
     return request.__version__ >= 2
 
 
 def _from_member(
     request: TxnOffsetCommitRequest,
-) -> TypeIs[txn_offset_commit_v3.TxnOffsetCommitRequest | txn_offset_commit_v4.TxnOffsetCommitRequest]:
+) -> TypeIs[
+    txn_offset_commit_v3.TxnOffsetCommitRequest
+    | txn_offset_commit_v4.TxnOffsetCommitRequest
+    | txn_offset_commit_v5.TxnOffsetCommitRequest
+]:
     return request.__version__ >= 3  # KIP-447: the group member's generation
 
 
-def _with_duration(request: ListTransactionsRequest) -> TypeIs[list_transactions_v1.ListTransactionsRequest]:
+def _bumps_epoch(request: EndTxnRequest) -> TypeIs[end_txn_v5.EndTxnRequest]:
+    return request.__version__ >= 5  # transactions v2 (KIP-890)
+
+
+def _with_duration(
+    request: ListTransactionsRequest,
+) -> TypeIs[list_transactions_v1.ListTransactionsRequest | list_transactions_v2.ListTransactionsRequest]:
     return request.__version__ >= 1  # KIP-994
+
+
+def _with_pattern(request: ListTransactionsRequest) -> TypeIs[list_transactions_v2.ListTransactionsRequest]:
+    return request.__version__ >= 2  # KIP-1152
 
 
 class _Topic(Protocol):
@@ -109,6 +131,12 @@ class _Topic(Protocol):
 
 def _may(broker: Broker, ctx: RequestContext, op: Operation, transactional_id: str) -> bool:
     return broker.security.allowed(ctx.session, op, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+def _fenced(code: ErrorCode, version: int) -> ErrorCode:
+    """A stale epoch is PRODUCER_FENCED from v2 of AddPartitionsToTxn, AddOffsetsToTxn and EndTxn
+    (KIP-588), INVALID_PRODUCER_EPOCH before, as Kafka answers."""
+    return ErrorCode.invalid_producer_epoch if code == ErrorCode.producer_fenced and version < 2 else code
 
 
 async def _outcome(work: Awaitable[object]) -> ErrorCode:
@@ -186,21 +214,24 @@ def add_partitions_to_txn(
                 else:
                     continue
                 refused = True
+        verified: dict[tuple[str, int], ErrorCode] = {}
         if not _may(broker, ctx, Operation.WRITE, transactional_id):
             error = ErrorCode.transactional_id_authorization_failed
         elif refused:
             error = ErrorCode.operation_not_attempted
+        elif verify_only:  # whether each partition is in the transaction; not one is added
+            tps = [(n, p) for n, ps in wanted.items() for p in ps]
+            try:
+                verified, error = broker.transactions.verify(transactional_id, producer_id, epoch, tps), ErrorCode.none
+            except KafkaError as e:
+                error = e.code
         else:
             tps = [(n, p) for n, ps in wanted.items() for p in ps]
-            work = (
-                _verify(broker, transactional_id, producer_id, epoch, tps)
-                if verify_only
-                else broker.transactions.add_partitions(transactional_id, producer_id, epoch, tps)
-            )
-            error = await _outcome(work)
+            work = broker.transactions.add_partitions(transactional_id, producer_id, epoch, tps)
+            error = _fenced(await _outcome(work), ctx.api_version)
         for name, partitions in wanted.items():
             for p in partitions:
-                errors[name].setdefault(p, error)
+                errors[name].setdefault(p, verified.get((name, p), error))
         return topic_results(errors)
 
     async def answer() -> AddPartitionsToTxnResponse:
@@ -228,25 +259,20 @@ def add_partitions_to_txn(
     return answer()
 
 
-async def _verify(
-    broker: Broker, transactional_id: str, producer_id: int, epoch: int, tps: list[tuple[str, int]]
-) -> None:
-    for tp in tps:
-        broker.transactions.check_produce(transactional_id, producer_id, epoch, tp)
-
-
 # --- AddOffsetsToTxn / TxnOffsetCommit -----------------------------------------------
 
 _Resp = TypeVar("_Resp", bound=Entity)
 
 
-def _error_only(cls: type[_Resp], refused: ErrorCode | None, work: Callable[[], Awaitable[None]]) -> Answer[_Resp]:
+def _error_only(
+    cls: type[_Resp], refused: ErrorCode | None, work: Callable[[], Awaitable[None]], version: int
+) -> Answer[_Resp]:
     """The answer of an API whose response is one error code: `refused` at once, or `work`'s outcome."""
     if refused is not None:
         return build(cls, throttle_time=0, error_code=refused)
 
     async def run() -> _Resp:
-        return build(cls, throttle_time=0, error_code=await _outcome(work()))
+        return build(cls, throttle_time=0, error_code=_fenced(await _outcome(work()), version))
 
     return run()
 
@@ -267,6 +293,7 @@ def add_offsets_to_txn(
         lambda: broker.transactions.add_offsets(
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
         ),
+        ctx.api_version,
     )
 
 
@@ -334,9 +361,16 @@ def txn_offset_commit(
     async def commit() -> TxnOffsetCommitResponse:
         error = await _outcome(
             broker.transactions.commit_offsets(
-                request.transactional_id, request.producer_id, request.producer_epoch, group_id, accepted
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                group_id,
+                accepted,
+                add_group=request.__version__ >= 5,  # transactions v2: no AddOffsetsToTxn before
             )
         )
+        if error == ErrorCode.producer_fenced:  # Kafka's group coordinator says it so, in every version
+            error = ErrorCode.invalid_producer_epoch
         for t, p in accepted:
             errors[t][p] = error
         return respond()
@@ -348,17 +382,36 @@ def txn_offset_commit(
 
 
 def end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> Answer[EndTxnResponse]:
-    allowed = _may(broker, ctx, Operation.WRITE, request.transactional_id)
-    return _error_only(
-        END_TXN.response(ctx.api_version),
-        None if allowed else ErrorCode.transactional_id_authorization_failed,
-        lambda: broker.transactions.end_transaction(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.committed
-        ),
-    )
+    """v5+ is transactions v2: the end bumps the epoch, and the answer carries the producer id
+    and epoch to go on with (-1 and -1 with an error)."""
+    cls = END_TXN.response(ctx.api_version)
+
+    def respond(error: ErrorCode, producer_id: int = -1, epoch: int = -1) -> EndTxnResponse:
+        return build(cls, throttle_time=0, error_code=error, producer_id=producer_id, producer_epoch=epoch)
+
+    if not _may(broker, ctx, Operation.WRITE, request.transactional_id):
+        return respond(ErrorCode.transactional_id_authorization_failed)
+
+    async def end() -> EndTxnResponse:
+        try:
+            producer_id, epoch = await broker.transactions.end_transaction(
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                request.committed,
+                bump=_bumps_epoch(request),
+            )
+        except KafkaError as e:
+            return respond(_fenced(e.code, ctx.api_version))
+        return respond(ErrorCode.none, producer_id, epoch)
+
+    return end()
 
 
 # --- DescribeTransactions / ListTransactions -----------------------------------------
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a client's bad pattern is its error, not a line in the broker's log
 
 
 def describe_transactions(
@@ -406,13 +459,29 @@ def list_transactions(
     wanted = set(request.state_filters)
     pids = set(request.producer_id_filters)
     min_duration = request.duration_filter if _with_duration(request) else -1
+    pattern = request.transactional_id_pattern if _with_pattern(request) else None
     now = broker.clock.now_ms()
+    regex = None
+    if pattern:  # null or empty: every id
+        # As Kafka: RE2 syntax (Kafka's is RE2/J), matching the whole id; a bad pattern is the
+        # request's error, with nothing listed.
+        try:
+            regex = re2.compile(pattern, options=_RE2_OPTIONS)
+        except re2.error:
+            return build(
+                cls,
+                throttle_time=0,
+                error_code=ErrorCode.invalid_regular_expression,
+                unknown_state_filters=(),
+                transaction_states=(),
+            )
 
     def keep(m: TxnMetadata) -> bool:
         return (
             (not wanted or m.state.value in wanted)
             and (not pids or m.producer_id in pids)
             and (min_duration < 0 or (m.start_ms >= 0 and now - m.start_ms >= min_duration))
+            and (regex is None or regex.fullmatch(m.transactional_id) is not None)
         )
 
     states = tuple(

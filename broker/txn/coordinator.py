@@ -11,6 +11,11 @@ transaction on its next start, so a decision once taken is never lost or reverse
 Requests for one transactional id are served one at a time (a lock per id), so a client's
 pipelined requests see each other's effects in order.  Transactions older than their timeout
 are aborted with a bumped epoch, which fences the producer that left them open.
+
+Transactions v2 (KIP-890, which ApiVersions finalizes): a transactional Produce v12+ adds its
+partition and a TxnOffsetCommit v5+ its group, with no AddPartitionsToTxn or AddOffsetsToTxn;
+an EndTxn v5+ bumps the epoch, its markers carry the new one, and its answer says it (an
+exhausted epoch moves the producer to a new id once the transaction is complete).
 """
 
 from __future__ import annotations
@@ -218,9 +223,9 @@ class TransactionCoordinator:
                 ErrorCode.invalid_producer_id_mapping,
                 f"producer {producer_id} does not own transactional id {transactional_id!r}",
             )
-        if producer_epoch != meta.producer_epoch:
+        if producer_epoch != meta.producer_epoch:  # each API tells it as Kafka's does (broker/handlers)
             raise KafkaError(
-                ErrorCode.invalid_producer_epoch,
+                ErrorCode.producer_fenced,
                 f"epoch {producer_epoch} is not the current {meta.producer_epoch}: the producer was fenced",
             )
         if meta.state.preparing:
@@ -266,11 +271,23 @@ class TransactionCoordinator:
         )
 
     async def commit_offsets(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str, offsets: PendingOffsets
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        offsets: PendingOffsets,
+        *,
+        add_group: bool = False,
     ) -> None:
-        """TxnOffsetCommit: offsets held with the transaction until it commits."""
+        """TxnOffsetCommit: offsets held with the transaction until it commits.  `add_group`
+        (v5+, transactions v2) adds the group first, as AddOffsetsToTxn would."""
         async with self._locked(transactional_id):
             meta = self._current(transactional_id, producer_id, producer_epoch)
+            if add_group and (meta.state != TxnState.ONGOING or group_id not in meta.offsets):
+                self.groups.ensure_offsets_topic()
+                await self._add(meta, frozenset([(OFFSETS_TOPIC, self.groups.partition_for(group_id))]), group_id)
+                meta = self.txns[transactional_id]
             if meta.state != TxnState.ONGOING or group_id not in meta.offsets:
                 raise KafkaError(ErrorCode.invalid_txn_state, f"group {group_id!r} was not added to the transaction")
             pending = {**meta.offsets[group_id], **offsets}
@@ -283,13 +300,18 @@ class TransactionCoordinator:
         """The partitions of `group_id` with offsets in an open transaction (require_stable)."""
         return {tp for meta in self.txns.values() for tp in meta.offsets.get(group_id, {})}
 
-    async def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
-        """EndTxn.  Raises KafkaError."""
+    async def end_transaction(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, *, bump: bool = False
+    ) -> tuple[int, int]:
+        """EndTxn; the producer id and epoch to go on with.  `bump` is transactions v2 (EndTxn
+        v5+).  Raises KafkaError."""
         async with self._locked(transactional_id):
+            if bump:
+                return await self._end_v2(transactional_id, producer_id, producer_epoch, commit)
             meta = self._current(transactional_id, producer_id, producer_epoch)
             done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
             if meta.state == done:
-                return  # a retry of the request that completed it
+                return meta.producer_id, meta.producer_epoch  # a retry of the request that completed it
             if meta.state != TxnState.ONGOING:
                 raise KafkaError(ErrorCode.invalid_txn_state, f"no transaction to end: it is {meta.state.value}")
             prepared = meta.evolve(
@@ -297,17 +319,99 @@ class TransactionCoordinator:
             )
             await self._store(prepared, transactional_id)
             await self._complete(prepared)
+            return meta.producer_id, meta.producer_epoch
 
-    def check_produce(self, transactional_id: str, producer_id: int, producer_epoch: int, tp: tuple[str, int]) -> None:
-        """A transactional Produce is accepted only for a partition its transaction holds
-        (the broker-side verification of KIP-890).  Raises KafkaError."""
+    async def _end_v2(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> tuple[int, int]:
+        """Kafka's EndTxn of transactions v2.  Each end bumps the epoch, so the epoch alone tells
+        a retry (one below the current, or the last of an exhausted id) from the next end; an
+        abort with nothing open still bumps it (the client may not know what its produce added):
+
+        state           abort: retry / current    commit: retry / current
+        Empty           PRODUCER_FENCED / bump    PRODUCER_FENCED / INVALID_TXN_STATE
+        CompleteAbort   none / bump               INVALID_TXN_STATE / INVALID_TXN_STATE
+        CompleteCommit  INVALID_TXN_STATE / bump  none / INVALID_TXN_STATE
+        """
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            raise KafkaError(ErrorCode.invalid_producer_id_mapping, f"no transactional id {transactional_id!r}")
+        retry_on_overflow = (
+            meta.last_producer_id == producer_id and producer_epoch == MAX_EPOCH and meta.producer_epoch == 0
+        )
+        retry_on_bump = meta.producer_epoch == producer_epoch + 1
+        if meta.producer_id != producer_id and not retry_on_overflow:
+            raise KafkaError(
+                ErrorCode.invalid_producer_id_mapping,
+                f"producer {producer_id} does not own transactional id {transactional_id!r}",
+            )
+        state = meta.state
+        if state in (TxnState.ONGOING, TxnState.EMPTY):
+            valid = producer_epoch == meta.producer_epoch
+        elif state.preparing:
+            valid = retry_on_bump
+        else:
+            valid = retry_on_bump or retry_on_overflow or producer_epoch == meta.producer_epoch
+        if not valid:
+            raise KafkaError(
+                ErrorCode.producer_fenced, f"epoch {producer_epoch} is not the current {meta.producer_epoch}"
+            )
+        retry = retry_on_bump or retry_on_overflow
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if state == TxnState.ONGOING or (not commit and not retry and state.settled):
+            return await self._prepare_v2(meta, commit)
+        if state == done and retry:
+            return meta.producer_id, meta.producer_epoch  # a retry of the end that completed it
+        if state == (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT):
+            raise KafkaError(ErrorCode.concurrent_transactions, "the transaction is still completing")
+        raise KafkaError(
+            ErrorCode.invalid_txn_state, f"cannot {'commit' if commit else 'abort'}: the transaction is {state.value}"
+        )
+
+    async def _prepare_v2(self, meta: TxnMetadata, commit: bool) -> tuple[int, int]:
+        """The decision of a v2 end, stored with the bumped epoch its markers carry, then its
+        completion; the producer id and epoch the producer goes on with."""
+        now = self.clock.now_ms()
+        exhausted = meta.producer_epoch >= MAX_EPOCH
+        prepared = meta.evolve(
+            state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+            producer_epoch=meta.producer_epoch + 1,  # at most 0x7FFF: an exhausted epoch moves to a new id
+            last_producer_id=meta.producer_id,
+            last_producer_epoch=meta.producer_epoch,
+            next_producer_id=self.producer_ids.allocate() if exhausted else -1,
+            start_ms=meta.start_ms if meta.state == TxnState.ONGOING else now,
+            update_ms=now,
+        )
+        await self._store(prepared, meta.transactional_id)
+        await self._complete(prepared)
+        done = self.txns[meta.transactional_id]
+        return done.producer_id, done.producer_epoch
+
+    def holds(self, transactional_id: str, producer_id: int, producer_epoch: int, tp: tuple[str, int]) -> bool:
+        """Whether the producer's ongoing transaction has `tp` already (nothing to add)."""
+        meta = self.txns.get(transactional_id)
+        return (
+            meta is not None
+            and (meta.producer_id, meta.producer_epoch) == (producer_id, producer_epoch)
+            and meta.state == TxnState.ONGOING
+            and tp in meta.partitions
+        )
+
+    def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """Kafka's verification that partitions are in the producer's transaction (KIP-890): a
+        partition outside it is TRANSACTION_ABORTABLE.  Raises KafkaError for the whole request."""
         meta = self.txns.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             raise KafkaError(ErrorCode.invalid_producer_id_mapping, "the producer does not own the transactional id")
-        if producer_epoch < meta.producer_epoch:
-            raise KafkaError(ErrorCode.invalid_producer_epoch, "the producer was fenced by a newer epoch")
-        if meta.state != TxnState.ONGOING or producer_epoch != meta.producer_epoch or tp not in meta.partitions:
-            raise KafkaError(ErrorCode.invalid_txn_state, f"{tp[0]}-{tp[1]} is not in an ongoing transaction")
+        if producer_epoch != meta.producer_epoch:
+            raise KafkaError(
+                ErrorCode.producer_fenced, f"epoch {producer_epoch} is not the current {meta.producer_epoch}"
+            )
+        if meta.state.preparing:
+            raise KafkaError(ErrorCode.concurrent_transactions, "the previous transaction is still completing")
+        return {tp: ErrorCode.none if tp in meta.partitions else ErrorCode.transaction_abortable for tp in partitions}
 
     # --- completion ------------------------------------------------------------------
 
@@ -344,17 +448,21 @@ class TransactionCoordinator:
                     await self.groups.commit(group_id, offsets)
                 except OSError as e:
                     raise KafkaError(ErrorCode.coordinator_not_available, f"offsets not stored: {e}") from e
-        await self._store(
-            meta.evolve(
-                state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
-                partitions=frozenset(),
-                offsets={},
-                start_ms=-1,
-                update_ms=self.clock.now_ms(),
-            ),
-            meta.transactional_id,
-            durable=False,
+        completed = meta.evolve(
+            state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+            partitions=frozenset(),
+            offsets={},
+            start_ms=-1,
+            update_ms=self.clock.now_ms(),
         )
+        if meta.next_producer_id >= 0:  # the epoch is exhausted: the producer goes on as a new id
+            completed = completed.evolve(
+                producer_id=meta.next_producer_id,
+                producer_epoch=0,
+                last_producer_id=meta.producer_id,
+                next_producer_id=-1,
+            )
+        await self._store(completed, meta.transactional_id, durable=False)
 
     async def recover(self) -> None:
         """Finish the transactions a stop interrupted between their decision and completion."""

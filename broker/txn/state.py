@@ -51,6 +51,8 @@ class TxnMetadata:
     start_ms: int = -1  # when the ongoing transaction began
     last_producer_id: int = -1  # before the last epoch bump: a retried InitProducerId is recognised
     last_producer_epoch: int = -1
+    # Transactions v2: the id an ending transaction's producer moves to, its epoch exhausted.
+    next_producer_id: int = -1
     partitions: frozenset[tuple[str, int]] = frozenset()
     offsets: dict[str, PendingOffsets] = field(default_factory=dict)  # per group: committed with the txn
 
@@ -63,6 +65,7 @@ class TxnMetadata:
             "epoch": self.producer_epoch,
             "lpid": self.last_producer_id,
             "lepoch": self.last_producer_epoch,
+            "npid": self.next_producer_id,
             "timeout": self.timeout_ms,
             "state": self.state.value,
             "start": self.start_ms,
@@ -79,6 +82,7 @@ class TxnMetadata:
         need(isinstance(value, dict), "transaction value is not a map")
         ints = ("pid", "epoch", "lpid", "lepoch", "timeout", "start", "update")
         need(all(_is_int(value.get(k)) for k in ints), "transaction numbers are malformed")
+        need(_is_int(value.get("npid", -1)), "transaction numbers are malformed")  # absent before transactions v2
         states = {s.value: s for s in TxnState}
         state = value.get("state")
         need(isinstance(state, str) and state in states, "unknown transaction state")
@@ -97,6 +101,7 @@ class TxnMetadata:
             producer_epoch=value["epoch"],
             last_producer_id=value["lpid"],
             last_producer_epoch=value["lepoch"],
+            next_producer_id=value.get("npid", -1),
             timeout_ms=value["timeout"],
             state=states[state],
             start_ms=value["start"],

@@ -348,13 +348,13 @@ def test_unknown_api_key_closes_the_connection(stored: Stored, api_key: int) -> 
 
 @pytest.mark.parametrize(
     ("api_key", "version"),
-    [(0, 2), (0, 13), (1, 3), (1, 99), (3, 13), (19, 1), (37, 4), (44, 2)],
+    [(0, 2), (0, 14), (1, 3), (1, 99), (3, 14), (19, 1), (37, 4), (44, 2)],
     ids=[
         "produce-v2",
-        "produce-v13",
+        "produce-v14",
         "fetch-v3",
         "fetch-v99",
-        "metadata-v13",
+        "metadata-v14",
         "create-topics-v1",
         "create-partitions-v4",
         "incremental-alter-configs-v2",

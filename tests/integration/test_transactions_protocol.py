@@ -7,6 +7,7 @@ commit and an abort leave in the log."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -142,7 +143,8 @@ def test_partitions_are_checked_and_a_stale_epoch_is_fenced(conn: KafkaConnectio
     unknown = txn.add(0, topic="no-such-topic")
     assert unknown == {0: ErrorCode.unknown_topic_or_partition}
     assert txn.add(0, 7) == {0: ErrorCode.operation_not_attempted, 7: ErrorCode.unknown_topic_or_partition}
-    assert txn.add(0, epoch=txn.epoch - 1 if txn.epoch else 5) == {0: ErrorCode.invalid_producer_epoch}
+    # v3: PRODUCER_FENCED, as Kafka (v0 and v1 say INVALID_PRODUCER_EPOCH)
+    assert txn.add(0, epoch=txn.epoch - 1 if txn.epoch else 5) == {0: ErrorCode.producer_fenced}
     internal = txn.add(0, topic="__consumer_offsets")
     assert internal == {0: ErrorCode.unknown_topic_or_partition}  # only AddOffsetsToTxn adds it
     assert txn.end(commit=True) == ErrorCode.invalid_txn_state  # nothing was added: nothing to end
@@ -252,3 +254,31 @@ def test_the_broker_bounds_transactional_ids_and_partitions_per_transaction(
         assert again.produce(0, b"kept") == ErrorCode.none
         assert again.end(commit=True) == ErrorCode.none
         assert sorted(small.broker.transactions.txns) == ["one", "two"]
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"), [(1, ErrorCode.invalid_producer_epoch), (2, ErrorCode.producer_fenced)]
+)
+def test_a_stale_epoch_is_producer_fenced_from_v2_as_kafka(conn: KafkaConnection, version: int, expected: Any) -> None:
+    """KIP-588, as Kafka 4.1 answers AddPartitionsToTxn, AddOffsetsToTxn and EndTxn."""
+    txn = begin(conn, f"stale-v{version}")
+    begin(conn, f"stale-v{version}")  # the next instance bumps the epoch: txn's is stale
+    ids = {
+        "transactional_id": txn.transactional_id,
+        "producer_id": i64(txn.producer_id),
+        "producer_epoch": i16(txn.epoch),
+    }
+    add: Any = importlib.import_module(f"kio.schema.add_partitions_to_txn.v{version}.request")
+    added = conn.request(
+        add.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=txn.transactional_id,
+            v3_and_below_producer_id=i64(txn.producer_id),
+            v3_and_below_producer_epoch=i16(txn.epoch),
+            v3_and_below_topics=(add.AddPartitionsToTxnTopic(name=TOPIC, partitions=(i32(0),)),),
+        )
+    )
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == expected
+    offsets: Any = importlib.import_module(f"kio.schema.add_offsets_to_txn.v{version}.request")
+    assert conn.request(offsets.AddOffsetsToTxnRequest(**ids, group_id="g")).error_code == expected
+    end: Any = importlib.import_module(f"kio.schema.end_txn.v{version}.request")
+    assert conn.request(end.EndTxnRequest(**ids, committed=True)).error_code == expected

@@ -61,6 +61,7 @@ def _kio_response(broker: Broker, version: int, entries: list[Any], include_ops:
             controller_id=node,
             topics=tuple(topics),
             cluster_authorized_operations=NOT_REQUESTED_OPERATIONS,
+            error_code=ErrorCode.none,
         )
     )
 

@@ -23,6 +23,7 @@ META = TxnMetadata(
     start_ms=900,
     last_producer_id=12,
     last_producer_epoch=2,
+    next_producer_id=13,
     partitions=frozenset({("otp.deliveries", 0), ("__consumer_offsets", 7)}),
     offsets={"otp-email": {("otp.requests", 1): (41, 0, "")}},
 )
@@ -41,6 +42,7 @@ def test_a_state_round_trips_through_its_record() -> None:
     [
         ("pid", "12"),
         ("epoch", True),
+        ("npid", "13"),
         ("state", "Dead"),
         ("state", ["Ongoing"]),  # unhashable: found by the hypothesis test below
         ("parts", [["t", "0"]]),
