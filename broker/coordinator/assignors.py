@@ -16,10 +16,8 @@ for a given input, so a restarted broker recomputes what it computed before.
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Callable, Mapping
-from fractions import Fraction
 
 Assignment = dict[uuid.UUID, frozenset[int]]  # topic id -> partitions
 Subscriptions = Mapping[str, frozenset[uuid.UUID]]  # member id -> subscribed topic ids
@@ -33,11 +31,13 @@ def uniform(
     taken: set[tuple[uuid.UUID, int]] = set()
     eligible = {t: sorted(m for m, subs in members.items() if t in subs) for t in partitions}
     # What each member keeps: its previous partitions that still exist and that it still
-    # subscribes to (each partition once, should a previous target be inconsistent), up to
-    # its fair share: each of its topics spread evenly over that topic's subscribers.
+    # subscribes to (each partition once, should a previous target be inconsistent).  When all
+    # subscribe alike, up to the balanced share, so a member joining takes only what it must;
+    # otherwise all of them, and the balancing below moves only what the balance requires.
+    alike = len({members[m] for m in members}) <= 1
+    total = sum(count for t, count in partitions.items() if eligible[t])
     for member in sorted(members):
-        subscribed = [t for t in members[member] if t in partitions]
-        share = math.ceil(sum(Fraction(partitions[t], len(eligible[t])) for t in subscribed))
+        share = -(-total // len(members)) if alike else total
         for topic, parts in sorted(previous.get(member, {}).items(), key=lambda tp: str(tp[0])):
             if topic not in members[member] or topic not in partitions:
                 continue

@@ -134,9 +134,9 @@ class ConsumerGroups:
             may_describe=req.may_describe,
         )
         member.session_deadline_ms = now + self.config.session_timeout_ms
-        full = req.member_epoch == 0 or (
-            req.rebalance_timeout_ms >= 0 and req.topic_names is not None and req.owned is not None
-        )
+        # As Kafka: the assignment is sent to a member that joins, whose assignment changed, or
+        # that reported its partitions (it may have missed the response that told it).
+        full = req.member_epoch == 0 or req.owned is not None
         assignment = member.assigned if full or member.assigned != before else None
         return HeartbeatResult(member.member_id, member.epoch, assignment), records
 
@@ -324,8 +324,12 @@ class ConsumerGroups:
             member_id,
             instance_id=old.instance_id,
             rack_id=old.rack_id,
+            client_id=old.client_id,
+            client_host=old.client_host,
             topic_names=old.topic_names,
             topic_regex=old.topic_regex,
+            regex_topics=old.regex_topics,  # as matched: a pattern that matches the same is no change
+            regex_version=old.regex_version,
             server_assignor=old.server_assignor,
             rebalance_timeout_ms=old.rebalance_timeout_ms,
             state=old.state,
@@ -334,8 +338,11 @@ class ConsumerGroups:
             assigned=old.assigned,
             revoking=old.revoking,
             classic=old.classic,
+            revoke_deadline_ms=old.revoke_deadline_ms,
         )
         group.add_member(member)
+        # Written whatever the heartbeat changes next: the new member id has no record yet.
+        records.append(self._member_record(group, member))
         if target is not None:
             group.target[member_id] = target
             records.append(self._target_record(group, member_id))
@@ -490,7 +497,10 @@ class ConsumerGroups:
     # --- records -----------------------------------------------------------------------
 
     def _group_record(self, group: ConsumerGroup) -> Rec:
-        return ["cg", group.group_id], {"epoch": group.epoch}
+        # With the subscribed topics the target was computed from (Kafka stores their metadata
+        # too): after a restart the first heartbeat finds them unchanged and bumps nothing.
+        subscribed = [[name, topic_id.bytes, count] for name, topic_id, count in sorted(group.subscribed, key=str)]
+        return ["cg", group.group_id], {"epoch": group.epoch, "subscribed": subscribed}
 
     def _member_record(self, group: ConsumerGroup, m: ConsumerMember) -> Rec:
         return ["cgm", group.group_id, m.member_id], {
@@ -535,11 +545,12 @@ class ConsumerGroups:
             self._replay_tombstone(kind, group_id, key)
             return
         group = self.groups.get(group_id)
-        if group is None:
-            group = self.groups[group_id] = ConsumerGroup(group_id)
+        if group is None:  # registered below, once the record has been read whole
+            group = ConsumerGroup(group_id)
         if kind == "cg":
             need(_is_int(value.get("epoch")), "group epoch is malformed")
-            group.epoch = value["epoch"]
+            subscribed = _subscribed(value.get("subscribed", []))
+            group.epoch, group.subscribed = value["epoch"], subscribed
         elif kind == "cgt":
             need(_is_int(value.get("epoch")), "assignment epoch is malformed")
             group.assignment_epoch = value["epoch"]
@@ -548,13 +559,14 @@ class ConsumerGroups:
         elif kind == "cgm":
             self._replay_member(group, key[2], value)
         else:
-            current = self._stored_member(group, key[2])
             state, epoch, previous = value.get("state"), value.get("epoch"), value.get("previous")
             need(_is_int(epoch) and _is_int(previous), "member epochs are malformed")
-            need(state in {s.value for s in MemberState}, "member state is malformed")
+            need(isinstance(state, str) and state in {s.value for s in MemberState}, "member state is malformed")
             assigned, revoking = _unpack(value.get("assigned")), _unpack(value.get("revoking"))
+            current = self._stored_member(group, key[2])
             current.state, current.epoch, current.previous_epoch = MemberState(state), value["epoch"], value["previous"]
             current.assigned, current.revoking = assigned, revoking
+        self.groups.setdefault(group_id, group)
 
     def _replay_member(self, group: ConsumerGroup, member_id: str, value: dict[str, Any]) -> None:
         topics = value.get("topics")
@@ -563,17 +575,18 @@ class ConsumerGroups:
         need(all(value.get(k) is None or isinstance(value.get(k), str) for k in strings), "member fields are malformed")
         need(isinstance(value.get("client"), str) and isinstance(value.get("host"), str), "member client is malformed")
         need(_is_int(value.get("rebalance_ms")), "member rebalance timeout is malformed")
+        matched = value.get("regex_topics", [])
+        need(isinstance(matched, list) and all(isinstance(t, str) for t in matched), "member matches are malformed")
+        classic = _classic(value.get("classic"))
         member = self._stored_member(group, member_id)
         if member.instance_id is not None and group.static.get(member.instance_id) == member_id:
             del group.static[member.instance_id]
         member.instance_id, member.rack_id = value.get("instance"), value.get("rack")
         member.client_id, member.client_host = value["client"], value["host"]
-        matched = value.get("regex_topics", [])
-        need(isinstance(matched, list) and all(isinstance(t, str) for t in matched), "member matches are malformed")
         member.topic_names, member.topic_regex = tuple(value["topics"]), value.get("regex")
         member.regex_topics = frozenset(matched)
         member.server_assignor, member.rebalance_timeout_ms = value.get("assignor"), value["rebalance_ms"]
-        member.classic = _classic(value.get("classic"))
+        member.classic = classic
         if member.instance_id is not None:
             group.static[member.instance_id] = member_id
 
@@ -601,6 +614,24 @@ class ConsumerGroups:
         for group in self.groups.values():
             group.rebuild_owners()
         self.restart_timers(now)
+
+
+def _subscribed(value: object) -> frozenset[tuple[str, uuid.UUID, int]]:
+    need(isinstance(value, list), "group subscription is malformed")
+    assert isinstance(value, list)
+    need(
+        all(
+            isinstance(t, list)
+            and len(t) == 3
+            and isinstance(t[0], str)
+            and isinstance(t[1], bytes)
+            and len(t[1]) == 16
+            and _is_int(t[2])
+            for t in value
+        ),
+        "group subscription is malformed",
+    )
+    return frozenset((t[0], uuid.UUID(bytes=t[1]), t[2]) for t in value)
 
 
 def _classic(value: object) -> ClassicProtocol | None:
