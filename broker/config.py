@@ -130,6 +130,17 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         _S("group.consumer.heartbeat.interval.ms", "250", integer(1, INT_MAX), INT),
         _S("group.consumer.assignors", "uniform,range", _assignors, LIST),
         _S("group.consumer.max.size", "1000", integer(1, INT_MAX), INT),
+        # Share groups (KIP-932): Kafka 4.1's defaults and bounds.  A group may set its own
+        # lock duration (share.record.lock.duration.ms) within the min and max.
+        _S("group.share.session.timeout.ms", "45000", integer(1, INT_MAX), INT),
+        _S("group.share.heartbeat.interval.ms", "5000", integer(1, INT_MAX), INT),
+        _S("group.share.record.lock.duration.ms", "30000", integer(1000, 3_600_000), INT),
+        _S("group.share.min.record.lock.duration.ms", "15000", integer(1000, 30_000), INT),
+        _S("group.share.max.record.lock.duration.ms", "60000", integer(30_000, 3_600_000), INT),
+        _S("group.share.delivery.count.limit", "5", integer(2, 10), INT),
+        _S("group.share.partition.max.record.locks", "2000", integer(100, 10_000), INT),
+        _S("group.share.max.size", "200", integer(10, 1000), INT),
+        _S("group.share.max.share.sessions", "2000", integer(1, 30_000), INT),
         _S("offsets.retention.minutes", "10080", integer(1, INT_MAX), INT),
         _S("offset.metadata.max.bytes", "4096", integer(0, INT_MAX), INT),
         _S("offsets.retention.check.interval.ms", "600000", integer(1), LONG),
