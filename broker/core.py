@@ -33,6 +33,7 @@ from broker.producer_ids import ProducerIdAllocator
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.quotas import Quotas
 from broker.security.authorizer import Security
+from broker.share.coordinator import GroupSettings, ShareConfig, ShareCoordinator
 from broker.txn.coordinator import TransactionCoordinator, TxnConfig
 from kit.settings import ConfigError
 
@@ -103,6 +104,24 @@ class Broker:
             self.sync,
         )
         self.metrics.coordinator = self.coordinator
+        self.shares = ShareCoordinator(
+            self.store,
+            self.clock,
+            ShareConfig(
+                state_partitions=config.get("share.coordinator.state.topic.num.partitions"),
+                session_timeout_ms=config.get("group.share.session.timeout.ms"),
+                heartbeat_interval_ms=config.get("group.share.heartbeat.interval.ms"),
+                lock_duration_ms=config.get("group.share.record.lock.duration.ms"),
+                delivery_limit=config.get("group.share.delivery.count.limit"),
+                max_locks=config.get("group.share.partition.max.record.locks"),
+                max_size=config.get("group.share.max.size"),
+                max_sessions=config.get("group.share.max.share.sessions"),
+            ),
+            self.sync,
+            settings=self.share_settings,
+            other_kind=self._group_kind,
+        )
+        self.coordinator.is_share_group = self.shares.groups.__contains__
         self.transactions = TransactionCoordinator(
             self.store,
             clock=self.clock,
@@ -213,6 +232,20 @@ class Broker:
             await asyncio.sleep(0.01)
             observe(max(0.0, time.perf_counter() - due))
 
+    def share_settings(self, group_id: str) -> GroupSettings:
+        config = self.config
+        return GroupSettings(
+            lock_duration_ms=config.get("group.share.record.lock.duration.ms"),
+            session_timeout_ms=config.get("group.share.session.timeout.ms"),
+            heartbeat_interval_ms=config.get("group.share.heartbeat.interval.ms"),
+            auto_offset_reset="latest",
+        )
+
+    def _group_kind(self, group_id: str) -> str | None:
+        if group_id in self.coordinator.consumer.groups:
+            return "consumer"
+        return "classic" if group_id in self.coordinator.groups else None
+
     async def _coordinator_ticks(self) -> None:
         """Session expiry, join deadlines and offset retention, at a fine grain so a new
         group balances promptly after its initial delay."""
@@ -220,6 +253,7 @@ class Broker:
             await asyncio.sleep(0.025)
             try:
                 self.coordinator.tick()
+                self.shares.tick()
             except Exception:
                 log.exception("group coordinator tick failed")
 

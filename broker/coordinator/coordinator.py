@@ -83,6 +83,7 @@ class GroupCoordinator:
         self._last_cleanup_ms = clock.now_ms()
         self.consumer = ConsumerGroups(store, config.consumer, self._claim_for_consumer_group)
         self.classic_members = ClassicMembers(self.consumer)
+        self.is_share_group: Callable[[str], bool] = lambda _: False  # share group ids are taken
         topic = store.get(OFFSETS_TOPIC)
         self.partitions = topic.partitions if topic is not None else config.offsets_partitions
         if topic is not None:
@@ -238,6 +239,8 @@ class GroupCoordinator:
             raise KafkaError(ErrorCode.invalid_group_id, "the group id is empty")
         if len(group_id) > MAX_GROUP_ID:
             raise KafkaError(ErrorCode.invalid_group_id, f"the group id is longer than {MAX_GROUP_ID} characters")
+        if self.is_share_group(group_id):
+            raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is a share group.")
         return group_id
 
     def _group(self, group_id: str) -> Group:

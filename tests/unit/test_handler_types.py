@@ -1,5 +1,5 @@
 """Each handler is typed with kio's classes of the versions its API serves: the unions of
-broker/handlers/kio_types.py (and kio_types_txn.py, the transaction APIs'), named by the
+broker/handlers/kio_types.py (and kio_types_txn.py and kio_types_share.py), named by the
 `Messages[Request, Response]` annotation of the API in its handler module.  The broker never
 loads those unions (they are for type checking); what it hands a handler is kio's decoding
 of a frame, and what it answers with is built from `Messages.response`, both the class kio's
@@ -12,7 +12,7 @@ import sys
 import typing
 
 import broker.handlers
-from broker.handlers import APIS, kio_types, kio_types_txn
+from broker.handlers import APIS, kio_types, kio_types_share, kio_types_txn
 from broker.handlers.base import Messages
 from broker.protocol.codec import request_type, response_type
 
@@ -26,7 +26,7 @@ def _classes(alias: object) -> set[object]:
 def _declared() -> dict[int, tuple[Messages[object, object], set[object], set[object]]]:
     """Every `Messages` of the handler modules, with the classes its annotation names."""
     found = {}
-    namespace = {**vars(kio_types), **vars(kio_types_txn), "Messages": Messages}
+    namespace = {**vars(kio_types), **vars(kio_types_txn), **vars(kio_types_share), "Messages": Messages}
     for module in _MODULES:
         for attr, annotation in getattr(module, "__annotations__", {}).items():
             value = getattr(module, attr, None)

@@ -1,0 +1,364 @@
+"""The share group APIs' records half (KIP-932): ShareFetch and ShareAcknowledge.
+
+A ShareFetch first applies the acknowledgements it carries, then acquires records for its
+member from every partition of its share session, long-polling up to MaxWaitMs when there
+is nothing to acquire (new records appended, or records released or unlocked, end the
+wait).  The answer holds whole stored batches; AcquiredRecords says which of their records
+are this member's.  Acknowledgements (and a share partition's first start offset) are
+fsynced before the answer is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from broker.core import Broker
+from broker.handlers.base import Answer, Messages, RequestContext
+from broker.log.partition_log import PartitionLog
+from broker.protocol.codec import build, nested, timedelta_ms
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.acls import Operation
+from broker.share.coordinator import Key, ShareCoordinator
+from broker.share.partition import Acquired
+from broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession
+
+if TYPE_CHECKING:
+    from kio.static.protocol import Entity
+
+    from broker.handlers.kio_types_share import (
+        ShareAcknowledgeRequest,
+        ShareAcknowledgeResponse,
+        ShareFetchRequest,
+        ShareFetchResponse,
+    )
+
+R = TypeVar("R")
+
+FETCH: Messages[ShareFetchRequest, ShareFetchResponse] = Messages(78, 1, 1)
+ACKNOWLEDGE: Messages[ShareAcknowledgeRequest, ShareAcknowledgeResponse] = Messages(79, 1, 1)
+
+
+class _Batch(Protocol):
+    @property
+    def first_offset(self) -> int: ...
+
+    @property
+    def last_offset(self) -> int: ...
+
+    @property
+    def acknowledge_types(self) -> Sequence[int]: ...
+
+
+@dataclass(slots=True)
+class _Slot:
+    """One partition of the answer."""
+
+    topic_id: uuid.UUID
+    partition: int
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    ack_error: ErrorCode = ErrorCode.none
+    ack_message: str | None = None
+    acked: bool = False
+    records: bytes = b""
+    acquired: list[Acquired] = field(default_factory=list)
+
+
+class _Request:
+    """What both APIs share: the member, its group, its session, and the partitions whose
+    state the request changed (to be made durable before the answer)."""
+
+    def __init__(self, broker: Broker, ctx: RequestContext, group_id: str, member_id: str) -> None:
+        self.broker, self.ctx = broker, ctx
+        self.shares: ShareCoordinator = broker.shares
+        self.group_id, self.member_id = group_id, member_id
+        self.slots: dict[tuple[uuid.UUID, int], _Slot] = {}
+        self.changed: set[Key] = set()
+
+    def slot(self, topic_id: uuid.UUID, partition: int) -> _Slot:
+        key = (topic_id, partition)
+        found = self.slots.get(key)
+        if found is None:
+            found = self.slots[key] = _Slot(topic_id, partition)
+        return found
+
+    def log_of(self, topic_id: uuid.UUID, partition: int) -> PartitionLog:
+        topic = self.broker.store.by_id.get(topic_id)
+        if topic is None:
+            raise KafkaError(ErrorCode.unknown_topic_id, f"no topic has id {topic_id}")
+        if not self.broker.security.topic(self.ctx.session, Operation.READ, topic.name):
+            raise KafkaError(ErrorCode.topic_authorization_failed, f"READ on topic {topic.name} denied")
+        plog = self.broker.store.partition_log(topic.name, partition)
+        if plog is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic.name} has no partition {partition}")
+        return plog
+
+    def acknowledge(self, topic_id: uuid.UUID, partition: int, batches: Sequence[_Batch]) -> None:
+        slot = self.slot(topic_id, partition)
+        slot.acked = True
+        try:
+            self.log_of(topic_id, partition)
+            key = (self.group_id, topic_id, partition)
+            self.shares.acknowledge(
+                self.member_id, key, [(b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in batches]
+            )
+            self.changed.add(key)
+        except KafkaError as e:
+            slot.ack_error, slot.ack_message = e.code, e.message
+
+    def durable(self) -> Awaitable[None] | None:
+        return self.shares.persist(self.group_id, self.changed)
+
+
+def _check(broker: Broker, ctx: RequestContext, group_id: str | None, member_id: str | None) -> tuple[str, str]:
+    if not group_id:
+        raise KafkaError(ErrorCode.invalid_group_id, "GroupId can't be empty.")
+    if not member_id:
+        raise KafkaError(ErrorCode.invalid_request, "MemberId can't be empty.")
+    if not broker.security.group(ctx.session, Operation.READ, group_id):
+        raise KafkaError(ErrorCode.group_authorization_failed, f"READ on group {group_id} denied")
+    return group_id, member_id
+
+
+# --- ShareFetch ------------------------------------------------------------------------
+
+
+def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest) -> Answer[ShareFetchResponse]:
+    epoch = request.share_session_epoch
+    try:
+        group_id, member_id = _check(broker, ctx, request.group_id, request.member_id)
+        acks = any(p.acknowledgement_batches for t in request.topics for p in t.partitions)
+        if epoch == INITIAL_EPOCH and acks:
+            raise KafkaError(ErrorCode.invalid_request, "Acknowledge data present on initial fetch request.")
+        if any(t.topic_id is None for t in request.topics) or any(
+            t.topic_id is None for t in request.forgotten_topics_data
+        ):
+            raise KafkaError(ErrorCode.invalid_request, "a topic id is null")
+        shares: ShareCoordinator = broker.shares
+        if epoch == INITIAL_EPOCH:
+            session = shares.open_session(group_id, member_id)
+        else:
+            session = shares.sessions.next(group_id, member_id, epoch)
+    except KafkaError as e:
+        return _fetch_response(broker, ctx, [], e.code, e.message)
+    req = _Request(broker, ctx, group_id, member_id)
+    for forgotten in request.forgotten_topics_data:
+        for p in forgotten.partitions:
+            assert forgotten.topic_id is not None
+            session.partitions.pop((forgotten.topic_id, p), None)
+    for topic in request.topics:
+        assert topic.topic_id is not None
+        for part in topic.partitions:
+            if part.acknowledgement_batches:
+                req.acknowledge(topic.topic_id, part.partition_index, part.acknowledgement_batches)
+            if epoch == INITIAL_EPOCH:
+                req.slot(topic.topic_id, part.partition_index)  # a full session is answered in full
+            if epoch != FINAL_EPOCH:
+                session.partitions[(topic.topic_id, part.partition_index)] = None
+    lock_ms = shares.settings(group_id).lock_duration_ms
+
+    def respond() -> ShareFetchResponse:
+        return _fetch_response(broker, ctx, list(req.slots.values()), lock_ms=lock_ms)
+
+    def failed(e: OSError) -> ShareFetchResponse:
+        return _fetch_response(broker, ctx, [], ErrorCode.coordinator_not_available, f"not stored: {e}")
+
+    if epoch == FINAL_EPOCH:
+        shares.close_session(session)
+        return _answer(req, respond, failed)
+    max_records = max(request.max_records, 1)
+    max_bytes = min(request.max_bytes, broker.config.get("fetch.max.bytes"))
+    got = _acquire(req, session, max_records, max_bytes)
+    max_wait = min(timedelta_ms(request.max_wait), broker.config.get("fetch.max.wait.ms")) / 1000
+    if got or max_wait <= 0 or any(s.error for s in req.slots.values()):
+        return _answer(req, respond, failed)
+    durable = req.durable()
+    logs = [plog for tp in session.partitions if (plog := _quiet_log(req, tp)) is not None]
+    watch = broker.watch_appends(logs, 1)
+    changed = shares.changed()
+
+    async def long_poll() -> ShareFetchResponse:
+        try:
+            if durable is not None:
+                await durable
+            await asyncio.wait({watch.future, changed}, timeout=max_wait, return_when=asyncio.FIRST_COMPLETED)
+        except OSError as e:
+            return failed(e)
+        finally:
+            broker.unwatch(watch)
+            changed.cancel()
+        if broker.shares.sessions.sessions.get((group_id, member_id)) is session:
+            req.changed.clear()
+            _acquire(req, session, max_records, max_bytes)
+        again = req.durable()
+        if again is not None:
+            try:
+                await again
+            except OSError as e:
+                return failed(e)
+        return respond()
+
+    return long_poll()
+
+
+def _quiet_log(req: _Request, tp: tuple[uuid.UUID, int]) -> PartitionLog | None:
+    try:
+        return req.log_of(*tp)
+    except KafkaError:
+        return None
+
+
+def _acquire(req: _Request, session: ShareSession, max_records: int, max_bytes: int) -> bool:
+    """Acquire from each partition of the session in turn, within the request's limits;
+    True when anything was acquired."""
+    got = False
+    for topic_id, partition in list(session.partitions):
+        if max_records <= 0 or max_bytes <= 0:
+            break
+        slot = req.slot(topic_id, partition)
+        try:
+            plog = req.log_of(topic_id, partition)
+            key = (req.group_id, topic_id, partition)
+            part, new = req.shares.partition(req.group_id, topic_id, partition, plog)
+            if new:
+                req.changed.add(key)
+            fetched = req.shares.acquire(req.member_id, key, part, plog, max_records=max_records, max_bytes=max_bytes)
+        except KafkaError as e:
+            slot.error, slot.message = e.code, e.message
+            continue
+        if fetched.acquired:
+            got = True
+            slot.records += fetched.records
+            slot.acquired.extend(fetched.acquired)
+            max_records -= sum(a.last_offset - a.first_offset + 1 for a in fetched.acquired)
+            max_bytes -= len(fetched.records)
+    return got
+
+
+def _answer(req: _Request, respond: Callable[[], R], failed: Callable[[OSError], R]) -> Answer[R]:
+    """`respond()` once what the request changed is durable."""
+    durable = req.durable()
+    if durable is None:
+        return respond()
+
+    async def answer() -> R:
+        try:
+            await durable
+        except OSError as e:
+            return failed(e)
+        return respond()
+
+    return answer()
+
+
+def _fetch_response(
+    broker: Broker,
+    ctx: RequestContext,
+    slots: list[_Slot],
+    error: ErrorCode = ErrorCode.none,
+    message: str | None = None,
+    *,
+    lock_ms: int = 0,
+) -> ShareFetchResponse:
+    cls = FETCH.response(ctx.api_version)
+    topic_cls, part_cls, leader_cls, acq_cls = (
+        nested(cls, "ShareFetchableTopicResponse"),
+        nested(cls, "PartitionData"),
+        nested(cls, "LeaderIdAndEpoch"),
+        nested(cls, "AcquiredRecords"),
+    )
+    by_topic: dict[uuid.UUID, list[Entity]] = {}
+    for s in slots:
+        if s.error:
+            broker.metrics.errors.labels("ShareFetch", s.error.name).inc()
+        by_topic.setdefault(s.topic_id, []).append(
+            build(
+                part_cls,
+                partition_index=s.partition,
+                error_code=s.error,
+                error_message=s.message,
+                acknowledge_error_code=s.ack_error,
+                acknowledge_error_message=s.ack_message,
+                current_leader=build(leader_cls, leader_id=-1, leader_epoch=-1),
+                records=s.records,
+                acquired_records=tuple(
+                    build(
+                        acq_cls, first_offset=a.first_offset, last_offset=a.last_offset, delivery_count=a.delivery_count
+                    )
+                    for a in s.acquired
+                ),
+            )
+        )
+    return build(
+        cls,
+        throttle_time=0,
+        error_code=error,
+        error_message=message,
+        acquisition_lock_timeout=lock_ms,
+        responses=tuple(build(topic_cls, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+        node_endpoints=(),
+    )
+
+
+# --- ShareAcknowledge ------------------------------------------------------------------
+
+
+def share_acknowledge(
+    broker: Broker, ctx: RequestContext, request: ShareAcknowledgeRequest
+) -> Answer[ShareAcknowledgeResponse]:
+    epoch = request.share_session_epoch
+    try:
+        group_id, member_id = _check(broker, ctx, request.group_id, request.member_id)
+        if epoch == INITIAL_EPOCH:
+            raise KafkaError(ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session.")
+        if any(t.topic_id is None for t in request.topics):
+            raise KafkaError(ErrorCode.invalid_request, "a topic id is null")
+        session = broker.shares.sessions.next(group_id, member_id, epoch)
+    except KafkaError as e:
+        return _ack_response(ctx, [], e.code, e.message)
+    req = _Request(broker, ctx, group_id, member_id)
+    for topic in request.topics:
+        assert topic.topic_id is not None
+        for part in topic.partitions:
+            req.acknowledge(topic.topic_id, part.partition_index, part.acknowledgement_batches)
+    if epoch == FINAL_EPOCH:
+        broker.shares.close_session(session)
+    return _answer(
+        req,
+        lambda: _ack_response(ctx, list(req.slots.values())),
+        lambda e: _ack_response(ctx, [], ErrorCode.coordinator_not_available, f"not stored: {e}"),
+    )
+
+
+def _ack_response(
+    ctx: RequestContext, slots: list[_Slot], error: ErrorCode = ErrorCode.none, message: str | None = None
+) -> ShareAcknowledgeResponse:
+    cls = ACKNOWLEDGE.response(ctx.api_version)
+    topic_cls, part_cls, leader_cls = (
+        nested(cls, "ShareAcknowledgeTopicResponse"),
+        nested(cls, "PartitionData"),
+        nested(cls, "LeaderIdAndEpoch"),
+    )
+    by_topic: dict[uuid.UUID, list[Entity]] = {}
+    for s in slots:
+        by_topic.setdefault(s.topic_id, []).append(
+            build(
+                part_cls,
+                partition_index=s.partition,
+                error_code=s.ack_error,
+                error_message=s.ack_message,
+                current_leader=build(leader_cls, leader_id=-1, leader_epoch=-1),
+            )
+        )
+    return build(
+        cls,
+        throttle_time=0,
+        error_code=error,
+        error_message=message,
+        responses=tuple(build(topic_cls, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+        node_endpoints=(),
+    )

@@ -1,0 +1,186 @@
+"""The share group APIs' membership half (KIP-932): ShareGroupHeartbeat and
+ShareGroupDescribe.  The behaviour lives in broker/share/."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from broker.coordinator.assignors import Assignment
+from broker.core import Broker
+from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext
+from broker.protocol.codec import build, nested
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.acls import Operation, ResourceType
+from broker.share.group import ShareGroup, ShareHeartbeat
+
+if TYPE_CHECKING:
+    from kio.static.protocol import Entity
+
+    from broker.handlers.kio_types_share import (
+        ShareGroupDescribeRequest,
+        ShareGroupDescribeResponse,
+        ShareGroupHeartbeatRequest,
+        ShareGroupHeartbeatResponse,
+    )
+
+HEARTBEAT: Messages[ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse] = Messages(76, 1, 1)
+DESCRIBE: Messages[ShareGroupDescribeRequest, ShareGroupDescribeResponse] = Messages(77, 1, 1)
+ASSIGNOR = "simple"
+
+
+def heartbeat(
+    broker: Broker, ctx: RequestContext, request: ShareGroupHeartbeatRequest
+) -> Answer[ShareGroupHeartbeatResponse]:
+    cls = HEARTBEAT.response(ctx.api_version)
+    shares = broker.shares
+
+    def failed(error: ErrorCode, message: str | None = None) -> ShareGroupHeartbeatResponse:
+        return build(
+            cls, throttle_time=0, error_code=error, error_message=message, member_epoch=-1, heartbeat_interval=0
+        )
+
+    if not request.group_id:
+        return failed(ErrorCode.invalid_group_id, "GroupId can't be empty.")
+    if not broker.security.group(ctx.session, Operation.READ, request.group_id):
+        return failed(ErrorCode.group_authorization_failed)
+    names = request.subscribed_topic_names
+    if names is not None:
+        denied = sorted(n for n in set(names) if not broker.security.topic(ctx.session, Operation.DESCRIBE, n))
+        if denied:
+            return failed(ErrorCode.topic_authorization_failed, f"Unauthorized topics: {', '.join(denied)}.")
+
+    def resolve(name: str) -> tuple[uuid.UUID, int] | None:
+        topic = broker.store.get(name)
+        if topic is None or topic.internal or not broker.security.topic(ctx.session, Operation.DESCRIBE, name):
+            return None
+        return topic.topic_id, topic.partitions
+
+    beat = ShareHeartbeat(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        member_epoch=request.member_epoch,
+        rack_id=request.rack_id,
+        topic_names=tuple(names) if names is not None else None,
+        client_id=ctx.client_id or "",
+        client_host=ctx.client_host,
+    )
+    try:
+        result, durable = shares.heartbeat(beat, resolve)
+    except KafkaError as e:
+        return failed(e.code, e.message)
+    assignment = None
+    if result.assignment is not None:
+        tp_cls = nested(cls, "TopicPartitions")
+        assignment = build(
+            nested(cls, "Assignment"),
+            topic_partitions=tuple(
+                build(tp_cls, topic_id=topic, partitions=tuple(sorted(parts)))
+                for topic, parts in sorted(result.assignment.items(), key=lambda tp: str(tp[0]))
+            ),
+        )
+    response = build(
+        cls,
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        member_id=request.member_id,
+        member_epoch=result.member_epoch,
+        heartbeat_interval=shares.settings(request.group_id).heartbeat_interval_ms,
+        assignment=assignment,
+    )
+    if durable is None:
+        return response
+
+    async def answer() -> ShareGroupHeartbeatResponse:
+        try:
+            await durable
+        except OSError as e:
+            return failed(ErrorCode.coordinator_not_available, f"the group's state could not be stored: {e}")
+        return response
+
+    return answer()
+
+
+def describe(broker: Broker, ctx: RequestContext, request: ShareGroupDescribeRequest) -> ShareGroupDescribeResponse:
+    cls = DESCRIBE.response(ctx.api_version)
+    group_cls = nested(cls, "DescribedGroup")
+    out = []
+    for group_id in request.group_ids:
+
+        def failed(error: ErrorCode, message: str | None = None, group_id: str = group_id) -> Entity:
+            return build(
+                group_cls,
+                error_code=error,
+                error_message=message,
+                group_id=group_id,
+                group_state="",
+                group_epoch=0,
+                assignment_epoch=0,
+                assignor_name="",
+                members=(),
+                authorized_operations=NOT_REQUESTED_OPERATIONS,
+            )
+
+        if not group_id:
+            out.append(failed(ErrorCode.invalid_group_id))
+            continue
+        if not broker.security.group(ctx.session, Operation.DESCRIBE, group_id):
+            out.append(failed(ErrorCode.group_authorization_failed))
+            continue
+        group = broker.shares.groups.get(group_id)
+        if group is None:
+            known = group_id in broker.coordinator.groups or group_id in broker.coordinator.consumer.groups
+            message = f"Group {group_id} is not a share group." if known else f"Group {group_id} not found."
+            out.append(failed(ErrorCode.group_id_not_found, message))
+            continue
+        ops = (
+            broker.security.operations(ctx.session, ResourceType.GROUP, group_id)
+            if request.include_authorized_operations
+            else NOT_REQUESTED_OPERATIONS
+        )
+        out.append(
+            build(
+                group_cls,
+                error_code=ErrorCode.none,
+                group_id=group_id,
+                group_state=group.state.value,
+                group_epoch=group.epoch,
+                assignment_epoch=group.assignment_epoch,
+                assignor_name=ASSIGNOR,
+                members=tuple(_members(broker, cls, group)),
+                authorized_operations=ops,
+            )
+        )
+    return build(cls, throttle_time=0, groups=tuple(out))
+
+
+def _members(broker: Broker, cls: type[Entity], group: ShareGroup) -> Iterable[Entity]:
+    member_cls, assignment_cls, tp_cls = (
+        nested(cls, "Member"),
+        nested(cls, "Assignment"),
+        nested(cls, "TopicPartitions"),
+    )
+    names = {topic.topic_id: name for name, topic in broker.store.topics.items()}
+
+    def described(assignment: Assignment) -> Entity:
+        return build(
+            assignment_cls,
+            topic_partitions=tuple(
+                build(tp_cls, topic_id=topic, topic_name=names[topic], partitions=tuple(sorted(parts)))
+                for topic, parts in sorted(assignment.items(), key=lambda tp: names.get(tp[0], ""))
+                if topic in names
+            ),
+        )
+
+    for m in group.members.values():
+        yield build(
+            member_cls,
+            member_id=m.member_id,
+            rack_id=m.rack_id,
+            member_epoch=m.epoch,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            subscribed_topic_names=m.topic_names,
+            assignment=described(m.assigned),
+        )

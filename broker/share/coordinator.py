@@ -1,0 +1,421 @@
+"""The share group coordinator (KIP-932): share groups' members, their share sessions, and
+the state of every share partition, kept in the compacted internal topic
+`__share_group_state` (msgpack keys and values, like `__consumer_offsets`).
+
+One group's records all go to one partition of that topic (`crc32(group) % partitions`), so
+a request that changes several of its share partitions costs one fsync.  Acknowledgements
+and a share partition's first start offset are answered only once fsynced; an acquisition
+writes nothing (as Kafka: a delivery count is stored with the acknowledgement or release
+that follows, so a crash may deliver a record once more than counted, never lose one).
+
+Members are held in memory only: after a restart a member's next heartbeat is told
+UNKNOWN_MEMBER_ID and it rejoins under the same id, as after a coordinator move in Kafka.
+The records it held were released by the restart anyway (locks do not survive).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+import zlib
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+import msgpack
+import structlog
+
+from broker.clock import Clock
+from broker.coordinator.coordinator import COORDINATOR_TOPIC_CONFIG
+from broker.log.partition_log import PartitionLog
+from broker.metadata import MetadataStore
+from broker.protocol.batch import iter_headers
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.records import Record, build_batch
+from broker.replay import need
+from broker.share.group import (
+    LEAVE_EPOCH,
+    ShareGroup,
+    ShareHeartbeat,
+    ShareHeartbeatResult,
+    join_or_beat,
+    simple,
+    validate,
+)
+from broker.share.partition import Acquired, BatchSpan, SharePartition
+from broker.share.sessions import ShareSession, ShareSessions
+
+log = structlog.get_logger(__name__)
+
+STATE_TOPIC = "__share_group_state"
+Key = tuple[str, uuid.UUID, int]  # group, topic id, partition
+Rec = tuple[list[object], dict[str, object] | None]
+Sync = Callable[[Iterable[PartitionLog]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ShareConfig:
+    state_partitions: int = 50
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    lock_duration_ms: int = 30_000
+    delivery_limit: int = 5
+    max_locks: int = 2_000
+    max_size: int = 200
+    max_sessions: int = 2_000
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """A group's own configs (its overrides, else the broker's)."""
+
+    lock_duration_ms: int
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    auto_offset_reset: str  # latest | earliest | by_duration
+    reset_duration_ms: int | None = None
+
+
+@dataclass(slots=True)
+class Fetched:
+    records: bytes
+    acquired: list[Acquired]
+
+
+class ShareCoordinator:
+    def __init__(
+        self,
+        store: MetadataStore,
+        clock: Clock,
+        config: ShareConfig,
+        sync: Sync,
+        *,
+        settings: Callable[[str], GroupSettings],
+        other_kind: Callable[[str], str | None],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.config = config
+        self._sync = sync
+        self.settings = settings
+        self._other_kind = other_kind  # "consumer"/"classic" when a group of that id exists
+        self.groups: dict[str, ShareGroup] = {}
+        self.partitions: dict[Key, SharePartition] = {}
+        self.sessions = ShareSessions(config.max_sessions)
+        self._locked: set[Key] = set()  # partitions that may hold acquired records
+        self._waiters: set[asyncio.Future[None]] = set()
+        topic = store.get(STATE_TOPIC)
+        self.state_partitions = topic.partitions if topic is not None else config.state_partitions
+        if topic is not None:
+            self._load()
+
+    # --- membership ----------------------------------------------------------------------
+
+    def heartbeat(
+        self, req: ShareHeartbeat, resolve: Callable[[str], tuple[uuid.UUID, int] | None]
+    ) -> tuple[ShareHeartbeatResult, Awaitable[None] | None]:
+        """A ShareGroupHeartbeat; `resolve` gives a topic's id and partition count (None:
+        unknown, or not for this member to see)."""
+        validate(req)
+        now = self.clock.now_ms()
+        group = self.groups.get(req.group_id)
+        if req.member_epoch == LEAVE_EPOCH:
+            if group is not None and req.member_id in group.members:
+                self._remove(group, req.member_id)
+            return ShareHeartbeatResult(LEAVE_EPOCH, None), self._persist_group(req.group_id)
+        if group is None:
+            kind = self._other_kind(req.group_id)
+            if kind is not None:
+                raise KafkaError(ErrorCode.group_id_not_found, f"Group {req.group_id} is not a share group.")
+            if req.member_epoch != 0:
+                raise KafkaError(ErrorCode.unknown_member_id, f"Member {req.member_id} is not a member of the group.")
+            group = self.groups[req.group_id] = ShareGroup(req.group_id)
+        settings = self.settings(req.group_id)
+        member, changed = join_or_beat(group, req, now, settings.session_timeout_ms, self.config.max_size)
+        durable = None
+        if changed:
+            group.epoch += 1
+            durable = self._persist_group(req.group_id)
+        self._assign(group, resolve)
+        previous_epoch = member.epoch
+        if member.epoch != group.assignment_epoch:
+            member.epoch = group.assignment_epoch
+        target = group.target.get(member.member_id, {})
+        told = req.member_epoch == 0 or member.epoch != previous_epoch or target != member.assigned
+        member.assigned = target
+        return ShareHeartbeatResult(member.epoch, target if told else None), durable
+
+    def _assign(self, group: ShareGroup, resolve: Callable[[str], tuple[uuid.UUID, int] | None]) -> None:
+        """Recompute the target when the group moved on, or a subscribed topic appeared or
+        grew (checked at every heartbeat: a dictionary lookup per subscribed topic)."""
+        topics: dict[str, tuple[uuid.UUID, int]] = {}
+        for name in group.subscribed():
+            found = resolve(name)
+            if found is not None:
+                topics[name] = found
+        members = {
+            m.member_id: frozenset(topics[t][0] for t in m.topic_names if t in topics) for m in group.members.values()
+        }
+        target = simple(members, dict(topics.values()))
+        if target != group.target or group.assignment_epoch != group.epoch:
+            if target != group.target and group.assignment_epoch == group.epoch:
+                group.epoch += 1  # the topics changed under an unchanged membership
+            group.target = target
+            group.assignment_epoch = group.epoch
+
+    def _remove(self, group: ShareGroup, member_id: str) -> None:
+        del group.members[member_id]
+        group.target.pop(member_id, None)
+        group.epoch += 1
+        session = self.sessions.close(group.group_id, member_id)
+        self._release(group.group_id, member_id, None if session is None else session.partitions)
+
+    def _release(self, group_id: str, member_id: str, partitions: Iterable[tuple[uuid.UUID, int]] | None) -> None:
+        keys = (
+            [(group_id, t, p) for t, p in partitions]
+            if partitions is not None
+            else [k for k in self._locked if k[0] == group_id]
+        )
+        released = [k for k in keys if (part := self.partitions.get(k)) is not None and part.release_member(member_id)]
+        if released:
+            self._append(group_id, [self._state_record(k) for k in released])
+            self._wake()
+
+    # --- share sessions and fetching ---------------------------------------------------
+
+    def open_session(self, group_id: str, member_id: str) -> ShareSession:
+        session, previous = self.sessions.open(group_id, member_id)
+        if previous is not None:
+            self._release(group_id, member_id, previous.partitions)
+        return session
+
+    def close_session(self, session: ShareSession) -> None:
+        if self.sessions.close(session.group_id, session.member_id) is not None:
+            self._release(session.group_id, session.member_id, session.partitions)
+
+    def partition(
+        self, group_id: str, topic_id: uuid.UUID, index: int, plog: PartitionLog
+    ) -> tuple[SharePartition, bool]:
+        """The group's state of a partition, started (True) where `share.auto.offset.reset`
+        says on first use."""
+        key = (group_id, topic_id, index)
+        part = self.partitions.get(key)
+        if part is not None:
+            part.truncate_to(plog.log_start_offset)
+            return part, False
+        settings = self.settings(group_id)
+        start = plog.high_watermark
+        if settings.auto_offset_reset == "earliest":
+            start = plog.log_start_offset
+        elif settings.auto_offset_reset == "by_duration" and settings.reset_duration_ms is not None:
+            found = plog.offset_for_timestamp(self.clock.now_ms() - settings.reset_duration_ms)
+            start = found[0] if found is not None else plog.high_watermark
+        part = self.partitions[key] = SharePartition(
+            start, delivery_limit=self.config.delivery_limit, max_locks=self.config.max_locks
+        )
+        return part, True
+
+    def acquire(
+        self, member_id: str, key: Key, part: SharePartition, plog: PartitionLog, *, max_records: int, max_bytes: int
+    ) -> Fetched:
+        offset = part.next_fetch_offset()
+        if offset is None or offset >= plog.high_watermark or max_records <= 0:
+            return Fetched(b"", [])
+        data = plog.read(offset, max_bytes)
+        spans: list[tuple[int, int, BatchSpan]] = []
+        for rel, header in iter_headers(data):
+            spans.append((rel, header.size, BatchSpan(header.base_offset, header.last_offset, header.is_control)))
+        settings = self.settings(key[0])
+        acquired, used = part.acquire(
+            member_id, (s for _, _, s in spans), max_records, self.clock.now_ms(), settings.lock_duration_ms
+        )
+        if acquired:
+            self._locked.add(key)
+        keep = {id(b) for b in used}
+        records = b"".join(bytes(data[rel : rel + size]) for rel, size, span in spans if id(span) in keep)
+        return Fetched(records, acquired)
+
+    def acknowledge(self, member_id: str, key: Key, batches: list[tuple[int, int, list[int]]]) -> None:
+        part = self.partitions.get(key)
+        if part is None:
+            raise KafkaError(ErrorCode.invalid_record_state, "no record of this partition is acquired by the group")
+        part.acknowledge(member_id, batches)
+        self._wake()  # released records may be fetched again
+
+    def persist(self, group_id: str, keys: Iterable[Key]) -> Awaitable[None] | None:
+        """Write the state of `keys`; durable once the result has run."""
+        records = [self._state_record(k) for k in keys if k in self.partitions]
+        if not records:
+            return None
+        return self._sync([self._append(group_id, records)])
+
+    # --- waiting for something to fetch --------------------------------------------------
+
+    def changed(self) -> asyncio.Future[None]:
+        """Completes when records may have become available (released, or their locks ran
+        out): a waiting ShareFetch tries again."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.add(future)
+        future.add_done_callback(self._waiters.discard)
+        return future
+
+    def _wake(self) -> None:
+        for future in list(self._waiters):
+            if not future.done():
+                future.set_result(None)
+
+    # --- expiry ------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        now = self.clock.now_ms()
+        for group in list(self.groups.values()):
+            for member in list(group.members.values()):
+                if now >= member.session_deadline_ms:
+                    log.info("share group member expired", group=group.group_id, member=member.member_id)
+                    self._remove(group, member.member_id)
+                    self._append(group.group_id, [self._group_record(group)])
+        expired: dict[str, list[Key]] = {}
+        for key in list(self._locked):
+            part = self.partitions.get(key)
+            if part is None or part.in_flight() == 0:
+                self._locked.discard(key)
+                continue
+            deadline = part.next_deadline()
+            if deadline is not None and deadline <= now and part.expire_locks(now):
+                expired.setdefault(key[0], []).append(key)
+        for group_id, keys in expired.items():
+            self._append(group_id, [self._state_record(k) for k in keys])
+        if expired:
+            self._wake()
+
+    # --- administration ------------------------------------------------------------------
+
+    def start_offsets(self, group_id: str) -> dict[tuple[uuid.UUID, int], int]:
+        return {(t, p): part.start for (g, t, p), part in self.partitions.items() if g == group_id}
+
+    def _require_empty(self, group_id: str) -> ShareGroup | None:
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            raise KafkaError(ErrorCode.non_empty_group, f"The share group {group_id} is not empty.")
+        return group
+
+    async def alter_start_offsets(self, group_id: str, offsets: dict[tuple[uuid.UUID, int], int]) -> None:
+        self._require_empty(group_id)
+        self.groups.setdefault(group_id, ShareGroup(group_id))
+        for (topic, index), offset in offsets.items():
+            key = (group_id, topic, index)
+            part = self.partitions.get(key)
+            if part is None:
+                part = self.partitions[key] = SharePartition(
+                    offset, delivery_limit=self.config.delivery_limit, max_locks=self.config.max_locks
+                )
+            part.reset(offset)
+        plog = self._append(
+            group_id,
+            [self._group_record(self.groups[group_id]), *(self._state_record((group_id, t, p)) for t, p in offsets)],
+        )
+        await self._sync([plog])
+
+    async def delete_start_offsets(self, group_id: str, partitions: Iterable[tuple[uuid.UUID, int]]) -> None:
+        self._require_empty(group_id)
+        keys = [(group_id, t, p) for t, p in partitions if (group_id, t, p) in self.partitions]
+        for key in keys:
+            del self.partitions[key]
+        if keys:
+            await self._sync([self._append(group_id, [(_state_key(k), None) for k in keys])])
+
+    async def delete_group(self, group_id: str) -> None:
+        self._require_empty(group_id)
+        keys = [k for k in self.partitions if k[0] == group_id]
+        for key in keys:
+            del self.partitions[key]
+        self.groups.pop(group_id, None)
+        records: list[Rec] = [(_state_key(k), None) for k in keys]
+        records.append((["sg", group_id], None))
+        await self._sync([self._append(group_id, records)])
+
+    def known(self, group_id: str) -> bool:
+        return group_id in self.groups or any(k[0] == group_id for k in self.partitions)
+
+    # --- persistence ---------------------------------------------------------------------
+
+    def ensure_state_topic(self) -> None:
+        if self.store.get(STATE_TOPIC) is None:
+            self.store.create_topic(STATE_TOPIC, self.state_partitions, COORDINATOR_TOPIC_CONFIG, internal=True)
+
+    def _append(self, group_id: str, records: list[Rec]) -> PartitionLog:
+        self.ensure_state_topic()
+        plog = self.store.partition_log(STATE_TOPIC, zlib.crc32(group_id.encode()) % self.state_partitions)
+        assert plog is not None
+        now = self.clock.now_ms()
+        plog.append_internal(
+            build_batch(
+                [
+                    Record(i, now, msgpack.packb(key), None if value is None else msgpack.packb(value))
+                    for i, (key, value) in enumerate(records)
+                ]
+            )
+        )
+        return plog
+
+    def _persist_group(self, group_id: str) -> Awaitable[None] | None:
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        return self._sync([self._append(group_id, [self._group_record(group)])])
+
+    @staticmethod
+    def _group_record(group: ShareGroup) -> Rec:
+        return ["sg", group.group_id], {"epoch": group.epoch}
+
+    def _state_record(self, key: Key) -> Rec:
+        return _state_key(key), self.partitions[key].snapshot()
+
+    def _load(self) -> None:
+        skipped = self.store.skipped
+        for p in range(self.state_partitions):
+            plog = self.store.partition_log(STATE_TOPIC, p)
+            assert plog is not None
+            for record in plog.records(lambda offset, why: skipped.skip(STATE_TOPIC, offset, why)):
+                try:
+                    self._replay(record)
+                except Exception as e:
+                    skipped.skip(STATE_TOPIC, record.offset, f"{type(e).__name__}: {e}")
+        log.info("share coordinator loaded", groups=len(self.groups), partitions=len(self.partitions))
+
+    def _replay(self, record: Record) -> None:
+        key = msgpack.unpackb(record.key or b"\x90")
+        need(isinstance(key, list) and len(key) >= 2 and isinstance(key[1], str), "key is not [kind, group, ...]")
+        value = None if record.value is None else msgpack.unpackb(record.value)
+        need(value is None or isinstance(value, dict), "value is not a map")
+        group_id = key[1]
+        if key[0] == "sg":
+            if value is None:
+                self.groups.pop(group_id, None)
+                return
+            epoch = value.get("epoch")
+            need(isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0, "group epoch is malformed")
+            group = self.groups.setdefault(group_id, ShareGroup(group_id))
+            group.epoch = group.assignment_epoch = epoch
+        elif key[0] == "sp":
+            need(len(key) == 4 and isinstance(key[2], bytes) and len(key[2]) == 16, "share partition key is malformed")
+            need(isinstance(key[3], int) and not isinstance(key[3], bool) and key[3] >= 0, "partition is malformed")
+            state_key = (group_id, uuid.UUID(bytes=key[2]), key[3])
+            if value is None:
+                self.partitions.pop(state_key, None)
+                return
+            try:
+                part = SharePartition.restore(
+                    value, delivery_limit=self.config.delivery_limit, max_locks=self.config.max_locks
+                )
+            except ValueError as e:
+                need(False, str(e))
+                return
+            self.partitions[state_key] = part
+            self.groups.setdefault(group_id, ShareGroup(group_id))
+        else:
+            need(False, f"unknown record kind {key[0]!r}")
+
+
+def _state_key(key: Key) -> list[object]:
+    group_id, topic_id, partition = key
+    return ["sp", group_id, topic_id.bytes, partition]

@@ -1,0 +1,271 @@
+"""One partition of a share group (KIP-932): which records are in flight, with whom, how
+often they were delivered, and where the group's consumption starts.
+
+The records between the start offset (Kafka's SPSO) and `end` (one past the last record
+ever acquired) each have a state.  A fetch acquires available records for one member under
+a time-limited lock; the member accepts, releases or rejects them; a lock that runs out
+releases them.  A released record is delivered again until its delivery count reaches the
+limit, then archived.  The start offset moves over every record at its head that is done
+(acknowledged or archived), so the in-flight window stays bounded by `max_locks`.
+
+Sans-io: the caller reads the log, keeps time and persists `snapshot()`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from broker.protocol.errors import ErrorCode, KafkaError
+
+
+class RecordState(enum.IntEnum):
+    """Kafka's persisted codes (ACQUIRED is never persisted: a lock does not survive)."""
+
+    AVAILABLE = 0
+    ACQUIRED = 1
+    ACKNOWLEDGED = 2
+    ARCHIVED = 4
+
+
+class AckType(enum.IntEnum):
+    GAP = 0  # no record at that offset (compacted away, a transaction marker)
+    ACCEPT = 1
+    RELEASE = 2
+    REJECT = 3
+
+
+DONE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+
+
+@dataclass(slots=True)
+class InFlight:
+    state: RecordState
+    count: int  # deliveries so far
+    member: str | None = None  # the holder of the lock, while ACQUIRED
+    deadline_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSpan:
+    """A record batch as read from the log: its offsets and whether it is a control batch."""
+
+    base_offset: int
+    last_offset: int
+    control: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+
+
+class SharePartition:
+    def __init__(self, start: int, *, delivery_limit: int, max_locks: int) -> None:
+        self.start = start
+        self.end = start
+        self.records: dict[int, InFlight] = {}  # every offset in [start, end)
+        self.delivery_limit = delivery_limit
+        self.max_locks = max_locks
+        self.state_epoch = 0
+
+    # --- acquiring ---------------------------------------------------------------------
+
+    def next_fetch_offset(self) -> int | None:
+        """Where a fetch should read from: the first available record in flight, else the
+        end; None when the window is full and nothing in it is available."""
+        for offset in range(self.start, self.end):
+            if self.records[offset].state == RecordState.AVAILABLE:
+                return offset
+        return self.end if self.end - self.start < self.max_locks else None
+
+    def acquire(
+        self, member: str, batches: Iterable[BatchSpan], max_records: int, now: int, lock_ms: int
+    ) -> tuple[list[Acquired], list[BatchSpan]]:
+        """Acquire for `member` what it may have of `batches` (read from the log from
+        `next_fetch_offset()` on), up to `max_records` (rounded up to the batch's end, as
+        Kafka's batch-optimised mode); returns the ranges acquired and the batches that hold
+        them (the only ones worth sending)."""
+        ranges: list[Acquired] = []
+        used: list[BatchSpan] = []
+        taken = 0
+        for batch in batches:
+            if taken >= max_records:
+                break
+            got = False
+            for offset in range(max(batch.base_offset, self.start), batch.last_offset + 1):
+                if offset >= self.end:
+                    if not self._extend(offset, batch.control):
+                        break
+                    if batch.control:
+                        continue
+                record = self.records[offset]
+                if record.state != RecordState.AVAILABLE:
+                    continue
+                record.state, record.member = RecordState.ACQUIRED, member
+                record.count += 1
+                record.deadline_ms = now + lock_ms
+                _add(ranges, offset, record.count)
+                taken += 1
+                got = True
+            if got:
+                used.append(batch)
+            if self.end - self.start >= self.max_locks and self.next_fetch_offset() is None:
+                break
+        self._advance()
+        return ranges, used
+
+    def _extend(self, offset: int, control: bool) -> bool:
+        """Take `offset` (at or past `end`) into the window; offsets skipped on the way have
+        no record (compaction), and a control record is never delivered: both are done."""
+        if offset - self.start >= self.max_locks:
+            return False
+        for missing in range(self.end, offset):
+            self.records[missing] = InFlight(RecordState.ARCHIVED, 0)
+        self.records[offset] = InFlight(RecordState.ARCHIVED if control else RecordState.AVAILABLE, 0)
+        self.end = offset + 1
+        return True
+
+    # --- acknowledging -----------------------------------------------------------------
+
+    def acknowledge(self, member: str, batches: Sequence[tuple[int, int, Sequence[int]]]) -> None:
+        """Apply a member's acknowledgements: all of them, or none (INVALID_RECORD_STATE when
+        any names a record it does not hold, INVALID_REQUEST when one is malformed)."""
+        plan: list[tuple[InFlight, AckType]] = []
+        for first, last, types in batches:
+            if first > last or first < 0:
+                raise KafkaError(ErrorCode.invalid_request, f"acknowledgement batch {first}-{last} is empty")
+            span = last - first + 1
+            if len(types) not in (1, span):
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    f"acknowledgement batch {first}-{last} has {len(types)} types for {span} offsets",
+                )
+            if any(t not in AckType._value2member_map_ for t in types):
+                raise KafkaError(ErrorCode.invalid_request, f"unknown acknowledge type in {list(types)}")
+            for offset in range(first, last + 1):
+                record = self.records.get(offset)
+                if record is None or record.state != RecordState.ACQUIRED or record.member != member:
+                    raise KafkaError(
+                        ErrorCode.invalid_record_state,
+                        f"the record at offset {offset} is not acquired by member {member}",
+                    )
+                plan.append((record, AckType(types[0] if len(types) == 1 else types[offset - first])))
+        for record, ack in plan:
+            if ack == AckType.ACCEPT:
+                self._settle(record, RecordState.ACKNOWLEDGED)
+            elif ack == AckType.RELEASE:
+                self._release(record)
+            else:
+                self._settle(record, RecordState.ARCHIVED)
+        self._advance()
+
+    def release_member(self, member: str) -> bool:
+        """Release every record `member` holds (its share session closed or it left)."""
+        held = [r for r in self.records.values() if r.state == RecordState.ACQUIRED and r.member == member]
+        for record in held:
+            self._release(record)
+        self._advance()
+        return bool(held)
+
+    def expire_locks(self, now: int) -> bool:
+        expired = [r for r in self.records.values() if r.state == RecordState.ACQUIRED and r.deadline_ms <= now]
+        for record in expired:
+            self._release(record)
+        self._advance()
+        return bool(expired)
+
+    def next_deadline(self) -> int | None:
+        deadlines = [r.deadline_ms for r in self.records.values() if r.state == RecordState.ACQUIRED]
+        return min(deadlines) if deadlines else None
+
+    def _release(self, record: InFlight) -> None:
+        """Available again, unless it has been delivered as often as allowed."""
+        done = record.count >= self.delivery_limit
+        self._settle(record, RecordState.ARCHIVED if done else RecordState.AVAILABLE)
+
+    @staticmethod
+    def _settle(record: InFlight, state: RecordState) -> None:
+        record.state, record.member, record.deadline_ms = state, None, 0
+
+    def _advance(self) -> None:
+        while self.start < self.end and self.records[self.start].state in DONE:
+            del self.records[self.start]
+            self.start += 1
+
+    # --- the log moved under us, or an operator moved the start ------------------------
+
+    def truncate_to(self, log_start: int) -> None:
+        """Records below the log's start are gone (retention, DeleteRecords): skip them."""
+        if log_start <= self.start:
+            return
+        for offset in range(self.start, min(self.end, log_start)):
+            del self.records[offset]
+        self.start = log_start
+        self.end = max(self.end, log_start)
+
+    def reset(self, start: int) -> None:
+        """AlterShareGroupOffsets (the group is empty: nothing is acquired)."""
+        self.records.clear()
+        self.start = self.end = start
+        self.state_epoch += 1
+
+    # --- persistence ---------------------------------------------------------------------
+
+    def in_flight(self) -> int:
+        return sum(1 for r in self.records.values() if r.state == RecordState.ACQUIRED)
+
+    def snapshot(self) -> dict[str, object]:
+        """What survives a restart: the start, and runs of records past it that are done or
+        were delivered before (an acquired record is stored as available: its lock dies with
+        the broker, its delivery count does not)."""
+        runs: list[list[int]] = []
+        for offset in range(self.start, self.end):
+            record = self.records[offset]
+            state = RecordState.AVAILABLE if record.state == RecordState.ACQUIRED else record.state
+            if runs and runs[-1][1] == offset - 1 and runs[-1][2] == state and runs[-1][3] == record.count:
+                runs[-1][1] = offset
+            else:
+                runs.append([offset, offset, int(state), record.count])
+        return {"start": self.start, "end": self.end, "epoch": self.state_epoch, "runs": runs}
+
+    @classmethod
+    def restore(cls, value: dict[str, object], *, delivery_limit: int, max_locks: int) -> SharePartition:
+        start, end, epoch, runs = value.get("start"), value.get("end"), value.get("epoch"), value.get("runs")
+        if not (_is_int(start) and _is_int(end) and _is_int(epoch) and isinstance(runs, list)):
+            raise ValueError("share partition state is malformed")
+        assert isinstance(start, int)
+        assert isinstance(end, int)
+        assert isinstance(epoch, int)
+        if not 0 <= start <= end or end - start > 1_000_000:
+            raise ValueError(f"share partition window {start}-{end} is impossible")
+        part = cls(start, delivery_limit=delivery_limit, max_locks=max_locks)
+        part.end, part.state_epoch = end, epoch
+        for offset in range(start, end):
+            part.records[offset] = InFlight(RecordState.ARCHIVED, 0)
+        for run in runs:
+            if not (isinstance(run, list) and len(run) == 4 and all(_is_int(x) for x in run)):
+                raise ValueError("a run of share partition state is malformed")
+            first, last, state, count = run
+            if not (start <= first <= last < end) or state not in RecordState._value2member_map_ or count < 0:
+                raise ValueError(f"a run of share partition state is out of range: {run}")
+            kept = RecordState.AVAILABLE if state == RecordState.ACQUIRED else RecordState(state)
+            for offset in range(first, last + 1):
+                part.records[offset] = InFlight(kept, count)
+        part._advance()
+        return part
+
+
+def _add(ranges: list[Acquired], offset: int, count: int) -> None:
+    last = ranges[-1] if ranges else None
+    if last is not None and last.last_offset == offset - 1 and last.delivery_count == count:
+        ranges[-1] = Acquired(last.first_offset, offset, count)
+    else:
+        ranges.append(Acquired(offset, offset, count))
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
