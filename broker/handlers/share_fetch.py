@@ -140,7 +140,7 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
             raise KafkaError(ErrorCode.invalid_request, "a topic id is null")
         shares: ShareCoordinator = broker.shares
         if epoch == INITIAL_EPOCH:
-            session = shares.open_session(group_id, member_id)
+            session: ShareSession | None = shares.open_session(group_id, member_id)
         else:
             session = shares.sessions.next(group_id, member_id, epoch)
     except KafkaError as e:
@@ -149,7 +149,8 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
     for forgotten in request.forgotten_topics_data:
         for p in forgotten.partitions:
             assert forgotten.topic_id is not None
-            session.partitions.pop((forgotten.topic_id, p), None)
+            if session is not None:
+                session.partitions.pop((forgotten.topic_id, p), None)
     for topic in request.topics:
         assert topic.topic_id is not None
         for part in topic.partitions:
@@ -157,7 +158,7 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
                 req.acknowledge(topic.topic_id, part.partition_index, part.acknowledgement_batches)
             if epoch == INITIAL_EPOCH:
                 req.slot(topic.topic_id, part.partition_index)  # a full session is answered in full
-            if epoch != FINAL_EPOCH:
+            if session is not None and epoch != FINAL_EPOCH:
                 session.partitions[(topic.topic_id, part.partition_index)] = None
     lock_ms = shares.settings(group_id).lock_duration_ms
 
@@ -167,7 +168,7 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
     def failed(e: OSError) -> ShareFetchResponse:
         return _fetch_response(broker, ctx, [], ErrorCode.coordinator_not_available, f"not stored: {e}")
 
-    if epoch == FINAL_EPOCH:
+    if epoch == FINAL_EPOCH or session is None:
         shares.close_session(session)
         return _answer(req, respond, failed)
     max_records = max(request.max_records, 1)
@@ -181,7 +182,7 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
     watch = broker.watch_appends(logs, 1)
     changed = shares.changed()
 
-    async def long_poll() -> ShareFetchResponse:
+    async def long_poll(session: ShareSession) -> ShareFetchResponse:
         try:
             if durable is not None:
                 await durable
@@ -202,7 +203,7 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
                 return failed(e)
         return respond()
 
-    return long_poll()
+    return long_poll(session)
 
 
 def _quiet_log(req: _Request, tp: tuple[uuid.UUID, int]) -> PartitionLog | None:

@@ -120,7 +120,7 @@ class ShareCoordinator:
         group = self.groups.get(req.group_id)
         if req.member_epoch == LEAVE_EPOCH:
             if group is not None and req.member_id in group.members:
-                self._remove(group, req.member_id)
+                self._remove(group, req.member_id, expired=False)
             return ShareHeartbeatResult(LEAVE_EPOCH, None), self._persist_group(req.group_id)
         if group is None:
             kind = self._other_kind(req.group_id)
@@ -162,12 +162,17 @@ class ShareCoordinator:
             group.target = target
             group.assignment_epoch = group.epoch
 
-    def _remove(self, group: ShareGroup, member_id: str) -> None:
+    def _remove(self, group: ShareGroup, member_id: str, *, expired: bool) -> None:
+        """A member leaves.  One that left by itself keeps its share session: its last
+        acknowledgements (a final ShareFetch or ShareAcknowledge) may arrive after its leave
+        heartbeat, and release what it still holds.  One whose session timed out is gone:
+        what it held is released now."""
         del group.members[member_id]
         group.target.pop(member_id, None)
         group.epoch += 1
-        session = self.sessions.close(group.group_id, member_id)
-        self._release(group.group_id, member_id, None if session is None else session.partitions)
+        if expired:
+            session = self.sessions.close(group.group_id, member_id)
+            self._release(group.group_id, member_id, None if session is None else session.partitions)
 
     def _release(self, group_id: str, member_id: str, partitions: Iterable[tuple[uuid.UUID, int]] | None) -> None:
         keys = (
@@ -188,8 +193,8 @@ class ShareCoordinator:
             self._release(group_id, member_id, previous.partitions)
         return session
 
-    def close_session(self, session: ShareSession) -> None:
-        if self.sessions.close(session.group_id, session.member_id) is not None:
+    def close_session(self, session: ShareSession | None) -> None:
+        if session is not None and self.sessions.close(session.group_id, session.member_id) is not None:
             self._release(session.group_id, session.member_id, session.partitions)
 
     def partition(
@@ -271,7 +276,7 @@ class ShareCoordinator:
             for member in list(group.members.values()):
                 if now >= member.session_deadline_ms:
                     log.info("share group member expired", group=group.group_id, member=member.member_id)
-                    self._remove(group, member.member_id)
+                    self._remove(group, member.member_id, expired=True)
                     self._append(group.group_id, [self._group_record(group)])
         expired: dict[str, list[Key]] = {}
         for key in list(self._locked):

@@ -45,9 +45,13 @@ class ShareSessions:
         session = self.sessions[(group_id, member_id)] = ShareSession(group_id, member_id)
         return session, previous
 
-    def next(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
-        """The member's session, for a request that carries `epoch` (positive or final)."""
+    def next(self, group_id: str, member_id: str, epoch: int) -> ShareSession | None:
+        """The member's session, for a request that carries `epoch` (positive or final).  A
+        final request needs none: it may come after the member left the group, its last
+        acknowledgements racing its leave heartbeat."""
         session = self.sessions.get((group_id, member_id))
+        if session is None and epoch == FINAL_EPOCH:
+            return None
         if session is None:
             raise KafkaError(
                 ErrorCode.share_session_not_found, f"no share session for member {member_id} of group {group_id}"
