@@ -63,6 +63,12 @@ def _consumer(bootstrap: str, group: str, topic: str, **extra: str) -> Iterator[
         consumer.close()
 
 
+def _value(message: Message) -> bytes:
+    value = message.value()
+    assert isinstance(value, bytes)
+    return value
+
+
 def _poll(consumer: ShareConsumer, timeout: float = 0.5) -> list[Message]:
     out = []
     for message in consumer.poll(timeout):
@@ -112,7 +118,7 @@ def test_three_consumers_share_one_partition_and_each_record_is_processed_once(s
                     for message in _poll(consumer, 0.3):
                         consumer.acknowledge(message, AcknowledgeType.ACCEPT)
                         with lock:
-                            processed[message.value()] += 1
+                            processed[_value(message)] += 1
                             by_consumer[index] += 1
                         time.sleep(0.002)  # some work, so the three take turns
                     consumer.commit_sync(10)
@@ -148,8 +154,8 @@ def test_released_records_are_redelivered_and_rejected_ones_never(share_broker: 
         _produce(bootstrap, topic, [b"a", b"b", b"c"])
 
         def decide(message: Message) -> None:
-            value = message.value()
-            seen.append((value, message.delivery_count()))
+            value = _value(message)
+            seen.append((value, message.delivery_count() or 0))
             if value == b"a":
                 consumer.acknowledge(message, AcknowledgeType.ACCEPT)
             elif value == b"b":  # released until the limit (3), then archived by the broker
@@ -204,7 +210,7 @@ def test_state_survives_a_sigkill_of_the_broker(tmp_path_factory: pytest.TempPat
 
             def accept(message: Message) -> None:
                 consumer.acknowledge(message, AcknowledgeType.ACCEPT)
-                accepted.append(message.value())
+                accepted.append(_value(message))
 
             _drain_until(consumer, lambda: len(accepted) >= 40, accept)
             result = consumer.commit_sync(10)
