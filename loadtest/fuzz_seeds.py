@@ -20,8 +20,9 @@ import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
+from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -31,8 +32,16 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
+from kio.schema.alter_share_group_offsets.v0 import request as alter_share_offsets
+from kio.schema.delete_share_group_offsets.v0 import request as delete_share_offsets
+from kio.schema.describe_share_group_offsets.v0 import request as describe_share_offsets
+from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i32, i64
 
+from broker.protocol.codec import encode_body
 from kit.settings import parse_host_port
+from loadtest.brokers import connect, recv_exactly
 
 Frame = bytes  # a request without its 4-byte size prefix: header then body
 
@@ -241,12 +250,88 @@ def _consumer_protocol_session(bootstrap: str) -> None:
     admin.delete_topics([topic])[topic].result(20)
 
 
+def _share_session(bootstrap: str) -> None:
+    """Share groups (KIP-932): a ShareConsumer's ShareGroupHeartbeat, ShareFetch (with
+    acknowledgements: accept and release) and ShareAcknowledge; then the admin requests no
+    Python client sends yet (ShareGroupDescribe and the share-group offset APIs), by hand."""
+    topic = f"seed-share-{uuid.uuid4().hex[:8]}"
+    group = f"g-{topic}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                              "share.acknowledgement.mode": "explicit", "fetch.wait.max.ms": "100"})  # fmt: skip
+    consumer.subscribe([topic])
+    consumer.poll(0.5)  # joined, its share partition started: what comes next is for it
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(3):
+        producer.produce(topic, key=b"k", value=b"v%d" % i)
+    producer.flush(20)
+    acknowledged = 0
+    for _ in range(30):
+        for message in consumer.poll(0.2):
+            if message.error() is None:
+                kind = AcknowledgeType.RELEASE if acknowledged == 0 else AcknowledgeType.ACCEPT
+                consumer.acknowledge(message, kind)
+                acknowledged += 1
+        consumer.commit_sync(10)
+        if acknowledged >= 4:
+            break
+    consumer.close()
+    name, gid = TopicName(topic), GroupId(group)
+    describe_offsets = describe_share_offsets.DescribeShareGroupOffsetsRequest(
+        groups=(
+            describe_share_offsets.DescribeShareGroupOffsetsRequestGroup(
+                group_id=gid,
+                topics=(
+                    describe_share_offsets.DescribeShareGroupOffsetsRequestTopic(topic_name=name, partitions=(i32(0),)),
+                ),
+            ),
+        )
+    )
+    alter_offsets = alter_share_offsets.AlterShareGroupOffsetsRequest(
+        group_id=gid,
+        topics=(
+            alter_share_offsets.AlterShareGroupOffsetsRequestTopic(
+                topic_name=name,
+                partitions=(
+                    alter_share_offsets.AlterShareGroupOffsetsRequestPartition(
+                        partition_index=i32(0), start_offset=i64(0)
+                    ),
+                ),
+            ),
+        ),
+    )
+    delete_offsets = delete_share_offsets.DeleteShareGroupOffsetsRequest(
+        group_id=gid, topics=(delete_share_offsets.DeleteShareGroupOffsetsRequestTopic(topic_name=name),)
+    )
+    _send_by_hand(
+        bootstrap,
+        [ShareGroupDescribeRequest(group_ids=(gid,), include_authorized_operations=True),
+         describe_offsets, alter_offsets, delete_offsets],
+    )  # fmt: skip
+    admin.delete_topics([topic])[topic].result(20)
+
+
+def _send_by_hand(bootstrap: str, requests: list[Any]) -> None:
+    """Flexible requests with a v2 header, each on its own connection and answered (or the
+    connection closed, as a broker does for an API it does not serve) before the next."""
+    for correlation_id, request in enumerate(requests):
+        client_id = b"seeds"
+        header = struct.pack(">hhih", int(request.__api_key__), int(request.__version__), correlation_id,
+                             len(client_id)) + client_id + b"\x00"  # fmt: skip
+        payload = header + encode_body(request)
+        with connect(bootstrap, 10) as sock, contextlib.suppress(ConnectionError):
+            sock.sendall(struct.pack(">i", len(payload)) + payload)
+            recv_exactly(sock, struct.unpack(">i", recv_exactly(sock, 4))[0])
+
+
 SESSIONS: list[Callable[[str], None]] = [
     _confluent_session,
     _aiokafka_session,
     _transactional_session,
     _replica_admin_session,
     _consumer_protocol_session,
+    _share_session,
 ]
 
 

@@ -368,12 +368,15 @@ def list_groups(broker: Broker, ctx: RequestContext, request: ListGroupsRequest)
     entries = []
     # DESCRIBE on the cluster lists every group; otherwise those the principal may describe.
     everything = broker.security.cluster(ctx.session, Operation.DESCRIBE)
-    for group_id in coordinator.known_groups():
+    shares = broker.shares.groups
+    for group_id in sorted({*coordinator.known_groups(), *shares}):
         if not everything and not _may(broker, ctx, Operation.DESCRIBE, group_id):
             continue
         group = coordinator.groups.get(group_id)
         consumer_group = coordinator.consumer.groups.get(group_id)
-        if consumer_group is not None:
+        if group_id in shares:
+            state, kind, protocol_type = shares[group_id].state.value, "share", "share"
+        elif consumer_group is not None:
             state, kind, protocol_type = consumer_group.state.value, "consumer", "consumer"
         else:
             state = group.state.value if group else GroupState.EMPTY.value
@@ -425,6 +428,9 @@ def describe_groups(broker: Broker, ctx: RequestContext, request: DescribeGroups
         consumer_group = coordinator.consumer.groups.get(group_id)
         if consumer_group is not None:
             out.append(_consumer_group_as_classic(broker, group_cls, member_cls, consumer_group, ops))
+            continue
+        if group_id in broker.shares.groups:  # as Kafka: described by ShareGroupDescribe only
+            out.append(memberless(ErrorCode.group_id_not_found, "Dead", f"Group {group_id} is not a classic group."))
             continue
         if group is None:
             known = group_id in coordinator.offsets
@@ -507,7 +513,10 @@ def delete_groups(broker: Broker, ctx: RequestContext, request: DeleteGroupsRequ
                     raise KafkaError(ErrorCode.invalid_group_id)
                 if not _may(broker, ctx, Operation.DELETE, group_id):
                     raise KafkaError(ErrorCode.group_authorization_failed)
-                await coordinator.delete_group(group_id)
+                if broker.shares.known(group_id):
+                    await broker.shares.delete_group(group_id)
+                else:
+                    await coordinator.delete_group(group_id)
                 error = ErrorCode.none
             except KafkaError as e:
                 error = e.code

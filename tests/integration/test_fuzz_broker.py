@@ -18,6 +18,7 @@ def test_20000_mutated_frames_neither_crash_the_broker_nor_cost_an_acknowledged_
     assert report.apis >= 20
     assert report.recorded_apis >= 25  # every connection of the clients went through the recorder
     assert {68, 69} <= set(report.recorded_keys)  # the consumer group protocol's, from a real member
+    assert {76, 77, 78, 79, 90, 91, 92} <= set(report.recorded_keys)  # share groups', a ShareConsumer and by hand
     assert report.broker_exits == 0
     assert report.answers_after
     assert report.acknowledged > 1_000
