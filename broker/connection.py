@@ -199,6 +199,12 @@ class Connection(asyncio.BufferedProtocol):
         self.queue.clear()
         if self.sender is not None and not self.sender.done():
             self.sender.cancel()
+        for closer in self.session.on_close.values():
+            try:
+                closer()
+            except Exception:
+                self.server.log_failure(self, "closing the connection's share sessions", None)
+        self.session.on_close.clear()
         if self._writable_event is not None:
             self._writable_event.set()
 

@@ -141,6 +141,8 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
         shares: ShareCoordinator = broker.shares
         if epoch == INITIAL_EPOCH:
             session: ShareSession | None = shares.open_session(group_id, member_id)
+            opened = session
+            ctx.session.on_close[("share", group_id, member_id)] = lambda: shares.close_session(opened)
         else:
             session = shares.sessions.next(group_id, member_id, epoch)
     except KafkaError as e:
@@ -170,6 +172,7 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
 
     if epoch == FINAL_EPOCH or session is None:
         shares.close_session(session)
+        ctx.session.on_close.pop(("share", group_id, member_id), None)
         return _answer(req, respond, failed)
     max_records = max(request.max_records, 1)
     max_bytes = min(request.max_bytes, broker.config.get("fetch.max.bytes"))
@@ -328,6 +331,7 @@ def share_acknowledge(
             req.acknowledge(topic.topic_id, part.partition_index, part.acknowledgement_batches)
     if epoch == FINAL_EPOCH:
         broker.shares.close_session(session)
+        ctx.session.on_close.pop(("share", group_id, member_id), None)
     return _answer(
         req,
         lambda: _ack_response(ctx, list(req.slots.values())),

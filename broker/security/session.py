@@ -10,6 +10,7 @@ request after the end closes the connection, as Kafka does.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker.security.acls import ANONYMOUS
@@ -34,6 +35,8 @@ class Session:
     failure_delay_s: float = 0.0  # a failed login's answer waits at least this long
     mute_ms: int = 0  # a quota's throttle, owed by the connection: it reads nothing that long
     extra: dict[str, object] = field(default_factory=dict)
+    # Run when the connection ends: share sessions live as long as their connection (Kafka's).
+    on_close: dict[object, Callable[[], None]] = field(default_factory=dict)
 
     @classmethod
     def open(cls, listener: str, protocol: str, host: str) -> Session:

@@ -174,13 +174,24 @@ class ShareCoordinator:
             session = self.sessions.close(group.group_id, member_id)
             self._release(group.group_id, member_id, None if session is None else session.partitions)
 
-    def _release(self, group_id: str, member_id: str, partitions: Iterable[tuple[uuid.UUID, int]] | None) -> None:
+    def _release(
+        self,
+        group_id: str,
+        member_id: str,
+        partitions: Iterable[tuple[uuid.UUID, int]] | None,
+        *,
+        uncount: bool = False,
+    ) -> None:
         keys = (
             [(group_id, t, p) for t, p in partitions]
             if partitions is not None
             else [k for k in self._locked if k[0] == group_id]
         )
-        released = [k for k in keys if (part := self.partitions.get(k)) is not None and part.release_member(member_id)]
+        released = [
+            k
+            for k in keys
+            if (part := self.partitions.get(k)) is not None and part.release_member(member_id, uncount=uncount)
+        ]
         if released:
             self._append(group_id, [self._state_record(k) for k in released])
             self._wake()
@@ -188,14 +199,17 @@ class ShareCoordinator:
     # --- share sessions and fetching ---------------------------------------------------
 
     def open_session(self, group_id: str, member_id: str) -> ShareSession:
-        session, previous = self.sessions.open(group_id, member_id)
-        if previous is not None:
-            self._release(group_id, member_id, previous.partitions)
+        """A new share session for the member.  One it had is replaced, its records kept:
+        the member still holds them and may acknowledge them in the new session (Kafka's)."""
+        session, _ = self.sessions.open(group_id, member_id)
         return session
 
     def close_session(self, session: ShareSession | None) -> None:
-        if session is not None and self.sessions.close(session.group_id, session.member_id) is not None:
-            self._release(session.group_id, session.member_id, session.partitions)
+        """The session ended (a final request, or its connection closed): what the member
+        still holds is released, the deliveries uncounted."""
+        if session is not None and self.sessions.sessions.get((session.group_id, session.member_id)) is session:
+            self.sessions.close(session.group_id, session.member_id)
+            self._release(session.group_id, session.member_id, session.partitions, uncount=True)
 
     def partition(
         self, group_id: str, topic_id: uuid.UUID, index: int, plog: PartitionLog

@@ -105,6 +105,11 @@ class SharePartition:
                 record = self.records[offset]
                 if record.state != RecordState.AVAILABLE:
                     continue
+                if record.count >= self.delivery_limit:
+                    # Delivered as often as allowed, its last lock died with a restart (an acquired
+                    # record is stored as available, with its count): done, not delivered again.
+                    self._settle(record, RecordState.ARCHIVED)
+                    continue
                 record.state, record.member = RecordState.ACQUIRED, member
                 record.count += 1
                 record.deadline_ms = now + lock_ms
@@ -134,10 +139,18 @@ class SharePartition:
     def acknowledge(self, member: str, batches: Sequence[tuple[int, int, Sequence[int]]]) -> None:
         """Apply a member's acknowledgements: all of them, or none (INVALID_RECORD_STATE when
         any names a record it does not hold, INVALID_REQUEST when one is malformed)."""
-        plan: list[tuple[InFlight, AckType]] = []
-        for first, last, types in batches:
+        previous = -1
+        for first, last, types in batches:  # the request's shape first, as Kafka's KafkaApis
             if first > last or first < 0:
                 raise KafkaError(ErrorCode.invalid_request, f"acknowledgement batch {first}-{last} is empty")
+            if first <= previous:
+                # In order, none overlapping: an offset named twice would be settled twice
+                # (accepted, then released for redelivery).
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    f"acknowledgement batch {first}-{last} overlaps or precedes offset {previous}",
+                )
+            previous = last
             span = last - first + 1
             if len(types) not in (1, span):
                 raise KafkaError(
@@ -146,6 +159,8 @@ class SharePartition:
                 )
             if any(t not in AckType._value2member_map_ for t in types):
                 raise KafkaError(ErrorCode.invalid_request, f"unknown acknowledge type in {list(types)}")
+        plan: list[tuple[InFlight, AckType]] = []
+        for first, last, types in batches:
             for offset in range(first, last + 1):
                 record = self.records.get(offset)
                 if record is None or record.state != RecordState.ACQUIRED or record.member != member:
@@ -163,10 +178,14 @@ class SharePartition:
                 self._settle(record, RecordState.ARCHIVED)
         self._advance()
 
-    def release_member(self, member: str) -> bool:
-        """Release every record `member` holds (its share session closed or it left)."""
+    def release_member(self, member: str, *, uncount: bool = False) -> bool:
+        """Release every record `member` holds.  When its share session closed (`uncount`),
+        those deliveries did not happen as far as the limit goes, as Kafka counts them: the
+        member never handed them to its application, or handed them without a word back."""
         held = [r for r in self.records.values() if r.state == RecordState.ACQUIRED and r.member == member]
         for record in held:
+            if uncount:
+                record.count = max(0, record.count - 1)
             self._release(record)
         self._advance()
         return bool(held)
@@ -206,6 +225,7 @@ class SharePartition:
             del self.records[offset]
         self.start = log_start
         self.end = max(self.end, log_start)
+        self._advance()  # the new head may be done already
 
     def reset(self, start: int) -> None:
         """AlterShareGroupOffsets (the group is empty: nothing is acquired)."""
