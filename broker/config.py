@@ -130,10 +130,20 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         _S("group.consumer.heartbeat.interval.ms", "250", integer(1, INT_MAX), INT),
         _S("group.consumer.assignors", "uniform,range", _assignors, LIST),
         _S("group.consumer.max.size", "1000", integer(1, INT_MAX), INT),
+        # Bounds of a group's own consumer.* configs (broker.group_configs).  The minimum
+        # heartbeat interval is streamshop's: Kafka's 5000 is above this broker's 250 ms.
+        _S("group.consumer.min.session.timeout.ms", "45000", integer(1, INT_MAX), INT),
+        _S("group.consumer.max.session.timeout.ms", "60000", integer(1, INT_MAX), INT),
+        _S("group.consumer.min.heartbeat.interval.ms", "250", integer(1, INT_MAX), INT),
+        _S("group.consumer.max.heartbeat.interval.ms", "15000", integer(1, INT_MAX), INT),
         # Share groups (KIP-932): Kafka 4.1's defaults and bounds.  A group may set its own
         # lock duration (share.record.lock.duration.ms) within the min and max.
         _S("group.share.session.timeout.ms", "45000", integer(1, INT_MAX), INT),
         _S("group.share.heartbeat.interval.ms", "5000", integer(1, INT_MAX), INT),
+        _S("group.share.min.session.timeout.ms", "45000", integer(1, INT_MAX), INT),
+        _S("group.share.max.session.timeout.ms", "60000", integer(1, INT_MAX), INT),
+        _S("group.share.min.heartbeat.interval.ms", "5000", integer(1, INT_MAX), INT),
+        _S("group.share.max.heartbeat.interval.ms", "15000", integer(1, INT_MAX), INT),
         _S("group.share.record.lock.duration.ms", "30000", integer(1000, 3_600_000), INT),
         _S("group.share.min.record.lock.duration.ms", "15000", integer(1000, 30_000), INT),
         _S("group.share.max.record.lock.duration.ms", "60000", integer(30_000, 3_600_000), INT),
@@ -141,6 +151,16 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         _S("group.share.partition.max.record.locks", "2000", integer(100, 10_000), INT),
         _S("group.share.max.size", "200", integer(10, 1000), INT),
         _S("group.share.max.share.sessions", "2000", integer(1, 30_000), INT),
+        # Streams groups (KIP-1071): only their group configs' defaults and bounds, which a
+        # group may override (this broker has no streams group protocol).
+        _S("group.streams.session.timeout.ms", "45000", integer(1, INT_MAX), INT),
+        _S("group.streams.min.session.timeout.ms", "45000", integer(1, INT_MAX), INT),
+        _S("group.streams.max.session.timeout.ms", "60000", integer(1, INT_MAX), INT),
+        _S("group.streams.heartbeat.interval.ms", "5000", integer(1, INT_MAX), INT),
+        _S("group.streams.min.heartbeat.interval.ms", "5000", integer(1, INT_MAX), INT),
+        _S("group.streams.max.heartbeat.interval.ms", "15000", integer(1, INT_MAX), INT),
+        _S("group.streams.num.standby.replicas", "0", integer(0, INT_MAX), INT),
+        _S("group.streams.max.standby.replicas", "2", integer(0, INT_MAX), INT),
         _S("offsets.retention.minutes", "10080", integer(1, INT_MAX), INT),
         _S("offset.metadata.max.bytes", "4096", integer(0, INT_MAX), INT),
         _S("offsets.retention.check.interval.ms", "600000", integer(1), LONG),

@@ -1,4 +1,5 @@
-"""Cluster metadata: topics, their ids, partition counts and config overrides.
+"""Cluster metadata: topics, their ids, partition counts and config overrides, and the groups'
+config overrides (`["group_config", group id]` -> {name: value}; a tombstone removes them).
 
 Stored like everything else, as a compacted internal topic in the broker's own log
 (`__cluster_metadata`, one partition, msgpack keys and values) and replayed on start.
@@ -18,10 +19,12 @@ import structlog
 
 from broker.clock import Clock
 from broker.config import BrokerConfig, LogConfig, validate_topic_configs, validate_topic_name
+from broker.group_configs import parse_value
 from broker.log.deletions import DeferredDeletes
 from broker.log.partition_log import PartitionLog
+from broker.protocol.errors import KafkaError
 from broker.protocol.records import Record, build_batch
-from broker.replay import SkippedRecords, need
+from broker.replay import Malformed, SkippedRecords, need
 
 log = structlog.get_logger(__name__)
 
@@ -66,6 +69,7 @@ class MetadataStore:
         self.skipped = SkippedRecords()
         self.version = 0  # rises when a topic is created, deleted or grows (groups re-read subscriptions)
         self.other_records: dict[bytes, tuple[int, bytes | None]] = {}  # key: (offset, value)
+        self.group_configs: dict[str, dict[str, str]] = {}  # group id: its overrides only
         self.deletions = DeferredDeletes()  # every partition's segments awaiting file.delete.delay.ms
         self.meta_log = PartitionLog(
             partition_dir(self.data_dir, METADATA_TOPIC, 0),
@@ -90,6 +94,13 @@ class MetadataStore:
                 if kind in OTHER_KINDS:
                     # users and ACLs: the last record per key wins, decoded by their owner
                     self.other_records[bytes(record.key or b"")] = (record.offset, record.value)
+                    continue
+                if kind == "group_config":
+                    group_id, configs = _decode_group_config_record(record)
+                    if configs:
+                        self.group_configs[group_id] = configs
+                    else:
+                        self.group_configs.pop(group_id, None)
                     continue
                 name, topic = _decode_topic_record(record)
             except Exception as e:
@@ -246,6 +257,20 @@ class MetadataStore:
         for plog in topic.logs:
             plog.update_config(new_config)
 
+    def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        """Record a group's overrides, checked by the caller (none: remove the entry); the
+        caller fsyncs the metadata log before acknowledging."""
+        value = dict(configs)
+        self.write_records([(["group_config", group_id], value or None)])
+        if value:
+            self.group_configs[group_id] = value
+        else:
+            self.group_configs.pop(group_id, None)
+
+    def delete_group_configs(self, group_id: str) -> None:
+        if group_id in self.group_configs:
+            self.set_group_configs(group_id, {})
+
     def close(self, *, clean: bool) -> None:
         for plog in self.all_logs():
             plog.close(clean=clean)
@@ -276,3 +301,22 @@ def _decode_topic_record(record: Record) -> tuple[str, Topic | None]:
     )
     validate_topic_configs(configs)
     return name, Topic(name, uuid.UUID(bytes=topic_id), partitions, dict(configs), bool(value.get("internal", False)))
+
+
+def _decode_group_config_record(record: Record) -> tuple[str, dict[str, str]]:
+    """(group id, its overrides; empty for a tombstone); raises unless every name and value is
+    one Kafka's GroupConfig accepts (the broker-level bounds may have changed since: not judged)."""
+    key = msgpack.unpackb(record.key or b"")
+    need(isinstance(key, list) and len(key) == 2 and isinstance(key[1], str) and key[1] != "", "group id is not valid")
+    group_id = str(key[1])
+    if record.value is None:
+        return group_id, {}
+    value = msgpack.unpackb(record.value)
+    need(
+        isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()),
+        "group configs are not a map of strings",
+    )
+    try:
+        return group_id, {name: str(parse_value(name, raw)) for name, raw in value.items()}
+    except KafkaError as e:
+        raise Malformed(e.message or "invalid group config") from None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import collections
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ from broker.coordinator.consumer_group import (
     MemberState,
     is_subset,
 )
+from broker.group_configs import parse_value
 from broker.metadata import MetadataStore
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replay import need
@@ -85,13 +86,31 @@ class ConsumerGroups:
         store: MetadataStore,
         config: ConsumerGroupConfig,
         claim: Callable[[str, int], tuple[ConsumerGroup | None, list[Rec]]],
+        overrides: Callable[[str], Mapping[str, str]] | None = None,
     ) -> None:
         self.store = store
         self.config = config
+        # A group's own configs (kafka-configs --entity-type groups), checked when they were set.
+        self._overrides = overrides or (lambda group_id: store.group_configs.get(group_id, {}))
         # A classic group of that id: gone if empty, converted if not (or raises).
         self._claim = claim
         self.groups: dict[str, ConsumerGroup] = {}
         self.rebalances = 0
+
+    # --- the group's configs -------------------------------------------------------------
+
+    def _own(self, group_id: str, name: str, default: int) -> int:
+        raw = self._overrides(group_id).get(name)
+        value = default if raw is None else parse_value(name, raw)
+        return value if isinstance(value, int) else default
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        """The group's consumer.session.timeout.ms, else the broker's."""
+        return self._own(group_id, "consumer.session.timeout.ms", self.config.session_timeout_ms)
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        """The group's consumer.heartbeat.interval.ms, else the broker's: what members are told."""
+        return self._own(group_id, "consumer.heartbeat.interval.ms", self.config.heartbeat_interval_ms)
 
     # --- the heartbeat -----------------------------------------------------------------
 
@@ -133,7 +152,7 @@ class ConsumerGroups:
             records=records,
             may_describe=req.may_describe,
         )
-        member.session_deadline_ms = now + self.config.session_timeout_ms
+        member.session_deadline_ms = now + self.session_timeout_ms(group.group_id)
         # As Kafka: the assignment is sent to a member that joins, whose assignment changed, or
         # that reported its partitions (it may have missed the response that told it).
         full = req.member_epoch == 0 or req.owned is not None
@@ -468,7 +487,7 @@ class ConsumerGroups:
     def restart_timers(self, now: int) -> None:
         for group in self.groups.values():
             for member in group.members.values():
-                member.session_deadline_ms = now + self.config.session_timeout_ms
+                member.session_deadline_ms = now + self.session_timeout_ms(group.group_id)
                 if member.state == MemberState.UNREVOKED_PARTITIONS:
                     member.revoke_deadline_ms = now + member.rebalance_timeout_ms
 

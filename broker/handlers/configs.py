@@ -1,10 +1,14 @@
-"""DescribeConfigs, IncrementalAlterConfigs and AlterConfigs for topics (and describe for the broker).
+"""DescribeConfigs, IncrementalAlterConfigs and AlterConfigs for topics and groups (and describe
+for the broker).
 
 Described as Kafka's ConfigHelper describes them: a topic's configs are never read-only, their
 source is the first of their synonyms (the topic's override, the broker's static setting,
 the default); a broker setting is read-only unless Kafka can change it at runtime.  This
 broker has no dynamic broker configs, so no source is ever DYNAMIC_BROKER_CONFIG or
 DYNAMIC_DEFAULT_BROKER_CONFIG, and the cluster-wide defaults (the broker resource "") are none.
+A group's configs (broker.group_configs) are never read-only either, and each has one synonym
+under its own name: GROUP_CONFIG for the group's override, else DEFAULT_CONFIG with the value
+the group runs with.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from kio.static.protocol import Entity
 from broker.config import BROKER_SETTINGS, TOPIC_CONFIGS, check_combination, validate_topic_configs
 from broker.config_values import LIST
 from broker.core import Broker
+from broker.group_configs import GROUP_CONFIGS, group_config, validate_overrides
 from broker.handlers.base import Answer, Messages, RequestContext
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -43,10 +48,10 @@ ALTER_CONFIGS: Messages[AlterConfigsRequest, AlterConfigsResponse] = Messages(33
 INCREMENTAL_ALTER_CONFIGS: Messages[IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse] = Messages(
     44, 0, 1
 )
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 # ConfigSource values of DescribeConfigs v1+ (Kafka's DYNAMIC_BROKER_CONFIG, 2, and
 # DYNAMIC_DEFAULT_BROKER_CONFIG, 3, never apply: no broker config is dynamic here).
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 4, 5, 8
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _LIST_CONFIGS = {name for name, d in TOPIC_CONFIGS.items() if d.config_type == LIST}
 
@@ -189,6 +194,19 @@ def _broker_resource(broker: Broker, name: str) -> list[ConfigEntry]:
     return _broker_entries(broker)
 
 
+def _group_entries(broker: Broker, group_id: str) -> list[ConfigEntry]:
+    """Every group config Kafka has, set for this group or not (a group need not exist)."""
+    if group_id == "":
+        raise KafkaError(ErrorCode.invalid_request, "Group name must not be empty")
+    overrides = broker.store.group_configs.get(group_id, {})
+    entries = []
+    for name, definition in GROUP_CONFIGS.items():
+        value = str(group_config(broker.config, overrides, name))
+        synonym = (name, value, GROUP_CONFIG if name in overrides else DEFAULT_CONFIG)
+        entries.append(ConfigEntry(name, value, [synonym], definition.doc, definition.config_type))
+    return entries
+
+
 def describe_configs(broker: Broker, ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     cls = DESCRIBE_CONFIGS.response(ctx.api_version)
     result_cls = nested(cls, "DescribeConfigsResult")
@@ -212,6 +230,8 @@ def describe_configs(broker: Broker, ctx: RequestContext, request: DescribeConfi
                 entries = topic_config_entries(broker, values, set(topic.configs))
             elif resource.resource_type == BROKER:
                 entries = _broker_resource(broker, resource.resource_name)
+            elif resource.resource_type == GROUP:
+                entries = _group_entries(broker, resource.resource_name)
             else:
                 raise KafkaError(ErrorCode.invalid_request, f"resource type {resource.resource_type} is not supported")
         except KafkaError as e:
@@ -319,13 +339,67 @@ def _replace(_: dict[str, str], resource: _Settings) -> dict[str, str]:
     return out
 
 
+def _apply_group(current: dict[str, str], resource: _Changes) -> dict[str, str]:
+    """IncrementalAlterConfigs on a group, with Kafka's words: no group config is a list."""
+    out = dict(current)
+    seen = set()
+    for op in resource.configs:
+        if op.name in seen:
+            raise KafkaError(ErrorCode.invalid_request, "Error due to duplicate config keys")
+        seen.add(op.name)
+        if op.config_operation == SET:
+            if op.value is None:
+                raise KafkaError(ErrorCode.invalid_config, f"Null value not supported for group configs: {op.name}")
+            out[op.name] = op.value
+        elif op.config_operation == DELETE:
+            out.pop(op.name, None)  # as Kafka: deleting what is not set (even unknown) succeeds
+        elif op.config_operation in (APPEND, SUBTRACT):
+            verb = "APPEND" if op.config_operation == APPEND else "SUBTRACT"
+            raise KafkaError(ErrorCode.invalid_config, f"Can't {verb} to key {op.name} because its type is not LIST.")
+        else:
+            raise KafkaError(ErrorCode.invalid_request, f"Unknown operations type {op.config_operation}")
+    return out
+
+
+def _replace_group(_: dict[str, str], resource: _Settings) -> dict[str, str]:
+    """AlterConfigs on a group: the request's set is the group's whole new set."""
+    out: dict[str, str] = {}
+    for op in resource.configs:
+        if op.name in out:
+            raise KafkaError(ErrorCode.invalid_request, "Error due to duplicate config keys")
+        if op.value is None:
+            raise KafkaError(ErrorCode.invalid_config, f"Null value not supported for group configs: {op.name}")
+        out[op.name] = op.value
+    return out
+
+
+def _changed_group(
+    broker: Broker, resource: _Res, change: Callable[[dict[str, str], _Res], dict[str, str]], *, validate_only: bool
+) -> bool:
+    """Check the group's whole new set before storing any of it (the group need not exist)."""
+    group_id = resource.resource_name
+    if group_id == "":
+        raise KafkaError(ErrorCode.invalid_request, "Default group resources are not allowed.")
+    current = broker.store.group_configs.get(group_id, {})
+    new = validate_overrides(broker.config, change(current, resource))
+    if validate_only or new == current:
+        return False
+    broker.store.set_group_configs(group_id, new)
+    return True
+
+
 def _authorize(broker: Broker, ctx: RequestContext, resource: _Resource, op: Operation) -> None:
-    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for the broker."""
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic or group, or on the cluster for the broker."""
     security = broker.security
     if resource.resource_type == TOPIC:
         if not security.topic(ctx.session, op, resource.resource_name):
             raise KafkaError(
                 ErrorCode.topic_authorization_failed, f"{op.name} on topic {resource.resource_name} denied"
+            )
+    elif resource.resource_type == GROUP:
+        if not security.group(ctx.session, op, resource.resource_name):
+            raise KafkaError(
+                ErrorCode.group_authorization_failed, f"{op.name} on group {resource.resource_name} denied"
             )
     elif resource.resource_type == BROKER and not security.cluster(ctx.session, op):
         raise KafkaError(ErrorCode.cluster_authorization_failed, f"{op.name} on the cluster denied")
@@ -336,13 +410,17 @@ def incremental_alter_configs(
 ) -> Answer[IncrementalAlterConfigsResponse]:
     cls = INCREMENTAL_ALTER_CONFIGS.response(ctx.api_version)
     resources: Sequence[_Changes] = request.resources
-    return _alter(broker, ctx, cls, resources, validate_only=request.validate_only, change=_apply)
+    return _alter(
+        broker, ctx, cls, resources, validate_only=request.validate_only, change=_apply, group_change=_apply_group
+    )
 
 
 def alter_configs(broker: Broker, ctx: RequestContext, request: AlterConfigsRequest) -> Answer[AlterConfigsResponse]:
     cls = ALTER_CONFIGS.response(ctx.api_version)
     resources: Sequence[_Settings] = request.resources
-    return _alter(broker, ctx, cls, resources, validate_only=request.validate_only, change=_replace)
+    return _alter(
+        broker, ctx, cls, resources, validate_only=request.validate_only, change=_replace, group_change=_replace_group
+    )
 
 
 _R = TypeVar("_R", bound=Entity)
@@ -357,9 +435,10 @@ def _alter(
     *,
     validate_only: bool,
     change: Callable[[dict[str, str], _Res], dict[str, str]],
+    group_change: Callable[[dict[str, str], _Res], dict[str, str]],
 ) -> Answer[_R]:
     """AlterConfigs and IncrementalAlterConfigs: `change` makes a topic's new configs from its
-    current ones and the resource's entry."""
+    current ones and the resource's entry, `group_change` a group's."""
     result_cls = nested(cls, "AlterConfigsResourceResponse")
     results = []
     changed = False
@@ -372,10 +451,12 @@ def _alter(
                 # delete and succeeds, as on Kafka (`kafka-reassign-partitions --verify` clears
                 # the replication throttles of every broker this way).
                 pass
+            elif resource.resource_type == GROUP:
+                changed |= _changed_group(broker, resource, group_change, validate_only=validate_only)
             elif resource.resource_type != TOPIC:
                 raise KafkaError(
                     ErrorCode.invalid_request,
-                    "only topic configs can be altered; broker settings are set at start (--set)",
+                    "only topic and group configs can be altered; broker settings are set at start (--set)",
                 )
             elif _changed_topic(broker, resource, change, validate_only=validate_only):
                 changed = True

@@ -72,7 +72,7 @@ def heartbeat(
         error_code=ErrorCode.none,
         member_id=result.member_id,
         member_epoch=result.member_epoch,
-        heartbeat_interval=coordinator.config.consumer.heartbeat_interval_ms,
+        heartbeat_interval=coordinator.consumer.heartbeat_interval_ms(request.group_id),
         assignment=assignment,
     )
     if durable is None:
