@@ -161,6 +161,7 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         _S("group.streams.max.heartbeat.interval.ms", "15000", integer(1, INT_MAX), INT),
         _S("group.streams.num.standby.replicas", "0", integer(0, INT_MAX), INT),
         _S("group.streams.max.standby.replicas", "2", integer(0, INT_MAX), INT),
+        _S("share.coordinator.state.topic.num.partitions", "50", integer(1, 1000), INT),
         _S("offsets.retention.minutes", "10080", integer(1, INT_MAX), INT),
         _S("offset.metadata.max.bytes", "4096", integer(0, INT_MAX), INT),
         _S("offsets.retention.check.interval.ms", "600000", integer(1), LONG),

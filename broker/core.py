@@ -21,6 +21,7 @@ from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig, check_combination, validate_topic_configs, validate_topic_name
 from broker.coordinator.consumer_groups import ConsumerGroupConfig
 from broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
+from broker.group_configs import auto_offset_reset, group_config
 from broker.log import cleaner
 from broker.log.cleaner_worker import CleanerProcess
 from broker.log.files import FILES, capacity_for
@@ -233,12 +234,21 @@ class Broker:
             observe(max(0.0, time.perf_counter() - due))
 
     def share_settings(self, group_id: str) -> GroupSettings:
-        config = self.config
+        """A share group's configs: its own (`kafka-configs --entity-type groups`), else the
+        broker's."""
+        overrides = self.store.group_configs.get(group_id, {})
+
+        def value(name: str) -> int | str:
+            return group_config(self.config, overrides, name)
+
+        reset, duration_ms = auto_offset_reset(str(value("share.auto.offset.reset")))
         return GroupSettings(
-            lock_duration_ms=config.get("group.share.record.lock.duration.ms"),
-            session_timeout_ms=config.get("group.share.session.timeout.ms"),
-            heartbeat_interval_ms=config.get("group.share.heartbeat.interval.ms"),
-            auto_offset_reset="latest",
+            lock_duration_ms=int(value("share.record.lock.duration.ms")),
+            session_timeout_ms=int(value("share.session.timeout.ms")),
+            heartbeat_interval_ms=int(value("share.heartbeat.interval.ms")),
+            auto_offset_reset=reset,
+            reset_duration_ms=duration_ms,
+            read_committed=value("share.isolation.level") == "read_committed",
         )
 
     def _group_kind(self, group_id: str) -> str | None:

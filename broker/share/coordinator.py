@@ -73,6 +73,7 @@ class GroupSettings:
     heartbeat_interval_ms: int
     auto_offset_reset: str  # latest | earliest | by_duration
     reset_duration_ms: int | None = None
+    read_committed: bool = False  # share.isolation.level
 
 
 @dataclass(slots=True)
@@ -236,14 +237,29 @@ class ShareCoordinator:
     def acquire(
         self, member_id: str, key: Key, part: SharePartition, plog: PartitionLog, *, max_records: int, max_bytes: int
     ) -> Fetched:
-        offset = part.next_fetch_offset()
-        if offset is None or offset >= plog.high_watermark or max_records <= 0:
-            return Fetched(b"", [])
-        data = plog.read(offset, max_bytes)
-        spans: list[tuple[int, int, BatchSpan]] = []
-        for rel, header in iter_headers(data):
-            spans.append((rel, header.size, BatchSpan(header.base_offset, header.last_offset, header.is_control)))
+        """Acquire for a member what it may have of the partition.  Read committed, only
+        below the last stable offset, and records of aborted transactions are archived like
+        control records: never delivered."""
         settings = self.settings(key[0])
+        upper = plog.last_stable_offset if settings.read_committed else None
+        offset = part.next_fetch_offset()
+        if offset is None or offset >= (plog.high_watermark if upper is None else upper) or max_records <= 0:
+            return Fetched(b"", [])
+        data = plog.read(offset, max_bytes, upper)
+        headers = list(iter_headers(data))
+        aborted = []
+        if settings.read_committed and headers and plog.txn_index.entries:
+            aborted = plog.aborted_transactions(offset, headers[-1][1].last_offset + 1)
+        spans: list[tuple[int, int, BatchSpan]] = []
+        for rel, header in headers:
+            skip = header.is_control or (
+                header.is_transactional
+                and any(
+                    a.producer_id == header.producer_id and a.first_offset <= header.base_offset <= a.last_offset
+                    for a in aborted
+                )
+            )
+            spans.append((rel, header.size, BatchSpan(header.base_offset, header.last_offset, skip)))
         acquired, used = part.acquire(
             member_id, (s for _, _, s in spans), max_records, self.clock.now_ms(), settings.lock_duration_ms
         )

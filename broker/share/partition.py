@@ -49,7 +49,8 @@ class InFlight:
 
 @dataclass(frozen=True, slots=True)
 class BatchSpan:
-    """A record batch as read from the log: its offsets and whether it is a control batch."""
+    """A record batch as read from the log: its offsets, and whether it is never delivered (a
+    control batch, or an aborted transaction's batch read committed)."""
 
     base_offset: int
     last_offset: int

@@ -7,9 +7,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
+from kio.schema.incremental_alter_configs.v1.request import (
+    AlterableConfig,
+    AlterConfigsResource,
+    IncrementalAlterConfigsRequest,
+)
 from kio.static.primitive import i8
 
+from broker.protocol.errors import ErrorCode
 from tests.support.kafka_wire import connect
+
+GROUP_RESOURCE = 32
 
 TOPIC, BROKER = 2, 4
 # ConfigSource
@@ -141,3 +149,25 @@ def describe(
         )
         for c in result.configs
     }
+
+
+def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
+    """Set a group's configs (IncrementalAlterConfigs SET on the GROUP resource), as
+    `kafka-configs --entity-type groups --alter --add-config` does."""
+    with connect(bootstrap) as conn:
+        response = conn.request(
+            IncrementalAlterConfigsRequest(
+                resources=(
+                    AlterConfigsResource(
+                        resource_type=i8(GROUP_RESOURCE),
+                        resource_name=group,
+                        configs=tuple(
+                            AlterableConfig(name=n, config_operation=i8(0), value=v) for n, v in configs.items()
+                        ),
+                    ),
+                ),
+                validate_only=False,
+            )
+        )
+    result = response.responses[0]
+    assert result.error_code == ErrorCode.none, result
