@@ -98,15 +98,17 @@ def join_or_beat(
             raise KafkaError(ErrorCode.unknown_member_id, f"Member {req.member_id} is not a member of the group.")
         if len(group.members) >= max_size:
             raise KafkaError(
-                ErrorCode.group_max_size_reached, f"The share group has reached its maximum size {max_size}."
+                ErrorCode.group_max_size_reached,
+                f"The share group has reached its maximum capacity of {max_size} members.",
             )
         member = group.members[req.member_id] = ShareMember(req.member_id)
         changed = True
     elif req.member_epoch not in (0, member.epoch):
+        relation = "greater" if req.member_epoch > member.epoch else "smaller"
         raise KafkaError(
             ErrorCode.fenced_member_epoch,
-            f"The share group member has a member epoch ({req.member_epoch}) different from the one "
-            f"known by the group coordinator ({member.epoch}).",
+            f"The share group member has a {relation} member epoch ({req.member_epoch}) than the one known by "
+            f"the group coordinator ({member.epoch}). The member must abandon all its partitions and rejoin.",
         )
     else:
         changed = False
