@@ -219,3 +219,41 @@ def test_state_survives_a_sigkill_of_the_broker(tmp_path_factory: pytest.TempPat
         assert not {m.value() for m in redelivered} & set(accepted)  # nothing accepted comes back
     finally:
         broker.kill()
+
+
+def test_read_committed_share_groups_never_see_aborted_records(share_broker: BrokerProcess) -> None:
+    bootstrap = share_broker.bootstrap
+    topic = _topic(bootstrap, "share-txn")
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "share-txn-producer"})
+    producer.init_transactions(20)
+    for values, commit in (([b"c1", b"c2"], True), ([b"a1", b"a2"], False), ([b"c3"], True)):
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value=value)
+        producer.flush(20)
+        if commit:
+            producer.commit_transaction(20)
+        else:
+            producer.abort_transaction(20)
+    for level, expected in (
+        ("read_committed", [b"c1", b"c2", b"c3"]),
+        ("read_uncommitted", [b"c1", b"c2", b"a1", b"a2", b"c3"]),
+    ):
+        group = f"txn-{level}"
+        set_group_configs(bootstrap, group, {"share.isolation.level": level})
+        assert _accept_all(bootstrap, group, topic, len(expected)) == expected, level
+
+
+def _accept_all(bootstrap: str, group: str, topic: str, count: int) -> list[bytes]:
+    """Accept what the group is given until `count` records came and a second passed quietly."""
+    got: list[bytes] = []
+    with _consumer(bootstrap, group, topic) as consumer:
+
+        def keep(message: Message) -> None:
+            consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+            got.append(_value(message))
+
+        _drain_until(consumer, lambda: len(got) >= count, keep, seconds=20)
+        quiet_until = time.monotonic() + 1
+        _drain_until(consumer, lambda: time.monotonic() > quiet_until, keep)
+    return got
