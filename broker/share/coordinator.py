@@ -132,22 +132,23 @@ class ShareCoordinator:
             group = self.groups[req.group_id] = ShareGroup(req.group_id)
         settings = self.settings(req.group_id)
         member, changed = join_or_beat(group, req, now, settings.session_timeout_ms, self.config.max_size)
-        durable = None
         if changed:
             group.epoch += 1
-            durable = self._persist_group(req.group_id)
-        self._assign(group, resolve)
-        previous_epoch = member.epoch
+        grew = self._assign(group, resolve)
+        durable = self._persist_group(req.group_id) if changed or grew else None
         if member.epoch != group.assignment_epoch:
-            member.epoch = group.assignment_epoch
+            member.previous_epoch, member.epoch = member.epoch, group.assignment_epoch
         target = group.target.get(member.member_id, {})
-        told = req.member_epoch == 0 or member.epoch != previous_epoch or target != member.assigned
+        # Told on joining, when it changed, and when the member's epoch is behind (it missed
+        # the answer that told it).
+        told = req.member_epoch != member.epoch or target != member.assigned
         member.assigned = target
         return ShareHeartbeatResult(member.epoch, target if told else None), durable
 
-    def _assign(self, group: ShareGroup, resolve: Callable[[str], tuple[uuid.UUID, int] | None]) -> None:
+    def _assign(self, group: ShareGroup, resolve: Callable[[str], tuple[uuid.UUID, int] | None]) -> bool:
         """Recompute the target when the group moved on, or a subscribed topic appeared or
-        grew (checked at every heartbeat: a dictionary lookup per subscribed topic)."""
+        grew (checked at every heartbeat: a dictionary lookup per subscribed topic); True when
+        the latter bumped the group epoch (to be stored)."""
         topics: dict[str, tuple[uuid.UUID, int]] = {}
         for name in group.subscribed():
             found = resolve(name)
@@ -157,11 +158,14 @@ class ShareCoordinator:
             m.member_id: frozenset(topics[t][0] for t in m.topic_names if t in topics) for m in group.members.values()
         }
         target = simple(members, dict(topics.values()))
+        bumped = False
         if target != group.target or group.assignment_epoch != group.epoch:
             if target != group.target and group.assignment_epoch == group.epoch:
                 group.epoch += 1  # the topics changed under an unchanged membership
+                bumped = True
             group.target = target
             group.assignment_epoch = group.epoch
+        return bumped
 
     def _remove(self, group: ShareGroup, member_id: str, *, expired: bool) -> None:
         """A member leaves.  One that left by itself keeps its share session: its last

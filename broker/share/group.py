@@ -30,6 +30,7 @@ class ShareGroupState(enum.Enum):
 class ShareMember:
     member_id: str
     epoch: int = 0
+    previous_epoch: int = -1  # accepted too: the answer that moved the member on may be lost
     client_id: str = ""
     client_host: str = ""
     rack_id: str | None = None
@@ -103,7 +104,7 @@ def join_or_beat(
             )
         member = group.members[req.member_id] = ShareMember(req.member_id)
         changed = True
-    elif req.member_epoch not in (0, member.epoch):
+    elif req.member_epoch not in (0, member.epoch, member.previous_epoch):
         relation = "greater" if req.member_epoch > member.epoch else "smaller"
         raise KafkaError(
             ErrorCode.fenced_member_epoch,

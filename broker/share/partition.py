@@ -267,15 +267,17 @@ class SharePartition:
         part.end, part.state_epoch = end, epoch
         for offset in range(start, end):
             part.records[offset] = InFlight(RecordState.ARCHIVED, 0)
+        after = start  # runs are written in order, without overlap: restoring is linear in the window
         for run in runs:
             if not (isinstance(run, list) and len(run) == 4 and all(_is_int(x) for x in run)):
                 raise ValueError("a run of share partition state is malformed")
             first, last, state, count = run
-            if not (start <= first <= last < end) or state not in RecordState._value2member_map_ or count < 0:
+            if not (after <= first <= last < end) or state not in RecordState._value2member_map_ or count < 0:
                 raise ValueError(f"a run of share partition state is out of range: {run}")
             kept = RecordState.AVAILABLE if state == RecordState.ACQUIRED else RecordState(state)
             for offset in range(first, last + 1):
                 part.records[offset] = InFlight(kept, count)
+            after = last + 1
         part._advance()
         return part
 

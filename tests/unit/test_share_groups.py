@@ -468,6 +468,27 @@ async def test_a_topic_that_grows_bumps_the_epoch_under_an_unchanged_membership(
     assert await env.beat("a", 1) == (2, {t: frozenset({0, 1})})
 
 
+async def test_a_member_that_missed_the_answer_moving_its_epoch_is_not_fenced(env: Env) -> None:
+    t = env.store.create_topic("t", 2, {}).topic_id
+    assert await env.beat("a", 0, ("t",)) == (1, {t: frozenset({0, 1})})
+    assert await env.beat("b", 0, ("t",)) == (2, {t: frozenset({1})})
+    assert await env.beat("a", 1) == (2, {t: frozenset({0})})  # this answer is lost on its way
+    assert await env.beat("a", 1) == (2, {t: frozenset({0})})  # Kafka's rule: accepted, and told again
+    assert await env.beat("a", 2) == (2, None)
+    with pytest.raises(KafkaError) as e:
+        await env.beat("a", 0 + 3)
+    assert e.value.code == ErrorCode.fenced_member_epoch
+
+
+async def test_an_epoch_bumped_by_a_topic_change_is_stored(env: Env) -> None:
+    env.store.create_topic("t", 1, {})
+    await env.beat("a", 0, ("t",))
+    topic = env.store.topics["t"]
+    env.store.add_partitions("t", env.store.open_partitions(topic, 1, 2))
+    assert (await env.beat("a", 1))[0] == 2
+    assert env.coordinator().groups["g"].epoch == 2  # replayed: the epoch is not handed out twice
+
+
 async def test_heartbeat_errors_for_unknown_and_foreign_groups(env: Env) -> None:
     env.consumer_groups.add("cg")
     with pytest.raises(KafkaError) as e:

@@ -606,6 +606,8 @@ MALFORMED_VALUES: list[Any] = [
     _value(runs=[[5, 9, 3, 1]]),  # no such state
     _value(runs=[[5, 9, -1, 1]]),
     _value(runs=[[5, 9, 0, -1]]),  # a negative count
+    _value(runs=[[5, 9, 0, 1], [5, 9, 2, 1]]),  # overlapping runs: restoring would not be linear
+    _value(runs=[[8, 9, 0, 1], [5, 6, 2, 1]]),  # out of order
 ]
 
 
