@@ -23,6 +23,7 @@ from broker.handlers import (
     scram_users,
     share_fetch,
     share_groups,
+    share_offsets,
     topics,
     transactions,
 )
@@ -64,6 +65,9 @@ _IMPLEMENTED = [
     serve("ShareGroupDescribe", share_groups.DESCRIBE, share_groups.describe),
     serve("ShareFetch", share_fetch.FETCH, share_fetch.share_fetch),
     serve("ShareAcknowledge", share_fetch.ACKNOWLEDGE, share_fetch.share_acknowledge),
+    serve("DescribeShareGroupOffsets", share_offsets.DESCRIBE_OFFSETS, share_offsets.describe_offsets),
+    serve("AlterShareGroupOffsets", share_offsets.ALTER_OFFSETS, share_offsets.alter_offsets),
+    serve("DeleteShareGroupOffsets", share_offsets.DELETE_OFFSETS, share_offsets.delete_offsets),
     serve("AddPartitionsToTxn", transactions.ADD_PARTITIONS_TO_TXN, transactions.add_partitions_to_txn),
     serve("AddOffsetsToTxn", transactions.ADD_OFFSETS_TO_TXN, transactions.add_offsets_to_txn),
     serve("EndTxn", transactions.END_TXN, transactions.end_txn),

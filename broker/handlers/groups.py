@@ -17,6 +17,7 @@ from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, Req
 from broker.protocol.codec import build, nested, timedelta_ms
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation, ResourceType
+from broker.share.partition_key import SHARE_KEY_TYPE, parse_share_key
 
 if TYPE_CHECKING:
     from kio.schema.describe_groups import v0 as describe_groups_v0
@@ -174,6 +175,16 @@ def find_coordinator(broker: Broker, ctx: RequestContext, request: FindCoordinat
                 return ErrorCode.invalid_request, "the transactional id is empty"
             if not broker.security.allowed(ctx.session, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
                 return ErrorCode.transactional_id_authorization_failed, f"DESCRIBE on transactional id {key} denied"
+            return ErrorCode.none, None
+        if key_type == SHARE_KEY_TYPE:  # the share-group state persister's keys, for brokers only
+            if ctx.api_version < 6:
+                return ErrorCode.invalid_request, "share coordinator keys need FindCoordinator v6"
+            if not broker.security.cluster(ctx.session, Operation.CLUSTER_ACTION):
+                return ErrorCode.cluster_authorization_failed, "CLUSTER_ACTION on the cluster denied"
+            try:
+                parse_share_key(key)
+            except ValueError as e:
+                return ErrorCode.invalid_request, str(e)
             return ErrorCode.none, None
         if key_type != GROUP_KEY:
             return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"

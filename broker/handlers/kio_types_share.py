@@ -9,7 +9,6 @@ from typing import TypeAlias
 from kio.schema.alter_share_group_offsets import v0 as alter_share_group_offsets_v0
 from kio.schema.delete_share_group_offsets import v0 as delete_share_group_offsets_v0
 from kio.schema.describe_share_group_offsets import v0 as describe_share_group_offsets_v0
-from kio.schema.describe_share_group_offsets import v1 as describe_share_group_offsets_v1
 from kio.schema.share_acknowledge import v1 as share_acknowledge_v1
 from kio.schema.share_fetch import v1 as share_fetch_v1
 from kio.schema.share_group_describe import v1 as share_group_describe_v1
@@ -23,14 +22,10 @@ ShareFetchRequest: TypeAlias = share_fetch_v1.ShareFetchRequest
 ShareFetchResponse: TypeAlias = share_fetch_v1.ShareFetchResponse
 ShareAcknowledgeRequest: TypeAlias = share_acknowledge_v1.ShareAcknowledgeRequest
 ShareAcknowledgeResponse: TypeAlias = share_acknowledge_v1.ShareAcknowledgeResponse
-DescribeShareGroupOffsetsRequest: TypeAlias = (
-    describe_share_group_offsets_v0.DescribeShareGroupOffsetsRequest
-    | describe_share_group_offsets_v1.DescribeShareGroupOffsetsRequest
-)
-DescribeShareGroupOffsetsResponse: TypeAlias = (
-    describe_share_group_offsets_v0.DescribeShareGroupOffsetsResponse
-    | describe_share_group_offsets_v1.DescribeShareGroupOffsetsResponse
-)
+# Kafka 4.1 serves v0 only of the three offset APIs (v1 of DescribeShareGroupOffsets, with
+# lag, came later).
+DescribeShareGroupOffsetsRequest: TypeAlias = describe_share_group_offsets_v0.DescribeShareGroupOffsetsRequest
+DescribeShareGroupOffsetsResponse: TypeAlias = describe_share_group_offsets_v0.DescribeShareGroupOffsetsResponse
 AlterShareGroupOffsetsRequest: TypeAlias = alter_share_group_offsets_v0.AlterShareGroupOffsetsRequest
 AlterShareGroupOffsetsResponse: TypeAlias = alter_share_group_offsets_v0.AlterShareGroupOffsetsResponse
 DeleteShareGroupOffsetsRequest: TypeAlias = delete_share_group_offsets_v0.DeleteShareGroupOffsetsRequest

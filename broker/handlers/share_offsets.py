@@ -1,0 +1,281 @@
+"""The share group offset APIs (KIP-932), v0 as Kafka 4.1 serves them:
+DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets.
+
+A share group's "offset" of a partition is its share-partition start offset (broker/share).
+The ACLs and error placement follow Kafka 4.1's KafkaApis and GroupCoordinatorService:
+describe needs DESCRIBE on the group and on each topic; alter READ on both; delete DELETE on
+the group and READ on each topic.  Alter and delete need an empty share group."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from broker.core import Broker
+from broker.handlers.base import Answer, Messages, RequestContext
+from broker.protocol.codec import build, nested
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.acls import Operation
+
+if TYPE_CHECKING:
+    from kio.schema.describe_share_group_offsets.v0.request import DescribeShareGroupOffsetsRequestTopic
+    from kio.static.protocol import Entity
+
+    from broker.handlers.kio_types_share import (
+        AlterShareGroupOffsetsRequest,
+        AlterShareGroupOffsetsResponse,
+        DeleteShareGroupOffsetsRequest,
+        DeleteShareGroupOffsetsResponse,
+        DescribeShareGroupOffsetsRequest,
+        DescribeShareGroupOffsetsResponse,
+    )
+
+DESCRIBE_OFFSETS: Messages[DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse] = Messages(90, 0, 0)
+ALTER_OFFSETS: Messages[AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse] = Messages(91, 0, 0)
+DELETE_OFFSETS: Messages[DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse] = Messages(92, 0, 0)
+
+NO_OFFSET = -1  # a partition without share state: the Admin client shows none
+NO_EPOCH = -1  # leader epochs are not recorded with the state here
+# Kafka's Errors messages, which its tools print as they are.
+TOPIC_DENIED = "Topic authorization failed."
+UNKNOWN_PARTITION = "This server does not host this topic-partition."
+NOT_EMPTY = "The group is not empty."
+
+
+def _share_group(broker: Broker, group_id: str) -> None:
+    """Raise GROUP_ID_NOT_FOUND unless `group_id` is a share group (Kafka's wording)."""
+    if broker.shares.known(group_id):
+        return
+    coordinator = broker.coordinator
+    if group_id in coordinator.groups or group_id in coordinator.consumer.groups:
+        raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
+    raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+
+
+def _empty_share_group(broker: Broker, group_id: str) -> None:
+    _share_group(broker, group_id)
+    group = broker.shares.groups.get(group_id)
+    if group is not None and group.members:
+        raise KafkaError(ErrorCode.non_empty_group, NOT_EMPTY)
+
+
+# --- DescribeShareGroupOffsets -------------------------------------------------------------
+
+
+def describe_offsets(
+    broker: Broker, ctx: RequestContext, request: DescribeShareGroupOffsetsRequest
+) -> DescribeShareGroupOffsetsResponse:
+    cls = DESCRIBE_OFFSETS.response(ctx.api_version)
+    group_cls, topic_cls, part_cls = (
+        nested(cls, "DescribeShareGroupOffsetsResponseGroup"),
+        nested(cls, "DescribeShareGroupOffsetsResponseTopic"),
+        nested(cls, "DescribeShareGroupOffsetsResponsePartition"),
+    )
+
+    def partition(index: int, start: int, error: ErrorCode = ErrorCode.none, message: str | None = None) -> Entity:
+        return build(
+            part_cls,
+            partition_index=index,
+            start_offset=start,
+            leader_epoch=NO_EPOCH,
+            error_code=error,
+            error_message=message,
+        )
+
+    def topic(name: str, topic_id: uuid.UUID | None, partitions: Iterable[Entity]) -> Entity:
+        return build(topic_cls, topic_name=name, topic_id=topic_id, partitions=tuple(partitions))
+
+    def described(group_id: str, asked: tuple[DescribeShareGroupOffsetsRequestTopic, ...] | None) -> Entity:
+        if not group_id:
+            raise KafkaError(ErrorCode.invalid_group_id, "GroupId can't be empty.")
+        if not broker.security.group(ctx.session, Operation.DESCRIBE, group_id):
+            raise KafkaError(ErrorCode.group_authorization_failed)
+        _share_group(broker, group_id)
+        starts = broker.shares.start_offsets(group_id)
+
+        def may(name: str) -> bool:
+            return broker.security.topic(ctx.session, Operation.DESCRIBE, name)
+
+        topics: list[Entity] = []
+        if asked is None:  # all the group's partitions with state, on topics it may describe
+            by_topic: dict[uuid.UUID, list[int]] = {}
+            for topic_id, index in starts:
+                by_topic.setdefault(topic_id, []).append(index)
+            named = [(t.name, t.topic_id) for i in by_topic if (t := broker.store.by_id.get(i)) is not None]
+            for name, tid in sorted(named):
+                if may(name):
+                    parts = sorted(by_topic[tid])
+                    topics.append(topic(name, tid, (partition(p, starts[(tid, p)]) for p in parts)))
+        else:
+            for wanted in asked:
+                name, indexes = wanted.topic_name, wanted.partitions
+                if not may(name):
+                    denied = (
+                        partition(p, NO_OFFSET, ErrorCode.topic_authorization_failed, TOPIC_DENIED) for p in indexes
+                    )
+                    topics.append(topic(name, None, denied))
+                    continue
+                found = broker.store.get(name)
+                # As Kafka: an unknown topic, or a partition without state, has no start offset.
+                known = found.topic_id if found is not None else None
+                offsets = (partition(p, starts.get((known, p), NO_OFFSET) if known else NO_OFFSET) for p in indexes)
+                topics.append(topic(name, known, offsets))
+        return build(group_cls, group_id=group_id, topics=tuple(topics), error_code=ErrorCode.none)
+
+    groups = []
+    for wanted in request.groups:
+        try:
+            groups.append(described(wanted.group_id, wanted.topics))
+        except KafkaError as e:
+            groups.append(
+                build(group_cls, group_id=wanted.group_id, topics=(), error_code=e.code, error_message=e.message)
+            )
+    return build(cls, throttle_time=0, groups=tuple(groups))
+
+
+# --- AlterShareGroupOffsets ----------------------------------------------------------------
+
+
+def alter_offsets(
+    broker: Broker, ctx: RequestContext, request: AlterShareGroupOffsetsRequest
+) -> Answer[AlterShareGroupOffsetsResponse]:
+    cls = ALTER_OFFSETS.response(ctx.api_version)
+    topic_cls, part_cls = (
+        nested(cls, "AlterShareGroupOffsetsResponseTopic"),
+        nested(cls, "AlterShareGroupOffsetsResponsePartition"),
+    )
+    group_id = request.group_id
+    # Per topic name (Kafka's response keys topics by name): its id, and each partition's
+    # error, or None while it is to be altered.
+    results: dict[str, tuple[uuid.UUID | None, dict[int, tuple[ErrorCode, str | None] | None]]] = {}
+    offsets: dict[tuple[uuid.UUID, int], int] = {}
+
+    def respond(error: ErrorCode = ErrorCode.none, message: str | None = None) -> AlterShareGroupOffsetsResponse:
+        """A top-level error also marks every partition not failed already: Kafka 4.1's Admin
+        client reads the partitions' errors only."""
+        topics = tuple(
+            build(
+                topic_cls,
+                topic_name=name,
+                topic_id=topic_id,
+                partitions=tuple(
+                    build(part_cls, partition_index=p, error_code=e[0], error_message=e[1])
+                    for p, got in parts.items()
+                    for e in [got or (error, message)]
+                ),
+            )
+            for name, (topic_id, parts) in results.items()
+        )
+        return build(cls, throttle_time=0, error_code=error, error_message=message, responses=topics)
+
+    if not broker.security.group(ctx.session, Operation.READ, group_id):
+        return _alter_failed(cls, ErrorCode.group_authorization_failed, None)
+    if not group_id:
+        return _alter_failed(cls, ErrorCode.invalid_group_id, "GroupId can't be empty.")
+    for wanted in request.topics:
+        name = wanted.topic_name
+        found = broker.store.get(name)
+        parts = results.setdefault(name, (found.topic_id if found is not None else None, {}))[1]
+        readable = broker.security.topic(ctx.session, Operation.READ, name)
+        for p in wanted.partitions:
+            index, start = int(p.partition_index), int(p.start_offset)
+            if found is not None:
+                offsets.pop((found.topic_id, index), None)  # a partition named twice: its last entry decides
+            if not readable:
+                parts[index] = (ErrorCode.topic_authorization_failed, TOPIC_DENIED)
+            elif found is None or not 0 <= index < found.partitions:
+                parts[index] = (ErrorCode.unknown_topic_or_partition, UNKNOWN_PARTITION)
+            elif start < 0:
+                parts[index] = (ErrorCode.invalid_request, f"start offset {start} is negative")
+            else:
+                parts[index] = None
+                offsets[(found.topic_id, index)] = start
+    if not offsets:
+        return respond()
+    try:
+        _empty_share_group(broker, group_id)
+    except KafkaError as e:
+        return respond(e.code, e.message)
+    altering = broker.shares.alter_start_offsets(group_id, offsets)
+
+    async def answer() -> AlterShareGroupOffsetsResponse:
+        try:
+            await altering
+        except KafkaError as e:
+            return respond(e.code, e.message)
+        except OSError as e:
+            return respond(ErrorCode.kafka_storage_error, f"the share group's state could not be stored: {e}")
+        return respond()
+
+    return answer()
+
+
+def _alter_failed(
+    cls: type[AlterShareGroupOffsetsResponse], error: ErrorCode, message: str | None
+) -> AlterShareGroupOffsetsResponse:
+    return build(cls, throttle_time=0, error_code=error, error_message=message, responses=())
+
+
+# --- DeleteShareGroupOffsets ---------------------------------------------------------------
+
+
+def delete_offsets(
+    broker: Broker, ctx: RequestContext, request: DeleteShareGroupOffsetsRequest
+) -> Answer[DeleteShareGroupOffsetsResponse]:
+    cls = DELETE_OFFSETS.response(ctx.api_version)
+    topic_cls = nested(cls, "DeleteShareGroupOffsetsResponseTopic")
+    group_id = request.group_id
+
+    def failed(error: ErrorCode, message: str | None) -> DeleteShareGroupOffsetsResponse:
+        return build(cls, throttle_time=0, error_code=error, error_message=message, responses=())
+
+    def entry(
+        name: str, topic_id: uuid.UUID | None, error: ErrorCode = ErrorCode.none, message: str | None = None
+    ) -> Entity:
+        return build(topic_cls, topic_name=name, topic_id=topic_id, error_code=error, error_message=message)
+
+    if not broker.security.group(ctx.session, Operation.DELETE, group_id):
+        return failed(ErrorCode.group_authorization_failed, None)
+    if not group_id:
+        return failed(ErrorCode.invalid_group_id, "GroupId can't be empty.")
+    names = list(dict.fromkeys(t.topic_name for t in request.topics))
+    denied = {n for n in names if not broker.security.topic(ctx.session, Operation.READ, n)}
+    allowed = [n for n in names if n not in denied]
+    refused = [entry(n, None, ErrorCode.topic_authorization_failed, TOPIC_DENIED) for n in names if n in denied]
+    if not allowed:  # as Kafka: the group is not looked at
+        return build(cls, throttle_time=0, error_code=ErrorCode.none, responses=tuple(refused))
+    try:
+        _empty_share_group(broker, group_id)
+    except KafkaError as e:
+        return failed(e.code, e.message)  # as Kafka: a group's error drops the topics' results
+    starts = broker.shares.start_offsets(group_id)
+    results: list[Entity] = []
+    doomed: list[tuple[uuid.UUID, int]] = []
+    for name in allowed:
+        found = broker.store.get(name)
+        if found is None:
+            results.append(entry(name, None, ErrorCode.unknown_topic_or_partition, UNKNOWN_PARTITION))
+            continue
+        mine = [key for key in starts if key[0] == found.topic_id]
+        if not mine:
+            message = "There is no offset information to delete."
+            results.append(entry(name, found.topic_id, ErrorCode.unknown_topic_or_partition, message))
+            continue
+        doomed.extend(mine)
+        results.append(entry(name, found.topic_id))
+    response = build(cls, throttle_time=0, error_code=ErrorCode.none, responses=(*results, *refused))
+    if not doomed:
+        return response
+    deleting = broker.shares.delete_start_offsets(group_id, doomed)
+
+    async def answer() -> DeleteShareGroupOffsetsResponse:
+        try:
+            await deleting
+        except KafkaError as e:
+            return failed(e.code, e.message)
+        except OSError as e:
+            return failed(ErrorCode.kafka_storage_error, f"the share group's state could not be stored: {e}")
+        return response
+
+    return answer()
