@@ -210,7 +210,8 @@ class Cluster:
         home.mkdir(parents=True, exist_ok=True)
         config = home / "server.properties"
         config.write_text(self.properties(node))
-        args = ["format", "-t", self.cluster_id, "-c", str(config)]
+        # Share groups (KIP-932) are a preview feature of Kafka 4.1, off unless enabled here.
+        args = ["format", "-t", self.cluster_id, "-c", str(config), "--feature", "share.version=1"]
         if self.security is not None:  # the admin exists before any broker serves a client
             for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
                 login = f"name={self.security.admin},password={self.security.admin_password}"

@@ -3,8 +3,10 @@
 Startup opens the SQLite database (processed event ids, the outbox and the ``deliveries``
 table), connects to the schema registry and the broker, creates ``otp.requests``,
 ``otp.deliveries`` and ``otp.requests.dlq`` when they are missing (6 partitions), starts the
-outbox relay and joins the consumer group.  Cleanup leaves the group (finishing the record in
-flight and committing), stops the relay, the producer, the database and the provider.
+outbox relay and joins its group: a consumer group, or with ``*_SENDER_GROUP_TYPE=share`` a
+share group whose instances drain ``otp.requests`` as a queue (services.common.share_runner).
+Cleanup leaves the group (finishing the records in flight and committing or acknowledging
+them), stops the relay, the producer, the database and the provider.
 
 HTTP:
 
@@ -35,6 +37,7 @@ from services.common.app import create_service_app, default_checks
 from services.common.consumer import ConsumerRunner, consuming, runner_for_service
 from services.common.log_shipper import LogShipper
 from services.common.outbox_service import RELAY_KEY, open_publishing_service
+from services.common.share_runner import share_runner_for_service
 from services.notify.config import EmailSenderConfig, SenderConfig, SmsSenderConfig
 from services.notify.openapi import sender_openapi
 from services.notify.providers import FileSinkSmsProvider, Provider, SmtpEmailProvider, WebhookSmsProvider
@@ -236,24 +239,40 @@ def create_app(config: SenderConfig, *, shipper: LogShipper | None = None) -> we
                 log.info("sender started, transactional", group=config.group_id, topic=config.topic)
                 yield
                 return
-            runner = runner_for_service(
-                config,
-                config.group_id,
-                [config.topic],
-                service.store,
-                deserializer=deserializer,
-                producer=service.producer,
-                commit_every=config.commit_every,
-                commit_interval_ms=config.commit_interval_ms,
-                session_timeout_ms=config.session_timeout_ms,
-                heartbeat_interval_ms=config.heartbeat_interval_ms,
-                group_instance_id=config.group_instance_id,
-            )
+            if config.group_type == "share":
+                runner: ConsumerRunner = share_runner_for_service(
+                    config,
+                    config.group_id,
+                    [config.topic],
+                    service.store,
+                    deserializer=deserializer,
+                    producer=service.producer,
+                )
+            else:
+                runner = runner_for_service(
+                    config,
+                    config.group_id,
+                    [config.topic],
+                    service.store,
+                    deserializer=deserializer,
+                    producer=service.producer,
+                    commit_every=config.commit_every,
+                    commit_interval_ms=config.commit_interval_ms,
+                    session_timeout_ms=config.session_timeout_ms,
+                    heartbeat_interval_ms=config.heartbeat_interval_ms,
+                    group_instance_id=config.group_instance_id,
+                )
             app[RUNNER_KEY] = runner
             await stack.enter_async_context(
                 consuming(runner, prune=service.store.handler, dedupe_window_ms=config.dedupe_window_s * 1000)
             )
-            log.info("sender started", group=config.group_id, topic=config.topic, provider=provider.name)
+            log.info(
+                "sender started",
+                group=config.group_id,
+                group_type=config.group_type,
+                topic=config.topic,
+                provider=provider.name,
+            )
             yield
 
     app.cleanup_ctx.append(lifecycle)

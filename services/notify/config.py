@@ -61,6 +61,12 @@ class SenderConfig(ServiceConfig):
         "deliver, produce the event and commit the offset in one Kafka transaction (exactly once in otp.deliveries)",
     )
     transaction_timeout_ms: int = setting(60_000, help="transactional mode: the broker aborts a longer transaction")
+    group_type: str = setting(
+        "consumer",
+        choices=("consumer", "share"),
+        help="consumer: a consumer group, each partition read by one instance; share: a share group (KIP-932), "
+        "the instances drain the topic as a queue, each request acknowledged once handled (outbox mode only)",
+    )
     brand: str = setting("streamshop", help="the name the messages sign with")
 
     def seal_keys(self) -> dict[str, bytes]:
@@ -114,6 +120,9 @@ class SenderConfig(ServiceConfig):
         ]
         if not self.seal_key_id or not set(self.seal_key_id) <= _KEY_ID_CHARS:
             out.append(f"{self.env_name('seal_key_id')}: letters, digits, '.', '_' and '-' only")
+        if self.group_type == "share" and self.delivery_mode == "transactional":
+            # A transaction commits consumer-group offsets; a share group acknowledges records instead.
+            out.append(f"{self.env_name('group_type')}: share needs {self.env_name('delivery_mode')}=outbox")
         return out
 
     def check(self) -> None:

@@ -310,6 +310,9 @@ def _email_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
         service_env("email-sender", ctx, ports),
         {
             **_sender("EMAIL_SENDER", "email-sender", ctx.secrets),
+            # The e-mails are a work queue: however many instances run (`up --scale`), they drain
+            # otp.requests together as a share group, each request to whichever is free.
+            "EMAIL_SENDER_GROUP_TYPE": "share",
             "EMAIL_SENDER_SMTP_HOST": smtp.host,
             "EMAIL_SENDER_SMTP_PORT": str(smtp.port),
         },

@@ -111,7 +111,9 @@ def acl_bindings(access: Mapping[str, Access] = ACCESS) -> list[Any]:
             out += [binding(ResourceType.TOPIC, topic, principal, op) for topic in topics]
         out += [binding(ResourceType.TOPIC, t, principal, AclOperation.WRITE) for t in grant.writes]
         out += [binding(ResourceType.TOPIC, t, principal, AclOperation.READ) for t in grant.reads]
-        out += [binding(ResourceType.GROUP, g, principal, AclOperation.READ) for g in grant.groups]
+        # DESCRIBE_CONFIGS and ALTER_CONFIGS: a share group's member sets where the group starts.
+        for op in (AclOperation.READ, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS):
+            out += [binding(ResourceType.GROUP, g, principal, op) for g in grant.groups]
         out += [
             binding(ResourceType.TRANSACTIONAL_ID, t, principal, op)
             for t in grant.transactional_ids
