@@ -190,6 +190,8 @@ class Cluster:
             "offsets.topic.replication.factor": str(rf),
             "transaction.state.log.replication.factor": str(rf),
             "transaction.state.log.min.isr": str(min(2, rf)),
+            "share.coordinator.state.topic.replication.factor": str(rf),
+            "share.coordinator.state.topic.min.isr": str(min(2, rf)),
             "unclean.leader.election.enable": "false",
             "group.initial.rebalance.delay.ms": "100",
             # Failover within seconds for a learner watching (Kafka's defaults: 9 s and 2 s).

@@ -149,6 +149,17 @@ def test_senders_share_the_otp_seal_key_and_reach_the_catcher(tmp_path: Path) ->
     assert email.database_path == tmp_path / "email-sender" / "email-sender.db"
 
 
+def test_the_email_sender_is_a_share_group_on_the_bundled_broker_only(tmp_path: Path) -> None:
+    from services.notify.config import EmailSenderConfig, SmsSenderConfig
+
+    bundled = ENDPOINTS  # the bundled broker announces its admin API
+    external = {**ENDPOINTS, "broker": {"bootstrap": ENDPOINTS["broker"]["bootstrap"]}}
+    for endpoints, expected in ((bundled, "share"), (external, "consumer")):
+        launch = BY_NAME["email-sender"].launch(context(tmp_path, endpoints), {"http": 0, "smtp": 0})
+        assert EmailSenderConfig.from_env(launch.environment({})).group_type == expected
+    assert settings("sms-sender", SmsSenderConfig, tmp_path).group_type == "consumer"
+
+
 def test_catcher_binds_the_ports_it_is_given_and_needs_no_broker(tmp_path: Path) -> None:
     from services.catcher.config import CatcherConfig
 
