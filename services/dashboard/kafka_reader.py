@@ -62,6 +62,7 @@ from services.dashboard.model import (
     TopicInfo,
     TransactionInfo,
 )
+from services.dashboard.share_groups import describe_share_groups
 
 __all__ = ["ClusterReader", "DescribeLogDirsRequest", "ListGroupTypesRequest", "decode_assignment"]
 
@@ -365,6 +366,10 @@ def decode_assignment(protocol_type: str, raw: bytes | None) -> tuple[tuple[str,
 class _Admin(AIOKafkaAdminClient):  # type: ignore[misc]
     """The admin client with the two requests above."""
 
+    async def send(self, request: Any, node_id: int) -> Any:
+        """Any request to one broker (the share-group requests of services/dashboard/share_groups.py)."""
+        return await self._send_request(request, node_id)
+
     async def metadata(self) -> dict[str, Any]:
         response = await self._get_cluster_metadata(topics=None)
         result: dict[str, Any] = response.to_object()
@@ -613,10 +618,12 @@ class ClusterReader:
             return {}
         coordinators = await _gather(*(admin.find_coordinator(g) for g in group_ids))
         by_node: dict[int, list[str]] = defaultdict(list)
+        shares_by_node: dict[int, list[str]] = defaultdict(list)  # share groups: their own APIs
         for group_id, node in zip(group_ids, coordinators, strict=True):
-            by_node[node].append(group_id)
+            (shares_by_node if types.get(group_id) == "share" else by_node)[node].append(group_id)
         coordinator_of = dict(zip(group_ids, coordinators, strict=True))
-        described = await admin.describe_groups_by_node(by_node)
+        shares = await _gather(*(describe_share_groups(admin.send, n, ids) for n, ids in shares_by_node.items()))
+        described = await admin.describe_groups_by_node(by_node) if by_node else []
         live = [d for d in described if d["error_code"] == 0 and d["state"] not in _DEAD_STATES]
         offsets = await _gather(
             *(_or_error(admin.list_consumer_group_offsets(d["group"], coordinator_of[d["group"]])) for d in live)
@@ -645,6 +652,8 @@ class ClusterReader:
                 committer=commit_note.newest(meta.metadata for meta in committed.values() if meta.offset >= 0),
                 error=error,
             )
+        for found in shares:
+            out.update(found)
         return out
 
 

@@ -115,7 +115,8 @@ class GroupInfo:
     # A job that commits without joining (the analytics job) notes itself in its commits.
     committer: CommitNote | None = None
     error: str | None = None  # the group could not be read fully this time
-    # "classic" or "consumer" (KIP-848) as ListGroups v5 says; None from a broker without v5.
+    # "classic", "consumer" (KIP-848) or "share" (KIP-932, whose `committed` are the partitions'
+    # start offsets) as ListGroups v5 says; None from a broker without v5.
     group_type: str | None = None
 
     def assigned(self) -> dict[TopicPartitionKey, MemberInfo]:

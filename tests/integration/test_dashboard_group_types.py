@@ -14,11 +14,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer
 
 from services.dashboard.app import create_app
 from services.dashboard.config import DashboardConfig
 from services.dashboard.kafka_reader import ClusterReader
+from tests.support.configs import set_group_configs
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import create_topic
 from tests.support.services import serve_app
@@ -178,3 +179,81 @@ async def test_a_broker_without_list_groups_v5_still_shows_both_groups_with_thei
         assert group.group_type is None
         assert (group.state, group.protocol_type) == ("Stable", "consumer")
         assert group.members[0].assignment == ((topic, (0, 1)),)
+
+
+async def test_a_share_group_is_shown_with_its_members_and_start_offsets(broker: ThreadBroker) -> None:
+    """A share group of two ShareConsumers on a two-partition topic: type share, both members,
+    the partitions dealt between them, and each partition's start offset past the records they accepted.  Without the
+    share APIs (an Apache Kafka cluster without the share.version feature) the group is still
+    listed, with the reason its details are missing."""
+    topic, group = "dash.share", "dash-share"
+    create_topic(broker.bootstrap, topic, 2)
+    set_group_configs(broker.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        producer.produce(topic, key=b"k%d" % i, value=b"v", partition=i % 2)
+    assert producer.flush(20) == 0
+    workers = [ShareWorker(broker.bootstrap, topic, group, f"worker-{i}") for i in range(2)]
+    for w in workers:
+        w.start()
+    reader = ClusterReader({"bootstrap_servers": broker.bootstrap})
+    await reader.start()
+    try:
+        seen = await until(
+            reader.observe,
+            lambda o: len(o.groups[group].members) == 2 and o.groups[group].committed == {(topic, 0): 5, (topic, 1): 5},
+            "the share group with both members and all ten records done",
+        )
+        assert reader._admin is not None
+        for conn in reader._admin._client._conns.values():
+            conn._versions.pop(77, None)  # a broker that does not serve ShareGroupDescribe
+        without = await reader.observe()
+    finally:
+        await reader.close()
+        for w in workers:
+            await w.stop()
+    share = seen.groups[group]
+    assert (share.group_type, share.protocol_type, share.protocol, share.state) == (
+        "share",
+        "share",
+        "simple",
+        "Stable",
+    )
+    assert sorted(m.client_id for m in share.members) == ["worker-0", "worker-1"]
+    assert sorted(p for m in share.members for _, parts in m.assignment for p in parts) == [0, 1]
+    assert sum(w.accepted for w in workers) == 10
+    assert without.groups[group].error == "share group details unavailable: IncompatibleBrokerVersion"
+    assert without.groups[group].group_type == "share"
+
+
+class ShareWorker:
+    """A ShareConsumer in a thread of its own, accepting every record it is given."""
+
+    def __init__(self, bootstrap: str, topic: str, group_id: str, client_id: str) -> None:
+        self._config = {"bootstrap.servers": bootstrap, "group.id": group_id, "client.id": client_id,
+                        "share.acknowledgement.mode": "explicit"}  # fmt: skip
+        self._topic = topic
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"share-{client_id}")
+        self.accepted = 0
+
+    def _run(self) -> None:
+        consumer = ShareConsumer(self._config)
+        try:
+            consumer.subscribe([self._topic])
+            while not self._stop.is_set():
+                for message in consumer.poll(0.1):
+                    if message.error() is None:
+                        consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+                        self.accepted += 1
+                consumer.commit_sync(10)
+        finally:
+            consumer.close()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.to_thread(self._thread.join, 30)
+        assert not self._thread.is_alive(), "the share consumer did not close"

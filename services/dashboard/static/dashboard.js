@@ -215,10 +215,12 @@ function assignmentLines(group) {
 }
 
 function detailRow(group, troubled) {
+  // A share group has no committed offset: its start offset is the first record it is not done with.
+  const position = group.group_type === "share" ? "start offset" : "committed";
   const table = el(
     "table",
     {},
-    el("thead", {}, el("tr", {}, ...["topic", "partition", "member", "committed", "log end", "lag"].map((h) => el("th", {}, h)))),
+    el("thead", {}, el("tr", {}, ...["topic", "partition", "member", position, "log end", "lag"].map((h) => el("th", {}, h)))),
     el(
       "tbody",
       {},
@@ -242,7 +244,7 @@ function detailRow(group, troubled) {
   const details = el(
     "details",
     { open },
-    el("summary", {}, `${group.partitions.length} partition${group.partitions.length === 1 ? "" : "s"}: committed offset, log end, lag`),
+    el("summary", {}, `${group.partitions.length} partition${group.partitions.length === 1 ? "" : "s"}: ${position}, log end, lag`),
     table,
   );
   details.addEventListener("toggle", () => detailsOpen.set(group.group_id, details.open));
