@@ -20,7 +20,9 @@ commits without joining leaves in its offsets' metadata, contracts/commit_note.p
 `streamshop groups describe --json`.  The log end offset is the high watermark, as
 ListOffsets reports it; lag is log end offset minus committed offset, null while either
 is unknown.  Assignments are reported only while the group is Stable, as DescribeGroups
-does.
+does.  A share group (type "share") has, per partition, start_offset (the first record it is
+not done with), log_end_offset, in_flight (records its members hold locked) and lag (the
+records it is not done with: they finish out of order).
 """
 
 from __future__ import annotations
@@ -127,8 +129,59 @@ def _consumer_members(broker: Broker, group: ConsumerGroup) -> list[dict[str, An
     ]
 
 
+def _share_detail(broker: Broker, group_id: str) -> dict[str, Any]:
+    """A share group: its members, and per partition its start offset (the first record it is
+    not done with), the records its members hold locked, and its lag: the records it is not
+    done with (they finish out of order, so not simply log end minus start)."""
+    group = broker.shares.groups[group_id]
+    names = {topic.topic_id: name for name, topic in broker.store.topics.items()}
+    members = [
+        {
+            "member_id": m.member_id,
+            "client_id": m.client_id,
+            "host": m.client_host,
+            "group_instance_id": None,
+            "assignment": {
+                names[t]: sorted(ps) for t, ps in sorted(m.assigned.items(), key=lambda tp: str(tp[0])) if t in names
+            },
+        }
+        for m in sorted(group.members.values(), key=lambda m: m.member_id)
+    ]
+    partitions = []
+    for (gid, topic_id, index), part in broker.shares.partitions.items():
+        name = names.get(topic_id)
+        plog = broker.store.partition_log(name, index) if gid == group_id and name is not None else None
+        if name is None or plog is None:
+            continue
+        partitions.append(
+            {
+                "topic": name,
+                "partition": index,
+                "start_offset": part.start,
+                "log_end_offset": plog.high_watermark,
+                "lag": part.backlog(plog.high_watermark),
+                "in_flight": part.in_flight(),
+            }
+        )
+    partitions.sort(key=lambda p: (p["topic"], p["partition"]))
+    return {
+        "group": group_id,
+        "state": group.state.value,
+        "type": "share",
+        "protocol_type": "share",
+        "protocol": "simple",
+        "member_count": len(members),
+        "lag": sum(p["lag"] for p in partitions),
+        "members": members,
+        "partitions": partitions,
+        "committer": None,
+    }
+
+
 def group_detail(broker: Broker, group_id: str) -> dict[str, Any] | None:
     """One group with its members and per-partition offsets and lag; None if unknown."""
+    if group_id in broker.shares.groups:
+        return _share_detail(broker, group_id)
     coordinator = broker.coordinator
     group = coordinator.groups.get(group_id)
     consumer_group = coordinator.consumer.groups.get(group_id)
@@ -191,7 +244,7 @@ def _committer(entries: Iterable[CommittedOffset]) -> dict[str, object] | None:
 
 def group_summary(broker: Broker) -> list[dict[str, Any]]:
     out = []
-    for group_id in broker.coordinator.known_groups():
+    for group_id in sorted({*broker.coordinator.known_groups(), *broker.shares.groups}):
         detail = group_detail(broker, group_id)
         if detail is not None:
             out.append({k: v for k, v in detail.items() if k not in ("members", "partitions", "committer")})

@@ -123,6 +123,7 @@ class Broker:
             other_kind=self._group_kind,
         )
         self.coordinator.is_share_group = self.shares.groups.__contains__
+        self.metrics.shares = self.shares
         self.transactions = TransactionCoordinator(
             self.store,
             clock=self.clock,

@@ -16,6 +16,7 @@ from broker.log.files import FILES
 if TYPE_CHECKING:
     from broker.coordinator.coordinator import GroupCoordinator
     from broker.metadata import MetadataStore
+    from broker.share.coordinator import ShareCoordinator
 
 
 class _LogCollector(Collector):
@@ -72,10 +73,14 @@ class _GroupCollector(Collector):
     /api/groups report it), members, and rebalances since the broker started."""
 
     def __init__(
-        self, coordinator: Callable[[], GroupCoordinator | None], store: Callable[[], MetadataStore | None]
+        self,
+        coordinator: Callable[[], GroupCoordinator | None],
+        store: Callable[[], MetadataStore | None],
+        shares: Callable[[], ShareCoordinator | None],
     ) -> None:
         self._coordinator = coordinator
         self._store = store
+        self._shares = shares
 
     def collect(self) -> Iterator[Metric]:
         coordinator = self._coordinator()
@@ -104,9 +109,27 @@ class _GroupCollector(Collector):
         for group_id, consumer_group in sorted(coordinator.consumer.groups.items()):
             members.add_metric([group_id], len(consumer_group.members))
             rebalances.add_metric([group_id], consumer_group.rebalances)
+        in_flight = GaugeMetricFamily(
+            "streamshop_share_group_records_in_flight", "Records a share group's members hold locked", labels=["group"]
+        )
+        shares = self._shares()
+        if shares is not None:
+            # A share group's lag: the records of a partition it is not done with.
+            by_id = {t.topic_id: name for name, t in store.topics.items()}
+            held: dict[str, int] = {}
+            for (group_id, topic_id, partition), part in sorted(shares.partitions.items(), key=lambda kv: str(kv[0])):
+                held[group_id] = held.get(group_id, 0) + part.in_flight()
+                name = by_id.get(topic_id)
+                plog = store.partition_log(name, partition) if name is not None else None
+                if name is not None and plog is not None:
+                    lag.add_metric([group_id, name, str(partition)], part.backlog(plog.high_watermark))
+            for group_id, share_group in sorted(shares.groups.items()):
+                members.add_metric([group_id], len(share_group.members))
+                in_flight.add_metric([group_id], held.get(group_id, 0))
         yield lag
         yield members
         yield rebalances
+        yield in_flight
 
 
 class BrokerMetrics:
@@ -114,6 +137,7 @@ class BrokerMetrics:
         self.registry = CollectorRegistry()
         self.store: MetadataStore | None = None
         self.coordinator: GroupCoordinator | None = None
+        self.shares: ShareCoordinator | None = None
         r = self.registry
         self.requests = Counter("streamshop_requests", "Requests handled", ["api"], registry=r)
         self.latency = Histogram(
@@ -209,7 +233,7 @@ class BrokerMetrics:
             registry=r,
         )
         r.register(_LogCollector(lambda: self.store))
-        r.register(_GroupCollector(lambda: self.coordinator, lambda: self.store))
+        r.register(_GroupCollector(lambda: self.coordinator, lambda: self.store, lambda: self.shares))
 
     def fsync_round(self, files: int, seconds: float) -> None:
         self.fsync_rounds.inc()

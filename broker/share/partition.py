@@ -236,6 +236,12 @@ class SharePartition:
 
     # --- persistence ---------------------------------------------------------------------
 
+    def backlog(self, log_end: int) -> int:
+        """Records the group is not done with: those past the window, and those in it that are
+        neither acknowledged nor archived (a share group's lag: records finish out of order)."""
+        pending = sum(1 for r in self.records.values() if r.state not in DONE)
+        return max(0, log_end - max(self.end, self.start)) + pending
+
     def in_flight(self) -> int:
         return sum(1 for r in self.records.values() if r.state == RecordState.ACQUIRED)
 

@@ -14,9 +14,10 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import AcknowledgeType, Consumer, ShareConsumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.configs import set_group_configs
 from tests.support.harness import REPO, ThreadBroker
 from tests.support.kafka_clients import confluent_produce, create_topic
 
@@ -44,7 +45,7 @@ def group_metrics(broker: ThreadBroker) -> dict[tuple[str, frozenset[tuple[str, 
         (s.name, frozenset(s.labels.items())): s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
-        if s.name.startswith("streamshop_group_")
+        if s.name.startswith(("streamshop_group_", "streamshop_share_group_"))
     }
 
 
@@ -306,3 +307,42 @@ def test_a_consumer_protocol_group_is_in_the_endpoints_and_the_metrics(broker: T
     finally:
         for c in consumers:
             c.close()
+
+
+def test_a_share_group_is_in_the_endpoints_and_the_metrics(broker: ThreadBroker) -> None:
+    """A share group (KIP-932): type, members and assignments in `/api/groups`; per partition its
+    start offset, the records held locked and its lag (records not done), also in the metrics."""
+    create_topic(broker.bootstrap, "share.admin", 1)
+    set_group_configs(broker.bootstrap, "share.admin", {"share.auto.offset.reset": "earliest"})
+    confluent_produce(broker.bootstrap, "share.admin", [{"key": b"k", "value": b"v%d" % i} for i in range(6)])
+    consumer = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": "share.admin",
+                              "client.id": "share-admin", "share.acknowledgement.mode": "explicit",
+                              "max.poll.records": "10"})  # fmt: skip
+    consumer.subscribe(["share.admin"])
+    try:
+        held: list[Any] = []
+        wait_until(lambda: bool(held.extend(consumer.poll(0.2)) or held), "records acquired")
+        assert len(held) == 6
+        for message in held[:2]:  # two done; four still held
+            consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+        consumer.commit_sync(10)
+        detail = get_json(broker, "/api/groups/share.admin")
+        assert (detail["type"], detail["state"], detail["protocol"], detail["member_count"]) == (
+            "share",
+            "Stable",
+            "simple",
+            1,
+        )
+        assert [m["client_id"] for m in detail["members"]] == ["share-admin"]
+        assert detail["members"][0]["assignment"] == {"share.admin": [0]}
+        assert detail["partitions"] == [
+            {"topic": "share.admin", "partition": 0, "start_offset": 2, "log_end_offset": 6, "lag": 4, "in_flight": 4}
+        ]
+        listed = {g["group"]: g for g in get_json(broker, "/api/groups")["groups"]}
+        assert (listed["share.admin"]["type"], listed["share.admin"]["lag"]) == ("share", 4)
+        metrics = group_metrics(broker)
+        assert metrics[sample("streamshop_group_members", group="share.admin")] == 1.0
+        assert metrics[sample("streamshop_group_lag", group="share.admin", topic="share.admin", partition="0")] == 4.0
+        assert metrics[sample("streamshop_share_group_records_in_flight", group="share.admin")] == 4.0
+    finally:
+        consumer.close()
