@@ -321,7 +321,12 @@ def test_a_share_group_is_in_the_endpoints_and_the_metrics(broker: ThreadBroker)
     consumer.subscribe(["share.admin"])
     try:
         held: list[Any] = []
-        wait_until(lambda: bool(held.extend(consumer.poll(0.2)) or held), "records acquired")
+
+        def acquired() -> bool:
+            held.extend(consumer.poll(0.2))
+            return bool(held)
+
+        wait_until(acquired, "records acquired")
         assert len(held) == 6
         for message in held[:2]:  # two done; four still held
             consumer.acknowledge(message, AcknowledgeType.ACCEPT)
