@@ -4,7 +4,9 @@ Apache Kafka (like `kafka-consumer-groups.sh`).
 
 describe shows, per partition, the committed offset, the log end offset and the lag
 (log end - committed; unknown while nothing is committed), and the members with their
-assignments.  reset-offsets lives in `reset_offsets.py`.
+assignments.  Share groups (KIP-932), which librdkafka's admin client does not see, are listed
+and described by `share_groups.py`: per partition their start offset, lag and records in
+flight.  reset-offsets lives in `reset_offsets.py`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from contracts import commit_note
 from streamshop.clients import CommandError, client_config, error_text, table, warn
+from streamshop.share_groups import describe_share, list_share, print_share_group
 
 # Kafka's names of the group states (DescribeGroups, kafka-consumer-groups.sh).
 _STATE_NAMES = {
@@ -111,6 +114,9 @@ def list_(args: argparse.Namespace) -> int:
         ),
         key=lambda g: g["group"],
     )
+    listed = {g["group"] for g in groups}
+    shares = [g for g in list_share(args) if g["group"] not in listed]
+    groups = sorted([*groups, *shares], key=lambda g: g["group"])
     if args.json:
         print(json.dumps(groups, indent=2))
     elif groups:
@@ -264,28 +270,50 @@ def describe(args: argparse.Namespace) -> int:
     admin = _admin(args)
     names = list(dict.fromkeys(args.groups))
     futures = admin.describe_consumer_groups(names, request_timeout=args.timeout)
-    out = []
+    found: dict[str, dict[str, Any]] = {}
+    # A group librdkafka does not find may be a share group; its error stands if it is not one.
+    unknown: dict[str, str] = {}
     failed = 0
     for name in names:
         try:
             description = futures[name].result(args.timeout)
             if _state(description.state) == "Dead":
                 # DescribeGroups before v6 answers an unknown group as Dead, without an error.
-                raise CommandError(f"group {name!r} does not exist")
-            out.append(_describe_one(admin, description, args.timeout))
-        except (KafkaException, CommandError) as e:
+                unknown[name] = f"group {name!r} does not exist"
+                continue
+            found[name] = _describe_one(admin, description, args.timeout)
+        except KafkaException as e:
+            if _error_code(e) == KafkaError.GROUP_ID_NOT_FOUND:
+                unknown[name] = error_text(e)
+            else:
+                warn("groups", f"{name}: {error_text(e)}")
+                failed += 1
+        except CommandError as e:
             warn("groups", f"{name}: {error_text(e)}")
             failed += 1
         except TimeoutError:
             warn("groups", f"{name}: no answer within {args.timeout:g} s")
             failed += 1
+    if unknown:
+        try:
+            found |= describe_share(args, list(unknown), lambda keys: _log_end_offsets(admin, keys, args.timeout))
+        except CommandError as e:
+            warn("groups", str(e))
+    for name, reason in unknown.items():
+        if name not in found:
+            warn("groups", f"{name}: {reason}")
+            failed += 1
+    out = [found[name] for name in names if name in found]
     if args.json:
         print(json.dumps(out, indent=2))
     else:
         for i, group in enumerate(out):
             if i:
                 print()
-            _print_group(group)
+            if group["type"] == "share":
+                print_share_group(group, _cell)
+            else:
+                _print_group(group)
     return 1 if failed else 0
 
 

@@ -1,4 +1,5 @@
-"""`streamshop groups`: consumer groups, like kafka-consumer-groups.sh (streamshop.groups)."""
+"""`streamshop groups`: consumer and share groups, like kafka-consumer-groups.sh and
+kafka-share-groups.sh (streamshop.groups)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ def register(sub: SubParsers) -> None:
         "groups",
         help="list, describe and delete consumer groups, reset their offsets",
         description="Consumer groups, like kafka-consumer-groups.sh: describe shows per partition the committed "
-        "offset, log end offset and lag, and the members with their assignments.",
+        "offset, log end offset and lag, and the members with their assignments; for a share group (type share) "
+        "the start offset, log end offset, lag and records in flight.",
     )
     client_options(groups)
     groups.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for the broker (default 15)")
@@ -32,6 +34,12 @@ def register(sub: SubParsers) -> None:
     )
     describe.add_argument("groups", nargs="+", metavar="GROUP")
     describe.add_argument("--json", action="store_true", help="JSON output")
+    describe.add_argument(
+        "--admin-url",
+        metavar="URL",
+        help="the bundled broker's admin API (its http://HOST:PORT): share groups are read from it, with their exact "
+        "lag and records in flight, which Kafka's protocol does not carry",
+    )
 
     delete = action("delete", "delete groups without active members, with their committed offsets", "delete")
     delete.add_argument("groups", nargs="+", metavar="GROUP")

@@ -257,3 +257,73 @@ class ShareWorker:
         self._stop.set()
         await asyncio.to_thread(self._thread.join, 30)
         assert not self._thread.is_alive(), "the share consumer did not close"
+
+
+async def test_the_snapshot_shows_a_share_group_with_its_start_offsets_and_lag(
+    broker: ThreadBroker, tmp_path: Path
+) -> None:
+    """/api/snapshot over HTTP: a share group whose member accepted two of six records and holds
+    the other four has type share, its member, and per partition its start offset (in
+    `committed`, which the page heads "start offset") and the lag from it."""
+    topic, group = "dash.share.snap", "dash-share-snap"
+    create_topic(broker.bootstrap, topic, 1)
+    set_group_configs(broker.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(6):
+        producer.produce(topic, value=b"v%d" % i)
+    assert producer.flush(20) == 0
+    consumer = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "client.id": "snap-share",
+                              "share.acknowledgement.mode": "explicit", "max.poll.records": "10"})  # fmt: skip
+    consumer.subscribe([topic])
+    config = DashboardConfig(
+        listen="127.0.0.1",
+        port=0,
+        bootstrap_servers=broker.bootstrap,
+        refresh_interval=0.2,
+        poll_timeout=3.0,
+        log_shipping=False,
+        database_path=tmp_path / "dashboard.db",
+    )
+    try:
+        held: list[Any] = []
+        deadline = time.monotonic() + 15
+        while len(held) < 6:
+            assert time.monotonic() < deadline, f"only {len(held)} records acquired within 15 s"
+            held.extend(m for m in await asyncio.to_thread(consumer.poll, 0.2) if m.error() is None)
+        for message in held:
+            if message.offset() < 2:
+                consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+        await asyncio.to_thread(consumer.commit_sync, 10)
+        async with serve_app(create_app(config)) as (url, session):
+
+            async def snapshot() -> Snapshot:
+                async with session.get(url + "/api/snapshot") as response:
+                    assert response.status == 200
+                    return dict(await response.json())
+
+            snap = await until(
+                snapshot,
+                lambda s: group_row(s, group)["partitions"] and group_row(s, group)["partitions"][0]["committed"] == 2,
+                "the share group with its start offset",
+            )
+    finally:
+        await asyncio.to_thread(consumer.close)
+    row = group_row(snap, group)
+    assert (row["group_type"], row["protocol_type"], row["protocol"], row["state"], row["error"]) == (
+        "share",
+        "share",
+        "simple",
+        "Stable",
+        None,
+    )
+    assert [(m["client_id"], m["assignment"]) for m in row["members"]] == [
+        ("snap-share", [{"topic": topic, "partitions": [0]}])
+    ]
+    [partition] = row["partitions"]
+    assert (partition["committed"], partition["end_offset"], partition["lag"], partition["member"]) == (
+        2,
+        6,
+        4,
+        "snap-share",
+    )
+    assert row["lag"] == 4
