@@ -47,6 +47,8 @@ from broker.share.sessions import ShareSession, ShareSessions
 log = structlog.get_logger(__name__)
 
 STATE_TOPIC = "__share_group_state"
+READ_CHUNK = 256 * 1024  # bytes of the log read at a time while acquiring
+LOCK_SCAN_IDLE_MS = 1000  # with no lock held, how often the tick looks again anyway
 Key = tuple[str, uuid.UUID, int]  # group, topic id, partition
 Rec = tuple[list[object], dict[str, object] | None]
 Sync = Callable[[Iterable[PartitionLog]], Awaitable[None]]
@@ -103,6 +105,9 @@ class ShareCoordinator:
         self.partitions: dict[Key, SharePartition] = {}
         self.sessions = ShareSessions(config.max_sessions)
         self._locked: set[Key] = set()  # partitions that may hold acquired records
+        # No lock runs out before this (ms): the tick looks at the locks only from then on, not
+        # at every turn (a partition's locks are a scan of its window).
+        self._next_expiry = 0
         self._waiters: set[asyncio.Future[None]] = set()
         topic = store.get(STATE_TOPIC)
         self.state_partitions = topic.partitions if topic is not None else config.state_partitions
@@ -241,20 +246,48 @@ class ShareCoordinator:
     def acquire(
         self, member_id: str, key: Key, part: SharePartition, plog: PartitionLog, *, max_records: int, max_bytes: int
     ) -> Fetched:
-        """Acquire for a member what it may have of the partition.  Read committed, only
-        below the last stable offset, and records of aborted transactions are archived like
-        control records: never delivered."""
+        """Acquire for a member what it may have of the partition, reading the log a chunk at a
+        time until `max_records` are acquired (not `max_bytes` at once: a fetch asks for 50 MB
+        and takes 500 records).  Read committed, only below the last stable offset, and records
+        of aborted transactions are archived like control records: never delivered."""
         settings = self.settings(key[0])
         upper = plog.last_stable_offset if settings.read_committed else None
-        offset = part.next_fetch_offset()
-        if offset is None or offset >= (plog.high_watermark if upper is None else upper) or max_records <= 0:
-            return Fetched(b"", [])
-        data = plog.read(offset, max_bytes, upper)
+        limit = plog.high_watermark if upper is None else upper
+        now = self.clock.now_ms()
+        acquired: list[Acquired] = []
+        kept: list[bytes] = []
+        while max_records > 0 and max_bytes > 0:
+            offset = part.next_fetch_offset()
+            if offset is None or offset >= limit:
+                break
+            data = plog.read(offset, min(max_bytes, READ_CHUNK), upper)
+            if not data:
+                break
+            spans = self._spans(plog, offset, data, read_committed=settings.read_committed)
+            got, used = part.acquire(member_id, (s for _, _, s in spans), max_records, now, settings.lock_duration_ms)
+            keep = {id(b) for b in used}
+            kept.extend(bytes(data[rel : rel + size]) for rel, size, span in spans if id(span) in keep)
+            acquired.extend(got)
+            max_records -= sum(a.last_offset - a.first_offset + 1 for a in got)
+            max_bytes -= len(data)
+            if part.next_fetch_offset() == offset:
+                break  # nothing of this chunk could be taken (the window is full)
+        if acquired:
+            self._locked.add(key)
+            self._next_expiry = min(self._next_expiry, now + settings.lock_duration_ms)
+        return Fetched(b"".join(kept), acquired)
+
+    @staticmethod
+    def _spans(
+        plog: PartitionLog, offset: int, data: bytes, *, read_committed: bool
+    ) -> list[tuple[int, int, BatchSpan]]:
+        """Each batch of `data`: its position, size and offsets, and whether it is never
+        delivered (a control batch; read committed, an aborted transaction's)."""
         headers = list(iter_headers(data))
         aborted = []
-        if settings.read_committed and headers and plog.txn_index.entries:
+        if read_committed and headers and plog.txn_index.entries:
             aborted = plog.aborted_transactions(offset, headers[-1][1].last_offset + 1)
-        spans: list[tuple[int, int, BatchSpan]] = []
+        spans = []
         for rel, header in headers:
             skip = header.is_control or (
                 header.is_transactional
@@ -264,14 +297,7 @@ class ShareCoordinator:
                 )
             )
             spans.append((rel, header.size, BatchSpan(header.base_offset, header.last_offset, skip)))
-        acquired, used = part.acquire(
-            member_id, (s for _, _, s in spans), max_records, self.clock.now_ms(), settings.lock_duration_ms
-        )
-        if acquired:
-            self._locked.add(key)
-        keep = {id(b) for b in used}
-        records = b"".join(bytes(data[rel : rel + size]) for rel, size, span in spans if id(span) in keep)
-        return Fetched(records, acquired)
+        return spans
 
     def acknowledge(self, member_id: str, key: Key, batches: list[tuple[int, int, list[int]]]) -> None:
         part = self.partitions.get(key)
@@ -312,15 +338,22 @@ class ShareCoordinator:
                     log.info("share group member expired", group=group.group_id, member=member.member_id)
                     self._remove(group, member.member_id, expired=True)
                     self._append(group.group_id, [self._group_record(group)])
+        if now < self._next_expiry:
+            return
         expired: dict[str, list[Key]] = {}
+        upcoming = []
         for key in list(self._locked):
             part = self.partitions.get(key)
-            if part is None or part.in_flight() == 0:
+            deadline = part.next_deadline() if part is not None else None
+            if part is None or deadline is None:
                 self._locked.discard(key)
                 continue
-            deadline = part.next_deadline()
-            if deadline is not None and deadline <= now and part.expire_locks(now):
+            if deadline <= now and part.expire_locks(now):
                 expired.setdefault(key[0], []).append(key)
+                deadline = part.next_deadline()
+            if deadline is not None:
+                upcoming.append(deadline)
+        self._next_expiry = min(upcoming, default=now + LOCK_SCAN_IDLE_MS)
         for group_id, keys in expired.items():
             self._append(group_id, [self._state_record(k) for k in keys])
         if expired:
