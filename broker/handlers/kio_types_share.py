@@ -9,6 +9,8 @@ from typing import TypeAlias
 from kio.schema.alter_share_group_offsets import v0 as alter_share_group_offsets_v0
 from kio.schema.delete_share_group_offsets import v0 as delete_share_group_offsets_v0
 from kio.schema.describe_share_group_offsets import v0 as describe_share_group_offsets_v0
+from kio.schema.list_config_resources import v0 as list_config_resources_v0
+from kio.schema.list_config_resources import v1 as list_config_resources_v1
 from kio.schema.share_acknowledge import v1 as share_acknowledge_v1
 from kio.schema.share_fetch import v1 as share_fetch_v1
 from kio.schema.share_group_describe import v1 as share_group_describe_v1
@@ -30,3 +32,11 @@ AlterShareGroupOffsetsRequest: TypeAlias = alter_share_group_offsets_v0.AlterSha
 AlterShareGroupOffsetsResponse: TypeAlias = alter_share_group_offsets_v0.AlterShareGroupOffsetsResponse
 DeleteShareGroupOffsetsRequest: TypeAlias = delete_share_group_offsets_v0.DeleteShareGroupOffsetsRequest
 DeleteShareGroupOffsetsResponse: TypeAlias = delete_share_group_offsets_v0.DeleteShareGroupOffsetsResponse
+
+# ListConfigResources (Kafka 4.1) lists group configs among others: here beside the share APIs.
+ListConfigResourcesRequest: TypeAlias = (
+    list_config_resources_v0.ListConfigResourcesRequest | list_config_resources_v1.ListConfigResourcesRequest
+)
+ListConfigResourcesResponse: TypeAlias = (
+    list_config_resources_v0.ListConfigResourcesResponse | list_config_resources_v1.ListConfigResourcesResponse
+)

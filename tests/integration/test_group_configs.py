@@ -25,6 +25,8 @@ from kio.schema.incremental_alter_configs.v1.request import (
     AlterConfigsResource,
     IncrementalAlterConfigsRequest,
 )
+from kio.schema.list_config_resources.v0.request import ListConfigResourcesRequest as ListConfigResourcesV0
+from kio.schema.list_config_resources.v1.request import ListConfigResourcesRequest as ListConfigResourcesV1
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i8, i32
 
@@ -34,6 +36,7 @@ from streamshop.pki import LocalCA
 from tests.integration.test_security_clients import add_user, grant
 from tests.support import kafka_tools as kt
 from tests.support.harness import ThreadBroker
+from tests.support.kafka_clients import create_topic
 from tests.support.kafka_wire import KafkaConnection, connect, ms
 from tests.support.secure import SecureBroker, make_admin_user, secure_settings
 
@@ -48,8 +51,7 @@ def _target(bootstrap: str, group: str) -> tuple[str, ...]:
 
 
 def _described(bootstrap: str, group: str, *options: str) -> dict[str, str]:
-    """kafka-configs --describe --all: each config's line after its name (--all, as this
-    broker has no ListConfigResources, which kafka-configs asks for a group it cannot list)."""
+    """kafka-configs --describe --all: each config's line after its name."""
     out = kt.run("kafka-configs", *_target(bootstrap, group), "--describe", "--all", *options)
     assert out.splitlines()[0] == f"All configs for group {group} are:"
     return dict(line.strip().split("=", 1) for line in out.splitlines()[1:] if line.strip())
@@ -136,6 +138,48 @@ def _overrides(client: KafkaConnection, group: str) -> dict[str, str | None]:
     assert result.error_code == ErrorCode.none, result
     assert all(c.documentation and not c.read_only for c in result.configs)
     return {c.name: c.value for c in result.configs if c.config_source == 8}  # GROUP_CONFIG
+
+
+def test_kafka_configs_describes_the_groups_that_have_configs(broker: ThreadBroker) -> None:
+    """Without --all or a name, kafka-configs asks ListConfigResources (Kafka 4.1) which groups
+    have configs, then describes each one's overrides."""
+    kt.run(
+        "kafka-configs",
+        *_target(broker.bootstrap, "listed-a"),
+        "--alter",
+        "--add-config",
+        "share.isolation.level=read_committed",
+    )
+    kt.run(
+        "kafka-configs",
+        *_target(broker.bootstrap, "listed-b"),
+        "--alter",
+        "--add-config",
+        "consumer.session.timeout.ms=50000",
+    )
+    out = kt.run("kafka-configs", "--bootstrap-server", broker.bootstrap, "--entity-type", "groups", "--describe")
+    assert "Dynamic configs for group listed-a are:" in out
+    assert "  share.isolation.level=read_committed sensitive=false" in out
+    assert "Dynamic configs for group listed-b are:" in out
+    assert "  consumer.session.timeout.ms=50000 sensitive=false" in out
+    one = kt.run("kafka-configs", *_target(broker.bootstrap, "listed-a"), "--describe")
+    assert one.splitlines()[0] == "Dynamic configs for group listed-a are:"
+
+
+def test_list_config_resources_over_the_wire(broker: ThreadBroker) -> None:
+    """v1 lists the types asked for (every type when none is), v0 client-metrics resources only
+    (none here), and an unknown type is UNSUPPORTED_VERSION, as Kafka 4.1 answers."""
+    create_topic(broker.bootstrap, "listed.topic", 1)
+    with connect(broker.bootstrap) as client:
+        _alter(client, "listed-wire", ("share.auto.offset.reset", SET, "earliest"))
+        every = client.request(ListConfigResourcesV1(resource_types=()))
+        found = {(r.resource_name, int(r.resource_type)) for r in every.config_resources}
+        assert {("listed-wire", 32), ("1", 4), ("1", 8), ("listed.topic", 2)} <= found
+        groups = client.request(ListConfigResourcesV1(resource_types=(GROUP,)))
+        assert [(r.resource_name, r.resource_type) for r in groups.config_resources] == [("listed-wire", 32)]
+        assert client.request(ListConfigResourcesV0()).config_resources == ()
+        unknown = client.request(ListConfigResourcesV1(resource_types=(i8(64),)))
+        assert (unknown.error_code, unknown.config_resources) == (ErrorCode.unsupported_version, ())
 
 
 def test_the_apis_edges_over_the_wire(broker: ThreadBroker) -> None:
