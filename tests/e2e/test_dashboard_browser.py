@@ -106,15 +106,15 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
         "in sync",
     ]
 
-    # Consumer groups: the fan-out, both sender groups on otp.requests.
-    for group in ("sms-sender", "email-sender"):
+    # Groups: the fan-out, both sender groups on otp.requests: the sms-sender's aiokafka consumer
+    # speaks the classic group protocol, the email-sender drains the topic as a share group.
+    for group, kind in (("sms-sender", "classic"), ("email-sender", "share group")):
         row = f'data-group="{group}"'
         page.wait_for_selector(f'[data-testid="groups-table"] tr[{row}]', timeout=90_000)
         assert "otp.requests" in cell(page, "groups-table", row, "topics")
         assert int(cell(page, "groups-table", row, "members")) >= 1
-        # The services' aiokafka consumers speak the classic group protocol.
         badge = page.locator(f'[data-testid="groups-table"] tr[{row}] [data-testid="group-type"]')
-        assert badge.inner_text() == "classic"
+        assert badge.inner_text() == kind
     page.wait_for_selector('[data-testid="chart-lag"] path[data-series]', timeout=90_000)
 
     # Open transactions: one left open shows with the LSO lag it causes.

@@ -195,7 +195,9 @@ function typeBadge(group) {
       ? ["consumer protocol", `new consumer group protocol: the broker assigns the partitions${assignor}`]
       : type === "classic"
         ? ["classic", `classic group protocol: a member assigns the partitions${assignor}`]
-        : [type, `${type} group`];
+        : type === "share"
+          ? ["share group", `share group (a queue): its members share the partitions, each record acknowledged${assignor}`]
+          : [type, `${type} group`];
   return el("span", { class: `badge badge-type type-${type}`, "data-testid": "group-type", title }, text);
 }
 
