@@ -201,8 +201,15 @@ async def test_a_share_group_is_shown_with_its_members_and_start_offsets(broker:
     try:
         seen = await until(
             reader.observe,
-            lambda o: len(o.groups[group].members) == 2 and o.groups[group].committed == {(topic, 0): 5, (topic, 1): 5},
-            "the share group with both members and all ten records done",
+            lambda o: (
+                o.groups[group].committed == {(topic, 0): 5, (topic, 1): 5}
+                # Both members, each told its partition: a member takes a new assignment at its
+                # next heartbeat, up to group.share.heartbeat.interval.ms (5 s) later.
+                and sorted(p for m in o.groups[group].members for _, parts in m.assignment for p in parts) == [0, 1]
+                and len(o.groups[group].members) == 2
+            ),
+            "the share group with both members, a partition each, and all ten records done",
+            within=60,
         )
         assert reader._admin is not None
         for conn in reader._admin._client._conns.values():
