@@ -37,6 +37,9 @@ class AckType(enum.IntEnum):
 
 
 DONE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+# The widest window a stored state may have: group.share.partition.max.record.locks's maximum.
+# A record claiming more is refused at replay instead of allocating one entry per offset.
+MAX_WINDOW = 10_000
 
 
 @dataclass(slots=True)
@@ -267,7 +270,7 @@ class SharePartition:
         assert isinstance(start, int)
         assert isinstance(end, int)
         assert isinstance(epoch, int)
-        if not 0 <= start <= end or end - start > 1_000_000:
+        if not 0 <= start <= end or end - start > MAX_WINDOW:
             raise ValueError(f"share partition window {start}-{end} is impossible")
         part = cls(start, delivery_limit=delivery_limit, max_locks=max_locks)
         part.end, part.state_epoch = end, epoch

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.support.configs import set_group_configs
 from tests.support.harness import BrokerProcess
 
-LOCK_MS = 3000
+LOCK_MS = 1500
 SETTINGS = {
     "group.share.min.record.lock.duration.ms": "1000",
     "group.share.record.lock.duration.ms": str(LOCK_MS),
@@ -156,7 +156,7 @@ def test_released_records_are_redelivered_and_rejected_ones_never(share_broker: 
 
         _drain_until(consumer, lambda: sum(1 for v, _ in seen if v == b"b") >= 3, decide)
         # Nothing more comes: a was accepted, c rejected, b archived at its third release.
-        quiet_until = time.monotonic() + 3
+        quiet_until = time.monotonic() + 1
         _drain_until(consumer, lambda: time.monotonic() > quiet_until, decide)
     assert [c for v, c in seen if v == b"a"] == [1]
     assert [c for v, c in seen if v == b"c"] == [1]

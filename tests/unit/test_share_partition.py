@@ -626,8 +626,10 @@ def test_restore_of_the_well_formed_counterparts() -> None:
         8: (RecordState.ACKNOWLEDGED, 1, None),
         9: (RecordState.ACKNOWLEDGED, 1, None),
     }
-    big = SharePartition.restore(_value(start=0, end=1_000_000, runs=[]), delivery_limit=3, max_locks=5)
-    assert (big.start, big.end) == (1_000_000, 1_000_000)  # offsets without a run are done
+    big = SharePartition.restore(_value(start=0, end=10_000, runs=[]), delivery_limit=3, max_locks=5)
+    assert (big.start, big.end) == (10_000, 10_000)  # offsets without a run are done
+    with pytest.raises(ValueError):  # wider than any window the broker keeps
+        SharePartition.restore(_value(start=0, end=10_001, runs=[]), delivery_limit=3, max_locks=5)
 
 
 # --- a stateful machine ----------------------------------------------------------------------
