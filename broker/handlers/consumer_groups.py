@@ -13,6 +13,7 @@ from broker.coordinator.consumer_group import ConsumerGroup
 from broker.coordinator.consumer_groups import Heartbeat
 from broker.core import Broker
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext
+from broker.handlers.group_describe import assignment_describer, undescribed
 from broker.protocol.codec import build, nested, timedelta_ms
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation, ResourceType
@@ -141,18 +142,7 @@ def describe(
         )
 
         def failed(error: ErrorCode, message: str | None = None, group_id: str = group_id) -> Entity:
-            return build(
-                group_cls,
-                error_code=error,
-                error_message=message,
-                group_id=group_id,
-                group_state="",
-                group_epoch=0,
-                assignment_epoch=0,
-                assignor_name="",
-                members=(),
-                authorized_operations=NOT_REQUESTED_OPERATIONS,
-            )
+            return undescribed(cls, group_id, error, message)
 
         if not group_id:
             out.append(failed(ErrorCode.invalid_group_id))
@@ -188,19 +178,7 @@ def describe(
 
 def _members(broker: Broker, cls: type[Entity], group: ConsumerGroup) -> Iterable[Entity]:
     member_cls = nested(cls, "Member")
-    assignment_cls = nested(cls, "Assignment")
-    tp_cls = nested(cls, "TopicPartitions")
-    names = {topic.topic_id: name for name, topic in broker.store.topics.items()}
-
-    def described(assignment: Assignment) -> Entity:
-        return build(
-            assignment_cls,
-            topic_partitions=tuple(
-                build(tp_cls, topic_id=topic, topic_name=names[topic], partitions=tuple(sorted(parts)))
-                for topic, parts in sorted(assignment.items(), key=lambda tp: names.get(tp[0], ""))
-                if topic in names
-            ),
-        )
+    described = assignment_describer(broker, cls)
 
     for m in group.members.values():
         yield build(

@@ -7,9 +7,9 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from broker.coordinator.assignors import Assignment
 from broker.core import Broker
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext
+from broker.handlers.group_describe import assignment_describer, undescribed
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation, ResourceType
@@ -109,18 +109,7 @@ def describe(broker: Broker, ctx: RequestContext, request: ShareGroupDescribeReq
     for group_id in request.group_ids:
 
         def failed(error: ErrorCode, message: str | None = None, group_id: str = group_id) -> Entity:
-            return build(
-                group_cls,
-                error_code=error,
-                error_message=message,
-                group_id=group_id,
-                group_state="",
-                group_epoch=0,
-                assignment_epoch=0,
-                assignor_name="",
-                members=(),
-                authorized_operations=NOT_REQUESTED_OPERATIONS,
-            )
+            return undescribed(cls, group_id, error, message)
 
         if not group_id:
             out.append(failed(ErrorCode.invalid_group_id))
@@ -156,22 +145,8 @@ def describe(broker: Broker, ctx: RequestContext, request: ShareGroupDescribeReq
 
 
 def _members(broker: Broker, cls: type[Entity], group: ShareGroup) -> Iterable[Entity]:
-    member_cls, assignment_cls, tp_cls = (
-        nested(cls, "Member"),
-        nested(cls, "Assignment"),
-        nested(cls, "TopicPartitions"),
-    )
-    names = {topic.topic_id: name for name, topic in broker.store.topics.items()}
-
-    def described(assignment: Assignment) -> Entity:
-        return build(
-            assignment_cls,
-            topic_partitions=tuple(
-                build(tp_cls, topic_id=topic, topic_name=names[topic], partitions=tuple(sorted(parts)))
-                for topic, parts in sorted(assignment.items(), key=lambda tp: names.get(tp[0], ""))
-                if topic in names
-            ),
-        )
+    member_cls = nested(cls, "Member")
+    described = assignment_describer(broker, cls)
 
     for m in group.members.values():
         yield build(
