@@ -10,13 +10,21 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType, Message, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.metadata.v12.request import MetadataRequest
+from kio.schema.share_acknowledge.v1 import request as share_ack
+from kio.schema.share_fetch.v1 import request as share_fetch
+from kio.schema.types import GroupId
+from kio.static.primitive import i8, i32, i64
 
+from broker.protocol.errors import ErrorCode
 from tests.support.configs import set_group_configs
 from tests.support.harness import BrokerProcess
+from tests.support.kafka_wire import connect, ms
 
 LOCK_MS = 1500
 SETTINGS = {
@@ -257,3 +265,54 @@ def _accept_all(bootstrap: str, group: str, topic: str, count: int) -> list[byte
         quiet_until = time.monotonic() + 1
         _drain_until(consumer, lambda: time.monotonic() > quiet_until, keep)
     return got
+
+
+def _acks(offset: int, kind: int) -> Any:
+    return share_fetch.AcknowledgementBatch(
+        first_offset=i64(offset), last_offset=i64(offset), acknowledge_types=(i8(kind),)
+    )
+
+
+def test_bad_share_requests_get_clear_errors_and_cost_nothing(share_broker: BrokerProcess) -> None:
+    """Over the wire: a session that does not exist, acknowledgements on the opening request,
+    ShareAcknowledge opening a session, and acknowledgements of records the member does not
+    hold are refused with Kafka's errors; the records stay the group's and are delivered."""
+    bootstrap = share_broker.bootstrap
+    topic = _topic(bootstrap, "share-bad")
+    set_group_configs(bootstrap, "bad", {"share.auto.offset.reset": "earliest"})
+    _produce(bootstrap, topic, [b"kept"])
+    with connect(bootstrap) as conn:
+        topic_id = conn.request(MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                                include_topic_authorized_operations=False)).topics  # fmt: skip
+        tid = next(t.topic_id for t in topic_id if t.name == topic)
+
+        def fetch(epoch: int, acks: tuple[Any, ...] = ()) -> Any:
+            part = share_fetch.FetchPartition(partition_index=i32(0), acknowledgement_batches=acks)
+            return conn.request(
+                share_fetch.ShareFetchRequest(
+                    group_id=GroupId("bad"), member_id="m-1", share_session_epoch=i32(epoch), max_wait=ms(0),
+                    min_bytes=i32(1), max_bytes=i32(1 << 20), max_records=i32(10), batch_size=i32(10),
+                    topics=(share_fetch.FetchTopic(topic_id=tid, partitions=(part,)),), forgotten_topics_data=(),
+                )
+            )  # fmt: skip
+
+        ack = _acks(0, 1)
+        assert fetch(5).error_code == ErrorCode.share_session_not_found
+        assert fetch(0, (ack,)).error_code == ErrorCode.invalid_request
+        opened = conn.request(share_ack.ShareAcknowledgeRequest(
+            group_id=GroupId("bad"), member_id="m-1", share_session_epoch=i32(0), topics=()))  # fmt: skip
+        assert opened.error_code == ErrorCode.invalid_share_session_epoch
+        first = fetch(0)  # opens the session and acquires the record
+        assert first.error_code == ErrorCode.none
+        assert [(a.first_offset, a.last_offset) for a in first.responses[0].partitions[0].acquired_records] == [(0, 0)]
+        wrong = _acks(3, 1)
+        refused = fetch(1, (wrong,)).responses[0].partitions[0]
+        assert refused.acknowledge_error_code == ErrorCode.invalid_record_state
+        malformed = share_fetch.AcknowledgementBatch(
+            first_offset=i64(0), last_offset=i64(0), acknowledge_types=(i8(9),)
+        )
+        assert fetch(2, (malformed,)).responses[0].partitions[0].acknowledge_error_code == ErrorCode.invalid_request
+        released = _acks(0, 2)
+        again = fetch(3, (released,)).responses[0].partitions[0]
+        assert again.acknowledge_error_code == ErrorCode.none
+        assert [(a.first_offset, a.delivery_count) for a in again.acquired_records] == [(0, 2)]  # nothing lost
