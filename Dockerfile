@@ -4,14 +4,15 @@
 #   app     every other process: the schema registry, the services, the catcher, the PySpark
 #           analytics job, the console tools and Locust (requirements-image.lock); the default.
 #
-# BASE is the Python image both start from.  The default is the official one, bookworm rather
+# STREAMSHOP_BASE_IMAGE is the Python image both start from.  The default is the official one, bookworm rather
 # than the plain python:3.11-slim tag (that moved to Debian trixie, which no longer ships OpenJDK
 # 17, the Java runtime PySpark 4 is built and tested for), pinned by digest (the multi-platform
 # index of the 3.11.14 release) so a rebuild starts from the same bytes.  Any Debian bookworm
-# image with Python 3.11 and pip works: `docker build --build-arg BASE=...`.
-ARG BASE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
+# image with Python 3.11 and pip works: `docker build --build-arg STREAMSHOP_BASE_IMAGE=...`, or the
+# variable of the same name for docker-compose.yml (compose/local.env: one made by compose/local/base.sh).
+ARG STREAMSHOP_BASE_IMAGE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 
-FROM ${BASE} AS base
+FROM ${STREAMSHOP_BASE_IMAGE} AS base
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -28,9 +29,12 @@ RUN useradd --create-home --uid 10001 streamshop \
 # The compiled parts (setup.py): the broker's record walk and the analytics source's Avro decoder,
 # built where a C compiler is, so neither image carries one; without them the broker and the
 # analytics job would fall back to their slower Python twins.
+# A base with Debian's own Python (compose/local/base.sh) has no C headers: libpython3.11-dev.
 FROM base AS compiled
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && { python -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(sysconfig.get_path("include") + "/Python.h"))' \
+      || apt-get install -y --no-install-recommends libpython3.11-dev; } \
  && rm -rf /var/lib/apt/lists/* \
  && pip install "setuptools>=77"
 COPY setup.py ./

@@ -1,6 +1,6 @@
-"""docker-compose.yml, Dockerfile and .dockerignore, checked statically against the code: no
-Docker engine (nor the compose plugin) runs here, so instead of `docker compose config` each
-claim the file makes is checked against what the processes really read and listen on.
+"""docker-compose.yml, Dockerfile and .dockerignore, checked statically against the code, in the
+fast tier (no Docker engine): each claim the file makes is checked against what the processes
+really read and listen on.  tests/compose/ builds the images and runs the profiles for real.
 
 Compose semantics modelled: `${NAME}` / `${NAME:-default}` / `$$` interpolation, YAML merge keys
 (PyYAML resolves them as Compose does), profiles (the default set from .env's COMPOSE_PROFILES,
@@ -107,6 +107,11 @@ def interpolate(value: str, variables: Mapping[str, str]) -> str:
     result = _VARIABLE.sub(one, value)
     assert "${" not in result, f"unsupported interpolation in {value!r}"
     return result
+
+
+def image(service: str, variables: Mapping[str, str] | None = None) -> str:
+    """The service's image, as compose interpolates it (by default: without compose/local.env)."""
+    return interpolate(str(SERVICES[service]["image"]), variables or {})
 
 
 def environment(service: str, variables: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -288,20 +293,24 @@ def test_the_stack_runs_every_process_of_streamshop_up() -> None:
         assert len(services_running(sub)) == 1, f"{sub} must run in exactly one service"
 
 
+BASE_ARG = "STREAMSHOP_BASE_IMAGE"  # the Dockerfile's base, taken from the environment when set
+
+
 def test_every_service_runs_the_project_image_or_apache_kafka() -> None:
     """The broker its own image (the Dockerfile's broker target: no Spark), every other process
-    of the project the app image."""
+    of the project the app image, both on the base the environment names if it does; Kafka and
+    PostgreSQL the official images unless compose/local.env names local ones."""
     for name, service in SERVICES.items():
         if runs_streamshop(name) and command_of(name)[1] == "broker":
-            assert service.get("build") == {"context": ".", "target": "broker"}, name
-            assert service["image"] == "streamshop-broker:local", name
+            assert service.get("build") == {"context": ".", "target": "broker", "args": [BASE_ARG]}, name
+            assert image(name) == "streamshop-broker:local", name
         elif runs_streamshop(name) or runs_locust(name):
-            assert service.get("build") == {"context": ".", "target": "app"}, name
-            assert service["image"] == "streamshop:local", name
+            assert service.get("build") == {"context": ".", "target": "app", "args": [BASE_ARG]}, name
+            assert image(name) == "streamshop:local", name
         elif name == "postgres":
-            assert str(service["image"]).startswith("postgres:"), name  # the official image
+            assert image(name).startswith("postgres:"), name  # the official image
         else:
-            assert str(service["image"]).startswith("apache/kafka:"), name
+            assert image(name).startswith("apache/kafka:"), name
 
 
 def test_locust_service_command_is_accepted_by_locust_and_loads_all_three_user_classes() -> None:
@@ -609,7 +618,7 @@ def test_every_process_that_keeps_state_has_a_volume_for_it() -> None:
 
 
 def kafka_nodes() -> list[str]:
-    return [n for n in SERVICES if str(SERVICES[n]["image"]).startswith("apache/kafka:") and is_long_running(n)]
+    return [n for n in SERVICES if image(n).startswith("apache/kafka:") and is_long_running(n)]
 
 
 def test_the_kafka_profile_is_three_kraft_brokers_with_replication_3_and_min_isr_2() -> None:
@@ -649,7 +658,7 @@ def test_the_kafka_profile_runs_the_release_and_settings_of_streamshop_kafka_clu
     )
     node_specific = {"NODE_ID", "LISTENERS", "ADVERTISED_LISTENERS", "CONTROLLER_QUORUM_VOTERS", "LOG_DIRS"}
     for name in kafka_nodes():
-        assert SERVICES[name]["image"] == f"apache/kafka:{KAFKA_VERSION}"
+        assert image(name) == f"apache/kafka:{KAFKA_VERSION}"
         env = environment(name)
         shared = {
             key.removeprefix("KAFKA_").lower().replace("_", "."): value
@@ -668,7 +677,7 @@ def test_the_kafka_profile_runs_the_release_and_settings_of_streamshop_kafka_clu
 
 
 def _created_topics() -> dict[str, tuple[int, dict[str, str]]]:
-    (setup,) = [n for n in SERVICES if str(SERVICES[n]["image"]).startswith("apache/kafka:") and n not in kafka_nodes()]
+    (setup,) = [n for n in SERVICES if image(n).startswith("apache/kafka:") and n not in kafka_nodes()]
     script = "\n".join(command_of(setup))
     (create,) = re.findall(r"^create\(\) \{(.*)\}$", script, re.M)
     assert "--replication-factor 3" in create
@@ -723,11 +732,11 @@ def _stages() -> dict[str, list[str]]:
 
 def test_the_images_are_python_3_11_slim_the_app_with_java_17_and_the_project_installed() -> None:
     stages = _stages()
-    (arg,) = [line for line in stages[""] if line.startswith("ARG BASE=")]
-    assert re.fullmatch(r"ARG BASE=python:3\.11\.\d+-slim-bookworm@sha256:[0-9a-f]{64}", arg), (
+    (arg,) = [line for line in stages[""] if line.startswith("ARG STREAMSHOP_BASE_IMAGE=")]
+    assert re.fullmatch(r"ARG STREAMSHOP_BASE_IMAGE=python:3\.11\.\d+-slim-bookworm@sha256:[0-9a-f]{64}", arg), (
         "pin the base image by digest"
     )
-    assert stages["base"][0] == "FROM ${BASE} AS base"
+    assert stages["base"][0] == "FROM ${STREAMSHOP_BASE_IMAGE} AS base"
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     package_data = pyproject["tool"]["setuptools"].get("package-data", {})
     packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
@@ -833,3 +842,21 @@ def test_the_postgres_profile_gives_each_service_with_state_a_database_the_serve
         assert url.path.lstrip("/") in made, name
         assert dependencies(name)["postgres"] == {"condition": "service_healthy", "required": False}
         assert config_of(name).database_url is None  # the compose file alone: SQLite
+
+
+def test_local_env_names_an_image_for_each_variable_the_compose_file_reads() -> None:
+    """compose/local.env swaps every image a registry would serve for one made on the host; its
+    variables are exactly those, and the Dockerfile reads the base's."""
+    local = dict(
+        line.split("=", 1)
+        for line in (REPO / "compose" / "local.env").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    assert set(local) == {BASE_ARG, "KAFKA_IMAGE", "POSTGRES_IMAGE"}
+    assert f"ARG {BASE_ARG}=" in DOCKERFILE
+    swapped = {name: image(name, local) for name in SERVICES if image(name) != image(name, local)}
+    from streamshop.kafka_jars import KAFKA_VERSION
+
+    assert {image(name) for name in swapped} == {"postgres:15", f"apache/kafka:{KAFKA_VERSION}"}
+    assert local["KAFKA_IMAGE"].endswith(f":{KAFKA_VERSION}")  # the same release, from Maven Central's jars
+    assert set(swapped.values()) == {local["KAFKA_IMAGE"], local["POSTGRES_IMAGE"]}
