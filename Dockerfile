@@ -1,4 +1,4 @@
-# syntax=docker/dockerfile:1
+# No `# syntax=` line: BuildKit would fetch that frontend from a registry; the built-in one does.
 # The images of docker-compose.yml, as targets of one file:
 #   broker  the bundled broker alone (requirements-broker.lock: no Spark, no Kafka client library)
 #   app     every other process: the schema registry, the services, the catcher, the PySpark

@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lock browser kafka postgres demo test test-fast lint bench load clean
+.PHONY: setup lock browser kafka postgres docker demo test test-compose test-fast lint bench load clean
 
 # requirements.lock pins every package (with the dev tools) to the version the lower bounds in
 # pyproject.toml resolved to when it was last refreshed (`make lock`), each with the sha256 of
@@ -64,21 +64,36 @@ postgres:
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends postgresql; }
 
+# Debian's Docker engine (docker.io: dockerd) and debootstrap, for the compose tier: it builds the
+# images on a base made from Debian's packages (compose/local/base.sh) and runs docker-compose.yml;
+# through apt-get when missing.  No engine is started here (the tier starts one when none runs).
+docker:
+	@command -v dockerd >/dev/null && command -v debootstrap >/dev/null || { \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends docker.io debootstrap; }
+
 # The whole local stack, supervised, with one round of demo traffic; Ctrl-C stops it.  ARGS adds
 # options of `streamshop up`, e.g. make demo ARGS='--jvm-start-timeout 600 --verbose'.
 demo: setup
 	$(VENV)/bin/streamshop up --demo $(ARGS)
 
 # The whole suite, in parallel (tests sharing a fixture run on one worker: tests/conftest.py),
-# with the 25 slowest tests at the end.  PYTEST_ARGS adds to it, e.g. PYTEST_ARGS='-k stack'.
+# with the 25 slowest tests at the end, then the compose tier on its own, timed apart.
+# PYTEST_ARGS adds to the first, e.g. PYTEST_ARGS='-k stack'.
 TEST_WORKERS ?= 4
-test: setup browser kafka postgres lint
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
+test: setup browser kafka postgres docker lint
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 -m "not compose" $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-compose
+
+# The compose tier alone: builds the images (on a local Debian base: no image registry needed)
+# and runs docker-compose.yml's profiles, one after the other (tests/compose/).
+test-compose: setup kafka postgres docker
+	$(PY) -m pytest -q --durations=10 -m compose tests/compose $(COMPOSE_ARGS)
 
 # The fast tier, for development: no JVM (Kafka, Spark), no browser, no stack, no fuzzer; needs
 # nothing but `make setup` and Debian's PostgreSQL programs (`make postgres`).
 test-fast: setup postgres
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not (kafka or spark or browser or stack or fuzz or slow)" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not (kafka or spark or browser or stack or fuzz or slow or compose)" $(PYTEST_ARGS)
 
 # ruff, then mypy --strict, then the layers (docs/adr/008-layers.md): an import against them fails here.
 lint: setup

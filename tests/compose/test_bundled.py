@@ -1,0 +1,97 @@
+"""The default profile (the bundled broker) as a compose user runs it: `up --wait` returns when
+every service is healthy; an order POSTed on :8001 is a keyed Avro event on `orders`; an OTP
+reaches both senders and the catcher; the logs service finds the order's logs; the dashboard
+sees every group; a killed service comes back by its restart policy; `down` and `up` keep the
+named volumes' data; `down -v` leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.compose.conftest import FIGURES
+from tests.compose.stackcheck import DASHBOARD, LOGS, ORDERS, eventually, http, otp_delivered, post_order, read_orders
+from tests.support.docker import Compose, docker
+
+pytestmark = pytest.mark.compose
+
+ORDER_IDS: list[str] = []  # the orders of this run, checked again after `down` and `up`
+
+
+@pytest.fixture(scope="module")
+def stack(docker_host: str, images: None) -> Iterator[Compose]:
+    project = Compose(docker_host, "streamshop-test")  # .env's profile: bundled
+    project.down()  # what an interrupted earlier run left
+    try:
+        FIGURES["up --wait, bundled broker (cold volumes)"] = f"{project.up():.0f} s"
+        yield project
+    finally:
+        project.down()
+    assert project.leftovers() == {"containers": [], "volumes": [], "networks": []}
+
+
+def test_an_order_is_a_keyed_avro_event_on_orders(stack: Compose) -> None:
+    ORDER_IDS.extend(post_order(i) for i in range(3))
+    found = read_orders(stack, set(ORDER_IDS))
+    assert found.keys() == set(ORDER_IDS)
+    assert all(events[0]["total"] == 25 for events in found.values())
+
+
+def test_an_otp_reaches_both_senders_and_the_catcher(stack: Compose) -> None:
+    otp_delivered()
+
+
+def test_the_logs_service_finds_the_orders_logs(stack: Compose) -> None:
+    def orders_ingress() -> list[Any]:
+        status, body = http("GET", f"{LOGS}/logs?service=orders&stream=ingress&q=orders&limit=50")
+        return list(body["items"]) if status == 200 else []
+
+    assert eventually("the orders service's ingress logs", orders_ingress)
+
+
+def test_the_dashboard_sees_every_group(stack: Compose) -> None:
+    wanted = {"sms-sender", "email-sender", "log-indexer", "analytics"}
+
+    def groups() -> set[str] | None:
+        status, snap = http("GET", f"{DASHBOARD}/api/snapshot")
+        seen = {g["group_id"] for g in snap.get("groups", [])} if status == 200 and isinstance(snap, dict) else set()
+        return seen if wanted <= seen else None
+
+    # The analytics job (a Spark driver in its container) joins last.
+    eventually("every group on the dashboard", groups, within=300, every=2)
+
+
+def test_logs_are_json_lines(stack: Compose) -> None:
+    lines = stack("logs", "--no-color", "--no-log-prefix", "orders").stdout.splitlines()
+    events = [json.loads(line) for line in lines if line.startswith("{")]
+    assert events, lines[-10:]
+    assert all("event" in event for event in events)
+
+
+def test_a_killed_service_comes_back_by_its_restart_policy(stack: Compose) -> None:
+    container = stack("ps", "-q", "orders").stdout.strip()
+    pid = int(docker(stack.host, "inspect", "-f", "{{.State.Pid}}", container).stdout)
+    os.kill(pid, signal.SIGKILL)  # the container's init dies: not a stop docker was asked for
+
+    def back() -> bool:
+        state = json.loads(docker(stack.host, "inspect", "-f", "{{json .State}}", container).stdout)
+        restarts = int(docker(stack.host, "inspect", "-f", "{{.RestartCount}}", container).stdout)
+        return restarts >= 1 and state.get("Health", {}).get("Status") == "healthy"
+
+    eventually("orders restarted and healthy", back, within=180, every=1)
+    assert http("GET", f"{ORDERS}/orders/{ORDER_IDS[0]}")[0] == 200
+
+
+def test_down_and_up_keep_the_named_volumes(stack: Compose) -> None:
+    stack("down", "--timeout", "20")
+    FIGURES["up --wait, bundled broker (volumes kept)"] = f"{stack.up():.0f} s"
+    for order_id in ORDER_IDS:
+        status, order = http("GET", f"{ORDERS}/orders/{order_id}")
+        assert status == 200, order
+    # The broker kept its log: the orders are still on the topic.
+    assert read_orders(stack, set(ORDER_IDS)).keys() == set(ORDER_IDS)
