@@ -28,10 +28,8 @@ else
   compose/local/base.sh "$STREAMSHOP_BASE_IMAGE"
 fi
 
-version=${KAFKA_IMAGE##*:}
-jars=.cache/apache-kafka/$version/lib
-[ -d "$jars" ] || die "no Kafka $version jars in $jars: make kafka fetches them from Maven Central"
-compose/local/kafka/build.sh "$STREAMSHOP_BASE_IMAGE" "$jars" "$KAFKA_IMAGE"
+compose/local/kafka/build.sh "$KAFKA_IMAGE" -- --quiet > /dev/null
+echo "$KAFKA_IMAGE: built"
 
 docker build --quiet --build-arg BASE="$STREAMSHOP_BASE_IMAGE" -t "$POSTGRES_IMAGE" \
   -f compose/local/postgres/Dockerfile compose/local/postgres > /dev/null

@@ -33,9 +33,9 @@ T = TypeVar("T")
 _READER = """
 import base64, json, sys, time
 from confluent_kafka import Consumer
-topic, bootstrap, wanted, within = {args!r}
+topic, bootstrap, wanted, within, security = {args!r}
 consumer = Consumer({{"bootstrap.servers": bootstrap, "group.id": "compose-check-" + str(time.time()),
-                     "auto.offset.reset": "earliest", "enable.auto.commit": False}})
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False, **security}})
 consumer.subscribe([topic])
 seen, deadline = set(), time.monotonic() + within
 while not set(wanted) <= seen and time.monotonic() < deadline:
@@ -97,13 +97,16 @@ def post_order(i: int, headers: dict[str, str] | None = None) -> str:
 def read_orders(
     stack: Compose,
     wanted: set[str],
+    *,
     bootstrap: str = "broker:9092",
     registry: SchemaRegistryClient | None = None,
     within: float = 90,
+    security: dict[str, str] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """The `orders` records of the orders `wanted` (by key), read in the network and decoded here
-    with Confluent's AvroDeserializer through the registry's published port."""
-    code = _READER.format(args=("orders", bootstrap, sorted(wanted), within))
+    """The `orders` records of the orders `wanted` (by key), read in the network (librdkafka's
+    `security` settings, if any) and decoded here with Confluent's AvroDeserializer through the
+    registry's published port."""
+    code = _READER.format(args=("orders", bootstrap, sorted(wanted), within, security or {}))
     lines = stack.exec_python("orders", code, timeout=within + 60).splitlines()
     deserializer = AvroDeserializer(registry or SchemaRegistryClient({"url": REGISTRY}))
     found: dict[str, list[dict[str, Any]]] = {}

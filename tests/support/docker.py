@@ -132,6 +132,7 @@ class Compose:
     host: str
     name: str
     profiles: Sequence[str] = ()
+    overrides: Sequence[Path] = ()  # compose files merged over docker-compose.yml
     env_files: Sequence[Path] = (REPO / ".env", LOCAL_ENV)
     variables: dict[str, str] = field(default_factory=dict)
 
@@ -142,6 +143,8 @@ class Compose:
 
     def argv(self, *args: str) -> list[str]:
         argv = [COMPOSE, "-p", self.name, "-f", str(REPO / "docker-compose.yml")]
+        for override in self.overrides:
+            argv += ["-f", str(override)]
         for env_file in self.env_files:
             argv += ["--env-file", str(env_file)]
         for profile in self.profiles:
