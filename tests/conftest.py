@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 # A heavy test's own timeout (pytest-timeout's default, 120 s, is for the rest): a JVM cluster or
 # a stack with Spark starts within minutes on a busy 2-core machine, and the waits inside the
 # tests are on conditions, so this only ends a test that hangs.
-HEAVY = {"kafka": 900, "spark": 900, "stack": 900, "browser": 600, "fuzz": 600, "slow": 600}
+HEAVY = {"kafka": 900, "spark": 900, "stack": 900, "browser": 600, "fuzz": 600, "slow": 600, "compose": 2400}
 # Session fixtures shared across modules: the tests that use one run on the kafka tier's worker.
 SHARED = ("apache_kafka", "spark", "pg_server")
 

@@ -60,7 +60,8 @@ def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None
             raw = response.read()
             status = response.status
     except urllib.error.HTTPError as e:
-        raw, status = e.read(), e.code
+        with e:  # an error answer holds its connection until closed
+            raw, status = e.read(), e.code
     except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
         return 0, str(e)
     try:
@@ -108,14 +109,20 @@ def read_orders(
     registry's published port."""
     code = _READER.format(args=("orders", bootstrap, sorted(wanted), within, security or {}))
     lines = stack.exec_python("orders", code, timeout=within + 60).splitlines()
-    deserializer = AvroDeserializer(registry or SchemaRegistryClient({"url": REGISTRY}))
+    client = registry or SchemaRegistryClient({"url": REGISTRY})
+    deserializer = AvroDeserializer(client)
     found: dict[str, list[dict[str, Any]]] = {}
-    for line in lines:
-        record = json.loads(line)
-        if record["key"] in wanted:
-            value = deserializer(base64.b64decode(record["value"]), SerializationContext("orders", MessageField.VALUE))
-            assert str(value["order_id"]) == record["key"]  # keyed by order id
-            found.setdefault(record["key"], []).append(value)
+    try:
+        for line in lines:
+            record = json.loads(line)
+            if record["key"] in wanted:
+                context = SerializationContext("orders", MessageField.VALUE)
+                value = deserializer(base64.b64decode(record["value"]), context)
+                assert str(value["order_id"]) == record["key"]  # keyed by order id
+                found.setdefault(record["key"], []).append(value)
+    finally:
+        if registry is None:
+            client.close()
     return found
 
 

@@ -61,7 +61,9 @@ def test_a_wrong_environment_variable_fails_up_wait_with_the_settings_error(brok
 
 def test_a_file_missing_from_the_image_fails_up_wait(broken: tuple[Compose, Path], tmp_path: Path) -> None:
     project, override = broken
-    (tmp_path / "Dockerfile").write_text("FROM streamshop:local\nRUN rm /app/services/catcher/app.py\n")
+    (tmp_path / "Dockerfile").write_text(
+        "FROM streamshop:local\nUSER root\nRUN rm /app/services/catcher/app.py\nUSER streamshop\n"
+    )
     docker(project.host, "build", "-q", "-t", "streamshop-broken:local", str(tmp_path))
     try:
         override.write_text("services:\n  catcher:\n    image: streamshop-broken:local\n")

@@ -158,7 +158,8 @@ class Compose:
 
     def up(self, *services: str, timeout: float = 600) -> float:
         """`up --wait` (every healthcheck passing), in seconds; on a failure, the logs of the
-        services that are not healthy are in the error."""
+        services that are not healthy are in the error.  Compose 2.40 prints that a container is
+        unhealthy and still exits 0, so the containers' states are checked here too."""
         began = time.monotonic()
         done = self(
             "up",
@@ -170,11 +171,25 @@ class Compose:
             timeout=timeout + 60,
             check=False,
         )
-        if done.returncode != 0:
+        failed = self.not_ready()
+        if done.returncode != 0 or failed:
             raise AssertionError(
-                f"compose up --wait failed ({done.returncode}):\n{_tail(done.stderr)}\n{self.unhealthy_logs()}"
+                f"compose up --wait failed ({done.returncode}; not ready: {', '.join(failed) or 'none'}):\n"
+                f"{_tail(done.stderr)}\n{self.unhealthy_logs()}"
             )
         return time.monotonic() - began
+
+    def not_ready(self) -> list[str]:
+        """The services whose container is neither running and healthy (or without a healthcheck)
+        nor a one-shot that exited 0."""
+        bad = []
+        for container in self.ps():
+            state, health = container.get("State"), container.get("Health") or ""
+            if state == "exited" and container.get("ExitCode") == 0:
+                continue
+            if state != "running" or health not in ("healthy", ""):
+                bad.append(f"{container['Service']} ({state}{', ' + health if health else ''})")
+        return bad
 
     def ps(self) -> list[dict[str, Any]]:
         out = self("ps", "--all", "--format", "json").stdout.strip()
@@ -185,7 +200,7 @@ class Compose:
     def unhealthy_logs(self) -> str:
         parts = []
         for container in self.ps():
-            if container.get("Health") not in ("healthy", "") or container.get("State") != "running":
+            if container.get("State") != "running" or (container.get("Health") or "healthy") != "healthy":
                 service = container["Service"]
                 logs = self("logs", "--no-color", "--tail", "30", service, check=False).stdout
                 parts.append(f"--- {service}: {container.get('State')} {container.get('Health')}\n{logs}")
