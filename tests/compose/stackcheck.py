@@ -74,9 +74,10 @@ def eventually(what: str, check: Callable[[], T | None], within: float = 120, ev
     deadline = time.monotonic() + within
     last: Any = None
     while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
+        result = check()
+        if result:
+            return result
+        last = result
         time.sleep(every)
     raise AssertionError(f"{what} not reached within {within} s (last: {last!r})")
 

@@ -35,17 +35,8 @@ def stack(docker_host: str, images: None) -> Iterator[Compose]:
 
 
 def describe(stack: Compose, topic: str) -> str:
-    return stack(
-        "exec",
-        "-T",
-        "kafka-1",
-        "/opt/kafka/bin/kafka-topics.sh",
-        "--bootstrap-server",
-        BOOTSTRAP,
-        "--describe",
-        "--topic",
-        topic,
-    ).stdout
+    tool = "/opt/kafka/bin/kafka-topics.sh"
+    return stack.exec("kafka-1", tool, "--bootstrap-server", BOOTSTRAP, "--describe", "--topic", topic)
 
 
 def test_three_brokers_hold_every_topic_with_three_replicas(stack: Compose) -> None:

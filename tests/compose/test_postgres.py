@@ -35,7 +35,7 @@ def stack(docker_host: str, images: None) -> Iterator[Compose]:
 
 
 def rows(stack: Compose, database: str, sql: str) -> str:
-    return stack("exec", "-T", "postgres", "psql", "-U", "streamshop", "-d", database, "-tAc", sql).stdout.strip()
+    return stack.exec("postgres", "psql", "-U", "streamshop", "-d", database, "-tAc", sql).strip()
 
 
 def test_an_order_is_a_row_in_postgresql_and_an_event_on_orders(stack: Compose) -> None:
@@ -44,7 +44,7 @@ def test_an_order_is_a_row_in_postgresql_and_an_event_on_orders(stack: Compose) 
     assert read_orders(stack, {order_id}).keys() == {order_id}
     otp_delivered()
     # Nothing went to the SQLite files the services would use without compose/postgres.env.
-    listed = stack("exec", "-T", "orders", "ls", "/var/lib/streamshop/orders").stdout.split()
+    listed = stack.exec("orders", "ls", "/var/lib/streamshop/orders").split()
     assert not [name for name in listed if name.endswith(".db")], listed
 
     stack("down", "--timeout", "20")

@@ -42,13 +42,13 @@ def stack(docker_host: str, images: None) -> Iterator[Compose]:
 @pytest.fixture(scope="module")
 def credentials(stack: Compose) -> dict[str, Any]:
     """The operator's logins and keys, read as docs/security.md tells the operator to."""
-    return dict(json.loads(stack("exec", "-T", "orders", "cat", f"{SECURE}/credentials.json").stdout))
+    return dict(json.loads(stack.exec("orders", "cat", f"{SECURE}/credentials.json")))
 
 
 @pytest.fixture(scope="module")
 def ca(stack: Compose, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("secure") / "ca.pem"
-    path.write_text(stack("exec", "-T", "orders", "cat", f"{SECURE}/pki/ca.pem").stdout)
+    path.write_text(stack.exec("orders", "cat", f"{SECURE}/pki/ca.pem"))
     return path
 
 
