@@ -84,7 +84,8 @@ def test_a_killed_service_comes_back_by_its_restart_policy(stack: Compose) -> No
         return restarts >= 1 and state.get("Health", {}).get("Status") == "healthy"
 
     eventually("orders restarted and healthy", back, within=180, every=1)
-    assert http("GET", f"{ORDERS}/orders/{ORDER_IDS[0]}")[0] == 200
+    # Its published port is forwarded again once the new process listens.
+    eventually("the order served again", lambda: http("GET", f"{ORDERS}/orders/{ORDER_IDS[0]}")[0] == 200, within=60)
 
 
 def test_down_and_up_keep_the_named_volumes(stack: Compose) -> None:
