@@ -47,11 +47,16 @@ def test_an_otp_reaches_both_senders_and_the_catcher(stack: Compose) -> None:
 
 
 def test_the_logs_service_finds_the_orders_logs(stack: Compose) -> None:
-    def orders_ingress() -> list[Any]:
-        status, body = http("GET", f"{LOGS}/logs?service=orders&stream=ingress&q=orders&limit=50")
+    order_id = ORDER_IDS[0]
+    assert http("GET", f"{ORDERS}/orders/{order_id}")[0] == 200
+
+    def logged() -> list[Any]:
+        # Every word of the query must occur: the order id's parts, in the request's path.
+        status, body = http("GET", f"{LOGS}/logs?service=orders&stream=ingress&q={order_id}&limit=50")
         return list(body["items"]) if status == 200 else []
 
-    assert eventually("the orders service's ingress logs", orders_ingress)
+    items = eventually("the order's request in the orders service's logs", logged)
+    assert any(order_id in json.dumps(item) for item in items), items
 
 
 def test_the_dashboard_sees_every_group(stack: Compose) -> None:
