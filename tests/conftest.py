@@ -2,7 +2,8 @@
 
 Markers say what a test needs beyond Python (registered in pyproject.toml, `--strict-markers`):
 ``kafka`` (Apache Kafka's JVM), ``spark`` (PySpark's JVM), ``browser`` (Chromium), ``stack`` (a
-whole `streamshop up`), ``fuzz`` (a fuzzer bounded by inputs), ``slow``.  `make test-fast` runs
+whole `streamshop up`), ``fuzz`` (a fuzzer bounded by inputs), ``slow``, ``compose`` (a Docker
+engine: tests/compose/, run apart by `make test-compose`).  `make test-fast` runs
 the tests that need none of them; `make test` runs everything, in parallel (pytest-xdist): the
 `kafka` tier on one worker (with the run's Apache Kafka cluster, started once), the `spark` tier
 in two queues (the tests of the run's SparkSession; jobs and stacks with a Spark JVM of their
