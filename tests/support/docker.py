@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support import processes
 from tests.support.harness import REPO
 
 COMPOSE = str(Path(sys.executable).with_name("docker-compose"))
@@ -112,13 +112,7 @@ def engine(log: Path, *, start_within: float = 90) -> Iterator[str]:
             time.sleep(0.5)
         yield host
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        processes.stop(proc)
 
 
 def docker(host: str, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -8,11 +8,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
-__all__ = ["RUN_MARK", "kill", "leftovers", "mark_run"]
+__all__ = ["RUN_MARK", "kill", "leftovers", "mark_run", "stop"]
 
 RUN_MARK = "STREAMSHOP_TEST_RUN"
 
@@ -52,6 +54,18 @@ def leftovers(mark: str, spare: set[int], settle: float = 10.0) -> dict[int, str
         if not found or time.monotonic() >= deadline:
             return found
         time.sleep(0.2)
+
+
+def stop(proc: subprocess.Popen[Any], grace: float = 60.0) -> None:
+    """SIGTERM (the process's clean stop), SIGKILL if it is still running after `grace` s."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def kill(pids: set[int]) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support import processes
 from tests.support.harness import REPO
 
 __all__ = ["Stack", "alive", "http", "running_stack"]
@@ -111,15 +112,9 @@ def running_stack(
         running.wait_for("running stack", lambda d: d["state"] == "running", within=within)
         yield running
     finally:
-        if proc.poll() is None:
-            # A clean stop first: each child stops its own processes (the analytics job its JVM,
-            # which stops the Python processes Spark started); SIGKILL only what hangs.
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        # A clean stop first: each child stops its own processes (the analytics job its JVM,
+        # which stops the Python processes Spark started); SIGKILL only what hangs.
+        processes.stop(proc)
         running.document()  # the children's latest pids (a restart changes them)
         for pid in running.pids:  # only after a failure or a kill: a clean stop leaves none
             if alive(pid):
