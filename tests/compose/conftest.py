@@ -7,6 +7,7 @@ One engine and one build serve the whole tier; the figures (build times, image s
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 
@@ -37,6 +38,19 @@ def images(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     for image in (*IMAGES, *_local_images()):
         size = int(docker(docker_host, "image", "inspect", "-f", "{{.Size}}", image).stdout)
         FIGURES[f"image size: {image}"] = f"{size / 2**20:.0f} MiB"
+
+
+@contextlib.contextmanager
+def running(project: Compose, figure: str, timeout: float = 600) -> Iterator[Compose]:
+    """`project` up (what an interrupted earlier run left removed first), its `up --wait` time
+    recorded as `figure`; then `down -v`, and nothing of the project may be left."""
+    project.down()
+    try:
+        FIGURES[figure] = f"{project.up(timeout=timeout):.0f} s"
+        yield project
+    finally:
+        project.down()
+    assert project.leftovers() == {"containers": [], "volumes": [], "networks": []}
 
 
 def _local_images() -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.compose.conftest import FIGURES
+from tests.compose.conftest import FIGURES, running
 from tests.compose.stackcheck import DASHBOARD, LOGS, ORDERS, eventually, http, otp_delivered, post_order, read_orders
 from tests.support.docker import Compose, docker
 
@@ -26,13 +26,8 @@ ORDER_IDS: list[str] = []  # the orders of this run, checked again after `down` 
 @pytest.fixture(scope="module")
 def stack(docker_host: str, images: None) -> Iterator[Compose]:
     project = Compose(docker_host, "streamshop-test")  # .env's profile: bundled
-    project.down()  # what an interrupted earlier run left
-    try:
-        FIGURES["up --wait, bundled broker (cold volumes)"] = f"{project.up():.0f} s"
-        yield project
-    finally:
-        project.down()
-    assert project.leftovers() == {"containers": [], "volumes": [], "networks": []}
+    with running(project, "up --wait, bundled broker (cold volumes)") as up:
+        yield up
 
 
 def test_an_order_is_a_keyed_avro_event_on_orders(stack: Compose) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.compose.conftest import FIGURES
+from tests.compose.conftest import running
 from tests.compose.stackcheck import DASHBOARD, eventually, http, otp_delivered, post_order, read_orders
 from tests.support.docker import Compose, docker
 
@@ -25,13 +25,8 @@ BOOTSTRAP = "kafka-1:9092,kafka-2:9092,kafka-3:9092"
 @pytest.fixture(scope="module")
 def stack(docker_host: str, images: None) -> Iterator[Compose]:
     project = Compose(docker_host, "streamshop-test", profiles=("kafka",), variables={"BOOTSTRAP_SERVERS": BOOTSTRAP})
-    project.down()
-    try:
-        FIGURES["up --wait, kafka profile (3 brokers)"] = f"{project.up(timeout=900):.0f} s"
-        yield project
-    finally:
-        project.down()
-    assert project.leftovers() == {"containers": [], "volumes": [], "networks": []}
+    with running(project, "up --wait, kafka profile (3 brokers)", timeout=900) as up:
+        yield up
 
 
 def describe(stack: Compose, topic: str) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.compose.conftest import FIGURES
+from tests.compose.conftest import FIGURES, running
 from tests.compose.stackcheck import ORDERS, http, otp_delivered, post_order, read_orders
 from tests.support.docker import LOCAL_ENV, Compose
 from tests.support.harness import REPO
@@ -25,13 +25,8 @@ def stack(docker_host: str, images: None) -> Iterator[Compose]:
         profiles=("bundled", "postgres"),
         env_files=(REPO / ".env", REPO / "compose" / "postgres.env", LOCAL_ENV),
     )
-    project.down()
-    try:
-        FIGURES["up --wait, postgres profile"] = f"{project.up():.0f} s"
-        yield project
-    finally:
-        project.down()
-    assert project.leftovers() == {"containers": [], "volumes": [], "networks": []}
+    with running(project, "up --wait, postgres profile") as up:
+        yield up
 
 
 def rows(stack: Compose, database: str, sql: str) -> str:

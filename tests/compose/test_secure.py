@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from tests.compose.conftest import FIGURES
+from tests.compose.conftest import running
 from tests.compose.stackcheck import CATCHER, DASHBOARD, ORDERS, REGISTRY, http, otp_delivered, post_order, read_orders
 from tests.support.docker import Compose
 
@@ -30,13 +30,8 @@ REGISTRY_TLS = REGISTRY.replace("http://", "https://")
 @pytest.fixture(scope="module")
 def stack(docker_host: str, images: None) -> Iterator[Compose]:
     project = Compose(docker_host, "streamshop-test", profiles=("bundled", "secure"))
-    project.down()
-    try:
-        FIGURES["up --wait, secure profile"] = f"{project.up():.0f} s"
-        yield project
-    finally:
-        project.down()
-    assert project.leftovers() == {"containers": [], "volumes": [], "networks": []}
+    with running(project, "up --wait, secure profile") as up:
+        yield up
 
 
 @pytest.fixture(scope="module")
