@@ -59,8 +59,7 @@ def _reserve(directory: Path, host: str, port: int) -> bool:
             return False
     except FileNotFoundError:
         pass
-    entry.touch()
-    os.utime(entry)  # an expired entry is renewed
+    entry.touch()  # an expired entry's time is renewed
     return True
 
 
