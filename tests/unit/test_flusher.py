@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import random
+import threading
+import time
 from pathlib import Path
+
+import pytest
 
 from broker.clock import ManualClock
 from broker.config import BrokerConfig, LogConfig
@@ -61,3 +67,54 @@ async def test_sync_with_nothing_written_returns_at_once(tmp_path: Path) -> None
     finally:
         await flusher.stop()
         plog.close(clean=True)
+
+
+async def test_a_failed_fsync_fails_its_waiters_and_the_next_round_still_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = ManualClock()
+    plog = _log(tmp_path / "p", clock)
+    flusher = Flusher()
+    flusher.start()
+    real = os.fdatasync
+
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    try:
+        monkeypatch.setattr(os, "fdatasync", broken)
+        plog.append(build_batch([Record(0, clock.now_ms(), b"k", b"lost")]))
+        with pytest.raises(OSError, match="Input/output error"):
+            await asyncio.wait_for(flusher.sync([plog]), 5)
+        assert plog.segments[-1].dirty  # nothing was declared durable
+        monkeypatch.setattr(os, "fdatasync", real)
+        plog.append(build_batch([Record(0, clock.now_ms(), b"k", b"kept")]))
+        await asyncio.wait_for(flusher.sync([plog]), 5)
+        assert not plog.segments[-1].dirty
+        assert flusher.rounds == 1
+    finally:
+        await flusher.stop()
+        plog.close(clean=True)
+
+
+async def test_stop_waits_for_the_round_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = ManualClock()
+    plog = _log(tmp_path / "p", clock)
+    flusher = Flusher()
+    flusher.start()
+    real = os.fdatasync
+    started = threading.Event()
+
+    def slow(fd: int) -> None:
+        started.set()
+        time.sleep(0.3)  # a slow disk: stop() is called while the worker thread syncs
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow)
+    plog.append(build_batch([Record(0, clock.now_ms(), b"k", b"v")]))
+    waiter = asyncio.ensure_future(flusher.sync([plog]))
+    assert await asyncio.to_thread(started.wait, 5)
+    await flusher.stop()  # returns once the worker thread gave its descriptor back
+    assert not plog.segments[-1].dirty
+    await asyncio.wait_for(waiter, 1)
+    plog.close(clean=True)
