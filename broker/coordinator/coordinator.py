@@ -77,6 +77,7 @@ class GroupCoordinator:
         self.clock = clock
         self.config = config
         self._sync = sync
+        self._packer = msgpack.Packer()  # packb builds a Packer per call; commits pack 24 values
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         self.empty_since: dict[str, int] = {}  # when each group last became empty
@@ -193,9 +194,10 @@ class GroupCoordinator:
 
     def _append(self, group_id: str, records: list[tuple[list[object], dict[str, object] | None]]) -> PartitionLog:
         now = self.clock.now_ms()
+        pack = self._packer.pack
         batch = build_batch(
             [
-                Record(i, now, msgpack.packb(key), None if value is None else msgpack.packb(value))
+                Record(i, now, pack(key), None if value is None else pack(value))
                 for i, (key, value) in enumerate(records)
             ]
         )
