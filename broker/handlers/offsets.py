@@ -15,6 +15,8 @@ from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.fetch_codec import RawResponse
+from broker.protocol.offsets_codec import encode_offset_commit_response
 from broker.security.acls import Operation
 
 if TYPE_CHECKING:
@@ -125,10 +127,7 @@ def _by_id(broker: Broker, topic_id: uuid.UUID | None, partitions: Sequence[int]
 # --- OffsetCommit ------------------------------------------------------------------------
 
 
-def offset_commit(broker: Broker, ctx: RequestContext, request: OffsetCommitRequest) -> Answer[OffsetCommitResponse]:
-    cls = OFFSET_COMMIT.response(ctx.api_version)
-    topic_cls = nested(cls, "OffsetCommitResponseTopic")
-    part_cls = nested(cls, "OffsetCommitResponsePartition")
+def offset_commit(broker: Broker, ctx: RequestContext, request: OffsetCommitRequest) -> Answer[RawResponse]:
     coordinator = broker.coordinator
     generation = request.generation_id_or_member_epoch
     instance_id = request.group_instance_id if _commits_as_instance(request) else None
@@ -175,24 +174,12 @@ def offset_commit(broker: Broker, ctx: RequestContext, request: OffsetCommitRequ
             parts.append((index, error))
         results.append((topic, parts))
 
-    def respond() -> OffsetCommitResponse:
-        return build(
-            cls,
-            throttle_time=0,
-            topics=tuple(
-                build(
-                    topic_cls,
-                    name=topic.name or "",
-                    topic_id=topic.topic_id,
-                    partitions=tuple(
-                        build(part_cls, partition_index=index, error_code=error) for index, error in parts
-                    ),
-                )
-                for topic, parts in results
-            ),
+    def respond() -> RawResponse:
+        return encode_offset_commit_response(
+            ctx.api_version, [(topic.name or "", topic.topic_id, parts) for topic, parts in results]
         )
 
-    async def durable() -> OffsetCommitResponse:
+    async def durable() -> RawResponse:
         await coordinator.commit(request.group_id, accepted)
         return respond()
 
