@@ -65,13 +65,22 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     return (raw >> 1) ^ -(raw & 1), pos
 
 
-def _write_varint(out: bytearray, value: int) -> None:
-    raw = (value << 1) ^ (value >> 63)
-    raw &= 0xFFFFFFFFFFFFFFFF
+def _varint(value: int) -> bytes:
+    """Zigzag varint of a signed 64-bit value."""
+    if -64 <= value < 64:
+        return _SMALL_VARINTS[value + 64]
+    raw = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
     while raw >= 0x80:
         out.append((raw & 0x7F) | 0x80)
         raw >>= 7
     out.append(raw)
+    return bytes(out)
+
+
+# Most varints of a record (attributes, deltas, short lengths, header counts) fit in a byte.
+_SMALL_VARINTS = [bytes([((v << 1) ^ (v >> 63)) & 0xFF]) for v in range(-64, 64)]
+_NULL = _SMALL_VARINTS[-1 + 64]
 
 
 def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
@@ -81,14 +90,6 @@ def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
     if pos + length > len(buf):
         raise InvalidBatch("corrupt", "record field runs past the batch")
     return bytes(buf[pos : pos + length]), pos + length
-
-
-def _write_bytes(out: bytearray, value: bytes | None) -> None:
-    if value is None:
-        _write_varint(out, -1)
-    else:
-        _write_varint(out, len(value))
-        out += value
 
 
 # --- compression ---------------------------------------------------------------------
@@ -185,16 +186,22 @@ def decode_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[Record]
 
 
 def _encode_record(out: bytearray, rec: Record, base_offset: int, base_ts: int) -> None:
-    body = bytearray(b"\x00")
-    _write_varint(body, rec.timestamp - base_ts)
-    _write_varint(body, rec.offset - base_offset)
-    _write_bytes(body, rec.key)
-    _write_bytes(body, rec.value)
-    _write_varint(body, len(rec.headers))
+    key, value = rec.key, rec.value
+    parts = [
+        b"\x00",  # attributes
+        _varint(rec.timestamp - base_ts),
+        _varint(rec.offset - base_offset),
+        _NULL if key is None else _varint(len(key)),
+        key or b"",
+        _NULL if value is None else _varint(len(value)),
+        value or b"",
+        _varint(len(rec.headers)),
+    ]
     for hkey, hval in rec.headers:
-        _write_bytes(body, hkey.encode())
-        _write_bytes(body, hval)
-    _write_varint(out, len(body))
+        name = hkey.encode()
+        parts += (_varint(len(name)), name, _NULL if hval is None else _varint(len(hval)), hval or b"")
+    body = b"".join(parts)
+    out += _varint(len(body))
     out += body
 
 
