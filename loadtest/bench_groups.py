@@ -56,8 +56,10 @@ run is reported.  Clients keep their default settings except where said.  The st
 6. committed-offset throughput: one consumer outside the group protocol (`assign()`, no
    subscription) commits offsets for all 12 partitions synchronously, N times in a loop
    (confluent-kafka `commit(offsets=..., asynchronous=False)`, aiokafka `await commit(offsets)`);
-   the offsets read back with OffsetFetch must be the last ones committed.  Streamshop fsyncs
-   each commit before answering; Tansu keeps them in memory.
+   the offsets read back with OffsetFetch must be the last ones committed.  Then 8
+   confluent-kafka consumers, each of its own group and on its own thread, do the same at
+   once, N in all: the rate of all of them together.  Streamshop fsyncs each commit before
+   answering (commits waiting at the same time share an fsync); Tansu keeps them in memory.
 
 Each run uses a fresh topic and group.  A step that does not complete within
 BALANCE_TIMEOUT, or that a broker refuses, is reported as n/a with the reason.
@@ -76,6 +78,7 @@ import os
 import signal
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -120,7 +123,14 @@ from loadtest.brokers import (
 COMMITS = 2000
 TARGET_JOIN_S = 1.0
 CLIENTS = ("aiokafka", "confluent", "kip848")  # confluent: the classic protocol; kip848: group.protocol=consumer
-CLIENT_TITLES = {"aiokafka": "aiokafka", "confluent": "confluent-kafka", "kip848": "confluent-kafka KIP-848"}
+COMMITTERS = 8  # consumers committing at once in the shared-fsync step
+COMMIT_CLIENTS = ("confluent", "aiokafka", "confluent8")  # confluent8: COMMITTERS confluent-kafka consumers
+CLIENT_TITLES = {
+    "aiokafka": "aiokafka",
+    "confluent": "confluent-kafka",
+    "kip848": "confluent-kafka KIP-848",
+    "confluent8": f"confluent-kafka x{COMMITTERS}",
+}
 PROTOCOL_TITLES = {"confluent": "classic", "kip848": "KIP-848"}  # the confluent-kafka clients by protocol
 HEARTBEAT_WINDOW = 10.0  # s of a steady group measured (and as long idle: half before, half after)
 LABEL = 54  # the report's label column
@@ -188,7 +198,9 @@ def group_aiokafka(bootstrap: str, topic: str, group: str) -> GroupTimes:
 # --- committed-offset throughput -------------------------------------------------------------
 
 
-def commit_confluent(bootstrap: str, topic: str, group: str, commits: int) -> CommitRate:
+def commit_confluent(
+    bootstrap: str, topic: str, group: str, commits: int, start: threading.Barrier | None = None
+) -> CommitRate:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
 
     def commit(offset: int) -> None:
@@ -202,6 +214,8 @@ def commit_confluent(bootstrap: str, topic: str, group: str, commits: int) -> Co
     try:
         consumer.list_topics(topic, timeout=10)
         commit(0)  # finds the coordinator before the clock starts
+        if start is not None:
+            start.wait(timeout=60)  # every committer of commit_confluent_many is ready
         started = time.perf_counter()
         for i in range(1, commits + 1):
             commit(i)
@@ -213,6 +227,36 @@ def commit_confluent(bootstrap: str, topic: str, group: str, commits: int) -> Co
         consumer.close()
     _check_committed({tp.partition: tp.offset for tp in stored}, commits)
     return CommitRate(commits, elapsed)
+
+
+def commit_confluent_many(bootstrap: str, topic: str, group: str, commits: int) -> CommitRate:
+    """COMMITTERS confluent-kafka consumers, each of its own group and on its own thread (the
+    client releases the interpreter lock while it waits), commit at once: `commits` in all.
+    The broker's group commit shares each fsync among the commits waiting for one."""
+    each = max(1, commits // COMMITTERS)
+    start = threading.Barrier(COMMITTERS + 1)
+    results: list[CommitRate | BaseException] = []
+
+    def committer(k: int) -> None:
+        try:
+            results.append(commit_confluent(bootstrap, topic, f"{group}-{k}", each, start))
+        except BaseException as exc:  # reported below, after the others finish
+            start.abort()
+            results.append(exc)
+
+    threads = [threading.Thread(target=committer, args=(k,)) for k in range(COMMITTERS)]
+    for thread in threads:
+        thread.start()
+    with contextlib.suppress(threading.BrokenBarrierError):  # a committer failed: its error is in `results`
+        start.wait(timeout=60)
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result if isinstance(result, Unavailable) else Unavailable(reason(result))
+    return CommitRate(each * COMMITTERS, elapsed)
 
 
 async def _commit_aiokafka(bootstrap: str, topic: str, group: str, commits: int) -> CommitRate:
@@ -304,7 +348,7 @@ def run_commits(bench: Bench, client: str, run: int) -> None:
     topic = group = bench.name(f"commit-{client}", run)
     create_topic(bench.broker.bootstrap, topic, PARTITIONS)
     wait_idle(bench.broker.pid)
-    measure = commit_aiokafka if client == "aiokafka" else commit_confluent
+    measure = {"aiokafka": commit_aiokafka, "confluent": commit_confluent, "confluent8": commit_confluent_many}[client]
     cpu_before = cpu_seconds(bench.broker.pid)
     try:
         rate = measure(bench.broker.bootstrap, topic, group, bench.opts.commits)
@@ -361,6 +405,7 @@ STEPS: list[tuple[str, Step, str]] = [
     ("heartbeats", run_heartbeats, "kip848"),
     ("commits", run_commits, "confluent"),
     ("commits", run_commits, "aiokafka"),
+    ("commits", run_commits, "confluent8"),
 ]
 STEP_NAMES = ("groups", "heartbeats", "commits")
 
@@ -417,7 +462,7 @@ def rows() -> list[Row]:
             Row(f"  broker CPU above idle, {title}  ms/s", f"overidle_{client}_ms", ".2f"),
             Row(f"  broker CPU per heartbeat, {title}  ms", f"hbcpu_{client}_ms", ".3f"),
         ]
-    for client in ("confluent", "aiokafka"):
+    for client in COMMIT_CLIENTS:
         out += [
             Row(f"sync commits of {PARTITIONS} offsets, {CLIENT_TITLES[client]}  /s", f"commit_{client}_per_s", ",.0f"),
             Row(f"  broker CPU per commit, {CLIENT_TITLES[client]}  ms", f"commit_{client}_cpu_ms", ".3f"),
