@@ -12,6 +12,7 @@ import struct
 import uuid
 from collections.abc import Sequence
 
+from broker.protocol.codec import uvarint
 from broker.protocol.fetch_codec import RawResponse
 
 _I16 = struct.Struct(">h")
@@ -28,15 +29,8 @@ CommitResult = tuple[str, uuid.UUID | None, Sequence[tuple[int, int]]]
 
 
 def _count(n: int, flexible: bool) -> bytes:
-    if not flexible:
-        return _I32.pack(n)
-    n += 1  # compact arrays and strings count one more (0 is null)
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    # compact arrays and strings count one more (0 is null)
+    return uvarint(n + 1) if flexible else _I32.pack(n)
 
 
 def encode_offset_commit_response(version: int, topics: Sequence[CommitResult], throttle_ms: int = 0) -> RawResponse:
