@@ -86,6 +86,10 @@ def spark_session(
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.extraJavaOptions", driver_options)
+        # How long a Python process Spark starts (a stream source's planner, a reader) has to
+        # connect back to its JVM and log in: the 15 s default fails the whole query when the
+        # host's CPUs are saturated for a moment.
+        .config("spark.python.authenticate.socketTimeout", "60s")
         # On a cluster the executors are JVMs of their own, started for each application.
         .config(
             "spark.executor.extraJavaOptions",

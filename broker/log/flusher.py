@@ -123,8 +123,10 @@ class Flusher:
             log.exception("fsync failed", error=str(e))
             self._fail(e)
             return
-        if not work:  # every segment closed meanwhile: its waiters are covered
+        if not work:  # every segment taken closed meanwhile: the others are due now
             self._release()
+            if self._pending:
+                self._start_round()
             return
         current = self._round = _Round(work)
         self._idle.clear()

@@ -466,7 +466,10 @@ async def _kill_a_broker(stack: Stack) -> tuple[int, Callable[[], Any]]:
     async def back() -> Any:
         assert kafka_cluster.wait_gone(pid, 10)
         cluster.launch(kafka_jars.resolve(), node)
-        return await eventually("every replica back in sync", lambda: _in_sync(stack), within=90, every=1)
+        # Registered again, or the node's own log says why not (a JVM start takes a minute on a
+        # loaded host); then its replicas catch up and rejoin the ISR.
+        await asyncio.to_thread(kafka_cluster.wait_ready, cluster, 180)
+        return await eventually("every replica back in sync", lambda: _in_sync(stack), within=120, every=1)
 
     return pid, back
 

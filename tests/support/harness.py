@@ -1,6 +1,8 @@
 """Real brokers for tests: in a background thread (fast; works with blocking clients such
 as confluent-kafka and with asyncio clients alike) or as a child process (for restarts
-and SIGKILL).  Both listen on 127.0.0.1 with an OS-assigned port."""
+and SIGKILL).  Both listen on 127.0.0.1, on a port chosen below the kernel's ephemeral range:
+a restart binds the same port again, and a port from that range may meanwhile have become some
+client connection's local port."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Any, TypeVar
 from broker.app import RunningBroker, start_broker
 from broker.clock import Clock
 from broker.config import BrokerConfig
+from kit.ports import free_port, free_ports
 from streamshop.broker_process import broker_command, parse_ready_line
 
 T = TypeVar("T")
@@ -46,7 +49,7 @@ class ThreadBroker:
         self.loop = new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="test-broker")
         self.running: RunningBroker | None = None
-        self.port = 0
+        self.port = free_port()
 
     def start(self) -> ThreadBroker:
         if not self.thread.is_alive():
@@ -120,8 +123,7 @@ class BrokerProcess:
         self.settings = dict(settings or {})
         self.nofile = nofile  # RLIMIT_NOFILE (soft) of the child, when set
         self.proc: subprocess.Popen[str] | None = None
-        self.port = 0
-        self.admin_port = 0
+        self.port, self.admin_port = free_ports(2)
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
 
     def start(self, timeout: float = 30) -> BrokerProcess:

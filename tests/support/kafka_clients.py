@@ -193,9 +193,15 @@ def by_partition(records: Iterable[Got]) -> dict[int, list[Got]]:
 
 # What a group read may meet while a cluster moves its group coordinator (a broker killed by
 # an earlier test): the client is told to ask again, and librdkafka does not mark all of these
-# retriable at the application's level.
+# retriable at the application's level. A local timeout (the coordinator still loading its
+# offsets on a loaded host) says the same to a caller that polls until a deadline.
 _COORDINATOR_MOVING = frozenset(
-    {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE}
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError._TIMED_OUT,
+    }
 )
 
 

@@ -118,3 +118,26 @@ async def test_stop_waits_for_the_round_in_flight(tmp_path: Path, monkeypatch: p
     assert not plog.segments[-1].dirty
     await asyncio.wait_for(waiter, 1)
     plog.close(clean=True)
+
+
+async def test_a_round_whose_files_all_closed_goes_on_with_the_files_left_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A round takes at most _ROUND_FILES segments; when every one it took was closed meanwhile
+    # (retention, a deleted topic), the segments beyond them still get their round.
+    monkeypatch.setattr("broker.log.flusher._ROUND_FILES", 1)
+    clock = ManualClock()
+    first, second = _log(tmp_path / "a", clock), _log(tmp_path / "b", clock)
+    flusher = Flusher()
+    flusher.start()
+    for plog in (first, second):
+        plog.append(build_batch([Record(0, clock.now_ms(), b"k", b"v")]))
+    waiter = asyncio.ensure_future(flusher.sync([first, second]))
+    await asyncio.sleep(0)  # the waiter is registered; its round starts after this step
+    first.close(clean=True)
+    try:
+        await asyncio.wait_for(waiter, 2)
+        assert not second.segments[-1].dirty
+    finally:
+        await flusher.stop()
+        second.close(clean=True)
