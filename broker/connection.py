@@ -111,6 +111,7 @@ class Connection(asyncio.BufferedProtocol):
         self.start = 0  # first unread byte
         self.end = 0  # end of received data
         self.charged = 0  # bytes of `buf` reserved from the request memory pool
+        self.last_frame = 0  # size of the last request received whole
         self.queue: collections.deque[Pending] = collections.deque()
         self.pending_bytes = 0
         self.direct: list[Buffer] = []  # answered at dispatch, written at the end of `_process`
@@ -253,6 +254,7 @@ class Connection(asyncio.BufferedProtocol):
                 break
             frame = memoryview(self.buf)[self.start + 4 : self.start + 4 + size].toreadonly()  # kio wants read-only
             self.start += 4 + size
+            self.last_frame = 4 + size
             try:
                 pending = server.dispatch(frame, self)
             finally:
@@ -331,15 +333,18 @@ class Connection(asyncio.BufferedProtocol):
 
     def _grow(self, *, force: bool) -> None:
         """Room for the next read: compact, and grow towards the size of the frame being
-        received, at most doubling, so a size prefix alone allocates nothing.  Growth past
-        the base buffer is reserved from the shared pool; without `force`, a connection
-        that cannot reserve waits for memory (reading paused)."""
+        received, at most doubling, so a size prefix alone allocates nothing beyond what
+        the connection has already sent: up to the size of its last whole frame, a
+        producer's next batch gets its buffer at once.  Growth past the base buffer is
+        reserved from the shared pool; without `force`, a connection that cannot reserve
+        waits for memory (reading paused)."""
         unread = self.end - self.start
         target = max(BASE_BUFFER, unread + MIN_FREE)
         if unread >= 4 and not force:
             (size,) = _SIZE.unpack_from(self.buf, self.start)
             if 0 < size <= self.server.max_request:
-                target = max(target, min(4 + size, 2 * len(self.buf)))
+                # One allocation and one copy, not one per doubling.
+                target = max(target, min(4 + size, max(2 * len(self.buf), self.last_frame)))
         charge = max(0, target - BASE_BUFFER)
         delta = charge - self.charged
         if delta > 0 and not force and not self.server.memory.reserve(delta):

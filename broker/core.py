@@ -9,7 +9,6 @@ import asyncio
 import base64
 import collections
 import gc
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +21,7 @@ from broker.config import BrokerConfig, check_combination, validate_topic_config
 from broker.coordinator.consumer_groups import ConsumerGroupConfig
 from broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from broker.group_configs import auto_offset_reset, group_config
+from broker.housekeeping import Job, Ticker, ticks
 from broker.log import cleaner
 from broker.log.cleaner_worker import CleanerProcess
 from broker.log.files import FILES, capacity_for
@@ -150,6 +150,11 @@ class Broker:
         self._watches: dict[int, set[_AppendWatch]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._flushes: set[asyncio.Task[None]] = set()  # flush.messages fsyncs under way
+        self._flush_ms_task: asyncio.Task[None] | None = None
+        self._flush_ms_logs: list[PartitionLog] = []  # partitions of topics that set flush.ms
+        self._flush_ms_last: dict[int, int] = {}
+        self._flush_ms_refreshed = -(1 << 62)
+        self._ticker = self._housekeeping()
         # CPU work one request may need off the event loop (opening large batches).
         self.workers = ThreadPoolExecutor(max_workers=1, thread_name_prefix="broker-worker")
         self.admin_workers = ThreadPoolExecutor(max_workers=1, thread_name_prefix="broker-admin")
@@ -184,14 +189,11 @@ class Broker:
 
     async def start(self) -> None:
         self.flusher.start()
+        self._ticker.start()
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._every("log.retention.check.interval.ms", self._retention_pass), name="retention"),
             loop.create_task(self._every("log.cleaner.backoff.ms", self._cleaner_pass), name="cleaner"),
-            loop.create_task(self._periodic_flush(), name="flush-ms"),
-            loop.create_task(self._reap_deleted_segments(), name="file-delete-delay"),
-            loop.create_task(self._coordinator_ticks(), name="group-coordinator"),
-            loop.create_task(self._watch_loop_lag(), name="loop-lag"),
             loop.create_task(self._recover_transactions(), name="transaction-recovery"),
             loop.create_task(
                 self._every("transaction.abort.timed.out.transaction.cleanup.interval.ms", self.transactions.tick),
@@ -200,9 +202,11 @@ class Broker:
         ]
 
     async def stop(self) -> None:
-        for task in [*self._tasks, *self._flushes]:
+        self._ticker.stop()
+        flushes = [*self._flushes, *([self._flush_ms_task] if self._flush_ms_task is not None else [])]
+        for task in [*self._tasks, *flushes]:
             task.cancel()
-        await asyncio.gather(*self._tasks, *self._flushes, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *flushes, return_exceptions=True)
         await self.flusher.stop()
         self.workers.shutdown(wait=True)
         self.admin_workers.shutdown(wait=True)
@@ -225,14 +229,6 @@ class Broker:
                 await job()
             except Exception:
                 log.exception("background job failed", job=setting)
-
-    async def _watch_loop_lag(self) -> None:
-        """A 10 ms timer, and how late it fires: whatever held the loop meanwhile."""
-        observe = self.metrics.loop_lag.observe
-        while True:
-            due = time.perf_counter() + 0.01
-            await asyncio.sleep(0.01)
-            observe(max(0.0, time.perf_counter() - due))
 
     def share_settings(self, group_id: str) -> GroupSettings:
         """A share group's configs: its own (`kafka-configs --entity-type groups`), else the
@@ -257,49 +253,43 @@ class Broker:
             return "consumer"
         return "classic" if group_id in self.coordinator.groups else None
 
-    async def _coordinator_ticks(self) -> None:
-        """Session expiry, join deadlines and offset retention, at a fine grain so a new
-        group balances promptly after its initial delay."""
-        while True:
-            await asyncio.sleep(0.025)
-            try:
-                self.coordinator.tick()
-                self.shares.tick()
-            except Exception:
-                log.exception("group coordinator tick failed")
+    def _housekeeping(self) -> Ticker:
+        return Ticker(
+            [
+                # Session expiry, join deadlines and offset retention, at a fine grain so a
+                # new group balances promptly after its initial delay.
+                Job("group-coordinator", 1, self._coordinator_tick),
+                Job("flush-ms", ticks(0.1), self._flush_due),
+                Job("file-delete-delay", ticks(0.25), self.reap_deleted_segments),
+            ],
+            self.metrics.loop_lag.observe,
+        )
 
-    async def _periodic_flush(self) -> None:
+    def _coordinator_tick(self) -> None:
+        self.coordinator.tick()
+        self.shares.tick()
+
+    def _flush_due(self) -> None:
         """flush.ms: fsync the partitions of topics that set it, at least that often."""
-        last: dict[int, int] = {}
-        candidates: list[PartitionLog] = []
-        refreshed = -1.0
-        while True:
-            await asyncio.sleep(0.1)
-            if time.monotonic() - refreshed >= 1.0:  # topics and their configs change rarely
-                refreshed = time.monotonic()
-                candidates = [
-                    plog
-                    for topic in self.store.topics.values()
-                    if topic.logs and topic.logs[0].config.flush_ms < (1 << 62)
-                    for plog in topic.logs
-                ]
-            now = self.clock.now_ms()
-            due = []
-            for plog in candidates:
-                if now - last.get(id(plog), 0) >= plog.config.flush_ms and plog.dirty_segments():
-                    last[id(plog)] = now
-                    due.append(plog)
-            if due:
-                await self.flusher.sync(due)
-
-    async def _reap_deleted_segments(self) -> None:
-        """file.delete.delay.ms: remove the files of deleted segments once their delay is over."""
-        while True:
-            await asyncio.sleep(0.25)
-            try:
-                self.reap_deleted_segments()
-            except OSError:
-                log.exception("removing deleted segments failed")
+        if self._flush_ms_task is not None and not self._flush_ms_task.done():
+            return  # the last round still runs: these partitions are looked at next time
+        now = self.clock.now_ms()
+        if now - self._flush_ms_refreshed >= 1000:  # topics and their configs change rarely
+            self._flush_ms_refreshed = now
+            self._flush_ms_logs = [
+                plog
+                for topic in self.store.topics.values()
+                if topic.logs and topic.logs[0].config.flush_ms < (1 << 62)
+                for plog in topic.logs
+            ]
+        due = []
+        for plog in self._flush_ms_logs:
+            if now - self._flush_ms_last.get(id(plog), 0) >= plog.config.flush_ms and plog.dirty_segments():
+                self._flush_ms_last[id(plog)] = now
+                due.append(plog)
+        if due:
+            self._flush_ms_task = asyncio.get_running_loop().create_task(self.flusher.sync(due))
+            self._flush_ms_task.add_done_callback(self._flushed)
 
     def reap_deleted_segments(self) -> int:
         return self.store.deletions.reap(self.clock.now_ms())
@@ -427,7 +417,7 @@ class Broker:
     def _flushed(self, task: asyncio.Task[None]) -> None:
         self._flushes.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("flush.messages fsync failed", error=str(task.exception()))
+            log.error("background fsync failed", error=str(task.exception()))
 
     def watch_appends(self, logs: list[PartitionLog], needed_bytes: int) -> _AppendWatch:
         """Register now for `needed_bytes` more appended to `logs` (together): the Fetch

@@ -338,8 +338,7 @@ class KafkaServer:
         return frames
 
     def _observe(self, api: str, started: float) -> None:
-        self.broker.metrics.requests.labels(api).inc()
-        self.broker.metrics.latency.labels(api).observe(time.perf_counter() - started)
+        self.broker.metrics.handled(api, time.perf_counter() - started)
 
 
 def _retrieve(future: asyncio.Future[Outcome]) -> None:

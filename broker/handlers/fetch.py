@@ -238,8 +238,7 @@ def _response(
         plog = slot.plog
         hw = plog.high_watermark if plog else -1
         if slot.records and plog is not None:
-            broker.metrics.bytes_out.labels(plog.topic).inc(len(slot.records))
-            broker.metrics.records_out.labels(plog.topic).inc(slot.count)
+            broker.metrics.served(plog.topic, len(slot.records), slot.count)
         if slot.error != ErrorCode.none:
             broker.metrics.errors.labels("Fetch", slot.error.name).inc()
         key = (slot.name, slot.topic_id)

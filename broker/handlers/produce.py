@@ -27,8 +27,9 @@ from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE, Answer, Messages
 from broker.log.partition_log import OpenedBatch, PartitionLog
 from broker.log.validator import PayloadTooLarge
 from broker.protocol.batch import InvalidBatch, split_batches
-from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.fetch_codec import RawResponse
+from broker.protocol.produce_codec import encode_produce_response
 from broker.security.acls import Operation, ResourceType
 
 if TYPE_CHECKING:
@@ -200,14 +201,12 @@ def _append(broker: Broker, out: _Outcome, transactional_id: str | None, version
     out.log_append_time = result.log_append_time
     out.log_start_offset = result.log_start_offset
     if not result.duplicate:
-        topic = plog.topic
-        broker.metrics.bytes_in.labels(topic).inc(len(out.batch))
-        broker.metrics.records_in.labels(topic).inc(result.last_offset - result.base_offset + 1)
+        broker.metrics.appended(plog.topic, len(out.batch), result.last_offset - result.base_offset + 1)
         broker.notify_append(plog, len(out.batch))
     return not result.duplicate
 
 
-def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Answer[ProduceResponse | Signal] | Serial:
+def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Answer[RawResponse | Signal] | Serial:
     """Validate every batch; those small enough are opened here, on the event loop.  If any
     needs more work (a large or highly compressed payload, recompression), every batch of
     the request is opened in a worker thread and appended afterwards, and the connection
@@ -261,7 +260,7 @@ def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Answ
         if adding is None:
             return _finish(broker, ctx.api_version, acks, results, ready, transactional_id=request.transactional_id)
 
-        async def added() -> ProduceResponse | Signal:
+        async def added() -> RawResponse | Signal:
             await adding
             outcome = _finish(broker, ctx.api_version, acks, results, ready, transactional_id=request.transactional_id)
             return await outcome if inspect.isawaitable(outcome) else outcome
@@ -270,7 +269,7 @@ def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Answ
         # batch of a partition added here, must wait for these appends.
         return Serial(added())
 
-    async def opened_in_worker() -> ProduceResponse | Signal:
+    async def opened_in_worker() -> RawResponse | Signal:
         loop = asyncio.get_running_loop()
         for out in later:
             assert out.plog is not None
@@ -300,7 +299,7 @@ def _finish(
     opened: list[_Outcome],
     *,
     transactional_id: str | None,
-) -> Answer[ProduceResponse | Signal]:
+) -> Answer[RawResponse | Signal]:
     """Append the opened batches, then answer as `acks` says."""
     touched: list[PartitionLog] = []
     for out in opened:
@@ -323,7 +322,7 @@ def _finish(
         return CLOSE_CONNECTION if failed else NO_RESPONSE
     if acks == -1 and touched:
 
-        async def durable() -> ProduceResponse:
+        async def durable() -> RawResponse:
             try:
                 await broker.sync(touched)
             except OSError as e:
@@ -338,32 +337,5 @@ def _finish(
     return _response(version, results)
 
 
-def _response(version: int, results: _Results) -> ProduceResponse:
-    cls = MESSAGES.response(version)
-    topic_cls = nested(cls, "TopicProduceResponse")
-    part_cls = nested(cls, "PartitionProduceResponse")
-    return build(
-        cls,
-        throttle_time=0,
-        responses=tuple(
-            build(
-                topic_cls,
-                name=name,
-                topic_id=topic_id,
-                partition_responses=tuple(
-                    build(
-                        part_cls,
-                        index=o.partition,
-                        error_code=o.error,
-                        base_offset=o.base_offset,
-                        log_append_time=o.log_append_time,
-                        log_start_offset=o.log_start_offset,
-                        record_errors=(),
-                        error_message=o.message,
-                    )
-                    for o in outcomes
-                ),
-            )
-            for name, topic_id, outcomes in results
-        ),
-    )
+def _response(version: int, results: _Results) -> RawResponse:
+    return encode_produce_response(version, results)

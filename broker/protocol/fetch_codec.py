@@ -66,9 +66,17 @@ class RawResponse:
     parts: list[Part]
     flexible: bool
     throttled: bool = False  # the body starts with throttle_time_ms (`with_throttle` sets it)
+    throttle_last: bool = False  # the last part starts with it instead (Produce)
 
     def with_throttle(self, throttle_ms: int) -> RawResponse:
-        """The response with its leading throttle_time_ms raised to `throttle_ms`."""
+        """The response with its throttle_time_ms raised to `throttle_ms`."""
+        if self.throttle_last:
+            last = self.parts[-1]
+            if not isinstance(last, bytes | bytearray | memoryview) or _I32.unpack_from(last, 0)[0] >= throttle_ms:
+                return self
+            return RawResponse(
+                [*self.parts[:-1], _I32.pack(throttle_ms) + bytes(last[4:])], self.flexible, throttle_last=True
+            )
         first = self.parts[0]
         if not self.throttled or not isinstance(first, bytes | bytearray | memoryview) or len(first) < 4:
             return self

@@ -121,6 +121,43 @@ def test_a_large_request_grows_the_buffer_with_the_bytes_and_gives_the_memory_ba
     _wait_for(lambda: broker.call(lambda: broker.server.memory.used) == 0, what="memory released")
 
 
+def test_a_producer_s_next_large_request_gets_its_buffer_at_once_and_a_newcomer_s_does_not(
+    broker: ThreadBroker,
+) -> None:
+    """A connection that sent a 900 KB request whole gets the whole buffer for its next one as
+    soon as its size is read; a new connection sending the same first bytes still grows with
+    what it sent (at most doubling).  Both requests complete."""
+    with connect(broker.bootstrap) as c:
+        assert c.create_topic("next", 1).error_code == ErrorCode.none
+    frame = encode_request(_produce_request("next", batch([bytes([n % 251]) * 10_000 for n in range(90)])), 1)
+    head = 70 * 1024  # more than the base buffer: the buffer must grow to take it
+
+    def buffer_of(sock: socket.socket) -> int:
+        me = sock.getsockname()
+        return int(broker.call(lambda: next(len(c.buf) for c in broker.server.connections if c.peer == me)))
+
+    producer, newcomer = _raw(broker), _raw(broker)
+    try:
+        producer.sendall(frame)
+        (size,) = struct.unpack(">i", _recv_exactly(producer, 4))
+        _recv_exactly(producer, size)
+        for sock in (producer, newcomer):
+            sock.sendall(frame[:head])
+        _wait_for(lambda: buffer_of(producer) == len(frame), what="the producer's buffer sized for its frame")
+        _wait_for(lambda: buffer_of(newcomer) > 64 * 1024, what="the newcomer's buffer grown")
+        assert buffer_of(newcomer) <= 3 * head, "a newcomer's buffer grows with the bytes it sent"
+        for sock in (producer, newcomer):
+            sock.sendall(frame[head:])
+            (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
+            _recv_exactly(sock, size)
+    finally:
+        producer.close()
+        newcomer.close()
+    with connect(broker.bootstrap) as c:
+        assert len(c.read_all("next")) == 270
+    _wait_for(lambda: broker.call(lambda: broker.server.memory.used) == 0, what="memory released")
+
+
 def test_when_request_memory_is_used_up_a_connection_waits_and_then_proceeds(
     broker_factory: Callable[..., ThreadBroker],
 ) -> None:

@@ -107,16 +107,17 @@ def test_a_member_joining_does_not_stop_the_others(broker: ThreadBroker, pool: M
     try:
         wait_until(lambda: all(m.processed for m in first), 20, "the first members consuming")
         before = {m.name: len(m.processed) for m in first}
+        held = {m.name: (len(m.assignments), m.assignment) for m in first}  # balanced: 4 each
         late = _member(pool, broker.bootstrap, group, topic)
         wait_balanced([*first, late], PARTITIONS, sizes=[3, 3, 3, 3], timeout=20)
         # Each of the first three gave up one partition and kept the rest throughout:
         # incremental reconciliation, no stop-the-world rebalance.
         for m in first:
-            history = m.assignments
-            since = next(i for i, a in enumerate(history) if a)
-            assert all(history[since:]), f"{m.name} was left with nothing at some point: {history}"
+            seen, balanced = held[m.name]
+            history = m.assignments[seen - 1 :]
+            assert all(history), f"{m.name} was left with nothing at some point: {history}"
             assert len(history[-1]) == 3
-            assert history[-1] < history[since]
+            assert history[-1] < balanced, f"{m.name} held {set(balanced)}, then {set(history[-1])}"
         wait_until(lambda: all(len(m.processed) > before[m.name] for m in first), 20, "consumption going on")
     finally:
         stop.set()
