@@ -255,6 +255,13 @@ def cpu_seconds(pid: int) -> float:
     return _cpu_ticks(pid)[0] / os.sysconf("SC_CLK_TCK")
 
 
+def kernel_cpu_seconds(pid: int) -> float:
+    """The system (kernel) part of `cpu_seconds`: syscalls such as writes into the page cache,
+    fsync, socket copies, and page faults."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[12]) / os.sysconf("SC_CLK_TCK")
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """`cpu_seconds` of `pid` and of its descendants, live or exited and waited for (a PostgreSQL
     server's backends, Spark's Python workers)."""
