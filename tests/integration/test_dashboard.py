@@ -224,9 +224,11 @@ async def test_the_in_rate_of_a_topic_under_steady_bursty_traffic_stays_within_3
     ):
 
         async def traffic() -> None:
-            while True:
+            due = time.monotonic()
+            while True:  # on a fixed 2 s schedule: a slow send must not stretch the rhythm
                 await produce_keyed(p, topic, 40, prefix=f"{time.monotonic()}-")
-                await asyncio.sleep(2.0)
+                due += 2.0
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
 
         sending = asyncio.create_task(traffic())
         try:
