@@ -175,6 +175,24 @@ def uvarint(value: int) -> bytes:
     return bytes(out)
 
 
+# For encoders written by hand: in flexible versions lengths are compact (n + 1 as an unsigned
+# varint, 0 meaning null); before, int32 for arrays and int16 for strings (-1: null).
+_NULL_STRING = {False: _I16.pack(-1), True: b"\x00"}
+
+
+def encode_count(n: int, flexible: bool) -> bytes:
+    """An array's length."""
+    return uvarint(n + 1) if flexible else _I32.pack(n)
+
+
+def encode_string(value: str | None, flexible: bool) -> bytes:
+    """A string, or null."""
+    if value is None:
+        return _NULL_STRING[flexible]
+    encoded = value.encode()
+    return (uvarint(len(encoded) + 1) if flexible else _I16.pack(len(encoded))) + encoded
+
+
 def frame_raw_response(correlation_id: int, response: RawResponse) -> list[Part]:
     """Size prefix and response header for an already-encoded body."""
     size = sum(len(p) for p in response.parts) + 4 + (1 if response.flexible else 0)

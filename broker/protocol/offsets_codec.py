@@ -12,10 +12,9 @@ import struct
 import uuid
 from collections.abc import Sequence
 
-from broker.protocol.codec import uvarint
+from broker.protocol.codec import encode_count, encode_string
 from broker.protocol.fetch_codec import RawResponse
 
-_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ih")  # index, error code
 _NO_TOPIC_ID = bytes(16)
@@ -28,25 +27,18 @@ FIRST_BY_ID = 10
 CommitResult = tuple[str, uuid.UUID | None, Sequence[tuple[int, int]]]
 
 
-def _count(n: int, flexible: bool) -> bytes:
-    # compact arrays and strings count one more (0 is null)
-    return uvarint(n + 1) if flexible else _I32.pack(n)
-
-
 def encode_offset_commit_response(version: int, topics: Sequence[CommitResult], throttle_ms: int = 0) -> RawResponse:
     flexible = version >= FIRST_FLEXIBLE
     out = bytearray()
     if version >= FIRST_THROTTLED:
         out += _I32.pack(throttle_ms)
-    out += _count(len(topics), flexible)
+    out += encode_count(len(topics), flexible)
     for name, topic_id, partitions in topics:
         if version >= FIRST_BY_ID:
             out += topic_id.bytes if topic_id is not None else _NO_TOPIC_ID
         else:
-            encoded = name.encode()
-            out += _count(len(encoded), True) if flexible else _I16.pack(len(encoded))
-            out += encoded
-        out += _count(len(partitions), flexible)
+            out += encode_string(name, flexible)
+        out += encode_count(len(partitions), flexible)
         for index, error in partitions:
             out += _PARTITION.pack(index, error)
             if flexible:
