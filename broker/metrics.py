@@ -4,10 +4,11 @@ process in tests)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from broker.coordinator.group import GroupState
@@ -17,6 +18,9 @@ if TYPE_CHECKING:
     from broker.coordinator.coordinator import GroupCoordinator
     from broker.metadata import MetadataStore
     from broker.share.coordinator import ShareCoordinator
+
+_A = TypeVar("_A", bound=MetricWrapperBase)
+_B = TypeVar("_B", bound=MetricWrapperBase)
 
 
 class _LogCollector(Collector):
@@ -242,27 +246,29 @@ class BrokerMetrics:
     # its key on every call, a cost paid on every produce, fetch and answer.
 
     def appended(self, topic: str, nbytes: int, records: int) -> None:
-        children = self._appended.get(topic)
-        if children is None:
-            children = self._appended[topic] = (self.bytes_in.labels(topic), self.records_in.labels(topic))
-        children[0].inc(nbytes)
-        children[1].inc(records)
+        size, count = _children(self._appended, topic, self.bytes_in, self.records_in)
+        size.inc(nbytes)
+        count.inc(records)
 
     def served(self, topic: str, nbytes: int, records: int) -> None:
-        children = self._served.get(topic)
-        if children is None:
-            children = self._served[topic] = (self.bytes_out.labels(topic), self.records_out.labels(topic))
-        children[0].inc(nbytes)
-        children[1].inc(records)
+        size, count = _children(self._served, topic, self.bytes_out, self.records_out)
+        size.inc(nbytes)
+        count.inc(records)
 
     def handled(self, api: str, seconds: float) -> None:
-        children = self._handled.get(api)
-        if children is None:
-            children = self._handled[api] = (self.requests.labels(api), self.latency.labels(api))
-        children[0].inc()
-        children[1].observe(seconds)
+        requests, latency = _children(self._handled, api, self.requests, self.latency)
+        requests.inc()
+        latency.observe(seconds)
 
     def fsync_round(self, files: int, seconds: float) -> None:
         self.fsync_rounds.inc()
         self.fsync_files.inc(files)
         self.fsync_seconds.observe(seconds)
+
+
+def _children(cache: dict[str, tuple[_A, _B]], label: str, first: _A, second: _B) -> tuple[_A, _B]:
+    """Two metrics' children for one label value, made once."""
+    children = cache.get(label)
+    if children is None:
+        children = cache[label] = (first.labels(label), second.labels(label))
+    return children

@@ -347,8 +347,8 @@ def run_once(bench: Bench, step: Step, run: int) -> None:
 
 
 def summarise(bench: Bench) -> None:
-    """Each step's median run by records/s, and the median of its runs' CPU seconds (that of
-    the fastest run says little: a run's CPU varies more than its speed)."""
+    """Each step's median run by records/s, and the median of its runs' CPU seconds (not the
+    CPU of that one run: a run's CPU varies more than its speed)."""
     for key, runs in bench.runs.items():
         result = sorted(runs, key=lambda r: r[0].records_per_s)[len(runs) // 2][0]
         bench.metrics[f"{key}_rps"] = result.records_per_s

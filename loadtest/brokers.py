@@ -242,11 +242,16 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def _cpu_ticks(pid: int) -> tuple[int, int]:
-    """From /proc/PID/stat: the user + system ticks of every thread of `pid`, and those of the
-    children it has waited for (exited, so in no process of the tree any more)."""
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after "pid (comm) " (utime is [11], stime [12])."""
     stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def _cpu_ticks(pid: int) -> tuple[int, int]:
+    """The user + system ticks of every thread of `pid`, and those of the children it has
+    waited for (exited, so in no process of the tree any more)."""
+    fields = _stat(pid)
     return int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
 
 
@@ -258,8 +263,7 @@ def cpu_seconds(pid: int) -> float:
 def kernel_cpu_seconds(pid: int) -> float:
     """The system (kernel) part of `cpu_seconds`: syscalls such as writes into the page cache,
     fsync, socket copies, and page faults."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2 :].split()[12]) / os.sysconf("SC_CLK_TCK")
+    return int(_stat(pid)[12]) / os.sysconf("SC_CLK_TCK")
 
 
 def tree_cpu_seconds(pid: int) -> float:
