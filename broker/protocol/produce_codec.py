@@ -2,8 +2,8 @@
 
 Every produce request is answered, so the answer's cost is paid per request: kio's generic
 writer built and type-checked an entity per partition (about 4 % of the broker's CPU
-producing, kernel included); this packs the same bytes with struct.  `tests/unit/test_produce_codec.py` checks
-every version against kio's encoding.
+producing, kernel included); this packs the same bytes with struct.
+`tests/unit/test_produce_codec.py` checks every version against kio's encoding.
 """
 
 from __future__ import annotations
