@@ -29,6 +29,12 @@ class Malformed(ValueError):
     """An internal record whose fields do not have the shape the broker writes."""
 
 
+def is_int(x: object, bits: int = 64) -> bool:
+    """An integer field as the broker writes them: no bool (an int subclass), within `bits`."""
+    bound = 1 << (bits - 1)
+    return isinstance(x, int) and not isinstance(x, bool) and -bound <= x < bound
+
+
 def need(condition: bool, what: str) -> None:
     if not condition:
         raise Malformed(what)

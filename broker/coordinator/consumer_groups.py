@@ -37,7 +37,7 @@ from broker.coordinator.consumer_group import (
 from broker.group_configs import parse_value
 from broker.metadata import MetadataStore
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.replay import need
+from broker.replay import is_int, need
 
 log = structlog.get_logger(__name__)
 
@@ -567,11 +567,11 @@ class ConsumerGroups:
         if group is None:  # registered below, once the record has been read whole
             group = ConsumerGroup(group_id)
         if kind == "cg":
-            need(_is_int(value.get("epoch")), "group epoch is malformed")
+            need(is_int(value.get("epoch"), 32), "group epoch is malformed")
             subscribed = _subscribed(value.get("subscribed", []))
             group.epoch, group.subscribed = value["epoch"], subscribed
         elif kind == "cgt":
-            need(_is_int(value.get("epoch")), "assignment epoch is malformed")
+            need(is_int(value.get("epoch"), 32), "assignment epoch is malformed")
             group.assignment_epoch = value["epoch"]
         elif kind == "cgtm":
             group.target[key[2]] = _unpack(value.get("partitions"))
@@ -579,7 +579,7 @@ class ConsumerGroups:
             self._replay_member(group, key[2], value)
         else:
             state, epoch, previous = value.get("state"), value.get("epoch"), value.get("previous")
-            need(_is_int(epoch) and _is_int(previous), "member epochs are malformed")
+            need(is_int(epoch, 32) and is_int(previous, 32), "member epochs are malformed")
             need(isinstance(state, str) and state in {s.value for s in MemberState}, "member state is malformed")
             assigned, revoking = _unpack(value.get("assigned")), _unpack(value.get("revoking"))
             current = self._stored_member(group, key[2])
@@ -593,7 +593,7 @@ class ConsumerGroups:
         strings = ("instance", "rack", "regex", "assignor")
         need(all(value.get(k) is None or isinstance(value.get(k), str) for k in strings), "member fields are malformed")
         need(isinstance(value.get("client"), str) and isinstance(value.get("host"), str), "member client is malformed")
-        need(_is_int(value.get("rebalance_ms")), "member rebalance timeout is malformed")
+        need(is_int(value.get("rebalance_ms"), 32), "member rebalance timeout is malformed")
         matched = value.get("regex_topics", [])
         need(isinstance(matched, list) and all(isinstance(t, str) for t in matched), "member matches are malformed")
         classic = _classic(value.get("classic"))
@@ -645,7 +645,7 @@ def _subscribed(value: object) -> frozenset[tuple[str, uuid.UUID, int]]:
             and isinstance(t[0], str)
             and isinstance(t[1], bytes)
             and len(t[1]) == 16
-            and _is_int(t[2])
+            and is_int(t[2], 32)
             for t in value
         ),
         "group subscription is malformed",
@@ -665,7 +665,7 @@ def _classic(value: object) -> ClassicProtocol | None:
         and all(
             isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], bytes) for p in protocols
         )
-        and _is_int(session),
+        and is_int(session, 32),
         "member's classic protocols are malformed",
     )
     assert isinstance(protocols, list)
@@ -728,10 +728,8 @@ def _unpack(value: object) -> Assignment:
     out: Assignment = {}
     for topic, parts in value.items():
         need(isinstance(topic, bytes) and len(topic) == 16, "assignment topic id is malformed")
-        need(isinstance(parts, list) and all(_is_int(p) and p >= 0 for p in parts), "assignment partitions malformed")
+        need(
+            isinstance(parts, list) and all(is_int(p, 32) and p >= 0 for p in parts), "assignment partitions malformed"
+        )
         out[uuid.UUID(bytes=topic)] = frozenset(parts)
     return out
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and -(1 << 31) <= x < (1 << 31)

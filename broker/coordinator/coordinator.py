@@ -31,7 +31,7 @@ from broker.log.partition_log import PartitionLog
 from broker.metadata import MetadataStore
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch
-from broker.replay import need
+from broker.replay import is_int, need
 
 log = structlog.get_logger(__name__)
 
@@ -131,17 +131,17 @@ class GroupCoordinator:
         value = None if record.value is None else msgpack.unpackb(record.value)
         need(value is None or isinstance(value, dict), "value is not a map")
         if key[0] == "o":
-            need(len(key) == 4 and isinstance(key[2], str) and _is_int(key[3]), "offset key is malformed")
+            need(len(key) == 4 and isinstance(key[2], str) and is_int(key[3]), "offset key is malformed")
             _, group_id, topic, partition = key
             if value is None:
                 self.offsets.get(group_id, {}).pop((topic, partition), None)
                 return
             committed = CommittedOffset(value.get("o"), value.get("e"), value.get("m"), value.get("t"))
             need(
-                _is_int(committed.offset)
-                and _is_int(committed.leader_epoch)
+                is_int(committed.offset)
+                and is_int(committed.leader_epoch)
                 and isinstance(committed.metadata, str)
-                and _is_int(committed.commit_ms),
+                and is_int(committed.commit_ms),
                 "offset value is malformed",
             )
             self.offsets.setdefault(group_id, {})[(topic, partition)] = committed
@@ -160,7 +160,7 @@ class GroupCoordinator:
         generation: Any = value.get("generation")
         members: Any = value.get("members")
         protocol_type, protocol, leader = value.get("protocol_type"), value.get("protocol"), value.get("leader")
-        need(_is_int(generation) and isinstance(members, list), "group value is malformed")
+        need(is_int(generation) and isinstance(members, list), "group value is malformed")
         need(all(x is None or isinstance(x, str) for x in (protocol_type, protocol, leader)), "group names malformed")
         need(all(_member_row(m) for m in members), "a member of the group is malformed")
         empty_since: Any = value.get("empty_since")
@@ -189,7 +189,7 @@ class GroupCoordinator:
         # resumes as Stable and expires members that do not return.
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
         if not group.members:
-            self.empty_since[group_id] = empty_since if _is_int(empty_since) else now
+            self.empty_since[group_id] = empty_since if is_int(empty_since) else now
         self.groups[group_id] = group
 
     def _append(self, group_id: str, records: list[tuple[list[object], dict[str, object] | None]]) -> PartitionLog:
@@ -742,10 +742,6 @@ class GroupCoordinator:
         return sorted(set(self.groups) | set(self.consumer.groups) | set(self.offsets))
 
 
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and -(1 << 63) <= x < (1 << 63)
-
-
 def _member_row(m: object) -> bool:
     """[member_id, instance_id, client_id, host, session_ms, rebalance_ms, metadata, assignment]"""
     return (
@@ -755,8 +751,8 @@ def _member_row(m: object) -> bool:
         and (m[1] is None or isinstance(m[1], str))
         and isinstance(m[2], str)
         and isinstance(m[3], str)
-        and _is_int(m[4])
-        and _is_int(m[5])
+        and is_int(m[4])
+        and is_int(m[5])
         and isinstance(m[6], bytes)
         and isinstance(m[7], bytes)
     )

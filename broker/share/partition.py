@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.replay import is_int
 
 
 class RecordState(enum.IntEnum):
@@ -265,7 +266,7 @@ class SharePartition:
     @classmethod
     def restore(cls, value: dict[str, object], *, delivery_limit: int, max_locks: int) -> SharePartition:
         start, end, epoch, runs = value.get("start"), value.get("end"), value.get("epoch"), value.get("runs")
-        if not (_is_int(start) and _is_int(end) and _is_int(epoch) and isinstance(runs, list)):
+        if not (is_int(start) and is_int(end) and is_int(epoch) and isinstance(runs, list)):
             raise ValueError("share partition state is malformed")
         assert isinstance(start, int)
         assert isinstance(end, int)
@@ -278,7 +279,7 @@ class SharePartition:
             part.records[offset] = InFlight(RecordState.ARCHIVED, 0)
         after = start  # runs are written in order, without overlap: restoring is linear in the window
         for run in runs:
-            if not (isinstance(run, list) and len(run) == 4 and all(_is_int(x) for x in run)):
+            if not (isinstance(run, list) and len(run) == 4 and all(is_int(x) for x in run)):
                 raise ValueError("a run of share partition state is malformed")
             first, last, state, count = run
             if not (after <= first <= last < end) or state not in RecordState._value2member_map_ or count < 0:
@@ -297,7 +298,3 @@ def _add(ranges: list[Acquired], offset: int, count: int) -> None:
         ranges[-1] = Acquired(last.first_offset, offset, count)
     else:
         ranges.append(Acquired(offset, offset, count))
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)

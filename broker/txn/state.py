@@ -12,7 +12,7 @@ from typing import Any
 
 import msgpack
 
-from broker.replay import need
+from broker.replay import is_int, need
 
 __all__ = ["PendingOffsets", "TxnMetadata", "TxnState", "key_of", "record_of"]
 
@@ -81,8 +81,8 @@ class TxnMetadata:
     def from_value(cls, transactional_id: str, value: Any) -> TxnMetadata:
         need(isinstance(value, dict), "transaction value is not a map")
         ints = ("pid", "epoch", "lpid", "lepoch", "timeout", "start", "update")
-        need(all(_is_int(value.get(k)) for k in ints), "transaction numbers are malformed")
-        need(_is_int(value.get("npid", -1)), "transaction numbers are malformed")  # absent before transactions v2
+        need(all(is_int(value.get(k)) for k in ints), "transaction numbers are malformed")
+        need(is_int(value.get("npid", -1)), "transaction numbers are malformed")  # absent before transactions v2
         states = {s.value: s for s in TxnState}
         state = value.get("state")
         need(isinstance(state, str) and state in states, "unknown transaction state")
@@ -126,12 +126,8 @@ def parse_key(raw: bytes | None) -> str:
     return str(key[1])
 
 
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _topic_partition(x: object) -> bool:
-    return isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and _is_int(x[1])
+    return isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and is_int(x[1])
 
 
 def _offset_row(r: object) -> bool:
@@ -139,6 +135,6 @@ def _offset_row(r: object) -> bool:
         isinstance(r, list)
         and len(r) == 5
         and isinstance(r[0], str)
-        and all(_is_int(x) for x in r[1:4])
+        and all(is_int(x) for x in r[1:4])
         and isinstance(r[4], str)
     )

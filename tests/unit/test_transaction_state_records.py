@@ -41,6 +41,7 @@ def test_a_state_round_trips_through_its_record() -> None:
     ("field", "bad"),
     [
         ("pid", "12"),
+        ("pid", 2**63),  # msgpack carries it (as a uint64); Kafka's producer ids are int64
         ("epoch", True),
         ("npid", "13"),
         ("state", "Dead"),
