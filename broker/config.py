@@ -119,7 +119,10 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         _S("log.cleaner.enable", "true", boolean, BOOLEAN),
         _S("producer.id.expiration.ms", "86400000", integer(1), INT, dynamic=True),
         _S("cluster.id", "", str),  # streamshop's: Kafka keeps it in meta.properties
-        _S("offsets.topic.num.partitions", "50", integer(1, 1000), INT),
+        # One partition, where Kafka has 50 to spread group coordinators over its brokers: on
+        # one node the partitions only multiply files, and the commits of every group waiting
+        # on one fsync round then share a single fdatasync.
+        _S("offsets.topic.num.partitions", "1", integer(1, 1000), INT),
         _S("group.initial.rebalance.delay.ms", "100", integer(0), INT),
         _S("group.min.session.timeout.ms", "6000", integer(1, INT_MAX), INT),
         _S("group.max.session.timeout.ms", "1800000", integer(1, INT_MAX), INT),

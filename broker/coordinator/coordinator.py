@@ -58,7 +58,7 @@ class CommittedOffset:
 
 @dataclass(frozen=True)
 class CoordinatorConfig:
-    offsets_partitions: int = 50
+    offsets_partitions: int = 1
     initial_rebalance_delay_ms: int = 100
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1_800_000

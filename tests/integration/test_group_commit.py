@@ -1,0 +1,85 @@
+"""Synchronous commits of different groups at once share the broker's fsync rounds; with
+`__consumer_offsets` in one partition (the default) each round syncs one file for all of them."""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from tests.support.harness import ThreadBroker
+from tests.support.kafka_clients import create_topic
+
+TOPIC = "commits.shared"
+COMMITTERS = 8
+COMMITS = 40  # each, synchronous, of 4 offsets
+
+
+def _groups(partitions: int) -> list[str]:
+    """COMMITTERS group ids, in as many different partitions of `__consumer_offsets` as there
+    are (the broker places a group at crc32(id) % partitions)."""
+    names: list[str] = []
+    used: set[int] = set()
+    n = 0
+    while len(names) < COMMITTERS:
+        name, n = f"committer-{n}", n + 1
+        partition = zlib.crc32(name.encode()) % partitions
+        if partition not in used or len(used) == partitions:
+            used.add(partition)
+            names.append(name)
+    return names
+
+
+def _commit_all_at_once(bootstrap: str, groups: list[str]) -> None:
+    consumers = [Consumer({"bootstrap.servers": bootstrap, "group.id": g, "enable.auto.commit": False}) for g in groups]
+    start = threading.Barrier(len(consumers))
+    failures: list[BaseException] = []
+
+    def commit(consumer: Consumer, offset: int) -> None:
+        done = consumer.commit(offsets=[TopicPartition(TOPIC, p, offset) for p in range(4)], asynchronous=False)
+        assert all(tp.error is None for tp in done or []), done
+
+    def run(consumer: Consumer) -> None:
+        try:
+            start.wait(timeout=30)
+            for i in range(1, COMMITS + 1):
+                commit(consumer, i)
+        except BaseException as exc:  # reported by the test thread
+            failures.append(exc)
+
+    try:
+        for consumer in consumers:
+            commit(consumer, 0)  # finds the coordinator; the group exists before the clock starts
+        threads = [threading.Thread(target=run, args=(c,)) for c in consumers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    assert not failures, failures
+
+
+@pytest.mark.parametrize("partitions", [1, 50])
+def test_commits_of_different_groups_share_fsync_rounds(
+    broker_factory: Callable[..., ThreadBroker], partitions: int
+) -> None:
+    broker = broker_factory(settings={"offsets.topic.num.partitions": str(partitions)})
+    create_topic(broker.bootstrap, TOPIC, 4)
+    groups = _groups(partitions)
+    flusher = broker.broker.flusher
+    rounds_before, files_before = broker.call(lambda: (flusher.rounds, flusher.fsyncs))
+    _commit_all_at_once(broker.bootstrap, groups)
+    rounds_after, files_after = broker.call(lambda: (flusher.rounds, flusher.fsyncs))
+    rounds, files = rounds_after - rounds_before, files_after - files_before
+
+    commits = COMMITTERS * COMMITS + COMMITTERS
+    assert 0 < rounds < commits  # rounds were shared: the committers waited on each other's
+    if partitions == 1:
+        assert files == rounds  # one file per round, whatever the number of groups in it
+    else:
+        assert files > rounds  # groups in different partitions: a file each in a shared round
