@@ -2,9 +2,10 @@
 
 Committed offsets and group metadata are records in the compacted internal topic
 `__consumer_offsets` of the broker's own log (msgpack keys and values), in the partition
-`hash(group) % offsets.topic.num.partitions`, as in Kafka.  They are replayed on start;
-a commit is answered only after its record is fsynced.  Compaction keeps the topic's
-size bounded (one live record per group and partition, tombstones for deleted ones).
+`crc32(group) % offsets.topic.num.partitions` (Kafka places a group the same way, by its
+own hash).  They are replayed on start; a commit is answered only after its record is
+fsynced.  Compaction keeps the topic's size bounded (one live record per group and
+partition, tombstones for deleted ones).
 
 Expiry (sessions, pending member ids, join deadlines, offset retention) runs in `tick`,
 driven by the broker's injected clock.

@@ -31,7 +31,7 @@ from broker.metadata import MetadataStore
 from broker.protocol.batch import iter_headers
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch
-from broker.replay import need
+from broker.replay import is_int, need
 from broker.share.group import (
     LEAVE_EPOCH,
     ShareGroup,
@@ -465,12 +465,12 @@ class ShareCoordinator:
                 self.groups.pop(group_id, None)
                 return
             epoch = value.get("epoch")
-            need(isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0, "group epoch is malformed")
+            need(is_int(epoch, 32) and epoch >= 0, "group epoch is malformed")
             group = self.groups.setdefault(group_id, ShareGroup(group_id))
             group.epoch = group.assignment_epoch = epoch
         elif key[0] == "sp":
             need(len(key) == 4 and isinstance(key[2], bytes) and len(key[2]) == 16, "share partition key is malformed")
-            need(isinstance(key[3], int) and not isinstance(key[3], bool) and key[3] >= 0, "partition is malformed")
+            need(is_int(key[3], 32) and key[3] >= 0, "partition is malformed")
             state_key = (group_id, uuid.UUID(bytes=key[2]), key[3])
             if value is None:
                 self.partitions.pop(state_key, None)

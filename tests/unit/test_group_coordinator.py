@@ -508,6 +508,22 @@ async def test_standalone_offsets_expire_after_retention(h: Harness) -> None:
     assert c.committed("simple") == {}
 
 
+async def test_an_existing_offsets_topic_keeps_its_partition_count_whatever_the_setting(h: Harness) -> None:
+    """The setting sizes `__consumer_offsets` when it is created; afterwards the topic's own
+    count places the groups (as in Kafka), or a changed setting would lose their offsets."""
+    c = h.coordinator
+    group = next(f"g{i}" for i in range(100) if c.partition_for(f"g{i}") != 0)  # one that moves
+    await c.commit(group, {("t", 0): (42, -1, "")})
+    h.store.close(clean=True)
+    h.store = MetadataStore(h.broker_config, h.clock, recover=False)
+    reloaded = GroupCoordinator(h.store, h.clock, CoordinatorConfig(), h.flusher.sync)
+    h.coordinator = reloaded
+    assert CoordinatorConfig().offsets_partitions == 1  # the default differs from this topic's 4
+    assert reloaded.partitions == CONFIG.offsets_partitions
+    assert reloaded.partition_for(group) == c.partition_for(group)
+    assert reloaded.committed(group)[("t", 0)].offset == 42
+
+
 async def test_offsets_and_group_metadata_survive_a_reload_from_the_log(h: Harness) -> None:
     c = h.coordinator
     await c.commit("simple", {("t", 0): (11, 2, "meta-0"), ("u", 3): (4, -1, "")})
