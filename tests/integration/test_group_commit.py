@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import threading
-import zlib
 from collections.abc import Callable
 
 import pytest
@@ -18,15 +17,15 @@ COMMITTERS = 8
 COMMITS = 40  # each, synchronous, of 4 offsets
 
 
-def _groups(partitions: int) -> list[str]:
+def _groups(partition_for: Callable[[str], int], partitions: int) -> list[str]:
     """COMMITTERS group ids, in as many different partitions of `__consumer_offsets` as there
-    are (the broker places a group at crc32(id) % partitions)."""
+    are, placed by the coordinator's own `partition_for`."""
     names: list[str] = []
     used: set[int] = set()
     n = 0
     while len(names) < COMMITTERS:
         name, n = f"committer-{n}", n + 1
-        partition = zlib.crc32(name.encode()) % partitions
+        partition = partition_for(name)
         if partition not in used or len(used) == partitions:
             used.add(partition)
             names.append(name)
@@ -75,7 +74,7 @@ def test_commits_of_different_groups_share_fsync_rounds(
     coordinator, flusher = broker.broker.coordinator, broker.broker.flusher
     assert broker.call(lambda: coordinator.partitions) == (partitions or 1)
     create_topic(broker.bootstrap, TOPIC, 4)
-    groups = _groups(partitions or 1)
+    groups = broker.call(lambda: _groups(coordinator.partition_for, coordinator.partitions))
     rounds_before, files_before = broker.call(lambda: (flusher.rounds, flusher.fsyncs))
     _commit_all_at_once(broker.bootstrap, groups)
     rounds_after, files_after = broker.call(lambda: (flusher.rounds, flusher.fsyncs))

@@ -64,14 +64,14 @@ class Harness:
         self.flusher.start()
         self.store, self.coordinator = self._open()
 
-    def _open(self) -> tuple[MetadataStore, GroupCoordinator]:
+    def _open(self, config: CoordinatorConfig = CONFIG) -> tuple[MetadataStore, GroupCoordinator]:
         store = MetadataStore(self.broker_config, self.clock, recover=False)
-        return store, GroupCoordinator(store, self.clock, CONFIG, self.flusher.sync)
+        return store, GroupCoordinator(store, self.clock, config, self.flusher.sync)
 
-    def reopen(self) -> GroupCoordinator:
-        """Close the store and load a new coordinator from what is on disk."""
+    def reopen(self, config: CoordinatorConfig = CONFIG) -> GroupCoordinator:
+        """Close the store and load a new coordinator, configured by `config`, from what is on disk."""
         self.store.close(clean=True)
-        self.store, self.coordinator = self._open()
+        self.store, self.coordinator = self._open(config)
         return self.coordinator
 
     def group(self, group_id: str) -> Group:
@@ -514,10 +514,7 @@ async def test_an_existing_offsets_topic_keeps_its_partition_count_whatever_the_
     c = h.coordinator
     group = next(f"g{i}" for i in range(100) if c.partition_for(f"g{i}") != 0)  # one that moves
     await c.commit(group, {("t", 0): (42, -1, "")})
-    h.store.close(clean=True)
-    h.store = MetadataStore(h.broker_config, h.clock, recover=False)
-    reloaded = GroupCoordinator(h.store, h.clock, CoordinatorConfig(), h.flusher.sync)
-    h.coordinator = reloaded
+    reloaded = h.reopen(CoordinatorConfig())
     assert CoordinatorConfig().offsets_partitions == 1  # the default differs from this topic's 4
     assert reloaded.partitions == CONFIG.offsets_partitions
     assert reloaded.partition_for(group) == c.partition_for(group)
