@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,6 +28,8 @@ from broker.coordinator.classic_members import ClassicMembers
 from broker.coordinator.consumer_group import ConsumerGroup
 from broker.coordinator.consumer_groups import ConsumerGroupConfig, ConsumerGroups, Heartbeat, HeartbeatResult, Rec
 from broker.coordinator.group import Group, GroupState, JoinRequest, JoinResult, Member
+from broker.coordinator.offsets import CommittedOffset as CommittedOffset  # noqa: PLC0414 - re-exported: committed() returns it
+from broker.coordinator.offsets import CommittedOffsets
 from broker.log.partition_log import PartitionLog
 from broker.metadata import MetadataStore
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -47,14 +49,6 @@ COORDINATOR_TOPIC_CONFIG = {
     "min.cleanable.dirty.ratio": "0.5",
     "message.timestamp.after.max.ms": str((1 << 63) - 1),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
-    offset: int
-    leader_epoch: int
-    metadata: str
-    commit_ms: int
 
 
 @dataclass(frozen=True)
@@ -80,7 +74,9 @@ class GroupCoordinator:
         self._sync = sync
         self._packer = msgpack.Packer()  # packb builds a Packer per call; commits pack 24 values
         self.groups: dict[str, Group] = {}
-        self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+        self.committed_offsets = CommittedOffsets()
+        # Read by the handlers, the admin API and metrics: a group's entry exists while it has any.
+        self.offsets = self.committed_offsets.by_group
         self.empty_since: dict[str, int] = {}  # when each group last became empty
         self._last_cleanup_ms = clock.now_ms()
         self.consumer = ConsumerGroups(store, config.consumer, self._claim_for_consumer_group)
@@ -132,26 +128,14 @@ class GroupCoordinator:
         value = None if record.value is None else msgpack.unpackb(record.value)
         need(value is None or isinstance(value, dict), "value is not a map")
         if key[0] == "o":
-            need(len(key) == 4 and isinstance(key[2], str) and is_int(key[3]), "offset key is malformed")
-            _, group_id, topic, partition = key
-            if value is None:
-                self.offsets.get(group_id, {}).pop((topic, partition), None)
-                return
-            committed = CommittedOffset(value.get("o"), value.get("e"), value.get("m"), value.get("t"))
-            need(
-                is_int(committed.offset)
-                and is_int(committed.leader_epoch)
-                and isinstance(committed.metadata, str)
-                and is_int(committed.commit_ms),
-                "offset value is malformed",
-            )
-            self.offsets.setdefault(group_id, {})[(topic, partition)] = committed
+            self.committed_offsets.replay(key, value)
         elif key[0] in CONSUMER_GROUP_RECORDS:
             self.consumer.replay(key, value)
         elif key[0] == "g":
             group_id = key[1]
             if value is None:
                 self.groups.pop(group_id, None)
+                self.empty_since.pop(group_id, None)
                 return
             self._replay_group(group_id, value, now)
         else:
@@ -624,29 +608,21 @@ class GroupCoordinator:
 
     def _expire_offsets(self, now: int) -> None:
         retention = self.config.offsets_retention_ms
-        for group_id, offsets in list(self.offsets.items()):
+        for group_id in list(self.offsets):
             group = self.groups.get(group_id)
             consumer_group = self.consumer.groups.get(group_id)
             if (group is not None and group.members) or (consumer_group is not None and consumer_group.members):
                 continue  # offsets of an active group never expire (KIP-211)
-            since = self.empty_since.get(group_id)
-            expired = [
-                tp
-                for tp, committed in offsets.items()
-                if now - (since if since is not None else committed.commit_ms) >= retention
-                and now - committed.commit_ms >= retention
-            ]
+            expired = self.committed_offsets.expired(group_id, self.empty_since.get(group_id), now, retention)
             if expired:
-                self._append(group_id, [(["o", group_id, t, p], None) for t, p in expired])
-                for tp in expired:
-                    del offsets[tp]
+                self._append(group_id, self.committed_offsets.remove(group_id, expired))
                 log.info("offsets expired", group=group_id, partitions=len(expired))
-            if not offsets:
-                del self.offsets[group_id]
+            if group_id not in self.offsets:
                 if group is not None and group.state == GroupState.EMPTY and not group.pending:
                     self._append(group_id, [(["g", group_id], None)])
                     group.state = GroupState.DEAD
                     del self.groups[group_id]
+                    self.empty_since.pop(group_id, None)
                 if consumer_group is not None and not consumer_group.members:
                     self._append(group_id, self.consumer.delete(group_id))
 
@@ -690,9 +666,7 @@ class GroupCoordinator:
         if not offsets:
             return
         now = self.clock.now_ms()
-        records: list[tuple[list[object], dict[str, object] | None]] = [
-            (["o", group_id, t, p], {"o": o, "e": e, "m": m, "t": now}) for (t, p), (o, e, m) in offsets.items()
-        ]
+        records = self.committed_offsets.commit(group_id, offsets, now)
         group = self.groups.get(group_id)
         if group is None and group_id not in self.consumer.groups:
             # A standalone commit creates an empty group to hang the offsets on.
@@ -700,23 +674,27 @@ class GroupCoordinator:
             self.empty_since[group_id] = now
             records.append(self._group_record(group))
         plog = self._append(group_id, records)
-        stored = self.offsets.setdefault(group_id, {})
-        for (t, p), (o, e, m) in offsets.items():
-            stored[(t, p)] = CommittedOffset(o, e, m, now)
         await self._sync([plog])
 
-    def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
-        return self.offsets.get(group_id, {})
+    def committed(self, group_id: str) -> Mapping[tuple[str, int], CommittedOffset]:
+        return self.committed_offsets.of(group_id)
 
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> None:
-        stored = self.offsets.get(group_id, {})
-        present = [tp for tp in partitions if tp in stored]
-        if not present:
-            return
-        plog = self._append(group_id, [(["o", group_id, t, p], None) for t, p in present])
-        for tp in present:
-            del stored[tp]
-        await self._sync([plog])
+        records = self.committed_offsets.remove(group_id, partitions)
+        if records:
+            await self._sync([self._append(group_id, records)])
+
+    def forget_topic(self, topic: str) -> list[PartitionLog]:
+        """A deleted topic's committed offsets go with it, as Kafka's onPartitionsDeleted
+        does, so a topic created again under its name starts every group afresh: gone from
+        memory at once, their tombstones durable once the returned logs are synced."""
+        logs: dict[int, PartitionLog] = {}
+        for group_id, partitions in self.committed_offsets.of_topic(topic).items():
+            plog = self._append(group_id, self.committed_offsets.remove(group_id, partitions))
+            logs[self.partition_for(group_id)] = plog
+        if logs:
+            log.info("deleted topic's offsets removed", topic=topic, groups=len(logs))
+        return list(logs.values())
 
     async def delete_group(self, group_id: str) -> None:
         group = self.groups.get(group_id)
@@ -725,14 +703,11 @@ class GroupCoordinator:
             raise KafkaError(ErrorCode.group_id_not_found, f"group {group_id!r} does not exist")
         if (group is not None and (group.members or group.pending)) or (consumer_group and consumer_group.members):
             raise KafkaError(ErrorCode.non_empty_group, f"group {group_id!r} has active members")
-        records: list[tuple[list[object], dict[str, object] | None]] = [
-            (["o", group_id, t, p], None) for t, p in self.offsets.get(group_id, {})
-        ]
+        records = self.committed_offsets.remove_group(group_id)
         if consumer_group is not None:
             records.extend(self.consumer.delete(group_id))
         records.append((["g", group_id], None))
         plog = self._append(group_id, records)
-        self.offsets.pop(group_id, None)
         self.empty_since.pop(group_id, None)
         if group is not None:
             group.state = GroupState.DEAD

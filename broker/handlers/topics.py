@@ -12,6 +12,7 @@ from kio.static.protocol import Entity
 from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext, Serial, throttled
 from broker.handlers.configs import topic_config_entries
+from broker.log.partition_log import PartitionLog
 from broker.metadata import Topic
 from broker.protocol.codec import build, nested, nested_or_none
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -80,9 +81,22 @@ def _by_topic_id(request: DeleteTopicsRequest) -> TypeIs[delete_topics_v6.Delete
     return request.__version__ >= 6  # KIP-516: topics by name or id
 
 
-async def _durable(broker: Broker, response: _R) -> _R:
+async def _durable(broker: Broker, response: _R, logs: Sequence[PartitionLog] = ()) -> _R:
+    """Answer once the metadata change, and what `logs` were given, are fsynced."""
     await broker.sync_metadata()
+    if logs:
+        await broker.sync(logs)
     return response
+
+
+def _forget_topic(broker: Broker, name: str) -> list[PartitionLog]:
+    """What groups keep about a deleted topic goes with it (committed offsets, share-group
+    state), so a topic created again under the name inherits none of it.  Returns the
+    internal-topic logs the tombstones went to."""
+    logs = broker.coordinator.forget_topic(name)
+    if hasattr(broker.shares, "forget_topic"):
+        logs.extend(broker.shares.forget_topic(name))
+    return logs
 
 
 class _Creation:
@@ -255,6 +269,7 @@ def delete_topics(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequ
     else:
         wanted = [(name, None) for name in request.topic_names]
     results = []
+    forgotten: list[PartitionLog] = []
     security, session = broker.security, ctx.session
     charge = MutationCharge(broker.quotas, ctx.principal, ctx.client_id, strict=ctx.api_version >= 5)
 
@@ -298,6 +313,7 @@ def delete_topics(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequ
         charge.take(topic.partitions)
         try:
             broker.delete_topic(topic.name)
+            forgotten.extend(_forget_topic(broker, topic.name))
         except OSError as e:
             results.append(
                 build(
@@ -312,7 +328,8 @@ def delete_topics(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequ
         results.append(
             build(result_cls, name=topic.name, topic_id=topic.topic_id, error_code=ErrorCode.none, error_message=None)
         )
-    return _durable(broker, build(cls, throttle_time=throttled(ctx, charge.throttle_ms()), responses=tuple(results)))
+    response = build(cls, throttle_time=throttled(ctx, charge.throttle_ms()), responses=tuple(results))
+    return _durable(broker, response, list({id(plog): plog for plog in forgotten}.values()))
 
 
 def create_partitions(
