@@ -95,7 +95,7 @@ test-compose: setup kafka postgres docker
 # Bytecode is cached even where PYTHONDONTWRITEBYTECODE is set: without it each worker compiles
 # and assertion-rewrites every test module anew (about 9 of its 14 CPU-seconds of collection).
 test-fast: setup postgres
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not (kafka or spark or browser or stack or fuzz or slow or compose)" $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not (kafka or spark or browser or stack or fuzz or slow or compose or fault)" $(PYTEST_ARGS)
 
 # ruff, then mypy --strict, then the layers (docs/adr/008-layers.md): an import against them fails here.
 lint: setup

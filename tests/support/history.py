@@ -307,22 +307,30 @@ def redelivered_after_commit(history: History) -> list[str]:
 
 
 def owned_by_two(history: History) -> list[str]:
-    """No partition is owned by two members of one group at once."""
-    spans: dict[tuple[str, str, int], list[Owned]] = defaultdict(list)
+    """No partition is owned by two members of one group at once.  A member records an
+    ownership when assigned (open) and again when it is revoked (closed); one it never closed
+    ends when the member was SIGKILLed (a `Fault` naming it), or never."""
+    killed = {f.target: f.at for f in history.of(Fault) if f.what == "SIGKILL"}
+    latest: dict[tuple[str, str, str, int, float], Owned] = {}
     for o in history.of(Owned):
-        spans[(o.group, o.topic, o.partition)].append(o)
+        key = (o.group, o.member, o.topic, o.partition, o.since)
+        if key not in latest or o.until is not None:
+            latest[key] = o
+    spans: dict[tuple[str, str, int], list[tuple[float, float, Owned]]] = defaultdict(list)
+    for o in latest.values():
+        end = o.until if o.until is not None else killed.get(o.member, float("inf"))
+        spans[(o.group, o.topic, o.partition)].append((o.since, end, o))
     out = []
     for (group, topic, partition), owned in spans.items():
-        owned.sort(key=lambda o: o.since)
-        for i, a in enumerate(owned):
-            a_end = float("inf") if a.until is None else a.until
-            for b in owned[i + 1 :]:
-                if b.since >= a_end:
+        owned.sort(key=lambda s: s[0])
+        for i, (_, a_end, a) in enumerate(owned):
+            for b_start, _, b in owned[i + 1 :]:
+                if b_start >= a_end:
                     break
                 if b.member != a.member:
                     out.append(
                         f"group {group}: {topic}-{partition} owned by {a.member} from {a.since:.3f} to "
-                        f"{a.until} and by {b.member} from {b.since:.3f}"
+                        f"{a_end:.3f} and by {b.member} from {b.since:.3f}"
                     )
     return out
 
@@ -428,12 +436,16 @@ def accepted_redelivered(history: History) -> list[str]:
 
 def partial_transactions(history: History) -> list[str]:
     """Under read_committed each transaction is wholly visible or wholly invisible; one
-    reported committed is wholly visible, one reported aborted wholly invisible."""
+    reported committed is wholly visible, one reported aborted wholly invisible.  A
+    transaction recorded more than once is judged by its last record."""
     visible: dict[str, set[bytes]] = defaultdict(set)
     for s in history.of(Stored):
         visible[s.topic].add(s.value)
+    last: dict[tuple[str, int], Transaction] = {}
+    for t in history.of(Transaction):  # recorded unknown before the commit, then its outcome
+        last[(t.transactional_id, t.sequence)] = t
     out = []
-    for t in history.of(Transaction):
+    for t in last.values():
         shown = [v for v in t.values if v in visible[t.topic]]
         name = f"{t.transactional_id} transaction {t.sequence} ({t.outcome}, {len(t.values)} records)"
         if shown and len(shown) != len(t.values):

@@ -96,8 +96,12 @@ def test_a_partition_owned_by_two_members_at_once_is_reported() -> None:
     overlap = owned_by_two(_history(a, b_early))
     assert len(overlap) == 1
     assert "t-0 owned by a" in overlap[0]
-    forever = Owned(client="a", group="g", member="a", topic="t", partition=0, since=1.0, until=None)
-    assert len(owned_by_two(_history(forever, b_after))) == 1
+    # An ownership recorded open at the assignment and closed at the revocation is one.
+    opened = Owned(client="a", group="g", member="a", topic="t", partition=0, since=1.0, until=None)
+    assert owned_by_two(_history(opened, a, b_after)) == []
+    # One never closed lasts until its member was SIGKILLed; without a kill, forever.
+    assert owned_by_two(_history(opened, Fault(what="SIGKILL", target="a", at=5.0), b_after)) == []
+    assert len(owned_by_two(_history(opened, b_after))) == 1
 
 
 def test_a_stored_record_the_group_never_read_is_reported() -> None:
@@ -173,6 +177,8 @@ def test_a_transaction_partly_visible_or_committed_and_missing_is_reported() -> 
     good = [txn(0, "committed", b"a1", b"a2"), txn(1, "aborted", b"b1", b"b2"), txn(2, "unknown", b"c1")]
     assert partial_transactions(_history(*stored, *good)) == []
     assert partial_transactions(_history(*stored, txn(3, "unknown", b"d1"))) == []  # unknown: either way
+    # Recorded unknown before its commit, then committed: judged as committed.
+    assert len(partial_transactions(_history(*stored, txn(3, "unknown", b"d1"), txn(3, "committed", b"d1")))) == 1
     half = partial_transactions(_history(*stored, txn(4, "unknown", b"a1", b"x")))
     assert half == ["tx transaction 4 (unknown, 2 records): 1 visible, missing e.g. ['x']"]
     assert partial_transactions(_history(*stored, txn(5, "committed", b"y"))) == [
