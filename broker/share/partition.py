@@ -97,9 +97,14 @@ class SharePartition:
         ranges: list[Acquired] = []
         used: list[BatchSpan] = []
         taken = 0
+        cursor = self.next_fetch_offset()  # where the batches were read from
+        cursor = self.end if cursor is None else cursor
         for batch in batches:
             if taken >= max_records:
                 break
+            if batch.base_offset > cursor:
+                self._vanished(cursor, batch.base_offset)
+            cursor = max(cursor, batch.last_offset + 1)
             got = False
             for offset in range(max(batch.base_offset, self.start), batch.last_offset + 1):
                 if offset >= self.end:
@@ -123,21 +128,38 @@ class SharePartition:
                 got = True
             if got:
                 used.append(batch)
-            if self.end - self.start >= self.max_locks and self.next_fetch_offset() is None:
-                break
+            if self.end - self.start >= self.max_locks:
+                self._advance()  # a head archived on the way (control records) frees the window
+                if self.next_fetch_offset() is None:
+                    break
         self._advance()
         return ranges, used
 
     def _extend(self, offset: int, control: bool) -> bool:
         """Take `offset` (at or past `end`) into the window; offsets skipped on the way have
-        no record (compaction), and a control record is never delivered: both are done."""
+        no record (compaction, DeleteRecords, a transaction's markers), and a control record is
+        never delivered: both are done.  With nothing in flight the start moves straight to
+        `offset`, however wide the gap before it: what is not there takes no place in the
+        window (as Kafka moves its start offset to the first batch it acquires)."""
         if offset - self.start >= self.max_locks:
-            return False
+            self._advance()  # the window's head may be done already (archived on the way)
+            if self.start == self.end:
+                self.start = self.end = offset
+            elif offset - self.start >= self.max_locks:
+                return False
         for missing in range(self.end, offset):
             self.records[missing] = InFlight(RecordState.ARCHIVED, 0)
         self.records[offset] = InFlight(RecordState.ARCHIVED if control else RecordState.AVAILABLE, 0)
         self.end = offset + 1
         return True
+
+    def _vanished(self, first: int, end: int) -> None:
+        """The log holds no record in [first, end) any more (compacted since it was taken into
+        the window): what is available there is archived, or it would be read again and again."""
+        for offset in range(max(first, self.start), min(end, self.end)):
+            record = self.records[offset]
+            if record.state == RecordState.AVAILABLE:
+                self._settle(record, RecordState.ARCHIVED)
 
     # --- acknowledging -----------------------------------------------------------------
 

@@ -197,6 +197,53 @@ def test_a_gap_past_the_window_is_not_taken_into_it() -> None:
     assert p.end == 2
 
 
+def test_a_gap_wider_than_the_window_is_crossed_when_nothing_is_in_flight() -> None:
+    """Compaction or DeleteRecords left no record in 2-99: the start moves to the next one
+    instead of waiting forever for a window wide enough to hold the gap."""
+    p = part(locks=5)
+    acquire(p, "a", [b(0, 1)])
+    ack(p, "a", (0, 1, [A]))
+    ranges, used = acquire(p, "a", [b(100, 102)])
+    assert ranges == [Acquired(100, 102, 1)]
+    assert used == [b(100, 102)]
+    assert (p.start, p.end) == (100, 103)
+    assert len(p.records) == 3  # the gap takes no place in the window
+
+
+def test_a_gap_wider_than_the_window_behind_a_held_record_is_crossed_once_it_is_done() -> None:
+    p = part(locks=5)
+    acquire(p, "a", [b(0, 0)])
+    assert acquire(p, "b", [b(50, 51)]) == ([], [])  # the window holds 0, which is in flight
+    ack(p, "a", (0, 0, [A]))
+    ranges, _ = acquire(p, "b", [b(50, 51)])
+    assert ranges == [Acquired(50, 51, 1)]
+    assert p.start == 50
+
+
+def test_control_records_wider_than_the_window_are_crossed_in_one_acquisition() -> None:
+    """An aborted transaction read committed, or a long run of markers: archived on the way,
+    they free the window's head as they go."""
+    p = part(locks=5)
+    ranges, used = acquire(p, "a", [b(0, 19, control=True), b(20, 20, control=True), b(21, 23)])
+    assert ranges == [Acquired(21, 23, 1)]
+    assert used == [b(21, 23)]
+    assert p.start == 21
+
+
+def test_an_available_record_compacted_away_in_the_window_is_archived() -> None:
+    """Offset 2 was released, then the cleaner removed it: a read from 2 starts at 3, and 2 is
+    archived instead of being asked for at every fetch."""
+    p = part()
+    acquire(p, "a", [b(0, 4)])
+    ack(p, "a", (0, 1, [A]), (2, 2, [R]), (3, 4, [A]))
+    assert p.next_fetch_offset() == 2
+    ranges, used = acquire(p, "b", [b(3, 4), b(5, 6)])
+    assert ranges == [Acquired(5, 6, 1)]
+    assert used == [b(5, 6)]
+    assert p.start == 5
+    assert p.next_fetch_offset() == 7
+
+
 def test_a_full_window_still_redelivers_what_is_released() -> None:
     p = part(locks=5)
     acquire(p, "a", [b(0, 4)])
