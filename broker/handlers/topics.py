@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+import structlog
 from kio.static.protocol import Entity
 
 from broker.core import Broker
@@ -40,6 +41,7 @@ _ZERO_UUID = uuid.UUID(int=0)
 
 _TOO_MANY = "Excessively large number of partitions per request."
 _R = TypeVar("_R", bound=Entity)
+log = structlog.get_logger(__name__)
 
 
 class _Assignment(Protocol):
@@ -81,22 +83,34 @@ def _by_topic_id(request: DeleteTopicsRequest) -> TypeIs[delete_topics_v6.Delete
     return request.__version__ >= 6  # KIP-516: topics by name or id
 
 
-async def _durable(broker: Broker, response: _R, logs: Sequence[PartitionLog] = ()) -> _R:
-    """Answer once the metadata change, and what `logs` were given, are fsynced."""
+async def _durable(broker: Broker, response: _R) -> _R:
     await broker.sync_metadata()
-    if logs:
-        await broker.sync(logs)
     return response
 
 
-def _forget_topic(broker: Broker, name: str) -> list[PartitionLog]:
-    """What groups keep about a deleted topic goes with it (committed offsets, share-group
-    state), so a topic created again under the name inherits none of it.  Returns the
-    internal-topic logs the tombstones went to."""
-    logs = broker.coordinator.forget_topic(name)
-    if hasattr(broker.shares, "forget_topic"):
-        logs.extend(broker.shares.forget_topic(name))
-    return logs
+async def _forget_topics(broker: Broker, names: list[str], response: _R) -> _R:
+    """What groups keep about deleted topics goes with them (offsets pending in transactions,
+    committed offsets, share-group state), so a topic created again under a name inherits
+    none of it; answered once the deletions and their tombstones are fsynced."""
+    logs: dict[int, PartitionLog] = {}
+    for name in names:
+        # Pending offsets first: a transaction committing meanwhile commits them before the
+        # committed offsets are removed below.
+        try:
+            await broker.transactions.forget_topic(name)
+            forgotten = broker.coordinator.forget_topic(name)
+            if hasattr(broker.shares, "forget_topic"):
+                forgotten.extend(broker.shares.forget_topic(name))
+        except (KafkaError, OSError) as e:
+            # The disk refused (its log directory is offline now): the topic is gone all the same.
+            log.error("cannot remove a deleted topic's group state", topic=name, error=str(e))  # noqa: TRY400 - a storage error, no traceback needed
+            continue
+        logs.update((id(plog), plog) for plog in forgotten)
+    try:
+        await broker.sync(logs.values())
+    except OSError as e:
+        log.error("cannot store a deleted topic's group tombstones", error=str(e))  # noqa: TRY400 - a storage error, no traceback needed
+    return await _durable(broker, response)
 
 
 class _Creation:
@@ -269,7 +283,7 @@ def delete_topics(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequ
     else:
         wanted = [(name, None) for name in request.topic_names]
     results = []
-    forgotten: list[PartitionLog] = []
+    deleted: list[str] = []
     security, session = broker.security, ctx.session
     charge = MutationCharge(broker.quotas, ctx.principal, ctx.client_id, strict=ctx.api_version >= 5)
 
@@ -313,7 +327,6 @@ def delete_topics(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequ
         charge.take(topic.partitions)
         try:
             broker.delete_topic(topic.name)
-            forgotten.extend(_forget_topic(broker, topic.name))
         except OSError as e:
             results.append(
                 build(
@@ -325,11 +338,12 @@ def delete_topics(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequ
                 )
             )
             continue
+        deleted.append(topic.name)
         results.append(
             build(result_cls, name=topic.name, topic_id=topic.topic_id, error_code=ErrorCode.none, error_message=None)
         )
     response = build(cls, throttle_time=throttled(ctx, charge.throttle_ms()), responses=tuple(results))
-    return _durable(broker, response, list({id(plog): plog for plog in forgotten}.values()))
+    return _forget_topics(broker, deleted, response)
 
 
 def create_partitions(

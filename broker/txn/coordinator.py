@@ -296,6 +296,23 @@ class TransactionCoordinator:
                 transactional_id,
             )
 
+    async def forget_topic(self, topic: str) -> None:
+        """A deleted topic's offsets held with open transactions are dropped, durably, so
+        that committing a transaction cannot hand them to a topic created again under the
+        name (Kafka drops pending transactional offsets of deleted partitions too).  Each
+        transaction is changed under its lock: one completing meanwhile has committed its
+        offsets before this returns, and the caller removes committed offsets after."""
+        for transactional_id in [t for t, meta in self.txns.items() if _holds_offsets_of(meta, topic)]:
+            async with self._locked(transactional_id):
+                meta = self.txns.get(transactional_id)
+                if meta is None or not _holds_offsets_of(meta, topic):
+                    continue
+                kept = {
+                    group_id: {tp: o for tp, o in pending.items() if tp[0] != topic}
+                    for group_id, pending in meta.offsets.items()
+                }
+                await self._store(meta.evolve(offsets=kept), transactional_id)
+
     def pending_offsets(self, group_id: str) -> set[tuple[str, int]]:
         """The partitions of `group_id` with offsets in an open transaction (require_stable)."""
         return {tp for meta in self.txns.values() for tp in meta.offsets.get(group_id, {})}
@@ -502,3 +519,7 @@ class TransactionCoordinator:
 
     def open_transactions(self) -> list[TxnMetadata]:
         return [m for m in self.txns.values() if not m.state.settled]
+
+
+def _holds_offsets_of(meta: TxnMetadata, topic: str) -> bool:
+    return any(t == topic for pending in meta.offsets.values() for t, _ in pending)

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_INVALID, Consumer, ConsumerGroupState, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, ConsumerGroupState, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.support.harness import BrokerProcess
@@ -151,3 +151,30 @@ def test_a_deleted_group_stays_deleted_after_a_restart(broker_process_factory: A
     for future in admin.delete_consumer_groups(list(GROUPS), request_timeout=15).values():
         with pytest.raises(KafkaException, match="GROUP_ID_NOT_FOUND"):
             future.result(20)
+
+
+def test_offsets_pending_in_a_transaction_die_with_their_topic(broker_process_factory: Any) -> None:
+    """Offsets sent to a transaction, whose topic is deleted (and created again) before the
+    transaction commits, are not committed with it, nor after a crash and restart."""
+    proc: BrokerProcess = broker_process_factory()
+    create_topic(proc.bootstrap, TOPIC, PARTITIONS)
+    group = "ledger-transactional"
+    consumer = Consumer({"bootstrap.servers": proc.bootstrap, "group.id": group, "enable.auto.commit": False})
+    producer = Producer({"bootstrap.servers": proc.bootstrap, "transactional.id": "ledger-mover"})
+    try:
+        producer.init_transactions(15)
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction(
+            [TopicPartition(TOPIC, p, 3) for p in range(PARTITIONS)], consumer.consumer_group_metadata(), 15
+        )
+        admin = AdminClient({"bootstrap.servers": proc.bootstrap})
+        admin.delete_topics([TOPIC], operation_timeout=15)[TOPIC].result(20)
+        _recreate(proc.bootstrap)
+        producer.commit_transaction(15)
+    finally:
+        consumer.close()
+        producer.flush(5)
+    assert _committed(proc.bootstrap, group) == dict.fromkeys(range(PARTITIONS), OFFSET_INVALID)
+    proc.kill()
+    proc.start()
+    assert _committed(proc.bootstrap, group) == dict.fromkeys(range(PARTITIONS), OFFSET_INVALID)

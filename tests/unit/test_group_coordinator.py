@@ -567,6 +567,56 @@ async def test_delete_group_is_refused_while_members_exist_and_then_removes_its_
     assert "g" not in reloaded.groups
 
 
+async def test_a_deleted_group_is_not_known_again_after_a_reload(h: Harness) -> None:
+    """Replaying the deletion's offset tombstones leaves nothing under the group's id, so
+    neither ListGroups nor DescribeGroups finds it after a restart."""
+    c = h.coordinator
+    await c.commit("standalone", {("t", 0): (1, -1, ""), ("t", 1): (2, -1, "")})
+    [(member, _)] = await form_group(h, "classic", count=1)
+    c.validate_commit("classic", member.generation, member.member_id, None)
+    await c.commit("classic", {("t", 0): (3, -1, "")})
+    c.leave("classic", member.member_id, None)
+    await c.delete_group("standalone")
+    await c.delete_group("classic")
+    assert c.known_groups() == []
+
+    reloaded = h.reopen()
+    assert reloaded.known_groups() == []
+    assert reloaded.offsets == {}
+    assert await async_error_of(reloaded.delete_group("classic")) == ErrorCode.group_id_not_found
+
+
+async def test_a_deleted_topics_offsets_go_from_every_group_and_stay_gone_after_a_reload(h: Harness) -> None:
+    c = h.coordinator
+    await c.commit("a", {("t", 0): (5, -1, ""), ("u", 0): (7, -1, "")})
+    await c.commit("b", {("t", 1): (9, -1, "")})
+    await c.commit("c", {("u", 1): (4, -1, "")})
+
+    logs = c.forget_topic("t")
+    # The logs holding the tombstones, for the caller to sync before answering.
+    assert {id(plog) for plog in logs} == {id(h.offsets_log("a")), id(h.offsets_log("b"))}
+    assert len(logs) == len({c.partition_for(g) for g in ("a", "b")})
+    assert set(c.committed("a")) == {("u", 0)}
+    assert "b" not in c.offsets
+    assert set(c.committed("c")) == {("u", 1)}
+    assert c.forget_topic("t") == []  # nothing left to remove: nothing written
+
+    reloaded = h.reopen()
+    assert {tp: o.offset for tp, o in reloaded.committed("a").items()} == {("u", 0): 7}
+    assert reloaded.committed("b") == {}
+    assert {tp: o.offset for tp, o in reloaded.committed("c").items()} == {("u", 1): 4}
+
+
+async def test_an_expired_standalone_group_leaves_nothing_behind(h: Harness) -> None:
+    c = h.coordinator
+    await c.commit("simple", {("t", 0): (1, -1, "")})
+    assert "simple" in c.empty_since
+    h.advance(RETENTION_MS)
+    assert "simple" not in c.groups
+    assert "simple" not in c.offsets
+    assert "simple" not in c.empty_since
+
+
 async def test_compaction_keeps_only_the_latest_record_per_key(h: Harness) -> None:
     c = h.coordinator
     partitions = [("t", p) for p in range(3)]
