@@ -1,4 +1,5 @@
-"""The group coordinator: every consumer group and its committed offsets.
+"""The group coordinator: every consumer group and its committed offsets (kept by
+broker/coordinator/offsets.py; membership is here and in the modules it calls).
 
 Committed offsets and group metadata are records in the compacted internal topic
 `__consumer_offsets` of the broker's own log (msgpack keys and values), in the partition
