@@ -52,14 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ModuleNotFoundError as e:
-        from streamshop.commands._common import COMMAND_EXTRA, EXTRA_OF
+        from streamshop.commands._common import missing_extra
 
-        package = (e.name or "").partition(".")[0]
-        if package not in EXTRA_OF:
-            raise  # a module of the project itself: a bug, never hidden
+        extra = missing_extra(args.command, e)
+        if extra is None:
+            raise  # a module of the project or of Python itself: a broken installation or a bug, never hidden
         print(
-            f"streamshop {args.command}: needs {package!r}, which this installation lacks: "
-            f"pip install 'streamshop[{COMMAND_EXTRA.get(args.command, EXTRA_OF[package])}]'",
+            f"streamshop {args.command}: needs {(e.name or '').partition('.')[0]!r}, which this installation lacks: "
+            f"pip install 'streamshop[{extra}]'",
             file=sys.stderr,
         )
         return 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from collections.abc import Callable
 from typing import TypeAlias
 
@@ -15,9 +16,11 @@ from streamshop.settings import CliSettings
 __all__ = [
     "COMMAND_EXTRA",
     "EXTRA_OF",
+    "OWN_PACKAGES",
     "SubParsers",
     "client_options",
     "lazy",
+    "missing_extra",
     "registry_option",
     "setting_flag",
     "setting_help",
@@ -26,28 +29,51 @@ __all__ = [
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 Command = Callable[[argparse.Namespace], int]
 
-# The extra of pyproject.toml that brings each third-party package a command may need: an image
-# installs only some extras (the broker's has no Spark), and a command of another one says so.
+# A component command needs its component's extra (pyproject.toml), whichever of its packages is
+# missed first: an image installs only some extras (the broker's has no Spark or Kafka client).
+# tests/unit/test_extras_imports.py holds this table to the commands and the extras to the imports.
+COMMAND_EXTRA = {
+    "broker": "broker",
+    **dict.fromkeys(("registry", "users"), "registry"),
+    **dict.fromkeys(("orders", "otp", "logs", "sms-sender", "email-sender", "catcher", "dashboard"), "services"),
+    "analytics": "analytics",
+    **dict.fromkeys(("topics", "groups", "transactions", "produce", "consume", "roundtrip"), "tools"),
+}
+
+# The extra that brings each third-party module, for the commands of no one component (the stack,
+# the clusters, the one-shots); `all` for any other module.
 EXTRA_OF = {
     "kio": "broker",
     "crc32c": "broker",
     "cramjam": "broker",
     "msgpack": "broker",
+    "re2": "broker",
     "aiokafka": "services",
     "fastavro": "services",
+    "multidict": "services",
     "aiosmtplib": "services",
     "aiosmtpd": "services",
     "pycountry": "services",
+    "asyncpg": "services",
     "pyspark": "analytics",
     "pyarrow": "analytics",
     "confluent_kafka": "tools",
     "kafka": "tools",
     "locust": "load",
+    "gevent": "load",
 }
 
-# A command whose own extra brings all it needs names that one, whichever package was missed
-# first: `analytics` lacks Spark in the broker's image, though confluent-kafka is imported first.
-COMMAND_EXTRA = {"analytics": "analytics", "registry": "registry"}
+# The project's own top-level packages: one of them missing is a broken installation, not an extra.
+OWN_PACKAGES = frozenset({"contracts", "kit", "schemas", "broker", "registry", "services", "analytics", "streamshop"})
+
+
+def missing_extra(command: str, error: ModuleNotFoundError) -> str | None:
+    """The extra to install for `error` raised by `command`, or None when no extra brings the
+    module: it is the project's own or the standard library's (a broken installation, a bug)."""
+    package = (error.name or "").partition(".")[0]
+    if not package or package in OWN_PACKAGES or package in sys.stdlib_module_names:
+        return None
+    return COMMAND_EXTRA.get(command) or EXTRA_OF.get(package, "all")
 
 
 def lazy(module: str, function: str, command: str, *, needs_broker: bool = False) -> Command:
