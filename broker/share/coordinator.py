@@ -405,6 +405,30 @@ class ShareCoordinator:
         records.append((["sg", group_id], None))
         await self._sync([self._append(group_id, records)])
 
+    def forget_topic(self, topic: str) -> list[PartitionLog]:
+        """A deleted topic's share-partition state goes with it, in every group, so a topic
+        created again under its name starts each group where `share.auto.offset.reset` says:
+        gone from memory at once, its tombstones durable once the returned logs are synced.
+        Called once the store has dropped the topic (its id is no longer resolvable by name),
+        so the state of every topic id the store no longer knows goes: this topic's, and any
+        left by a deletion that did not get this far."""
+        found = self.store.get(topic)
+        gone = {found.topic_id} if found is not None else set()
+        doomed: dict[str, list[Key]] = {}
+        for key in self.partitions:
+            if key[1] in gone or key[1] not in self.store.by_id:
+                doomed.setdefault(key[0], []).append(key)
+        logs: dict[int, PartitionLog] = {}
+        for group_id, keys in doomed.items():
+            for key in keys:
+                del self.partitions[key]
+                self._locked.discard(key)
+            plog = self._append(group_id, [(_state_key(k), None) for k in keys])
+            logs[id(plog)] = plog
+        if doomed:
+            log.info("deleted topic's share state removed", topic=topic, groups=len(doomed))
+        return list(logs.values())
+
     def known(self, group_id: str) -> bool:
         return group_id in self.groups or any(k[0] == group_id for k in self.partitions)
 

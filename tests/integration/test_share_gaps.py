@@ -8,36 +8,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Producer, ShareConsumer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from broker.protocol.errors import ErrorCode
 from tests.support.configs import set_group_configs
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_wire import batch, connect
+from tests.support.share_clients import drain_share
 
 WINDOW = 100
 SETTINGS = {"group.share.partition.max.record.locks": str(WINDOW), "log.cleaner.backoff.ms": "50"}
-
-
-def _drain(bootstrap: str, group: str, topic: str, expected: set[bytes], seconds: float = 30) -> set[bytes]:
-    """What the group is given (implicitly accepted) until `expected` came or time ran out."""
-    set_group_configs(bootstrap, group, {"share.auto.offset.reset": "earliest"})
-    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "fetch.wait.max.ms": "200"})
-    consumer.subscribe([topic])
-    got: set[bytes] = set()
-    deadline = time.monotonic() + seconds
-    try:
-        while not expected <= got and time.monotonic() < deadline:
-            for message in consumer.poll(0.5):
-                assert message.error() is None, message.error()
-                value = message.value()
-                assert isinstance(value, bytes)
-                got.add(value)
-        consumer.commit_sync(10)
-    finally:
-        consumer.close()
-    return got
 
 
 def test_offsets_compacted_away_are_crossed(broker_factory: Callable[..., ThreadBroker]) -> None:
@@ -63,7 +44,7 @@ def test_offsets_compacted_away_are_crossed(broker_factory: Callable[..., Thread
         records = c.read_all("gaps-compacted", 0)
     assert records[0].offset >= 299, "the cleaner did not compact the first key's versions"
     survivors = {r.value for r in records if r.value is not None}
-    assert _drain(broker.bootstrap, "gaps-compacted", "gaps-compacted", survivors) == survivors
+    assert drain_share(broker.bootstrap, "gaps-compacted", "gaps-compacted", survivors) == survivors
 
 
 def test_offsets_removed_by_delete_records_are_crossed(broker_factory: Callable[..., ThreadBroker]) -> None:
@@ -76,14 +57,14 @@ def test_offsets_removed_by_delete_records_are_crossed(broker_factory: Callable[
         for i in range(0, 310, 10):
             values = [b"r%03d" % n for n in range(i, i + 10)]
             assert c.produce("gaps-deleted", 0, batch(values)).error_code == ErrorCode.none
-    first = _drain(bootstrap, "gaps-deleted", "gaps-deleted", {b"r000"}, seconds=20)
+    first = drain_share(bootstrap, "gaps-deleted", "gaps-deleted", {b"r000"}, seconds=20)
     assert b"r000" in first
     admin = AdminClient({"bootstrap.servers": bootstrap})
     deleted = admin.delete_records([TopicPartition("gaps-deleted", 0, 300)])
     for future in deleted.values():
         future.result(20)
     expected = {b"r%03d" % n for n in range(300, 310)}
-    got = _drain(bootstrap, "gaps-deleted", "gaps-deleted", expected)
+    got = drain_share(bootstrap, "gaps-deleted", "gaps-deleted", expected)
     assert expected <= got
     assert all(int(v[1:]) >= 300 or v in first for v in got)
 
@@ -108,4 +89,4 @@ def test_an_aborted_transaction_read_committed_is_crossed(broker_factory: Callab
             producer.abort_transaction(20)
     set_group_configs(bootstrap, "gaps-aborted", {"share.isolation.level": "read_committed"})
     expected = {b"c%d" % i for i in range(5)}
-    assert _drain(bootstrap, "gaps-aborted", "gaps-aborted", expected) == expected
+    assert drain_share(bootstrap, "gaps-aborted", "gaps-aborted", expected) == expected

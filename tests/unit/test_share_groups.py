@@ -642,6 +642,44 @@ async def test_deleted_state_is_not_replayed(env: Env) -> None:
     assert (reloaded.partitions, reloaded.groups) == ({}, {})
 
 
+async def test_a_deleted_topics_state_is_forgotten_in_memory_and_on_disk(env: Env) -> None:
+    """DeleteTopics drops the store's topic, then the share state of its partitions: gone at
+    once, not replayed after a restart, and a topic created again under the name starts the
+    group afresh.  Another topic's state stays."""
+    await _some_state(env)
+    env.store.create_topic("u", 1, {})
+    env.produce("u", 0, 4)
+    env.fetch("a", "u", 0)
+    env.shares.acknowledge("a", ("g", env.topic_id("u"), 0), [(0, 1, [1])])
+    await durable(env.shares.persist("g", [("g", env.topic_id("u"), 0)]))
+    old_t, kept = env.topic_id("t"), ("g", env.topic_id("u"), 0)
+    for plog in env.store.delete_topic("t"):
+        plog.delete()
+    logs = env.shares.forget_topic("t")
+    assert [plog.topic for plog in logs] == [STATE_TOPIC]
+    assert set(env.shares.partitions) == {kept}
+    assert env.shares.start_offsets("g") == {(env.topic_id("u"), 0): 2}
+    assert env.shares.forget_topic("t") == []  # nothing left to forget: nothing written
+    assert set(env.coordinator().partitions) == {kept}
+    env.store.close(clean=True)
+    env.store = MetadataStore(BrokerConfig(data_dir=env.path), env.clock, recover=True)
+    env.shares = env.coordinator()
+    assert set(env.shares.partitions) == {kept}
+    assert env.store.skipped.counts[STATE_TOPIC] == 0
+    env.store.create_topic("t", 2, {})
+    assert env.topic_id("t") != old_t
+    env.produce("t", 0, 2)
+    assert env.fetch("a", "t", 0) == [Acquired(0, 1, 1)]  # earliest: the new topic's first record
+
+
+def test_forgetting_a_topic_without_share_state_writes_nothing(env: Env) -> None:
+    env.store.create_topic("t", 1, {})
+    for plog in env.store.delete_topic("t"):
+        plog.delete()
+    assert env.shares.forget_topic("t") == []
+    assert env.store.get(STATE_TOPIC) is None
+
+
 TID = uuid.UUID(int=7).bytes
 
 
