@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lock browser kafka postgres docker demo test test-compose test-fast lint bench load clean
+.PHONY: setup lock browser kafka postgres docker faults demo test test-compose test-fast lint bench load clean
 
 # requirements.lock pins every package (with the dev tools) to the version the lower bounds in
 # pyproject.toml resolved to when it was last refreshed (`make lock`), each with the sha256 of
@@ -72,6 +72,13 @@ docker:
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends docker.io debootstrap; }
 
+# Debian's fiu-utils (libfiu: fiu-run, fiu-ctrl), for the fault tier (`pytest -m fault`): it fails
+# fdatasync and writes of a running broker for real; through apt-get when missing.
+faults:
+	@command -v fiu-run >/dev/null && command -v fiu-ctrl >/dev/null || { \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends fiu-utils; }
+
 # The whole local stack, supervised, with one round of demo traffic; Ctrl-C stops it.  ARGS adds
 # options of `streamshop up`, e.g. make demo ARGS='--jvm-start-timeout 600 --verbose'.
 demo: setup
@@ -81,7 +88,7 @@ demo: setup
 # with the 25 slowest tests at the end, then the compose tier on its own, timed apart.
 # PYTEST_ARGS adds to the first, e.g. PYTEST_ARGS='-k stack'.
 TEST_WORKERS ?= 4
-test: setup browser kafka postgres docker lint
+test: setup browser kafka postgres docker faults lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 -m "not compose" $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-compose
 

@@ -1,6 +1,7 @@
 """The broker's admin HTTP API (aiohttp): health, Prometheus metrics, topics, groups.
 
-    GET /healthz               {"status": "ok", "node_id", "cluster_id"}
+    GET /healthz               {"status": "ok", "node_id", "cluster_id"}; 503 with "log_dir_offline"
+                               once an I/O error took the log directory offline
     GET /metrics               Prometheus text format (see broker/metrics.py)
     GET /api/topics            {"topics": [topic, ...]}, the cluster metadata log last
     GET /api/topics/{name}     one topic; 404 {"error": "not_found", "message"} if unknown
@@ -255,7 +256,13 @@ def create_admin_app(broker: Broker) -> web.Application:
     app = web.Application()
 
     async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "node_id": broker.node_id, "cluster_id": broker.cluster_id})
+        body: dict[str, object] = {"status": "ok", "node_id": broker.node_id, "cluster_id": broker.cluster_id}
+        log_dir = broker.log_dir
+        if log_dir.offline:
+            # Alive, but it can neither take nor serve records until restarted.
+            body.update(status="log_dir_offline", log_dir=log_dir.path, error=log_dir.error)
+            return web.json_response(body, status=503)
+        return web.json_response(body)
 
     async def metrics(_: web.Request) -> web.Response:
         # Per-partition gauges make a scrape of a broker with 100,000 partitions take

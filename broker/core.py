@@ -142,7 +142,9 @@ class Broker:
         self.metrics.transactions_open.set_function(lambda: len(self.transactions.open_transactions()))
         self.metrics.transactions_timed_out.set_function(lambda: self.transactions.timed_out)
         self.metrics.transaction_markers.set_function(lambda: self.transactions.markers_written)
-        self.flusher = Flusher(on_round=self.metrics.fsync_round)
+        self.log_dir = self.store.log_dir
+        self.metrics.log_dir_offline.set_function(lambda: int(self.log_dir.offline))
+        self.flusher = Flusher(on_round=self.metrics.fsync_round, log_dir=self.log_dir)
         # The first listener's advertised address, and every other listener's by name.
         self.advertised: tuple[str, int] = config.advertise or config.listen
         self.first_listener = self.security.listeners[0].name
@@ -212,6 +214,10 @@ class Broker:
         self.admin_workers.shutdown(wait=True)
         await self._cleaner.stop()
         self.store.close(clean=True)
+        if self.log_dir.offline:
+            # No clean-shutdown marker: the next start recovers from what verifies on disk.
+            log.warning("log directory was offline: the next start recovers it", error=self.log_dir.error)
+            return
         (self.data_dir / CLEAN_SHUTDOWN).write_text("")
         log.info("log closed cleanly")
 
@@ -273,6 +279,8 @@ class Broker:
         """flush.ms: fsync the partitions of topics that set it, at least that often."""
         if self._flush_ms_task is not None and not self._flush_ms_task.done():
             return  # the last round still runs: these partitions are looked at next time
+        if self.log_dir.offline:
+            return
         now = self.clock.now_ms()
         if now - self._flush_ms_refreshed >= 1000:  # topics and their configs change rarely
             self._flush_ms_refreshed = now
@@ -338,7 +346,7 @@ class Broker:
     async def _cleaner_pass(self) -> int:
         """The periodic pass: each partition is compacted in a worker thread and its new
         segments swapped in one at a time, so the event loop only does the renames."""
-        if not self.config.get("log.cleaner.enable"):
+        if not self.config.get("log.cleaner.enable") or self.log_dir.offline:
             return 0
         cleaned = 0
         for i, plog in enumerate(self.store.all_logs()):
@@ -410,6 +418,8 @@ class Broker:
         """flush.messages: an fsync through the group-commit flusher, as flush.ms has; the
         append's answer does not wait for it (acks=all waits for its own)."""
         plog.unflushed_messages = 0
+        if self.log_dir.offline:
+            return
         task = asyncio.get_running_loop().create_task(self.flusher.sync([plog]))
         self._flushes.add(task)
         task.add_done_callback(self._flushed)

@@ -21,6 +21,7 @@ from broker.clock import Clock
 from broker.config import BrokerConfig, LogConfig, validate_topic_configs, validate_topic_name
 from broker.group_configs import parse_value
 from broker.log.deletions import DeferredDeletes
+from broker.log.log_dir import LogDir
 from broker.log.partition_log import PartitionLog
 from broker.protocol.errors import KafkaError
 from broker.protocol.records import Record, build_batch
@@ -71,6 +72,7 @@ class MetadataStore:
         self.other_records: dict[bytes, tuple[int, bytes | None]] = {}  # key: (offset, value)
         self.group_configs: dict[str, dict[str, str]] = {}  # group id: its overrides only
         self.deletions = DeferredDeletes()  # every partition's segments awaiting file.delete.delay.ms
+        self.log_dir = LogDir(self.data_dir)  # the one log directory: offline after an I/O error
         self.meta_log = PartitionLog(
             partition_dir(self.data_dir, METADATA_TOPIC, 0),
             METADATA_TOPIC,
@@ -79,6 +81,7 @@ class MetadataStore:
             clock,
             recover=recover,
             deletions=self.deletions,
+            log_dir=self.log_dir,
         )
         self._replay()
         self.normalized = {_normal(name): name for name in self.topics}  # '.' and '_' collide
@@ -132,6 +135,7 @@ class MetadataStore:
             self.clock,
             recover=self.recover,
             deletions=self.deletions,
+            log_dir=self.log_dir,
         )
 
     def _write(self, topic: Topic, *, delete: bool = False) -> None:
@@ -189,6 +193,7 @@ class MetadataStore:
     def open_partitions(self, topic: Topic, start: int, end: int) -> list[PartitionLog]:
         """Create the partitions `start`..`end`-1 of `topic` on disk.  Touches no shared state
         (safe in a worker thread); on failure removes what it created and raises."""
+        self.log_dir.check()
         logs: list[PartitionLog] = []
         try:
             logs.extend(self._open_partition(topic, p) for p in range(start, end))  # kept up to a failure
@@ -222,6 +227,7 @@ class MetadataStore:
         """Remove the topic and write its tombstone; returns its logs, whose files the
         caller deletes (`PartitionLog.delete`, fine in a worker thread) while the name is
         still reserved against re-creation."""
+        self.log_dir.check()  # before anything changes: an offline directory takes no tombstone
         topic = self.topics.pop(name)
         self.by_id.pop(topic.topic_id, None)
         self.normalized.pop(_normal(name), None)

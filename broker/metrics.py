@@ -199,6 +199,11 @@ class BrokerMetrics:
             "streamshop_transaction_markers", "Commit and abort markers written to partitions", registry=r
         )
         self.fsync_rounds = Counter("streamshop_fsync_rounds", "Group-commit fsync rounds", registry=r)
+        self.log_dir_offline = Gauge(
+            "streamshop_log_dir_offline",
+            "1 once an I/O error took the log directory offline (until restart)",
+            registry=r,
+        )
         self.fsync_files = Counter("streamshop_fsync_files", "Segment files fsynced by group commit", registry=r)
         self.loop_lag = Histogram(
             "streamshop_event_loop_lag_seconds",

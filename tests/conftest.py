@@ -17,7 +17,7 @@ when the run ends fails it, after being killed.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -182,8 +182,13 @@ def broker_process_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerProce
     """Start `streamshop broker` child processes (killed at teardown)."""
     started: list[BrokerProcess] = []
 
-    def make(settings: dict[str, str] | None = None, name: str = "broker", nofile: int | None = None) -> BrokerProcess:
-        b = BrokerProcess(tmp_path / name, settings, nofile=nofile)
+    def make(
+        settings: dict[str, str] | None = None,
+        name: str = "broker",
+        nofile: int | None = None,
+        wrapper: Sequence[str] = (),
+    ) -> BrokerProcess:
+        b = BrokerProcess(tmp_path / name, settings, nofile=nofile, wrapper=wrapper)
         started.append(b)
         return b.start()
 

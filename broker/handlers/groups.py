@@ -194,11 +194,17 @@ def find_coordinator(broker: Broker, ctx: RequestContext, request: FindCoordinat
             return ErrorCode.group_authorization_failed, f"DESCRIBE on group {key} denied"
         return ErrorCode.none, None
 
+    def checked(key: str, key_type: int) -> tuple[ErrorCode, str | None]:
+        error, message = answer(key, key_type)
+        if error == ErrorCode.none and broker.log_dir.offline:  # every coordinator's log lives there
+            return ErrorCode.coordinator_not_available, "the coordinator's log directory is offline"
+        return error, message
+
     if _batched_keys(request):
         entry_cls = nested(cls, "Coordinator")
         entries = []
         for key in request.coordinator_keys:
-            error, message = answer(key, request.key_type)
+            error, message = checked(key, request.key_type)
             ok = error == ErrorCode.none
             entries.append(
                 build(
@@ -212,7 +218,7 @@ def find_coordinator(broker: Broker, ctx: RequestContext, request: FindCoordinat
                 )
             )
         return build(cls, throttle_time=0, coordinators=tuple(entries))
-    error, message = answer(request.key, GROUP_KEY if _groups_only(request) else request.key_type)
+    error, message = checked(request.key, GROUP_KEY if _groups_only(request) else request.key_type)
     ok = error == ErrorCode.none
     return build(
         cls,

@@ -56,6 +56,10 @@ def handle(broker: Broker, ctx: RequestContext, request: DescribeLogDirsRequest)
             )
             topics.append(build(topic_cls, name=topic.name, partitions=partitions))
     log_dir = str(broker.data_dir.absolute())
+    if broker.log_dir.offline:
+        # As Kafka reports a directory its LogDirFailureChannel took offline: the error, no topics.
+        result = build(result_cls, error_code=ErrorCode.kafka_storage_error, log_dir=log_dir, topics=())
+        return build(cls, throttle_time=0, error_code=ErrorCode.none, results=(result,))
     try:
         usage = shutil.disk_usage(broker.data_dir)  # one statvfs call
     except OSError:

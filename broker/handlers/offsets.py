@@ -180,7 +180,13 @@ def offset_commit(broker: Broker, ctx: RequestContext, request: OffsetCommitRequ
         )
 
     async def durable() -> RawResponse:
-        await coordinator.commit(request.group_id, accepted)
+        try:
+            await coordinator.commit(request.group_id, accepted)
+        except OSError:
+            # The offsets log could not be written (its directory is offline): Kafka's answer,
+            # NOT_COORDINATOR, sends the client to find the coordinator again.
+            for _, parts in results:
+                parts[:] = [(i, ErrorCode.not_coordinator if e == ErrorCode.none else e) for i, e in parts]
         return respond()
 
     return durable() if accepted else respond()
@@ -204,6 +210,8 @@ def offset_fetch(broker: Broker, ctx: RequestContext, request: OffsetFetchReques
             return ErrorCode.invalid_group_id, ()
         if not broker.security.group(ctx.session, Operation.DESCRIBE, group_id):
             return ErrorCode.group_authorization_failed, ()
+        if broker.log_dir.offline:  # memory may hold a commit whose fsync failed: serve none
+            return ErrorCode.not_coordinator, ()
         committed = coordinator.committed(group_id)
         unstable = broker.transactions.pending_offsets(group_id) if stable_only else set()
         if topics is None:

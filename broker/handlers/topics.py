@@ -3,6 +3,7 @@ the response, so an acknowledged topic survives a crash."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -84,7 +85,28 @@ def _by_topic_id(request: DeleteTopicsRequest) -> TypeIs[delete_topics_v6.Delete
 
 
 async def _durable(broker: Broker, response: _R) -> _R:
-    await broker.sync_metadata()
+    try:
+        await broker.sync_metadata()
+    except OSError as e:  # the log directory went offline: no change may be reported done
+        return _not_stored(response, str(e))
+    return response
+
+
+def _storage_error(entry: Entity, message: str) -> Entity:
+    changes: dict[str, object] = {"error_code": ErrorCode.kafka_storage_error}
+    if "error_message" in {f.name for f in dataclasses.fields(entry)}:  # not in the oldest versions
+        changes["error_message"] = message
+    return dataclasses.replace(entry, **changes)
+
+
+def _not_stored(response: _R, message: str) -> _R:
+    """`response` with each entry that succeeded answering KAFKA_STORAGE_ERROR instead."""
+    for name in ("topics", "responses", "results"):  # CreateTopics, DeleteTopics, CreatePartitions
+        entries = getattr(response, name, None)
+        if entries is None:
+            continue
+        fixed = [_storage_error(entry, message) if entry.error_code == ErrorCode.none else entry for entry in entries]
+        return dataclasses.replace(response, **{name: tuple(fixed)})
     return response
 
 

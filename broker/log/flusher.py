@@ -12,12 +12,16 @@ started simply waits for the next one, which starts as soon as this one ends.
 
 The round is driven by callbacks, not a task: a synchronous OffsetCommit pays for one
 fsync and one wake-up of the loop, nothing more.
+
+A failed fsync is never retried: it takes the log directory offline (`log_dir.py`), fails
+every waiter and every later `sync`, and no segment it covered is ever counted durable.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import itertools
 import os
 import threading
@@ -28,6 +32,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from broker.log.log_dir import LogDir
+
 if TYPE_CHECKING:
     from broker.log.partition_log import PartitionLog
     from broker.log.segment import LogSegment
@@ -35,6 +41,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 _ROUND_FILES = 256
+_RETRY_S = 0.05  # a round that could not get descriptors tries again this much later
 
 
 class _Waiter:
@@ -62,8 +69,9 @@ class _Round:
 
 
 class Flusher:
-    def __init__(self, on_round: Callable[[int, float], None] | None = None) -> None:
+    def __init__(self, on_round: Callable[[int, float], None] | None = None, log_dir: LogDir | None = None) -> None:
         self._on_round = on_round  # metrics hook: (files synced, seconds)
+        self.log_dir = LogDir() if log_dir is None else log_dir
         self._pending: dict[int, LogSegment] = {}
         self._waiters: list[_Waiter] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -86,20 +94,24 @@ class Flusher:
         self._pool.shutdown(wait=True)
 
     async def sync(self, logs: Iterable[PartitionLog]) -> None:
-        """Return once everything appended to `logs` so far is on disk."""
-        targets = []
-        for plog in logs:
-            for segment in plog.segments:
-                if segment.durable_seq < segment.write_seq and not segment.closed:
-                    targets.append((segment, segment.write_seq))
-                    self._pending[id(segment)] = segment
+        """Return once everything appended to `logs` so far is on disk.  Raises
+        LogDirOffline (an OSError) when it cannot be, now or ever."""
+        targets = [
+            (segment, segment.write_seq)
+            for plog in logs
+            for segment in plog.segments
+            if segment.durable_seq < segment.write_seq and not segment.closed
+        ]
         if not targets:
             return
+        self.log_dir.check()
+        for segment, _ in targets:
+            self._pending[id(segment)] = segment
         loop = self._loop
         assert loop is not None, "Flusher.start() was not called"
         future: asyncio.Future[None] = loop.create_future()
         self._waiters.append(_Waiter(future, targets))
-        if self._round is None and not self._scheduled and not self._stopped:
+        if self._round is None and not self._scheduled and not self._stopped and not self.log_dir.offline:
             # After the callbacks already ready: the other requests read in this
             # iteration append first and share the round.
             self._scheduled = True
@@ -110,6 +122,9 @@ class Flusher:
         self._scheduled = False
         if self._round is not None or not self._pending or self._stopped:
             return
+        if self.log_dir.offline:  # failed since this round was asked for
+            self._fail(self.log_dir.offline_error(), "fdatasync")
+            return
         # A round takes at most _ROUND_FILES segments: each needs a descriptor of its own.
         pending = iter(self._pending.items())
         taken = dict(itertools.islice(pending, _ROUND_FILES))
@@ -117,11 +132,20 @@ class Flusher:
         # Capture how far each segment has been written, and dup() its fd so a segment
         # closed by retention (or its descriptor evicted) mid-round cannot hand its fd
         # number to another file under the worker thread.
+        work: list[tuple[LogSegment, int, int]] = []
         try:
-            work = [(seg, seg.write_seq, seg.dup_fd()) for seg in taken.values() if not seg.closed]
+            for seg in taken.values():
+                if not seg.closed:
+                    work.append((seg, seg.write_seq, seg.dup_fd()))  # noqa: PERF401 - keep those made if one fails
         except OSError as e:
-            log.exception("fsync failed", error=str(e))
-            self._fail(e)
+            for _, _, fd in work:
+                os.close(fd)
+            if e.errno in (errno.EMFILE, errno.ENFILE):  # out of descriptors, not a disk error: try again soon
+                self._pending.update(taken)
+                assert self._loop is not None
+                self._loop.call_later(_RETRY_S, self._start_round)
+                return
+            self._fail(e, "open")
             return
         if not work:  # every segment taken closed meanwhile: the others are due now
             self._release()
@@ -158,8 +182,8 @@ class Flusher:
         self._round = None
         self._idle.set()
         if current.error is not None:
-            log.exception("fsync failed", error=str(current.error))
-            self._fail(current.error)
+            # The segments of this round stay not durable forever: never advance durable_seq.
+            self._fail(current.error, "fdatasync")
         else:
             for seg, seq, _ in current.work:
                 seg.durable_seq = max(seg.durable_seq, seq)
@@ -170,7 +194,9 @@ class Flusher:
             if self._on_round is not None:
                 self._on_round(len(current.work), elapsed)
             self._release()
-        if self._pending and not self._stopped:
+        if self.log_dir.offline:  # a write failed meanwhile: nobody still waiting can be served
+            self._fail(self.log_dir.offline_error(), "fdatasync")
+        elif self._pending and not self._stopped:
             self._start_round()
 
     def _release(self) -> None:
@@ -188,8 +214,12 @@ class Flusher:
                         self._pending[id(seg)] = seg
         self._waiters = still_waiting
 
-    def _fail(self, error: OSError) -> None:
+    def _fail(self, error: OSError, during: str) -> None:
+        """Take the directory offline and fail everyone waiting: their bytes may be lost."""
+        self.log_dir.fail(error, during)
+        offline = self.log_dir.offline_error()
         for waiter in self._waiters:
             if not waiter.future.done():
-                waiter.future.set_exception(error)
+                waiter.future.set_exception(offline)
         self._waiters = []
+        self._pending.clear()

@@ -22,6 +22,7 @@ import structlog
 from broker.clock import Clock
 from broker.log import validator
 from broker.log.deletions import DeferredDeletes
+from broker.log.log_dir import LogDir
 from broker.log.producer_state import BatchMeta, ProducerStateError, ProducerStateManager
 from broker.log.region import FetchRead, SegmentRegion
 from broker.log.segment import DELETED, LogSegment, fsync_dir
@@ -135,8 +136,11 @@ class PartitionLog:
         *,
         recover: bool,
         deletions: DeferredDeletes | None = None,
+        log_dir: LogDir | None = None,
     ) -> None:
         self.directory = directory
+        # Shared by every partition of the directory: one I/O error takes them all offline.
+        self.log_dir = LogDir(directory.parent) if log_dir is None else log_dir
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -338,6 +342,7 @@ class PartitionLog:
     def append(self, batch: memoryview | bytes, opened: OpenedBatch | None = None) -> AppendResult:
         """Append one client batch (opened by `open_batch`, or opened here with the default
         limit).  Raises KafkaError."""
+        self._check_online()
         now = self.clock.now_ms()
         view = memoryview(batch)
         if opened is None:
@@ -357,8 +362,10 @@ class PartitionLog:
             self._maybe_roll(header.size, now)
             self.active.append([header_bytes, body], [written])
         except OSError as e:
-            # Nothing of the batch stays (the segment cut it off) and no state moved, so the
-            # log takes the producer's retry once the disk has room again.
+            # Out of room, nothing of the batch stays (the segment cut it off) and no state
+            # moved, so the log takes the producer's retry once the disk has room again; any
+            # other error takes the directory offline.
+            self.log_dir.failed_write(e, "write")
             raise self._storage_error(e) from e
         self.producer_state.update(written)
         self.next_offset = written.last_offset + 1
@@ -369,6 +376,11 @@ class PartitionLog:
             log_append_time=now if self.config.log_append_time else -1,
             log_start_offset=self.log_start_offset,
         )
+
+    def _check_online(self) -> None:
+        """KAFKA_STORAGE_ERROR once the directory is offline: nothing is written or served."""
+        if self.log_dir.offline:
+            raise KafkaError(ErrorCode.kafka_storage_error, str(self.log_dir.offline_error()))
 
     def _storage_error(self, e: OSError) -> KafkaError:
         """KAFKA_STORAGE_ERROR for a write the disk refused (full, EFBIG, I/O error), logged as
@@ -390,11 +402,17 @@ class PartitionLog:
         return KafkaError(ErrorCode.kafka_storage_error, f"cannot write {self.topic}-{self.partition}: {e}")
 
     def append_internal(self, batch: bytes) -> AppendResult:
-        """Append a batch the broker built itself (internal topics): no client checks."""
-        self._maybe_roll(len(batch), self.clock.now_ms())
+        """Append a batch the broker built itself (internal topics): no client checks.
+        Raises OSError (LogDirOffline once the directory is offline)."""
+        self.log_dir.check()
         header_bytes, body = stamp_header(batch, self.next_offset, 0, None)
         written = parse_header(header_bytes)
-        self.active.append([header_bytes, body], [written])
+        try:
+            self._maybe_roll(len(batch), self.clock.now_ms())
+            self.active.append([header_bytes, body], [written])
+        except OSError as e:
+            self.log_dir.failed_write(e, "write")
+            raise
         self.next_offset = written.last_offset + 1
         return AppendResult(written.base_offset, written.last_offset, -1, self.log_start_offset)
 
@@ -404,6 +422,7 @@ class PartitionLog:
         """Write the marker that ends `producer_id`'s transaction here (the transaction
         coordinator's, at commit or abort).  A marker of an older epoch than the partition
         knows is INVALID_PRODUCER_EPOCH, as in Kafka."""
+        self._check_online()
         now = self.clock.now_ms()
         entry = self.producer_state.producers.get(producer_id)
         if entry is not None and producer_epoch < entry.epoch:
@@ -414,12 +433,13 @@ class PartitionLog:
         batch = build_marker(
             producer_id, producer_epoch, control, coordinator_epoch=coordinator_epoch, offset=0, timestamp=now
         )
-        self._maybe_roll(len(batch), now)
         header_bytes, body = stamp_header(batch, self.next_offset, 0, None)
         written = parse_header(header_bytes)
         try:
+            self._maybe_roll(len(batch), now)
             self.active.append([header_bytes, body], [written])
         except OSError as e:
+            self.log_dir.failed_write(e, "write")
             raise self._storage_error(e) from e
         self.next_offset = written.last_offset + 1
         self.producer_state.update(written)
@@ -486,6 +506,7 @@ class PartitionLog:
         Batches of a closed segment are CRC-checked as they are served (the active one's were
         checked on append, and at recovery after a crash): a corrupt batch is never served; the
         valid batches before it are, and when it comes first, CORRUPT_MESSAGE."""
+        self._check_online()
         found = self._locate(offset, upper)
         if found is None:
             return FetchRead(b"", offset, 0)
@@ -602,6 +623,7 @@ class PartitionLog:
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp`."""
+        self._check_online()
         for segment in self.segments:
             if segment.max_timestamp < timestamp:
                 continue
@@ -626,6 +648,7 @@ class PartitionLog:
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
+        self._check_online()
         best: tuple[int, int] | None = None
         for segment in self.segments:
             if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best[1]):
@@ -638,7 +661,7 @@ class PartitionLog:
 
     def apply_retention(self) -> int:
         """Delete whole segments past retention.ms / retention.bytes; returns the count."""
-        if not self.config.delete:
+        if not self.config.delete or self.log_dir.offline:
             return 0
         now = self.clock.now_ms()
         doomed = 0
@@ -663,6 +686,7 @@ class PartitionLog:
     def delete_records(self, offset: int) -> int:
         """DeleteRecords: records below `offset` (-1: the high watermark) are gone for
         readers at once; segments wholly below it are deleted. Returns the new log start."""
+        self._check_online()
         if offset == -1:
             offset = self.high_watermark
         if offset < 0 or offset > self.high_watermark:
@@ -730,6 +754,7 @@ class PartitionLog:
             segment.index_interval_bytes = config.index_interval_bytes
 
     def close(self, *, clean: bool) -> None:
+        clean = clean and not self.log_dir.offline  # an offline directory is not written again
         if clean:
             self.active.seal()
             self.producer_state.write_snapshot(self.next_offset)

@@ -137,6 +137,9 @@ class LogSegment:
         self._bytes_since_index = self._bytes_since_time_index = 0
         pos = 0
         with FILES.use(self) as fd:
+            # Read what the disk holds, not the page cache: after a failed writeback the kernel
+            # may keep pages it never wrote, marked clean.  Dirty pages stay (they are written).
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             while self.size - pos >= HEADER_SIZE:
                 _, size = peek_offset_and_length(os.pread(fd, LOG_OVERHEAD, pos), 0)
                 if size < HEADER_SIZE or pos + size > self.size:

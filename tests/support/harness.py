@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -118,16 +118,27 @@ class ThreadBroker:
 class BrokerProcess:
     """`streamshop broker` as a child process, for restarts and crash tests."""
 
-    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None, *, nofile: int | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        settings: dict[str, str] | None = None,
+        *,
+        nofile: int | None = None,
+        wrapper: Sequence[str] = (),
+    ) -> None:
         self.data_dir = data_dir
         self.settings = dict(settings or {})
         self.nofile = nofile  # RLIMIT_NOFILE (soft) of the child, when set
+        self.wrapper = list(wrapper)  # a command the broker runs under (e.g. fiu-run -x), exec'ing it
         self.proc: subprocess.Popen[str] | None = None
         self.port, self.admin_port = free_ports(2)
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
 
     def start(self, timeout: float = 30) -> BrokerProcess:
-        cmd = broker_command(self.data_dir, f"127.0.0.1:{self.port}", f"127.0.0.1:{self.admin_port}", self.settings)
+        cmd = [
+            *self.wrapper,
+            *broker_command(self.data_dir, f"127.0.0.1:{self.port}", f"127.0.0.1:{self.admin_port}", self.settings),
+        ]
         log = open(self.log_path, "a")  # noqa: SIM115 - the child owns it for its lifetime
         self.proc = subprocess.Popen(
             cmd,

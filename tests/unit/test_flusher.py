@@ -15,14 +15,16 @@ import pytest
 from broker.clock import ManualClock
 from broker.config import BrokerConfig, LogConfig
 from broker.log.flusher import Flusher
+from broker.log.log_dir import LogDir, LogDirOffline
 from broker.log.partition_log import PartitionLog
+from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch
 
 
-def _log(path: Path, clock: ManualClock) -> PartitionLog:
+def _log(path: Path, clock: ManualClock, log_dir: LogDir | None = None) -> PartitionLog:
     defaults = BrokerConfig(data_dir=path).topic_defaults()
     config = LogConfig.from_strings({**defaults, "segment.bytes": "4096"})
-    return PartitionLog(path, "t", 0, config, clock, recover=False)
+    return PartitionLog(path, "t", 0, config, clock, recover=False, log_dir=log_dir)
 
 
 async def test_every_waiter_is_released_only_after_its_appends_are_durable(tmp_path: Path) -> None:
@@ -69,12 +71,15 @@ async def test_sync_with_nothing_written_returns_at_once(tmp_path: Path) -> None
         plog.close(clean=True)
 
 
-async def test_a_failed_fsync_fails_its_waiters_and_the_next_round_still_runs(
+async def test_a_failed_fsync_takes_the_directory_offline_and_nothing_after_it_is_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """After a failed fdatasync the kernel may have dropped the pages it could not write, so a
+    later fsync that succeeds proves nothing about them: nothing is retried or acknowledged."""
     clock = ManualClock()
-    plog = _log(tmp_path / "p", clock)
-    flusher = Flusher()
+    log_dir = LogDir(tmp_path)
+    plog = _log(tmp_path / "p", clock, log_dir)
+    flusher = Flusher(log_dir=log_dir)
     flusher.start()
     real = os.fdatasync
 
@@ -84,17 +89,74 @@ async def test_a_failed_fsync_fails_its_waiters_and_the_next_round_still_runs(
     try:
         monkeypatch.setattr(os, "fdatasync", broken)
         plog.append(build_batch([Record(0, clock.now_ms(), b"k", b"lost")]))
-        with pytest.raises(OSError, match="Input/output error"):
+        with pytest.raises(LogDirOffline, match="Input/output error"):
             await asyncio.wait_for(flusher.sync([plog]), 5)
-        assert plog.segments[-1].dirty  # nothing was declared durable
-        monkeypatch.setattr(os, "fdatasync", real)
-        plog.append(build_batch([Record(0, clock.now_ms(), b"k", b"kept")]))
-        await asyncio.wait_for(flusher.sync([plog]), 5)
-        assert not plog.segments[-1].dirty
-        assert flusher.rounds == 1
+        assert log_dir.offline
+        monkeypatch.setattr(os, "fdatasync", real)  # the disk "works" again: it changes nothing
+        with pytest.raises(KafkaError) as refused:
+            plog.append(build_batch([Record(0, clock.now_ms(), b"k", b"retry")]))
+        assert refused.value.code == ErrorCode.kafka_storage_error
+        with pytest.raises(LogDirOffline):
+            plog.append_internal(build_batch([Record(0, clock.now_ms(), b"k", b"internal")]))
+        with pytest.raises(LogDirOffline):
+            await asyncio.wait_for(flusher.sync([plog]), 5)
+        with pytest.raises(KafkaError) as unread:
+            plog.read_for_fetch(0, 1 << 20)
+        assert unread.value.code == ErrorCode.kafka_storage_error
+        assert plog.segments[-1].dirty  # never declared durable
+        assert flusher.rounds == 0
     finally:
         await flusher.stop()
         plog.close(clean=True)
+
+
+async def test_a_waiter_is_failed_when_a_write_elsewhere_takes_the_directory_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round in flight finishes for what it covered; whoever waits for the next one is
+    failed at once instead of waiting for a round that will never run."""
+    clock = ManualClock()
+    log_dir = LogDir(tmp_path)
+    first, second = _log(tmp_path / "a", clock, log_dir), _log(tmp_path / "b", clock, log_dir)
+    flusher = Flusher(log_dir=log_dir)
+    flusher.start()
+    real = os.fdatasync
+    started, go_on = threading.Event(), threading.Event()
+
+    def held(fd: int) -> None:
+        started.set()
+        go_on.wait(5)
+        real(fd)
+
+    try:
+        monkeypatch.setattr(os, "fdatasync", held)
+        first.append(build_batch([Record(0, clock.now_ms(), b"k", b"a")]))
+        covered = asyncio.ensure_future(flusher.sync([first]))
+        assert await asyncio.to_thread(started.wait, 5)
+        second.append(build_batch([Record(0, clock.now_ms(), b"k", b"b")]))
+        waiting = asyncio.ensure_future(flusher.sync([second]))  # due in the next round
+        await asyncio.sleep(0)
+        log_dir.fail(OSError(errno.EIO, "Input/output error"), "write")
+        go_on.set()
+        await asyncio.wait_for(covered, 5)  # its fsync succeeded before the failure was known
+        with pytest.raises(LogDirOffline):
+            await asyncio.wait_for(waiting, 5)
+        assert second.segments[-1].dirty
+    finally:
+        go_on.set()
+        await flusher.stop()
+        first.close(clean=True)
+        second.close(clean=True)
+
+
+def test_a_write_refused_for_room_leaves_the_directory_online(tmp_path: Path) -> None:
+    log_dir = LogDir(tmp_path)
+    assert not log_dir.failed_write(OSError(errno.ENOSPC, "No space left on device"), "write")
+    assert not log_dir.failed_write(OSError(errno.EFBIG, "File too large"), "write")
+    assert not log_dir.offline
+    assert log_dir.failed_write(OSError(errno.EIO, "Input/output error"), "write")
+    assert log_dir.offline
+    assert "write: Input/output error" in (log_dir.error or "")
 
 
 async def test_stop_waits_for_the_round_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
