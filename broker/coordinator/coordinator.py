@@ -697,13 +697,19 @@ class GroupCoordinator:
             log.info("deleted topic's offsets removed", topic=topic, groups=len(logs))
         return list(logs.values())
 
-    async def delete_group(self, group_id: str) -> None:
+    def check_deletable(self, group_id: str) -> None:
+        """DeleteGroups' refusals: a group that does not exist, or has members."""
         group = self.groups.get(group_id)
         consumer_group = self.consumer.groups.get(group_id)
         if group is None and consumer_group is None and group_id not in self.offsets:
             raise KafkaError(ErrorCode.group_id_not_found, f"group {group_id!r} does not exist")
         if (group is not None and (group.members or group.pending)) or (consumer_group and consumer_group.members):
             raise KafkaError(ErrorCode.non_empty_group, f"group {group_id!r} has active members")
+
+    async def delete_group(self, group_id: str) -> None:
+        self.check_deletable(group_id)
+        group = self.groups.get(group_id)
+        consumer_group = self.consumer.groups.get(group_id)
         records = self.committed_offsets.remove_group(group_id)
         if consumer_group is not None:
             records.extend(self.consumer.delete(group_id))

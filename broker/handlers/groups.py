@@ -533,6 +533,10 @@ def delete_groups(broker: Broker, ctx: RequestContext, request: DeleteGroupsRequ
                 if broker.shares.known(group_id):
                     await broker.shares.delete_group(group_id)
                 else:
+                    coordinator.check_deletable(group_id)
+                    # Its offsets pending in open transactions first, so that none committing
+                    # meanwhile brings the group back after its committed offsets are gone.
+                    await broker.transactions.forget_group(group_id)
                     await coordinator.delete_group(group_id)
                 error = ErrorCode.none
             except KafkaError as e:

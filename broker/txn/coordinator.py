@@ -299,17 +299,29 @@ class TransactionCoordinator:
     async def forget_topic(self, topic: str) -> None:
         """A deleted topic's offsets held with open transactions are dropped, durably, so
         that committing a transaction cannot hand them to a topic created again under the
-        name (Kafka drops pending transactional offsets of deleted partitions too).  Each
-        transaction is changed under its lock: one completing meanwhile has committed its
-        offsets before this returns, and the caller removes committed offsets after."""
-        for transactional_id in [t for t, meta in self.txns.items() if _holds_offsets_of(meta, topic)]:
+        name (Kafka drops pending transactional offsets of deleted partitions too)."""
+        await self._drop_pending(lambda _, tp: tp[0] == topic)
+
+    async def forget_group(self, group_id: str) -> None:
+        """A deleted group's offsets held with open transactions are dropped, durably, so that
+        committing a transaction cannot bring the group back (Kafka's DeleteGroups drops them too)."""
+        await self._drop_pending(lambda group, _: group == group_id)
+
+    async def _drop_pending(self, doomed: Callable[[str, tuple[str, int]], bool]) -> None:
+        """Each transaction is changed under its lock: one completing meanwhile has committed
+        its offsets before this returns (the caller removes committed offsets after)."""
+
+        def holds(meta: TxnMetadata) -> bool:
+            return any(doomed(group, tp) for group, pending in meta.offsets.items() for tp in pending)
+
+        for transactional_id in [t for t, meta in self.txns.items() if holds(meta)]:
             async with self._locked(transactional_id):
                 meta = self.txns.get(transactional_id)
-                if meta is None or not _holds_offsets_of(meta, topic):
+                if meta is None or not holds(meta):
                     continue
                 kept = {
-                    group_id: {tp: o for tp, o in pending.items() if tp[0] != topic}
-                    for group_id, pending in meta.offsets.items()
+                    group: {tp: o for tp, o in pending.items() if not doomed(group, tp)}
+                    for group, pending in meta.offsets.items()
                 }
                 await self._store(meta.evolve(offsets=kept), transactional_id)
 
@@ -519,7 +531,3 @@ class TransactionCoordinator:
 
     def open_transactions(self) -> list[TxnMetadata]:
         return [m for m in self.txns.values() if not m.state.settled]
-
-
-def _holds_offsets_of(meta: TxnMetadata, topic: str) -> bool:
-    return any(t == topic for pending in meta.offsets.values() for t, _ in pending)

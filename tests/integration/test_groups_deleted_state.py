@@ -178,3 +178,34 @@ def test_offsets_pending_in_a_transaction_die_with_their_topic(broker_process_fa
     proc.kill()
     proc.start()
     assert _committed(proc.bootstrap, group) == dict.fromkeys(range(PARTITIONS), OFFSET_INVALID)
+
+
+def test_a_deleted_groups_offsets_pending_in_a_transaction_do_not_bring_it_back(broker_process_factory: Any) -> None:
+    """A group deleted while a transaction holds offsets for it stays deleted when the
+    transaction commits, and after a crash and restart."""
+    proc: BrokerProcess = broker_process_factory()
+    create_topic(proc.bootstrap, TOPIC, PARTITIONS)
+    group = "ledger-transactional"
+    consumer = Consumer({"bootstrap.servers": proc.bootstrap, "group.id": group, "enable.auto.commit": False})
+    producer = Producer({"bootstrap.servers": proc.bootstrap, "transactional.id": "ledger-mover"})
+    admin = AdminClient({"bootstrap.servers": proc.bootstrap})
+    try:
+        consumer.commit(offsets=[TopicPartition(TOPIC, p, 1) for p in range(PARTITIONS)], asynchronous=False)
+        producer.init_transactions(15)
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction(
+            [TopicPartition(TOPIC, p, 3) for p in range(PARTITIONS)], consumer.consumer_group_metadata(), 15
+        )
+        admin.delete_consumer_groups([group], request_timeout=15)[group].result(20)
+        producer.commit_transaction(15)
+    finally:
+        consumer.close()
+        producer.flush(5)
+    for restarted in (False, True):
+        if restarted:
+            proc.kill()
+            proc.start()
+            admin = AdminClient({"bootstrap.servers": proc.bootstrap})
+        listed = admin.list_consumer_groups(request_timeout=15).result(20)
+        assert group not in {g.group_id for g in listed.valid}
+        assert _committed(proc.bootstrap, group) == dict.fromkeys(range(PARTITIONS), OFFSET_INVALID)
