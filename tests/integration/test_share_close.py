@@ -23,7 +23,7 @@ RECORDS = 100
 
 
 def _run(
-    bootstrap: str, topic: str, group: str, mode: str, before_close: Callable[[ShareConsumer], None]
+    bootstrap: str, topic: str, group: str, mode: str, before_close: Callable[[ShareConsumer], object]
 ) -> dict[int, int]:
     """Two members poll until they have seen RECORDS distinct offsets between them, then each
     runs `before_close` and closes; returns how often each offset was handed out."""
