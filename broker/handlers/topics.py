@@ -115,23 +115,25 @@ async def _forget_topics(broker: Broker, names: list[str], response: _R) -> _R:
     committed offsets, share-group state), so a topic created again under a name inherits
     none of it; answered once the deletions and their tombstones are fsynced."""
     logs: dict[int, PartitionLog] = {}
+    failure: str | None = None
     for name in names:
-        # Pending offsets first: a transaction committing meanwhile commits them before the
-        # committed offsets are removed below.
         try:
+            # Pending offsets first: a transaction committing meanwhile commits them before
+            # the committed offsets are removed below.
             await broker.transactions.forget_topic(name)
             forgotten = broker.coordinator.forget_topic(name)
-            if hasattr(broker.shares, "forget_topic"):
-                forgotten.extend(broker.shares.forget_topic(name))
-        except (KafkaError, OSError) as e:
-            # The disk refused (its log directory is offline now): the topic is gone all the same.
+            forgotten.extend(broker.shares.forget_topic(name))
+        except (KafkaError, OSError) as e:  # the log directory is offline now
             log.error("cannot remove a deleted topic's group state", topic=name, error=str(e))  # noqa: TRY400 - a storage error, no traceback needed
+            failure = str(e)
             continue
         logs.update((id(plog), plog) for plog in forgotten)
     try:
         await broker.sync(logs.values())
     except OSError as e:
-        log.error("cannot store a deleted topic's group tombstones", error=str(e))  # noqa: TRY400 - a storage error, no traceback needed
+        failure = str(e)
+    if failure is not None:
+        return _not_stored(response, failure)
     return await _durable(broker, response)
 
 
