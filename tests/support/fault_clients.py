@@ -90,6 +90,7 @@ def consume(args: argparse.Namespace) -> int:
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "group.protocol": args.protocol,
+        **({"debug": args.debug} if args.debug else {}),
     }
     if args.protocol == "classic":
         config |= {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "partition.assignment.strategy": "range"}
@@ -189,6 +190,7 @@ def share(args: argparse.Namespace) -> int:
             "share.acknowledgement.mode": "explicit",
             "fetch.wait.max.ms": 200,
             "max.poll.records": args.max_records,
+            **({"debug": args.debug} if args.debug else {}),
         }
     )
     _wait_for(args.start_at)
@@ -330,6 +332,7 @@ def _parser() -> argparse.ArgumentParser:
         if name in ("consume", "share"):
             p.add_argument("--group", required=True)
             p.add_argument("--member", required=True)
+            p.add_argument("--debug", help="librdkafka's debug contexts, logged to the client's .log")
     roles.choices["consume"].add_argument("--protocol", choices=("classic", "consumer"), default="classic")
     roles.choices["share"].add_argument("--hold", action="store_true")
     roles.choices["share"].add_argument("--max-records", type=int, default=50)
@@ -414,6 +417,11 @@ class Fleet:
         self.procs[name].kill()
         self.procs[name].wait(10)
 
+    def pause(self, name: str, history: History) -> None:
+        """SIGSTOP one client: alive, its connections open, but silent."""
+        history.add(Fault(what="SIGSTOP", target=name, at=time.monotonic()))
+        self.procs[name].send_signal(signal.SIGSTOP)
+
     def history(self, name: str) -> list[Event]:
         h = History()
         h.load(self.path(name))
@@ -437,6 +445,7 @@ class Fleet:
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.terminate()
+                proc.send_signal(signal.SIGCONT)  # a paused one too
         for name in self.procs:
             self.stop(name, grace=15)
 

@@ -355,15 +355,29 @@ def _acks(history: History) -> dict[tuple[str, str, Position], list[Acknowledged
     return acks
 
 
+def _ended(history: History) -> dict[tuple[str, str], float]:
+    """When each member's share session certainly ended: its clean leave began, or it was
+    SIGKILLed (its connection closes with it, and Kafka ends a share session with its
+    connection, releasing what it held)."""
+    killed = {f.target: f.at for f in history.of(Fault) if f.what == "SIGKILL"}
+    ended: dict[tuple[str, str], float] = {}
+    for lv in history.of(Left):
+        ended[(lv.group, lv.member)] = min(lv.at, ended.get((lv.group, lv.member), lv.at))
+    for r in history.of(Read):
+        if r.group is not None and r.member in killed:
+            key = (r.group, r.member)
+            ended[key] = min(killed[r.member], ended.get(key, killed[r.member]))
+    return ended
+
+
 def held_by_two(history: History, lock_ms: int) -> list[str]:
     """No record is held by two share-group members at once.  A member certainly holds a
     delivered record from when it received it until the earliest of: the lock running out
     (counted from the poll that could have asked for it), its acknowledgement starting, its
-    clean leave starting.  Two such intervals of one record overlapping is a double delivery."""
+    session ending (`_ended`).  Two such intervals of one record overlapping is a double
+    delivery."""
     acks = _acks(history)
-    left: dict[tuple[str, str], float] = {}
-    for lv in history.of(Left):
-        left[(lv.group, lv.member)] = min(lv.at, left.get((lv.group, lv.member), lv.at))
+    left = _ended(history)
     holds: dict[tuple[str, Position], list[tuple[float, float, Read]]] = defaultdict(list)
     for r in history.of(Read):
         if r.group is None or r.delivery_count is None:
@@ -391,16 +405,19 @@ def held_by_two(history: History, lock_ms: int) -> list[str]:
 
 def repeated_delivery_count(history: History) -> list[str]:
     """Each delivery of a record has a delivery count of its own: the same count handed out
-    twice is one acquisition given to two members (or twice to one).  (While the broker runs:
-    Kafka persists counts lazily, so after a broker crash a count may legitimately repeat.)"""
+    twice is one acquisition given to two members (or twice to one).  Kafka takes a delivery
+    back when the session that held it ends (the application may never have seen it), so a
+    count may repeat after its first holder's session ended; and while the broker runs only:
+    it persists counts lazily, so after a broker crash a count may repeat too."""
+    ended = _ended(history)
     seen: dict[tuple[str, Position, int], Read] = {}
     out = []
-    for r in history.of(Read):
+    for r in sorted(history.of(Read), key=lambda r: r.received):
         if r.group is None or r.delivery_count is None:
             continue
         key = (r.group, (r.topic, r.partition, r.offset), r.delivery_count)
-        if key in seen:
-            first = seen[key]
+        first = seen.get(key)
+        if first is not None and ended.get((r.group, first.member), float("inf")) > r.received:
             out.append(
                 f"group {r.group}: {r.topic}-{r.partition}@{r.offset} delivery {r.delivery_count} given to "
                 f"{first.member} at {first.received:.3f} and to {r.member} at {r.received:.3f}"

@@ -136,6 +136,10 @@ def test_a_record_delivered_while_another_member_held_its_lock_is_reported() -> 
     released = _read("b", 0, requested=11.0, received=11.1, count=2)
     assert held_by_two(_history(a, _ack("a", 0, 10.5, 10.6, ack="release"), released), LOCK_MS) == []
     assert held_by_two(_history(a, Left(client="a", group="g", member="a", at=10.5), released), LOCK_MS) == []
+    # ...or after A was SIGKILLed: its connection, and with it its share session, closed.
+    assert held_by_two(_history(a, Fault(what="SIGKILL", target="a", at=10.5), released), LOCK_MS) == []
+    # A SIGSTOPped member still holds its records: its connection is open.
+    assert len(held_by_two(_history(a, Fault(what="SIGSTOP", target="a", at=10.5), released), LOCK_MS)) == 1
     # B gets it while A's lock certainly runs and A has neither acknowledged nor left.
     double = held_by_two(_history(a, released), LOCK_MS)
     assert len(double) == 1
@@ -148,6 +152,10 @@ def test_one_delivery_count_handed_out_twice_is_reported() -> None:
     assert repeated_delivery_count(_history(*ok)) == []
     twice = repeated_delivery_count(_history(*ok, _read("c", 0, 9, 9.1, count=2)))
     assert twice == ["group g: t-0@0 delivery 2 given to b at 5.100 and to c at 9.100"]
+    # A session that ends takes its deliveries back (Kafka's): the count may repeat after it.
+    gone = Fault(what="SIGKILL", target="b", at=6.0)
+    assert repeated_delivery_count(_history(*ok, gone, _read("c", 0, 9, 9.1, count=2))) == []
+    assert len(repeated_delivery_count(_history(*ok, gone, _read("c", 0, 5.5, 5.6, count=2)))) == 1
 
 
 def test_an_accepted_record_delivered_again_is_reported() -> None:
