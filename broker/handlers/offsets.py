@@ -322,6 +322,12 @@ def offset_delete(broker: Broker, ctx: RequestContext, request: OffsetDeleteRequ
     response = build(cls, error_code=ErrorCode.none, throttle_time=0, topics=tuple(topics))
 
     async def durable() -> OffsetDeleteResponse:
+        try:
+            # Offsets pending in open transactions first, so that none committing meanwhile
+            # brings a deleted offset back.
+            await broker.transactions.forget_offsets(group_id, deletable)
+        except KafkaError as e:
+            return build(cls, error_code=e.code, throttle_time=0, topics=())
         await coordinator.delete_offsets(group_id, deletable)
         return response
 

@@ -307,6 +307,13 @@ class TransactionCoordinator:
         committing a transaction cannot bring the group back (Kafka's DeleteGroups drops them too)."""
         await self._drop_pending(lambda group, _: group == group_id)
 
+    async def forget_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> None:
+        """OffsetDelete: the group's offsets of `partitions` held with open transactions go
+        too, durably (as Kafka's tombstones for them drop pending transactional offsets)."""
+        doomed = set(partitions)
+        if doomed:
+            await self._drop_pending(lambda group, tp: group == group_id and tp in doomed)
+
     async def _drop_pending(self, doomed: Callable[[str, tuple[str, int]], bool]) -> None:
         """Each transaction is changed under its lock: one completing meanwhile has committed
         its offsets before this returns (the caller removes committed offsets after)."""

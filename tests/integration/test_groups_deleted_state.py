@@ -13,11 +13,27 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_INVALID, Consumer, ConsumerGroupState, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    ConsumerGroupState,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
+from kio.schema.offset_delete.v0.request import (
+    OffsetDeleteRequest,
+    OffsetDeleteRequestPartition,
+    OffsetDeleteRequestTopic,
+)
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i32
 
+from broker.protocol.errors import ErrorCode
 from tests.support.harness import BrokerProcess
 from tests.support.kafka_clients import confluent_produce, create_topic
+from tests.support.kafka_wire import connect
 
 pytestmark = pytest.mark.slow
 
@@ -209,3 +225,40 @@ def test_a_deleted_groups_offsets_pending_in_a_transaction_do_not_bring_it_back(
         listed = admin.list_consumer_groups(request_timeout=15).result(20)
         assert group not in {g.group_id for g in listed.valid}
         assert _committed(proc.bootstrap, group) == dict.fromkeys(range(PARTITIONS), OFFSET_INVALID)
+
+
+def test_offsets_deleted_while_pending_in_a_transaction_stay_deleted_when_it_commits(
+    broker_process_factory: Any,
+) -> None:
+    """OffsetDelete takes the group's offsets of those partitions held with an open
+    transaction too; the transaction's other offsets are committed with it."""
+    proc: BrokerProcess = broker_process_factory()
+    create_topic(proc.bootstrap, TOPIC, PARTITIONS)
+    group = "ledger-transactional"
+    consumer = Consumer({"bootstrap.servers": proc.bootstrap, "group.id": group, "enable.auto.commit": False})
+    producer = Producer({"bootstrap.servers": proc.bootstrap, "transactional.id": "ledger-mover"})
+    try:
+        consumer.commit(offsets=[TopicPartition(TOPIC, p, 1) for p in range(PARTITIONS)], asynchronous=False)
+        producer.init_transactions(15)
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction(
+            [TopicPartition(TOPIC, p, 3) for p in range(PARTITIONS)], consumer.consumer_group_metadata(), 15
+        )
+        with connect(proc.bootstrap) as conn:  # OffsetDelete (confluent-kafka's admin client has none)
+            response = conn.request(
+                OffsetDeleteRequest(
+                    group_id=GroupId(group),
+                    topics=(
+                        OffsetDeleteRequestTopic(
+                            name=TopicName(TOPIC), partitions=(OffsetDeleteRequestPartition(partition_index=i32(0)),)
+                        ),
+                    ),
+                )
+            )
+        assert response.error_code == ErrorCode.none
+        assert [p.error_code for t in response.topics for p in t.partitions] == [ErrorCode.none]
+        producer.commit_transaction(15)
+    finally:
+        consumer.close()
+        producer.flush(5)
+    assert _committed(proc.bootstrap, group) == {0: OFFSET_INVALID, 1: 3}
