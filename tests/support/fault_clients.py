@@ -265,7 +265,8 @@ def _accept(consumer: ShareConsumer, args: argparse.Namespace, messages: list[Me
 def transact(args: argparse.Namespace) -> int:
     """Transactions numbered from 0 of `--records` records each; before each commit the
     transaction is recorded as unknown, after it as committed or aborted."""
-    record = _Recorder(args.out, args.transactional_id)
+    client = args.out.stem  # two producers in turn may share a transactional id
+    record = _Recorder(args.out, client)
     producer = Producer(
         {
             "bootstrap.servers": args.bootstrap,
@@ -279,11 +280,11 @@ def transact(args: argparse.Namespace) -> int:
     for seq in range(args.transactions):
         if _stopping:
             break
-        values = tuple(b"%s-%d-%d" % (args.transactional_id.encode(), seq, i) for i in range(args.records))
+        values = tuple(b"%s-%d-%d" % (client.encode(), seq, i) for i in range(args.records))
 
         def txn(outcome: TxnOutcome, values: tuple[bytes, ...] = values, seq: int = seq) -> Transaction:
             return Transaction(
-                client=args.transactional_id,
+                client=client,
                 transactional_id=args.transactional_id,
                 sequence=seq,
                 topic=args.topic,

@@ -458,13 +458,13 @@ def partial_transactions(history: History) -> list[str]:
     visible: dict[str, set[bytes]] = defaultdict(set)
     for s in history.of(Stored):
         visible[s.topic].add(s.value)
-    last: dict[tuple[str, int], Transaction] = {}
+    last: dict[tuple[str, str, int], Transaction] = {}
     for t in history.of(Transaction):  # recorded unknown before the commit, then its outcome
-        last[(t.transactional_id, t.sequence)] = t
+        last[(t.client, t.transactional_id, t.sequence)] = t
     out = []
     for t in last.values():
         shown = [v for v in t.values if v in visible[t.topic]]
-        name = f"{t.transactional_id} transaction {t.sequence} ({t.outcome}, {len(t.values)} records)"
+        name = f"{t.client}'s {t.transactional_id} transaction {t.sequence} ({t.outcome}, {len(t.values)} records)"
         if shown and len(shown) != len(t.values):
             missing = [_show(v) for v in t.values if v not in visible[t.topic]]
             out.append(f"{name}: {len(shown)} visible, missing e.g. {missing[:3]}")

@@ -188,12 +188,12 @@ def test_a_transaction_partly_visible_or_committed_and_missing_is_reported() -> 
     # Recorded unknown before its commit, then committed: judged as committed.
     assert len(partial_transactions(_history(*stored, txn(3, "unknown", b"d1"), txn(3, "committed", b"d1")))) == 1
     half = partial_transactions(_history(*stored, txn(4, "unknown", b"a1", b"x")))
-    assert half == ["tx transaction 4 (unknown, 2 records): 1 visible, missing e.g. ['x']"]
+    assert half == ["p's tx transaction 4 (unknown, 2 records): 1 visible, missing e.g. ['x']"]
     assert partial_transactions(_history(*stored, txn(5, "committed", b"y"))) == [
-        "tx transaction 5 (committed, 1 records): reported committed, none visible"
+        "p's tx transaction 5 (committed, 1 records): reported committed, none visible"
     ]
     assert partial_transactions(_history(*stored, txn(6, "aborted", b"c1"))) == [
-        "tx transaction 6 (aborted, 1 records): reported aborted, all visible"
+        "p's tx transaction 6 (aborted, 1 records): reported aborted, all visible"
     ]
 
 
