@@ -49,6 +49,9 @@ class ServiceConfig(HttpSettings, KafkaClientSettings):
     )
     database_pool_size: int = setting(10, minimum=1, maximum=1000, help="PostgreSQL connections at most")
     database_statement_timeout_ms: int = setting(5000, minimum=1, help="PostgreSQL statement_timeout, ms")
+    database_write_queue: int = setting(
+        1000, minimum=1, maximum=1_000_000, help="PostgreSQL writes waiting for a transaction at most; more answer 503"
+    )
     log_shipping: bool = setting(True, help="ship own logs to the logs.* topics")
     log_buffer_size: int = setting(10_000, minimum=1, help="log records buffered for shipping before drops")
     # Callers admitted by API key (kit.api_keys); None: the service is open.
@@ -74,6 +77,7 @@ class ServiceConfig(HttpSettings, KafkaClientSettings):
             self.database_url,
             pool_max=self.database_pool_size,
             statement_timeout_ms=self.database_statement_timeout_ms,
+            max_queued_writes=self.database_write_queue,
             application_name=f"{self.service_name}-{self.instance_id}",
         )
 

@@ -15,11 +15,17 @@
   once per distinct statement, and asyncpg prepares and caches each statement per connection.
 - **Group commit**: `write(fn)` calls made while `write_batches` transactions are already
   running wait, and the next free slot runs all of them (at most `max_batch`) as one transaction:
-  one BEGIN and one COMMIT (one WAL flush) for many, as SQLite's writer does.  Without a
-  savepoint per function: when any of them raises (its own error, a deadlock with another
-  instance's batch, a lost connection), the batch is rolled back and each is run again alone, so
-  each caller gets its own outcome and nothing of a failed function is kept.  One write at a time
-  (little load) is one transaction, as before.
+  one BEGIN and one COMMIT (one WAL flush) for many, as SQLite's writer does.  At most
+  `max_queued_writes` wait; past that `write` raises `DatabaseUnavailable` at once (HTTP 503
+  with Retry-After, as for an outage): a server that has stopped keeping up must not turn into
+  a queue, and memory, that grow without bound.  A batch runs first without a savepoint per
+  function (two round trips each).  When one of them raises (its own error, a constraint, a
+  deadlock with another instance), that transaction is rolled back and the batch runs once
+  more, each function in a savepoint with its inserts sent inside it: two transactions for the
+  batch whatever fails in it, each caller gets its own outcome and nothing of a failed function
+  is kept.  A function that lost a deadlock or a serialization conflict there is run again
+  alone after the batch commits (the conflict was the timing's, not the function's).  One
+  write at a time (little load) is one transaction, as before.
 - **Locks**: `Session.lock(*keys)` takes ``pg_advisory_xact_lock`` on a 64-bit hash of each key,
   in sorted order; `leadership(name)` holds a session-level advisory lock on a connection of its
   own, so that exactly one instance does `name` while it lives (the outbox relay), and another
@@ -212,6 +218,7 @@ class PostgresDatabase:
         slow_ms: float = 250.0,
         write_batches: int = 2,
         max_batch: int = 100,
+        max_queued_writes: int = 1000,
     ) -> None:
         self.url = url
         self.target = postgres_target(url)
@@ -224,11 +231,14 @@ class PostgresDatabase:
         self.slow_ms = slow_ms
         self.write_batches = max(1, write_batches)
         self.max_batch = max(1, max_batch)
+        self.max_queued_writes = max(0, max_queued_writes)
         self._pool: asyncpg.Pool | None = None
         self._writes: list[tuple[Callable[[Session], Awaitable[Any]], asyncio.Future[Any]]] = []
         self._writers: set[asyncio.Task[None]] = set()
         self._running_writes = 0
         self.transactions = 0  # committed by write(): with group commit, fewer than the writes
+        self.rolled_back_batches = 0  # batches whose first run failed and ran again with savepoints
+        self.refused_writes = 0  # refused because `max_queued_writes` were waiting
 
     async def __aenter__(self) -> Self:
         return await self.open()
@@ -340,6 +350,15 @@ class PostgresDatabase:
             finally:
                 self._running_writes -= 1
                 self._start_writer()
+        if len(self._writes) >= self.max_queued_writes:
+            self.refused_writes += 1
+            if self.refused_writes == 1 or self.refused_writes % 1000 == 0:
+                log.warning(
+                    "write queue full", target=self.target, queued=len(self._writes), refused=self.refused_writes
+                )
+            raise DatabaseUnavailable(
+                f"PostgreSQL at {self.target}: {len(self._writes)} writes already wait for a transaction"
+            )
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._writes.append((fn, future))
         self._start_writer()
@@ -367,11 +386,12 @@ class PostgresDatabase:
             self._running_writes -= 1
 
     async def _commit_batch(self, batch: list[tuple[Callable[[Session], Awaitable[Any]], asyncio.Future[Any]]]) -> None:
+        alone = batch
         if len(batch) > 1:
             try:
                 outcomes = await self._run_together([fn for fn, _ in batch])
             except _RunApart:
-                pass
+                pass  # a constraint deferred to COMMIT: which function broke it is unknown
             except Exception as e:  # no connection, closed, or lost during COMMIT: the same for all
                 for _, future in batch:
                     if not future.done():
@@ -379,13 +399,20 @@ class PostgresDatabase:
                 return
             else:
                 self.transactions += 1
-                for (_, future), (result, callbacks) in zip(batch, outcomes, strict=True):
+                alone = []
+                for (fn, future), (ok, value, callbacks) in zip(batch, outcomes, strict=True):
+                    if not ok and isinstance(value, _CONFLICTS):
+                        alone.append((fn, future))  # lost a deadlock or a serialization conflict: again
+                        continue
                     for callback in callbacks:
                         callback()
-                    if not future.done():
-                        future.set_result(result)
-                return
-        for fn, future in batch:
+                    if future.done():
+                        continue
+                    if ok:
+                        future.set_result(value)
+                    else:
+                        future.set_exception(value)
+        for fn, future in alone:
             try:
                 result = await self._run(fn, readonly=False)
             except Exception as e:
@@ -396,37 +423,88 @@ class PostgresDatabase:
                 if not future.done():
                     future.set_result(result)
 
-    async def _run_together(self, fns: list[Callable[[Session], Awaitable[Any]]]) -> list[tuple[Any, list[Any]]]:
-        """All of `fns` in one transaction: their results and commit callbacks; `_RunApart` when
-        one of them raised (rolled back); `DatabaseUnavailable` when no connection could be had
-        or it was lost during COMMIT."""
+    async def _run_together(self, fns: list[Callable[[Session], Awaitable[Any]]]) -> list[_Outcome]:
+        """All of `fns` in one transaction: each one's (True, result, commit callbacks) or
+        (False, exception, []).  Run first without savepoints; when one raised, rolled back and
+        run again with a savepoint per function.  A connection lost before COMMIT runs the batch
+        once more; `DatabaseUnavailable` when no connection could be had or it was lost during
+        COMMIT (or twice); `_RunApart` when COMMIT itself refused the batch."""
         began = time.perf_counter()
-        outcomes: list[tuple[Any, list[Any]]] = []
-        async with self._connection() as conn:
-            tx = conn.transaction()
-            pending = _Pending()
+        careful = False
+        lost = False
+        while True:
             try:
-                await tx.start()
-                for fn in fns:
-                    session = PgSession(conn, pending)
-                    outcomes.append((await fn(session), session.commit_callbacks))
-                await pending.flush(conn)
-            except Exception as e:
-                with contextlib.suppress(*_UNAVAILABLE, asyncpg.exceptions.PostgresError):
-                    await tx.rollback()
-                raise _RunApart from e
-            try:
-                await tx.commit()
-            except _UNAVAILABLE as e:
-                raise DatabaseUnavailable(f"PostgreSQL at {self.target}: {_reason(e)}") from e
-            except asyncpg.exceptions.PostgresError as e:
-                raise _RunApart from e
+                outcomes = await self._attempt_together(fns, careful=careful)
+                break
+            except _FirstRunFailed:
+                self.rolled_back_batches += 1
+                careful = True
+            except _LostBeforeCommit as e:
+                if lost:
+                    raise DatabaseUnavailable(str(e)) from e.__cause__
+                lost = True
+                log.info("database connection lost; running the write batch again", target=self.target)
         held_ms = (time.perf_counter() - began) * 1000
         if held_ms > self.slow_ms:
             log.warning(
                 "slow write batch", target=self.target, held_ms=round(held_ms, 1), slow_ms=self.slow_ms, writes=len(fns)
             )
         return outcomes
+
+    async def _attempt_together(
+        self, fns: list[Callable[[Session], Awaitable[Any]]], *, careful: bool
+    ) -> list[_Outcome]:
+        outcomes: list[_Outcome] = []
+        committing = False
+        try:
+            async with self._connection() as conn:
+                tx = conn.transaction()
+                pending = _Pending()
+                try:
+                    await tx.start()
+                    if careful:
+                        outcomes.extend([await self._in_savepoint(conn, fn) for fn in fns])
+                    else:
+                        for fn in fns:
+                            session = PgSession(conn, pending)
+                            outcomes.append((True, await fn(session), session.commit_callbacks))
+                        await pending.flush(conn)
+                except BaseException as e:
+                    with contextlib.suppress(*_UNAVAILABLE, asyncpg.exceptions.PostgresError):
+                        await tx.rollback()
+                    if not careful and isinstance(e, Exception) and not isinstance(e, _LOST):
+                        raise _FirstRunFailed from e
+                    raise
+                committing = True
+                try:
+                    await tx.commit()
+                except asyncpg.exceptions.PostgresError as e:
+                    if isinstance(e, _UNAVAILABLE):
+                        raise
+                    raise _RunApart from e
+        except DatabaseUnavailable as e:
+            if not committing and isinstance(e.__cause__, _LOST):
+                raise _LostBeforeCommit(str(e)) from e.__cause__
+            raise
+        return outcomes
+
+    async def _in_savepoint(self, conn: asyncpg.Connection, fn: Callable[[Session], Awaitable[Any]]) -> _Outcome:
+        """`fn` in a savepoint of its own, its inserts sent inside it: its outcome, and nothing
+        of it kept when it raised (or left its savepoint failed by catching a statement's error)."""
+        await conn.execute("SAVEPOINT write")
+        session = PgSession(conn)
+        try:
+            result = await fn(session)
+            await session.flush()
+            await conn.execute("RELEASE SAVEPOINT write")
+        except Exception as e:
+            if isinstance(e, _LOST):
+                raise  # the transaction is gone with its connection: nothing to roll back to
+            await conn.execute("ROLLBACK TO SAVEPOINT write; RELEASE SAVEPOINT write")  # simple protocol: one trip
+            if isinstance(e, _UNAVAILABLE):  # a statement timeout: the caller sees a 503, as alone
+                return (False, DatabaseUnavailable(f"PostgreSQL at {self.target}: {_reason(e)}"), [])
+            return (False, e, [])
+        return (True, result, session.commit_callbacks)
 
     async def read(self, fn: Callable[[Session], Awaitable[T]]) -> T:
         """`fn(session)` in a read-only REPEATABLE READ transaction: one snapshot for all its reads."""
@@ -591,7 +669,21 @@ def postgres_check(url: str, timeout: float = 3.0) -> Check:
 
 
 class _RunApart(Exception):
-    """A group-committed batch was rolled back: run its functions one by one."""
+    """COMMIT refused a group-committed batch (a deferred constraint): run its functions one by one."""
+
+
+class _FirstRunFailed(Exception):
+    """A function of a batch run without savepoints raised: the batch runs again with them."""
+
+
+class _LostBeforeCommit(Exception):
+    """The connection of a batch was lost before COMMIT was sent: nothing of it happened."""
+
+
+# (True, result, commit callbacks) or (False, exception, []): one function's outcome in a batch.
+_Outcome = tuple[bool, Any, list[Callable[[], None]]]
+# Errors that say only that another transaction got in the way: worth one more run, alone.
+_CONFLICTS = (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError)
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
