@@ -200,13 +200,10 @@ def test_members_racing_their_first_requests_each_own_a_partition_or_hold_a_reco
 
         wait_until(read_all, f"{group} to read every record")
     wait_until(lambda: _accepted(fleet, sharers) == everything, "race-share to accept every record", timeout=90)
-    for name in list(fleet.procs):
-        fleet.stop(name)
+    codes = {name: fleet.stop(name) for name in list(fleet.procs)}
     fleet.load_into(history)
     print(f"\n{stored} records; {history.summary()}")
-    first_requests = sorted(e.requested_after for e in history.of(Read) if e.member in sharers)
-    assert first_requests
-    assert first_requests[0] >= start_at
+    assert codes == dict.fromkeys(codes, 0)  # each was ready before the start (or it exits MissedStart)
     for group in groups:
         assert lost_to_group(history, group) == []
     assert owned_by_two(history) == []

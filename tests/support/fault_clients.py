@@ -62,7 +62,13 @@ def _on_term(signum: int, frame: object) -> None:
     _stopping = True
 
 
+class MissedStart(RuntimeError):
+    """The client was not ready by `--start-at`: it would not race the others."""
+
+
 def _wait_for(start_at: float) -> None:
+    if start_at and time.monotonic() > start_at:
+        raise MissedStart(f"ready {time.monotonic() - start_at:.2f} s after the start")
     while time.monotonic() < start_at and not _stopping:
         time.sleep(min(0.01, max(0.0, start_at - time.monotonic())))
 
