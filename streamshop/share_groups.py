@@ -100,7 +100,7 @@ def list_share(args: argparse.Namespace) -> list[dict[str, Any]]:
 
         from services.dashboard.kafka_reader import ListGroupTypesRequest
     except ImportError as e:
-        warn("groups", f"share groups not listed: {e.name} is missing (the services extra brings it)")
+        warn("groups", f"share groups not listed: {e.name} is missing (the tools extra brings it)")
         return []
 
     async def work(admin: Any) -> list[dict[str, Any]]:

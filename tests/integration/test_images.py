@@ -39,26 +39,36 @@ def venv(root: Path, lock: str) -> Path:
     subprocess.run([UV, "venv", "--quiet", "--python", sys.executable, str(root)], check=True)
     install = [UV, "pip", "install", "--quiet", "--python", str(root / "bin" / "python")]
     subprocess.run([*install, "--require-hashes", "-r", str(REPO / lock)], check=True)
-    # From a copy of what the image copies: a build leaves build/ and *.egg-info where it runs.
-    source = root / "src"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, source / name)
-    for package in APPLICATION:
-        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([*install, "--no-deps", str(source)], check=True, cwd=root)
+    subprocess.run([*install, "--no-deps", str(project_source(root))], check=True, cwd=root)
     # Each hashed install of an sdist leaves a new build in uv's cache (pyspark's: 1.9 GiB) and
     # never drops the old one: without this, every run of the suite would grow it by that much.
     subprocess.run([UV, "cache", "prune", "--quiet"], check=True)
     return root
 
 
-def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def project_source(root: Path) -> Path:
+    """A copy of what the image copies, in `root`/src: a build leaves build/ and *.egg-info where
+    it runs."""
+    source = root / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    for package in APPLICATION:
+        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return source
+
+
+def environment(root: Path) -> dict[str, str]:
+    """The environment of a command of the venv at `root`: nothing of the suite's own venv."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    return {**env, "PATH": f"{root / 'bin'}:/usr/bin:/bin"}
+
+
+def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(root / "bin" / "streamshop"), *args],
         cwd=root,
-        env={**env, "PATH": f"{root / 'bin'}:/usr/bin:/bin"},
+        env=environment(root),
         capture_output=True,
         text=True,
         timeout=120,
