@@ -82,7 +82,10 @@ class Broker:
         self.store = MetadataStore(config, self.clock, recover=self.recovered)
         self.metrics.store = self.store
         self.security = Security(config, self.store, self.metrics)
-        self.quotas = Quotas(self.store, config.get("quota.window.num"), config.get("quota.window.size.seconds"))
+        self.quotas = Quotas(
+            self.store, config.get("quota.window.num"), config.get("quota.window.size.seconds"), clock=self.clock
+        )
+        self.metrics.quota_sensors.set_function(lambda: self.quotas.tracked)
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.coordinator = GroupCoordinator(
             self.store,

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from broker.metadata import MetadataStore
     from broker.share.coordinator import ShareCoordinator
 
+# The mechanisms a label may name: a client names its mechanism before it authenticates, so any
+# other string is counted as "other", never made a label (each would be a series kept forever).
+SASL_MECHANISMS = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"})
+OTHER = "other"
+
 _A = TypeVar("_A", bound=MetricWrapperBase)
 _B = TypeVar("_B", bound=MetricWrapperBase)
 
@@ -223,6 +228,11 @@ class BrokerMetrics:
             ["mechanism", "result"],
             registry=r,
         )
+        self.quota_sensors = Gauge(
+            "streamshop_quota_sensors",
+            "Client quota measurements held (one per client id or user measured; idle ones expire)",
+            registry=r,
+        )
         self.tls_failures = Counter(
             "streamshop_tls_handshake_failures",
             "TLS handshakes that failed or did not finish within authentication.timeout.ms",
@@ -264,6 +274,11 @@ class BrokerMetrics:
         requests, latency = _children(self._handled, api, self.requests, self.latency)
         requests.inc()
         latency.observe(seconds)
+
+    def authentication(self, mechanism: str | None, result: str) -> None:
+        """Count a SASL step's `result`; `mechanism` as the client named it (None: none yet)."""
+        label = "none" if mechanism is None else mechanism if mechanism in SASL_MECHANISMS else OTHER
+        self.authentications.labels(label, result).inc()
 
     def fsync_round(self, files: int, seconds: float) -> None:
         self.fsync_rounds.inc()

@@ -20,19 +20,25 @@ THROTTLING_QUOTA_EXCEEDED while the bucket is negative, so a single request may 
 zero and the next ones wait.
 
 Quotas are durable in the cluster metadata log: `["quota", [[type, name], ...]]` -> {key: value}.
+
+A measurement is per client id or user a client names, so it is state a client creates at will:
+as Kafka's quota sensors, one idle for `SENSOR_EXPIRATION_S` (an hour) is dropped, and beyond
+that at most `MAX_SENSORS` are kept, the least recently used dropped first (a client whose
+measurement was dropped starts again, with a young measurement's credit).
 """
 
 from __future__ import annotations
 
 import collections
 import math
-import time
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar
 
 import msgpack
 
+from broker.clock import Clock, SystemClock
 from broker.replay import need
 
 if TYPE_CHECKING:
@@ -53,6 +59,10 @@ CLIENT_KEYS = {
 }
 IP_KEYS = {CONNECTION_CREATION_RATE: True}
 THROTTLED = "The throttling quota has been exceeded."
+# Kafka's quota sensors expire after an hour without a recording (inactiveSensorExpirationTimeSeconds).
+SENSOR_EXPIRATION_S = 3600.0
+# Measurements kept at once (each ~1 KiB): a flood of client ids costs at most ~10 MiB.
+MAX_SENSORS = 10_000
 
 # One component of an entity: (type, name); name None is the type's default.
 Component: TypeAlias = tuple[str, str | None]
@@ -131,6 +141,46 @@ class Rate:
         return sum(s.value for s in self.samples) / self.span(now)
 
 
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
+
+
+class Sensors(Generic[_K, _V]):
+    """Per-client measurements, least recently used first: one unused for `expire_s` is
+    dropped, and at most `limit` are kept (the least recently used goes first)."""
+
+    def __init__(self, limit: int, expire_s: float) -> None:
+        self.limit = limit
+        self.expire_s = expire_s
+        self._items: OrderedDict[_K, tuple[float, _V]] = OrderedDict()
+        self.dropped = 0  # measurements dropped to keep within `limit`
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: _K, now: float, make: Callable[[], _V]) -> _V:
+        """The measurement of `key`, made if there is none, marked used at `now`."""
+        self.expire(now)
+        item = self._items.pop(key, None)
+        value = make() if item is None else item[1]
+        self._items[key] = (now, value)
+        if len(self._items) > self.limit:
+            self._items.popitem(last=False)
+            self.dropped += 1
+        return value
+
+    def expire(self, now: float) -> None:
+        items = self._items
+        while items:
+            used, _ = next(iter(items.values()))
+            if now - used < self.expire_s:
+                break
+            items.popitem(last=False)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
 class TokenBucket:
     """Kafka's bucket for mutations: `quota` tokens a second, at most quota x window held."""
 
@@ -148,13 +198,24 @@ class TokenBucket:
 class Quotas:
     """The configured quotas and every client's measured use of them."""
 
-    def __init__(self, meta: MetadataStore, windows: int = 11, window_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        meta: MetadataStore,
+        windows: int = 11,
+        window_s: float = 1.0,
+        *,
+        clock: Clock | None = None,
+        max_sensors: int = MAX_SENSORS,
+        expire_s: float = SENSOR_EXPIRATION_S,
+    ) -> None:
         self.meta = meta
         self.windows = windows
         self.window_s = window_s
+        self.clock: Clock = clock or SystemClock()
         self.entities: dict[Entity, dict[str, float]] = {}
-        self._rates: dict[tuple[str, ...], Rate] = {}  # (key, the entity's actual parts...)
-        self._buckets: dict[tuple[tuple[str, ...], float], TokenBucket] = {}
+        # (key, the entity's actual parts...) -> its rate
+        self._rates: Sensors[tuple[str, ...], Rate] = Sensors(max_sensors, expire_s)
+        self._buckets: Sensors[tuple[tuple[str, ...], float], TokenBucket] = Sensors(max_sensors, expire_s)
         for key_bytes, (offset, value) in list(meta.other_records.items()):
             try:
                 key = msgpack.unpackb(key_bytes)
@@ -182,6 +243,14 @@ class Quotas:
     @property
     def active(self) -> bool:
         return bool(self.entities)
+
+    @property
+    def tracked(self) -> int:
+        """Measurements held (rates and mutation buckets)."""
+        return len(self._rates) + len(self._buckets)
+
+    def _now(self) -> float:
+        return self.clock.now_ms() / 1000
 
     # --- configuration ---------------------------------------------------------------
 
@@ -239,10 +308,8 @@ class Quotas:
         if found is None:
             return 0
         sensor, bound = found
-        rate = self._rates.get(sensor)
-        if rate is None:
-            rate = self._rates[sensor] = Rate(self.windows, self.window_s)
-        now = time.monotonic()
+        now = self._now()
+        rate = self._rates.get(sensor, now, lambda: Rate(self.windows, self.window_s))
         rate.record(amount, now)
         observed = rate.measure(now)
         if observed <= bound:
@@ -264,10 +331,8 @@ class Quotas:
         if found is None:
             return None
         sensor, bound = found
-        now = time.monotonic()
-        bucket = self._buckets.get((sensor, bound))
-        if bucket is None:
-            bucket = self._buckets[(sensor, bound)] = TokenBucket(bound, self.windows * self.window_s, now)
+        now = self._now()
+        bucket = self._buckets.get((sensor, bound), now, lambda: TokenBucket(bound, self.windows * self.window_s, now))
         bucket.refill(now)
         return bucket
 

@@ -64,7 +64,7 @@ def handshake(broker: Broker, ctx: RequestContext, request: SaslHandshakeRequest
     def answer(error: ErrorCode) -> SaslHandshakeResponse:
         if error != ErrorCode.none:
             session.close_after_response = True
-            broker.metrics.authentications.labels(str(request.mechanism)[:32], "malformed").inc()
+            broker.metrics.authentication(request.mechanism, "malformed")
         return build(cls, error_code=error, mechanisms=enabled)
 
     if not session.sasl or session.mechanism is not None:
@@ -89,7 +89,7 @@ def authenticate(broker: Broker, ctx: RequestContext, request: SaslAuthenticateR
             broker,
             session,
             cls,
-            "none",
+            None,
             "SaslAuthenticate before SaslHandshake",
             result="malformed",
             error=ErrorCode.illegal_sasl_state,
@@ -155,7 +155,7 @@ def _fail(
     broker: Broker,
     session: Session,
     cls: type[SaslAuthenticateResponse],
-    mechanism: str,
+    mechanism: str | None,
     message: str,
     *,
     result: str,
@@ -163,7 +163,7 @@ def _fail(
 ) -> SaslAuthenticateResponse:
     """A failed step: answered, counted, and the connection closed after the answer."""
     session.close_after_response = True
-    broker.metrics.authentications.labels(mechanism, result).inc()
+    broker.metrics.authentication(mechanism, result)
     return build(cls, error_code=error, error_message=message, auth_bytes=b"", session_lifetime=0)
 
 
@@ -210,7 +210,7 @@ def _conclude(
     session.exchange = None
     lifetime = security.reauth_ms
     session.expires_at = time.monotonic() + lifetime / 1000 if lifetime > 0 else None
-    broker.metrics.authentications.labels(mechanism, "ok").inc()
+    broker.metrics.authentication(mechanism, "ok")
     return build(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=reply, session_lifetime=lifetime)
 
 
