@@ -16,9 +16,13 @@ batch: the thread waits for a core and for the GIL while the loop runs (batches 
 took 8 to 14 ms to come back), and at a thousand orders a second that wait, not the work, made
 the latency (p99 74-117 ms in the thread, 43-45 ms on the loop).  What does wait for the disk stays
 off the loop: the WAL checkpoint (copying the WAL into the database and fsyncing it) runs about
-once a second in the worker thread on a connection of its own, concurrently with the writes
-(automatic checkpoints at commit are off).  Batches run in the worker thread with FULL or EXTRA,
-whose every commit fsyncs, and when another process holds the file's write lock.
+once a second, PASSIVE (it never takes the write lock nor waits for a writer), on a connection
+and a thread of its own (automatic checkpoints at commit are off).  Not in the worker thread:
+a checkpoint of a large WAL takes as long as its copy and fsync, and every transaction, read
+and fsyncing batch queued behind it there waited that long (a `db.transaction()` write stalled
+for the whole checkpoint of a 64 MB WAL; docs/adr/010-postgresql.md).  Batches run in the worker
+thread with FULL or EXTRA, whose every commit fsyncs, and when another process holds the
+file's write lock.
 
 `db.transaction()` (BEGIN IMMEDIATE; commit when the body ends, roll back when it raises) runs
 each statement as one hop.  An `asyncio.Lock` is held for the whole transaction, so no other
@@ -80,6 +84,7 @@ class SqliteDatabase:
         # A commit that does not fsync runs on the loop (see the module doc).
         self._inline = self._synchronous in ("OFF", "NORMAL")
         self._checkpointer: sqlite3.Connection | None = None
+        self._checkpoints: ThreadPoolExecutor | None = None  # the checkpointer's own thread
         self._checkpoint: asyncio.Future[None] | None = None
         self._checkpointed = 0.0
 
@@ -95,6 +100,9 @@ class SqliteDatabase:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sqlite-{self.path.name}")
         self._conn = await self._submit(self._connect)
         if self._inline:
+            self._checkpoints = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=f"sqlite-checkpoint-{self.path.name}"
+            )
             self._checkpointer = await self._submit(self._connect)
         size = self.path.stat().st_size if self.path.exists() else 0
         log.info("database opened", path=str(self.path), size_bytes=size, synchronous=self._synchronous)
@@ -131,6 +139,9 @@ class SqliteDatabase:
                 if each is not None:
                     await asyncio.get_running_loop().run_in_executor(executor, each.close)
         executor.shutdown(wait=True)
+        checkpoints, self._checkpoints = self._checkpoints, None
+        if checkpoints is not None:
+            checkpoints.shutdown(wait=True)
         log.info("database closed", path=str(self.path))
 
     @property
@@ -268,15 +279,17 @@ class SqliteDatabase:
                     future.set_exception(value)
 
     def _checkpoint_soon(self) -> None:
-        """Start a PASSIVE checkpoint in the worker thread if none ran in the last second."""
+        """Start a PASSIVE checkpoint in the checkpointer's thread if none ran in the last second."""
         now = time.monotonic()
         if (self._checkpoint is not None and not self._checkpoint.done()) or now - self._checkpointed < 1.0:
             return
-        checkpointer = self._checkpointer
-        if checkpointer is None:
+        checkpointer, checkpoints = self._checkpointer, self._checkpoints
+        if checkpointer is None or checkpoints is None:
             return
         self._checkpointed = now
-        self._checkpoint = asyncio.ensure_future(self._submit(lambda: _checkpoint(checkpointer, self.target)))
+        self._checkpoint = asyncio.get_running_loop().run_in_executor(
+            checkpoints, _checkpoint, checkpointer, self.target
+        )
 
     async def migrate(self, component: str, steps: Sequence[Migration]) -> int:
         """Apply the steps of `component` not applied yet, in order; returns how many were applied.

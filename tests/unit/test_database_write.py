@@ -179,3 +179,43 @@ async def test_the_wal_is_checkpointed_in_the_background_not_at_commit(tmp_path:
         await asyncio.sleep(0.05)
     assert path.stat().st_size > before + 50_000  # the rows reached the database file
     await db.close()
+
+
+@pytest.mark.slow
+async def test_a_checkpoint_of_a_large_wal_holds_up_no_writer(tmp_path: Path) -> None:
+    """A PASSIVE checkpoint of a 64 MB WAL (its copy into the database and the fsync) runs while
+    `db.transaction()` writes and reads go on: none of them waits for it.  The control is the
+    checkpoint itself, timed in the same test: the longest wait of any of them is well under
+    its duration (when it ran in the worker thread, the first write waited all of it)."""
+    db = await open_db(tmp_path)
+    path = tmp_path / "t.db"
+    try:
+        await db.execute("CREATE TABLE blobs (id INTEGER PRIMARY KEY, data BLOB NOT NULL)")
+        await db.write(insert("start", 0))  # the first batch's checkpoint: of a small WAL
+        await asyncio.sleep(0)
+
+        async def fill(s: Session) -> None:
+            await s.executemany("INSERT INTO blobs (data) VALUES (randomblob(65536))", [()] * 1024)
+
+        await db.write(fill)  # 64 MB into the WAL, not checkpointed: one checkpoint a second
+        size_before = path.stat().st_size
+        await asyncio.sleep(1.1)
+        began = time.perf_counter()
+        await db.write(insert("trigger", 1))  # this batch starts the checkpoint of the large WAL
+        checkpoint = db._checkpoint
+        assert checkpoint is not None
+        waits: list[float] = []
+        n = 0
+        while not checkpoint.done():
+            n += 1
+            asked = time.perf_counter()
+            async with db.transaction() as tx:
+                await tx.execute("INSERT INTO t (k, v) VALUES (?, ?)", (f"during-{n}", n))
+            await db.fetchone("SELECT v FROM t WHERE k = ?", (f"during-{n}",))
+            waits.append(time.perf_counter() - asked)
+        took = time.perf_counter() - began
+        assert path.stat().st_size >= size_before + 64 * 1024 * 1024  # it did copy the WAL over
+        assert waits, "the checkpoint ended before the first write"
+        assert max(waits) < took / 2, f"longest wait {max(waits) * 1000:.1f} ms, checkpoint {took * 1000:.1f} ms"
+    finally:
+        await db.close()
