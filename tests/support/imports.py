@@ -53,18 +53,23 @@ def project_modules() -> dict[str, Path]:
     return found
 
 
+@cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
 def _runtime_nodes(tree: ast.AST, *, functions: bool) -> Iterator[ast.AST]:
     """The nodes of `tree` but those under ``if TYPE_CHECKING:`` (and inside functions, unless
     `functions`)."""
-    for node in ast.iter_child_nodes(tree):
+    todo = list(ast.iter_child_nodes(tree))
+    while todo:
+        node = todo.pop()
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.orelse:
-                yield child
-                yield from _runtime_nodes(child, functions=functions)
+            todo.extend(node.orelse)
             continue
         yield node
         if functions or not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            yield from _runtime_nodes(node, functions=functions)
+            todo.extend(ast.iter_child_nodes(node))
 
 
 @cache
@@ -76,7 +81,7 @@ def imports(module: str, path: Path, *, functions: bool = True) -> tuple[frozens
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
     commands: set[str] = set()
-    for node in _runtime_nodes(ast.parse(path.read_text()), functions=functions):
+    for node in _runtime_nodes(_tree(path), functions=functions):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
