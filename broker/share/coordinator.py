@@ -49,6 +49,10 @@ log = structlog.get_logger(__name__)
 STATE_TOPIC = "__share_group_state"
 READ_CHUNK = 256 * 1024  # bytes of the log read at a time while acquiring
 LOCK_SCAN_IDLE_MS = 1000  # with no lock held, how often the tick looks again anyway
+# Updates written between two snapshots of a share partition (Kafka's
+# share.coordinator.snapshot.update.records.per.snapshot, 500 there): what a replay applies
+# at most on top of a snapshot, and what a snapshot's cost is spread over.
+SNAPSHOT_EVERY = 128
 Key = tuple[str, uuid.UUID, int]  # group, topic id, partition
 Rec = tuple[list[object], dict[str, object] | None]
 Sync = Callable[[Iterable[PartitionLog]], Awaitable[None]]
@@ -203,7 +207,7 @@ class ShareCoordinator:
             if (part := self.partitions.get(k)) is not None and part.release_member(member_id, uncount=uncount)
         ]
         if released:
-            self._append(group_id, [self._state_record(k) for k in released])
+            self._append(group_id, [r for k in released for r in self._state_records(k)])
             self._wake()
 
     # --- share sessions and fetching ---------------------------------------------------
@@ -308,7 +312,7 @@ class ShareCoordinator:
 
     def persist(self, group_id: str, keys: Iterable[Key]) -> Awaitable[None] | None:
         """Write the state of `keys`; durable once the result has run."""
-        records = [self._state_record(k) for k in keys if k in self.partitions]
+        records = [r for k in keys if k in self.partitions for r in self._state_records(k)]
         if not records:
             return None
         return self._sync([self._append(group_id, records)])
@@ -355,7 +359,7 @@ class ShareCoordinator:
                 upcoming.append(deadline)
         self._next_expiry = min(upcoming, default=now + LOCK_SCAN_IDLE_MS)
         for group_id, keys in expired.items():
-            self._append(group_id, [self._state_record(k) for k in keys])
+            self._append(group_id, [r for k in keys for r in self._state_records(k)])
         if expired:
             self._wake()
 
@@ -383,25 +387,25 @@ class ShareCoordinator:
             part.reset(offset)
         plog = self._append(
             group_id,
-            [self._group_record(self.groups[group_id]), *(self._state_record((group_id, t, p)) for t, p in offsets)],
+            [
+                self._group_record(self.groups[group_id]),
+                *(r for t, p in offsets for r in self._state_records((group_id, t, p))),
+            ],
         )
         await self._sync([plog])
 
     async def delete_start_offsets(self, group_id: str, partitions: Iterable[tuple[uuid.UUID, int]]) -> None:
         self._require_empty(group_id)
         keys = [(group_id, t, p) for t, p in partitions if (group_id, t, p) in self.partitions]
-        for key in keys:
-            del self.partitions[key]
-        if keys:
-            await self._sync([self._append(group_id, [(_state_key(k), None) for k in keys])])
+        records = [r for k in keys for r in self._drop(k)]
+        if records:
+            await self._sync([self._append(group_id, records)])
 
     async def delete_group(self, group_id: str) -> None:
         self._require_empty(group_id)
         keys = [k for k in self.partitions if k[0] == group_id]
-        for key in keys:
-            del self.partitions[key]
+        records: list[Rec] = [r for k in keys for r in self._drop(k)]
         self.groups.pop(group_id, None)
-        records: list[Rec] = [(_state_key(k), None) for k in keys]
         records.append((["sg", group_id], None))
         await self._sync([self._append(group_id, records)])
 
@@ -420,10 +424,7 @@ class ShareCoordinator:
                 doomed.setdefault(key[0], []).append(key)
         logs: dict[int, PartitionLog] = {}
         for group_id, keys in doomed.items():
-            for key in keys:
-                del self.partitions[key]
-                self._locked.discard(key)
-            plog = self._append(group_id, [(_state_key(k), None) for k in keys])
+            plog = self._append(group_id, [r for k in keys for r in self._drop(k)])
             logs[id(plog)] = plog
         if doomed:
             log.info("deleted topic's share state removed", topic=topic, groups=len(doomed))
@@ -463,8 +464,27 @@ class ShareCoordinator:
     def _group_record(group: ShareGroup) -> Rec:
         return ["sg", group.group_id], {"epoch": group.epoch}
 
-    def _state_record(self, key: Key) -> Rec:
-        return _state_key(key), self.partitions[key].snapshot()
+    def _state_records(self, key: Key) -> list[Rec]:
+        """What to write for a share partition that changed: an update holding what changed
+        (ShareUpdate), or every SNAPSHOT_EVERY updates, and after a reset, its whole state
+        (ShareSnapshot) with the tombstones of the updates it supersedes, so that a replay reads
+        at most one snapshot and SNAPSHOT_EVERY updates per share partition, however long the
+        topic is left uncompacted."""
+        part = self.partitions[key]
+        if part.needs_snapshot or part.updates >= SNAPSHOT_EVERY:
+            records: list[Rec] = [(_update_key(key, n), None) for n in range(1, part.updates + 1)]
+            records.append((_state_key(key), part.snapshot()))
+            part.dirty.clear()
+            part.needs_snapshot, part.updates = False, 0
+            return records
+        part.updates += 1
+        return [(_update_key(key, part.updates), part.changes())]
+
+    def _drop(self, key: Key) -> list[Rec]:
+        """Forget a share partition: the tombstones of its snapshot and updates."""
+        part = self.partitions.pop(key)
+        self._locked.discard(key)
+        return [(_state_key(key), None), *((_update_key(key, n), None) for n in range(1, part.updates + 1))]
 
     def _load(self) -> None:
         skipped = self.store.skipped
@@ -493,9 +513,8 @@ class ShareCoordinator:
             group = self.groups.setdefault(group_id, ShareGroup(group_id))
             group.epoch = group.assignment_epoch = epoch
         elif key[0] == "sp":
-            need(len(key) == 4 and isinstance(key[2], bytes) and len(key[2]) == 16, "share partition key is malformed")
-            need(is_int(key[3], 32) and key[3] >= 0, "partition is malformed")
-            state_key = (group_id, uuid.UUID(bytes=key[2]), key[3])
+            need(len(key) == 4, "share partition key is malformed")
+            state_key = _replayed_key(group_id, key)
             if value is None:
                 self.partitions.pop(state_key, None)
                 return
@@ -508,6 +527,24 @@ class ShareCoordinator:
                 return
             self.partitions[state_key] = part
             self.groups.setdefault(group_id, ShareGroup(group_id))
+        elif key[0] == "su":
+            need(len(key) == 5, "share partition update key is malformed")
+            state_key = _replayed_key(group_id, key)
+            n = key[4]
+            need(
+                is_int(n) and isinstance(n, int) and 1 <= n <= SNAPSHOT_EVERY,
+                "share partition update number is malformed",
+            )
+            if value is None:
+                return  # superseded by a snapshot
+            found = self.partitions.get(state_key)
+            need(found is not None, "a share partition update without its snapshot")
+            assert found is not None
+            try:
+                found.apply(value)
+            except ValueError as e:
+                need(False, str(e))
+            found.updates = max(found.updates, n)
         else:
             need(False, f"unknown record kind {key[0]!r}")
 
@@ -515,3 +552,19 @@ class ShareCoordinator:
 def _state_key(key: Key) -> list[object]:
     group_id, topic_id, partition = key
     return ["sp", group_id, topic_id.bytes, partition]
+
+
+def _replayed_key(group_id: str, key: list[object]) -> Key:
+    topic_id, partition = key[2], key[3]
+    need(isinstance(topic_id, bytes) and len(topic_id) == 16, "share partition key is malformed")
+    need(is_int(partition, 32) and isinstance(partition, int) and partition >= 0, "partition is malformed")
+    assert isinstance(topic_id, bytes)
+    assert isinstance(partition, int)
+    return group_id, uuid.UUID(bytes=topic_id), partition
+
+
+def _update_key(key: Key, n: int) -> list[object]:
+    """The n-th update since the share partition's snapshot: a key of its own, so compaction
+    keeps every update until the next snapshot's tombstones supersede them."""
+    group_id, topic_id, partition = key
+    return ["su", group_id, topic_id.bytes, partition, n]

@@ -76,6 +76,12 @@ class SharePartition:
         self.delivery_limit = delivery_limit
         self.max_locks = max_locks
         self.state_epoch = 0
+        # Persistence's bookkeeping: the offsets whose stored state (ACQUIRED is stored as
+        # AVAILABLE) or delivery count changed since the last write, how many updates were
+        # written since the last snapshot, and whether the next write must be a snapshot.
+        self.dirty: set[int] = set()
+        self.updates = 0
+        self.needs_snapshot = True
 
     # --- acquiring ---------------------------------------------------------------------
 
@@ -118,8 +124,9 @@ class SharePartition:
                 if record.count >= self.delivery_limit:
                     # Delivered as often as allowed, its last lock died with a restart (an acquired
                     # record is stored as available, with its count): done, not delivered again.
-                    self._settle(record, RecordState.ARCHIVED)
+                    self._settle(offset, record, RecordState.ARCHIVED)
                     continue
+                self.dirty.add(offset)  # its delivery count
                 record.state, record.member = RecordState.ACQUIRED, member
                 record.count += 1
                 record.deadline_ms = now + lock_ms
@@ -149,7 +156,9 @@ class SharePartition:
                 return False
         for missing in range(self.end, offset):
             self.records[missing] = InFlight(RecordState.ARCHIVED, 0)
+            self.dirty.add(missing)
         self.records[offset] = InFlight(RecordState.ARCHIVED if control else RecordState.AVAILABLE, 0)
+        self.dirty.add(offset)
         self.end = offset + 1
         return True
 
@@ -159,7 +168,7 @@ class SharePartition:
         for offset in range(max(first, self.start), min(end, self.end)):
             record = self.records[offset]
             if record.state == RecordState.AVAILABLE:
-                self._settle(record, RecordState.ARCHIVED)
+                self._settle(offset, record, RecordState.ARCHIVED)
 
     # --- acknowledging -----------------------------------------------------------------
 
@@ -186,7 +195,7 @@ class SharePartition:
                 )
             if any(t not in AckType._value2member_map_ for t in types):
                 raise KafkaError(ErrorCode.invalid_request, f"unknown acknowledge type in {list(types)}")
-        plan: list[tuple[InFlight, AckType]] = []
+        plan: list[tuple[int, InFlight, AckType]] = []
         for first, last, types in batches:
             for offset in range(first, last + 1):
                 record = self.records.get(offset)
@@ -195,32 +204,32 @@ class SharePartition:
                         ErrorCode.invalid_record_state,
                         f"the record at offset {offset} is not acquired by member {member}",
                     )
-                plan.append((record, AckType(types[0] if len(types) == 1 else types[offset - first])))
-        for record, ack in plan:
+                plan.append((offset, record, AckType(types[0] if len(types) == 1 else types[offset - first])))
+        for offset, record, ack in plan:
             if ack == AckType.ACCEPT:
-                self._settle(record, RecordState.ACKNOWLEDGED)
+                self._settle(offset, record, RecordState.ACKNOWLEDGED)
             elif ack == AckType.RELEASE:
-                self._release(record)
+                self._release(offset, record)
             else:
-                self._settle(record, RecordState.ARCHIVED)
+                self._settle(offset, record, RecordState.ARCHIVED)
         self._advance()
 
     def release_member(self, member: str, *, uncount: bool = False) -> bool:
         """Release every record `member` holds.  When its share session closed (`uncount`),
         those deliveries did not happen as far as the limit goes, as Kafka counts them: the
         member never handed them to its application, or handed them without a word back."""
-        held = [r for r in self.records.values() if r.state == RecordState.ACQUIRED and r.member == member]
-        for record in held:
+        held = [(o, r) for o, r in self.records.items() if r.state == RecordState.ACQUIRED and r.member == member]
+        for offset, record in held:
             if uncount:
                 record.count = max(0, record.count - 1)
-            self._release(record)
+            self._release(offset, record)
         self._advance()
         return bool(held)
 
     def expire_locks(self, now: int) -> bool:
-        expired = [r for r in self.records.values() if r.state == RecordState.ACQUIRED and r.deadline_ms <= now]
-        for record in expired:
-            self._release(record)
+        expired = [(o, r) for o, r in self.records.items() if r.state == RecordState.ACQUIRED and r.deadline_ms <= now]
+        for offset, record in expired:
+            self._release(offset, record)
         self._advance()
         return bool(expired)
 
@@ -228,18 +237,19 @@ class SharePartition:
         deadlines = [r.deadline_ms for r in self.records.values() if r.state == RecordState.ACQUIRED]
         return min(deadlines) if deadlines else None
 
-    def _release(self, record: InFlight) -> None:
+    def _release(self, offset: int, record: InFlight) -> None:
         """Available again, unless it has been delivered as often as allowed."""
         done = record.count >= self.delivery_limit
-        self._settle(record, RecordState.ARCHIVED if done else RecordState.AVAILABLE)
+        self._settle(offset, record, RecordState.ARCHIVED if done else RecordState.AVAILABLE)
 
-    @staticmethod
-    def _settle(record: InFlight, state: RecordState) -> None:
+    def _settle(self, offset: int, record: InFlight, state: RecordState) -> None:
         record.state, record.member, record.deadline_ms = state, None, 0
+        self.dirty.add(offset)
 
     def _advance(self) -> None:
         while self.start < self.end and self.records[self.start].state in DONE:
             del self.records[self.start]
+            self.dirty.discard(self.start)  # the start says it: what is below is done
             self.start += 1
 
     # --- the log moved under us, or an operator moved the start ------------------------
@@ -250,6 +260,7 @@ class SharePartition:
             return
         for offset in range(self.start, min(self.end, log_start)):
             del self.records[offset]
+            self.dirty.discard(offset)
         self.start = log_start
         self.end = max(self.end, log_start)
         self._advance()  # the new head may be done already
@@ -257,8 +268,10 @@ class SharePartition:
     def reset(self, start: int) -> None:
         """AlterShareGroupOffsets (the group is empty: nothing is acquired)."""
         self.records.clear()
+        self.dirty.clear()
         self.start = self.end = start
         self.state_epoch += 1
+        self.needs_snapshot = True
 
     # --- persistence ---------------------------------------------------------------------
 
@@ -275,43 +288,97 @@ class SharePartition:
         """What survives a restart: the start, and runs of records past it that are done or
         were delivered before (an acquired record is stored as available: its lock dies with
         the broker, its delivery count does not)."""
+        return {
+            "start": self.start,
+            "end": self.end,
+            "epoch": self.state_epoch,
+            "runs": self._runs(range(self.start, self.end)),
+        }
+
+    def changes(self) -> dict[str, object]:
+        """An update's value: the start, the end, and runs of the records in the window whose
+        stored state or delivery count changed since the last write (which it forgets), so
+        that an acknowledgement costs what it changed, not the window."""
+        value: dict[str, object] = {
+            "start": self.start,
+            "end": self.end,
+            "epoch": self.state_epoch,
+            "runs": self._runs(sorted(o for o in self.dirty if self.start <= o < self.end)),
+        }
+        self.dirty.clear()
+        return value
+
+    def _runs(self, offsets: Iterable[int]) -> list[list[int]]:
+        """[first, last, state, count] of consecutive `offsets` alike (ascending)."""
         runs: list[list[int]] = []
-        for offset in range(self.start, self.end):
+        for offset in offsets:
             record = self.records[offset]
             state = RecordState.AVAILABLE if record.state == RecordState.ACQUIRED else record.state
             if runs and runs[-1][1] == offset - 1 and runs[-1][2] == state and runs[-1][3] == record.count:
                 runs[-1][1] = offset
             else:
                 runs.append([offset, offset, int(state), record.count])
-        return {"start": self.start, "end": self.end, "epoch": self.state_epoch, "runs": runs}
+        return runs
+
+    def apply(self, value: dict[str, object]) -> None:
+        """Replay an update (`changes()`) over the state it followed; ValueError, and nothing
+        changed, when it is malformed or of another epoch (written before a reset).  What it
+        says below the start replayed so far is done already, and ignored."""
+        start, end, runs = _window(value)
+        if value.get("epoch") != self.state_epoch:
+            raise ValueError(f"a share partition update of epoch {value.get('epoch')} follows epoch {self.state_epoch}")
+        start, end = max(start, self.start), max(end, self.end)
+        for offset in range(self.start, min(start, self.end)):
+            del self.records[offset]
+        self.start, self.end = start, max(self.end, start)
+        for offset in range(self.end, end):
+            self.records[offset] = InFlight(RecordState.ARCHIVED, 0)
+        self.end = end
+        for first, last, state, count in runs:
+            for offset in range(max(first, start), last + 1):
+                self.records[offset] = InFlight(RecordState(state), count)
+        self._advance()
 
     @classmethod
     def restore(cls, value: dict[str, object], *, delivery_limit: int, max_locks: int) -> SharePartition:
-        start, end, epoch, runs = value.get("start"), value.get("end"), value.get("epoch"), value.get("runs")
-        if not (is_int(start) and is_int(end) and is_int(epoch) and isinstance(runs, list)):
+        start, end, runs = _window(value)
+        epoch = value.get("epoch")
+        if not is_int(epoch):
             raise ValueError("share partition state is malformed")
-        assert isinstance(start, int)
-        assert isinstance(end, int)
         assert isinstance(epoch, int)
-        if not 0 <= start <= end or end - start > MAX_WINDOW:
-            raise ValueError(f"share partition window {start}-{end} is impossible")
         part = cls(start, delivery_limit=delivery_limit, max_locks=max_locks)
-        part.end, part.state_epoch = end, epoch
+        part.end, part.state_epoch, part.needs_snapshot = end, epoch, False
         for offset in range(start, end):
             part.records[offset] = InFlight(RecordState.ARCHIVED, 0)
-        after = start  # runs are written in order, without overlap: restoring is linear in the window
-        for run in runs:
-            if not (isinstance(run, list) and len(run) == 4 and all(is_int(x) for x in run)):
-                raise ValueError("a run of share partition state is malformed")
-            first, last, state, count = run
-            if not (after <= first <= last < end) or state not in RecordState._value2member_map_ or count < 0:
-                raise ValueError(f"a run of share partition state is out of range: {run}")
-            kept = RecordState.AVAILABLE if state == RecordState.ACQUIRED else RecordState(state)
+        for first, last, state, count in runs:
             for offset in range(first, last + 1):
-                part.records[offset] = InFlight(kept, count)
-            after = last + 1
+                part.records[offset] = InFlight(RecordState(state), count)
         part._advance()
         return part
+
+
+def _window(value: dict[str, object]) -> tuple[int, int, list[tuple[int, int, int, int]]]:
+    """A stored state's start, end and runs, checked: a window no broker writes, runs out of
+    order, overlapping or outside it are refused before anything is allocated for them."""
+    start, end, epoch, runs = value.get("start"), value.get("end"), value.get("epoch"), value.get("runs")
+    if not (is_int(start) and is_int(end) and is_int(epoch) and isinstance(runs, list)):
+        raise ValueError("share partition state is malformed")
+    assert isinstance(start, int)
+    assert isinstance(end, int)
+    if not 0 <= start <= end or end - start > MAX_WINDOW:
+        raise ValueError(f"share partition window {start}-{end} is impossible")
+    checked: list[tuple[int, int, int, int]] = []
+    after = start  # runs are written in order, without overlap: restoring is linear in the window
+    for run in runs:
+        if not (isinstance(run, list) and len(run) == 4 and all(is_int(x) for x in run)):
+            raise ValueError("a run of share partition state is malformed")
+        first, last, state, count = run
+        if not (after <= first <= last < end) or state not in RecordState._value2member_map_ or count < 0:
+            raise ValueError(f"a run of share partition state is out of range: {run}")
+        kept = RecordState.AVAILABLE if state == RecordState.ACQUIRED else state
+        checked.append((first, last, kept, count))
+        after = last + 1
+    return start, end, checked
 
 
 def _add(ranges: list[Acquired], offset: int, count: int) -> None:
