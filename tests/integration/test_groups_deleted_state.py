@@ -40,6 +40,7 @@ pytestmark = pytest.mark.slow
 TOPIC, PARTITIONS, PER_PARTITION = "ledger", 2, 5
 GROUPS = {"ledger-classic": "classic", "ledger-consumer": "consumer"}  # group id -> group.protocol
 DEADLINE_S = 60
+RECONNECT = {"reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 200}  # find a restarted broker promptly
 
 
 def _produce(bootstrap: str, tag: str) -> set[bytes]:
@@ -169,14 +170,16 @@ def test_a_deleted_group_stays_deleted_after_a_restart(broker_process_factory: A
             future.result(20)
 
 
-def test_offsets_pending_in_a_transaction_die_with_their_topic(broker_process_factory: Any) -> None:
+@pytest.mark.parametrize("crash", [False, True], ids=["running", "crash-before-commit"])
+def test_offsets_pending_in_a_transaction_die_with_their_topic(broker_process_factory: Any, crash: bool) -> None:
     """Offsets sent to a transaction, whose topic is deleted (and created again) before the
-    transaction commits, are not committed with it, nor after a crash and restart."""
+    transaction commits, are not committed with it: also when the broker crashes (SIGKILL)
+    between the deletion and the commit, which the transaction survives."""
     proc: BrokerProcess = broker_process_factory()
     create_topic(proc.bootstrap, TOPIC, PARTITIONS)
     group = "ledger-transactional"
     consumer = Consumer({"bootstrap.servers": proc.bootstrap, "group.id": group, "enable.auto.commit": False})
-    producer = Producer({"bootstrap.servers": proc.bootstrap, "transactional.id": "ledger-mover"})
+    producer = Producer({"bootstrap.servers": proc.bootstrap, "transactional.id": "ledger-mover", **RECONNECT})
     try:
         producer.init_transactions(15)
         producer.begin_transaction()
@@ -186,7 +189,10 @@ def test_offsets_pending_in_a_transaction_die_with_their_topic(broker_process_fa
         admin = AdminClient({"bootstrap.servers": proc.bootstrap})
         admin.delete_topics([TOPIC], operation_timeout=15)[TOPIC].result(20)
         _recreate(proc.bootstrap)
-        producer.commit_transaction(15)
+        if crash:
+            proc.kill()
+            proc.start()
+        producer.commit_transaction(DEADLINE_S)
     finally:
         consumer.close()
         producer.flush(5)
