@@ -27,7 +27,7 @@ from broker.log.cleaner_worker import CleanerProcess
 from broker.log.files import FILES, capacity_for
 from broker.log.flusher import Flusher
 from broker.log.partition_log import PartitionLog
-from broker.log.segment import fsync_dir
+from broker.log.segment import fsync_dir, replace_durably
 from broker.metadata import METADATA_TOPIC, MetadataStore, Topic
 from broker.metrics import BrokerMetrics
 from broker.producer_ids import ProducerIdAllocator
@@ -181,7 +181,10 @@ class Broker:
         cluster_id = props.get("cluster.id") or self.config.get("cluster.id")
         if not cluster_id:
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        path.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
+        content = f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n".encode()
+        if not path.exists() or path.read_bytes() != content:
+            # The cluster id must survive a machine crash: clients and tools compare it.
+            replace_durably(path, content)
         return cluster_id
 
     def endpoint(self, listener: str) -> tuple[str, int]:
@@ -400,6 +403,13 @@ class Broker:
     # --- durability ------------------------------------------------------------------
 
     async def sync(self, logs: Iterable[PartitionLog]) -> None:
+        """Return once everything appended to `logs` is on disk, and the topic records they
+        depend on: an internal topic made on first use (offsets, transactions, share state)
+        has its record in the metadata log, and a machine crash that kept its partitions but
+        lost that record would leave them orphans, removed at the next start."""
+        meta = self.store.meta_log
+        if meta.dirty_segments():
+            logs = [*logs, meta]
         await self.flusher.sync(logs)
 
     # --- long-poll support -----------------------------------------------------------

@@ -34,6 +34,22 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def replace_durably(path: Path, data: bytes) -> None:
+    """Write `path` whole so that a machine crash leaves the old content or the new, never an
+    empty or partial file: a temporary file, fsynced, renamed over it, and the directory fsynced."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
 DELETED = ".deleted"  # suffix of a deleted segment's files awaiting file.delete.delay.ms
 
 
