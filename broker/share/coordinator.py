@@ -311,11 +311,27 @@ class ShareCoordinator:
         self._wake()  # released records may be fetched again
 
     def persist(self, group_id: str, keys: Iterable[Key]) -> Awaitable[None] | None:
-        """Write the state of `keys`; durable once the result has run."""
+        """Write the state of `keys`; durable once the result has run.  When the disk refuses,
+        the next write of each is a snapshot: an update holds only what changed since the
+        previous one, which may never have reached the disk."""
+        parts = [part for k in keys if (part := self.partitions.get(k)) is not None]
         records = [r for k in keys if k in self.partitions for r in self._state_records(k)]
         if not records:
             return None
-        return self._sync([self._append(group_id, records)])
+        try:
+            written = self._sync([self._append(group_id, records)])
+        except OSError:
+            _resnapshot(parts)
+            raise
+
+        async def durable() -> None:
+            try:
+                await written
+            except OSError:
+                _resnapshot(parts)
+                raise
+
+        return durable()
 
     # --- waiting for something to fetch --------------------------------------------------
 
@@ -547,6 +563,11 @@ class ShareCoordinator:
             found.updates = max(found.updates, n)
         else:
             need(False, f"unknown record kind {key[0]!r}")
+
+
+def _resnapshot(parts: Iterable[SharePartition]) -> None:
+    for part in parts:
+        part.needs_snapshot = True
 
 
 def _state_key(key: Key) -> list[object]:

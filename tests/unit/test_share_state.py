@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import msgpack
 import pytest
 
 from broker.config import BrokerConfig
+from broker.log.partition_log import PartitionLog
 from broker.metadata import MetadataStore
 from broker.protocol.records import Record, build_batch
 from broker.share.coordinator import SNAPSHOT_EVERY, STATE_TOPIC, Key, ShareConfig
@@ -201,3 +202,25 @@ def test_an_update_that_cannot_follow_its_snapshot_is_skipped_and_counted(env: E
     # The snapshot, then the well-formed update after the skipped one (the window grew by one).
     assert (part.start, part.end, part.state_epoch) == (0, 5, 2)
     assert [r.state for r in part.records.values()][:4] == [0, 0, 0, 0]
+
+
+async def test_after_a_write_the_disk_refused_the_next_one_is_a_snapshot(env: Env) -> None:
+    """An update holds only what changed since the previous one: if that one may not have
+    reached the disk, the next write carries the whole state."""
+    key = await _started(env)
+    failing = True
+
+    async def sync(logs: Iterable[PartitionLog]) -> None:
+        if failing:
+            raise OSError("no space left on device")
+
+    env.shares._sync = sync
+    env.shares.acknowledge("a", key, [(3, 3, [1])])
+    with pytest.raises(OSError, match="no space"):
+        await durable(env.shares.persist("g", [key]))
+    failing = False
+    env.shares.acknowledge("a", key, [(5, 5, [1])])
+    await durable(env.shares.persist("g", [key]))
+    last_key, last_value = _records(env)[-1]
+    assert last_key[0] == "sp"
+    assert last_value == env.shares.partitions[key].snapshot()
