@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -685,16 +685,16 @@ class GroupCoordinator:
         if records:
             await self._sync([self._append(group_id, records)])
 
-    def forget_topic(self, topic: str) -> list[PartitionLog]:
-        """A deleted topic's committed offsets go with it, as Kafka's onPartitionsDeleted
-        does, so a topic created again under its name starts every group afresh: gone from
+    def forget_topics(self, topics: Collection[str]) -> list[PartitionLog]:
+        """Deleted topics' committed offsets go with them, as Kafka's onPartitionsDeleted
+        does, so a topic created again under a name starts every group afresh: gone from
         memory at once, their tombstones durable once the returned logs are synced."""
         logs: dict[int, PartitionLog] = {}
-        for group_id, partitions in self.committed_offsets.of_topic(topic).items():
+        for group_id, partitions in self.committed_offsets.of_topics(topics).items():
             plog = self._append(group_id, self.committed_offsets.remove(group_id, partitions))
             logs[self.partition_for(group_id)] = plog
         if logs:
-            log.info("deleted topic's offsets removed", topic=topic, groups=len(logs))
+            log.info("deleted topics' offsets removed", topics=sorted(topics), partitions=len(logs))
         return list(logs.values())
 
     def check_deletable(self, group_id: str) -> None:

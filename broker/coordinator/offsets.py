@@ -10,7 +10,7 @@ still holds offsets (ListGroups, retention, DeleteGroups all ask `group_id in by
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,11 +63,11 @@ class CommittedOffsets:
     def remove_group(self, group_id: str) -> list[Rec]:
         return self.remove(group_id, list(self.of(group_id)))
 
-    def of_topic(self, topic: str) -> dict[str, list[TopicPartition]]:
-        """The groups with offsets in `topic`, and which partitions."""
+    def of_topics(self, topics: Collection[str]) -> dict[str, list[TopicPartition]]:
+        """The groups with offsets in any of `topics`, and which partitions (one pass)."""
         out: dict[str, list[TopicPartition]] = {}
         for group_id, stored in self.by_group.items():
-            partitions = [tp for tp in stored if tp[0] == topic]
+            partitions = [tp for tp in stored if tp[0] in topics]
             if partitions:
                 out[group_id] = partitions
         return out

@@ -14,7 +14,6 @@ from kio.static.protocol import Entity
 from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext, Serial, throttled
 from broker.handlers.configs import topic_config_entries
-from broker.log.partition_log import PartitionLog
 from broker.metadata import Topic
 from broker.protocol.codec import build, nested, nested_or_none
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -114,26 +113,20 @@ async def _forget_topics(broker: Broker, names: list[str], response: _R) -> _R:
     """What groups keep about deleted topics goes with them (offsets pending in transactions,
     committed offsets, share-group state), so a topic created again under a name inherits
     none of it; answered once the deletions and their tombstones are fsynced."""
-    logs: dict[int, PartitionLog] = {}
-    failure: str | None = None
-    for name in names:
-        try:
-            # Pending offsets first: a transaction committing meanwhile commits them before
-            # the committed offsets are removed below.
-            await broker.transactions.forget_topic(name)
-            forgotten = broker.coordinator.forget_topic(name)
-            forgotten.extend(broker.shares.forget_topic(name))
-        except (KafkaError, OSError) as e:  # the log directory is offline now
-            log.error("cannot remove a deleted topic's group state", topic=name, error=str(e))  # noqa: TRY400 - a storage error, no traceback needed
-            failure = str(e)
-            continue
-        logs.update((id(plog), plog) for plog in forgotten)
+    topics = frozenset(names)
+    if not topics:
+        return await _durable(broker, response)
     try:
-        await broker.sync(logs.values())
-    except OSError as e:
-        failure = str(e)
-    if failure is not None:
-        return _not_stored(response, failure)
+        # Pending offsets first: a transaction committing meanwhile commits them before the
+        # committed offsets are removed below.
+        await broker.transactions.forget_topics(topics)
+        logs = broker.coordinator.forget_topics(topics)
+        for name in names:
+            logs.extend(broker.shares.forget_topic(name))
+        await broker.sync({id(plog): plog for plog in logs}.values())
+    except (KafkaError, OSError) as e:  # the log directory is offline now
+        log.error("cannot remove deleted topics' group state", topics=sorted(topics), error=str(e))  # noqa: TRY400 - a storage error, no traceback needed
+        return _not_stored(response, str(e))
     return await _durable(broker, response)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -296,11 +296,12 @@ class TransactionCoordinator:
                 transactional_id,
             )
 
-    async def forget_topic(self, topic: str) -> None:
-        """A deleted topic's offsets held with open transactions are dropped, durably, so
-        that committing a transaction cannot hand them to a topic created again under the
-        name (Kafka drops pending transactional offsets of deleted partitions too)."""
-        await self._drop_pending(lambda _, tp: tp[0] == topic)
+    async def forget_topics(self, topics: Collection[str]) -> None:
+        """Deleted topics' offsets held with open transactions are dropped, durably, so that
+        committing a transaction cannot hand them to a topic created again under a name
+        (Kafka drops pending transactional offsets of deleted partitions too)."""
+        if topics:
+            await self._drop_pending(lambda _, tp: tp[0] in topics)
 
     async def forget_group(self, group_id: str) -> None:
         """A deleted group's offsets held with open transactions are dropped, durably, so that

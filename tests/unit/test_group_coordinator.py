@@ -592,14 +592,14 @@ async def test_a_deleted_topics_offsets_go_from_every_group_and_stay_gone_after_
     await c.commit("b", {("t", 1): (9, -1, "")})
     await c.commit("c", {("u", 1): (4, -1, "")})
 
-    logs = c.forget_topic("t")
+    logs = c.forget_topics({"t"})
     # The logs holding the tombstones, for the caller to sync before answering.
     assert {id(plog) for plog in logs} == {id(h.offsets_log("a")), id(h.offsets_log("b"))}
     assert len(logs) == len({c.partition_for(g) for g in ("a", "b")})
     assert set(c.committed("a")) == {("u", 0)}
     assert "b" not in c.offsets
     assert set(c.committed("c")) == {("u", 1)}
-    assert c.forget_topic("t") == []  # nothing left to remove: nothing written
+    assert c.forget_topics({"t"}) == []  # nothing left to remove: nothing written
 
     reloaded = h.reopen()
     assert {tp: o.offset for tp, o in reloaded.committed("a").items()} == {("u", 0): 7}
