@@ -130,6 +130,7 @@ class BrokerProcess:
         self.settings = dict(settings or {})
         self.nofile = nofile  # RLIMIT_NOFILE (soft) of the child, when set
         self.wrapper = list(wrapper)  # a command the broker runs under (e.g. fiu-run -x), exec'ing it
+        self.env: dict[str, str] = {}  # added to the broker's environment (e.g. LD_PRELOAD)
         self.proc: subprocess.Popen[str] | None = None
         self.port, self.admin_port = free_ports(2)
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
@@ -146,7 +147,7 @@ class BrokerProcess:
             stderr=log,
             text=True,
             cwd=REPO,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             preexec_fn=self._limit if self.nofile else None,  # noqa: PLW1509 - only setrlimit
         )
         log.close()
