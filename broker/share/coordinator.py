@@ -556,11 +556,11 @@ class ShareCoordinator:
             found = self.partitions.get(state_key)
             need(found is not None, "a share partition update without its snapshot")
             assert found is not None
+            found.updates = max(found.updates, n)  # numbered on from here, skipped or not
             try:
                 found.apply(value)
             except ValueError as e:
                 need(False, str(e))
-            found.updates = max(found.updates, n)
         else:
             need(False, f"unknown record kind {key[0]!r}")
 
