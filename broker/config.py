@@ -186,6 +186,8 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         _S("quota.window.size.seconds", "1", integer(1, INT_MAX), INT),
         _S("fetch.max.wait.ms", "30000", integer(0, INT_MAX), INT),  # streamshop's
         _S("request.max.elements", "100000", integer(1, INT_MAX), INT),  # streamshop's
+        # The partitions one DescribeTopicPartitions answer may hold (and the client's own limit).
+        _S("max.request.partition.size.limit", "2000", integer(1, INT_MAX), INT),
         _S("max.partitions", "200000", integer(1, INT_MAX), INT),  # streamshop's
         _S("max.partitions.per.request", "10000", integer(1, INT_MAX), INT),  # streamshop's
         _S("message.max.decompressed.bytes", "67108864", integer(1024, INT_MAX), INT),  # streamshop's

@@ -84,6 +84,10 @@ from kio.schema.describe_log_dirs import v1 as describe_log_dirs_v1
 from kio.schema.describe_log_dirs import v2 as describe_log_dirs_v2
 from kio.schema.describe_log_dirs import v3 as describe_log_dirs_v3
 from kio.schema.describe_log_dirs import v4 as describe_log_dirs_v4
+from kio.schema.describe_quorum import v0 as describe_quorum_v0
+from kio.schema.describe_quorum import v1 as describe_quorum_v1
+from kio.schema.describe_quorum import v2 as describe_quorum_v2
+from kio.schema.describe_topic_partitions import v0 as describe_topic_partitions_v0
 from kio.schema.describe_user_scram_credentials import v0 as describe_user_scram_credentials_v0
 from kio.schema.elect_leaders import v0 as elect_leaders_v0
 from kio.schema.elect_leaders import v1 as elect_leaders_v1
@@ -376,6 +380,18 @@ DescribeLogDirsResponse: TypeAlias = (
     | describe_log_dirs_v3.DescribeLogDirsResponse
     | describe_log_dirs_v4.DescribeLogDirsResponse
 )
+DescribeQuorumRequest: TypeAlias = (
+    describe_quorum_v0.DescribeQuorumRequest
+    | describe_quorum_v1.DescribeQuorumRequest
+    | describe_quorum_v2.DescribeQuorumRequest
+)
+DescribeQuorumResponse: TypeAlias = (
+    describe_quorum_v0.DescribeQuorumResponse
+    | describe_quorum_v1.DescribeQuorumResponse
+    | describe_quorum_v2.DescribeQuorumResponse
+)
+DescribeTopicPartitionsRequest: TypeAlias = describe_topic_partitions_v0.DescribeTopicPartitionsRequest
+DescribeTopicPartitionsResponse: TypeAlias = describe_topic_partitions_v0.DescribeTopicPartitionsResponse
 DescribeUserScramCredentialsRequest: TypeAlias = describe_user_scram_credentials_v0.DescribeUserScramCredentialsRequest
 DescribeUserScramCredentialsResponse: TypeAlias = (
     describe_user_scram_credentials_v0.DescribeUserScramCredentialsResponse

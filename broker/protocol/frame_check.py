@@ -163,7 +163,7 @@ def _min_size(cls: type) -> int:
         kind = classify_field(f)
         kafka_type = f.metadata.get("kafka_type", "")
         if isinstance(kind, EntityField):
-            total += _min_size(kind.type_)
+            total += 1 if is_optional(f) else _min_size(kind.type_)
         elif isinstance(kind, EntityTupleField | PrimitiveTupleField) or kafka_type not in _FIXED:
             total += 1 if flexible else (4 if kafka_type in ("bytes", "records") or kind.is_array else 2)
         else:
@@ -195,13 +195,30 @@ def _array_check(
     return check
 
 
+def _nullable_entity_check(cls: type, what: str) -> Check:
+    """A nullable struct (KIP-893): an int8 marker, -1 for null, 1 before the struct."""
+    inner = entity_check(cls)
+
+    def check(buf: Any, pos: int, end: int, budget: Budget) -> int:
+        if pos >= end:
+            raise FrameError(f"{what}: needs 1 byte, 0 left")
+        marker = buf[pos]
+        if marker == 0xFF:
+            return pos + 1
+        if marker != 1:
+            raise FrameError(f"{what}: nullable struct marker {marker}, not -1 or 1")
+        return inner(buf, pos + 1, end, budget)
+
+    return check
+
+
 def _field_check(f: dataclasses.Field[Any], flexible: bool, owner: str) -> Check:
     kind = classify_field(f)
     kafka_type = f.metadata.get("kafka_type", "")
     nullable = is_optional(f)
     what = f"{owner}.{f.name}"
     if isinstance(kind, EntityField):
-        return entity_check(kind.type_)
+        return _nullable_entity_check(kind.type_, what) if nullable else entity_check(kind.type_)
     if isinstance(kind, EntityTupleField):
         return _array_check(
             entity_check(kind.type_), 0, _min_size(kind.type_), flexible=flexible, nullable=nullable, what=what
