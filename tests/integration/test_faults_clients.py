@@ -5,7 +5,6 @@ members of every group type racing their first requests.  The members are child 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support.configs import set_group_configs
-from tests.support.fault_clients import Fleet, confluent_delivery, read_back, wait_until
+from tests.support.fault_clients import Barrier, Fleet, confluent_delivery, read_back, wait_until
 from tests.support.harness import BrokerProcess
 from tests.support.history import (
     Acknowledged,
@@ -180,17 +179,21 @@ def test_members_racing_their_first_requests_each_own_a_partition_or_hold_a_reco
     history = History()
     _produce(history, broker.bootstrap, topic, [b"q%05d" % i for i in range(1200)])
     stored = read_back(history, broker.bootstrap, topic, partitions)
-    start_at = time.monotonic() + 5  # every process started and its client created by then
+    barrier = Barrier(fleet.directory / "go")
     groups = {"race-classic": "classic", "race-consumer": "consumer"}
     for group, protocol in groups.items():
         for i in range(3):
             name = f"{protocol}{i}"
             fleet.start("consume", name, bootstrap=broker.bootstrap, topic=topic, group=group, member=name,
-                        protocol=protocol, start_at=start_at)  # fmt: skip
+                        protocol=protocol, barrier=barrier.path)  # fmt: skip
     sharers = [f"share{i}" for i in range(3)]
     for name in sharers:
         fleet.start("share", name, bootstrap=broker.bootstrap, topic=topic, group="race-share", member=name,
-                    max_records=10, start_at=start_at)  # fmt: skip
+                    max_records=10, barrier=barrier.path)  # fmt: skip
+    try:
+        go = barrier.release_when_ready(fleet, list(fleet.procs))
+    finally:
+        barrier.close()
     consumers = [name for name in fleet.procs if name not in sharers]
     everything = {(topic, p, o) for p, o in ((s.partition, s.offset) for s in history.of(Stored))}
     for group in groups:
@@ -203,7 +206,9 @@ def test_members_racing_their_first_requests_each_own_a_partition_or_hold_a_reco
     codes = {name: fleet.stop(name) for name in list(fleet.procs)}
     fleet.load_into(history)
     print(f"\n{stored} records; {history.summary()}")
-    assert codes == dict.fromkeys(codes, 0)  # each was ready before the start (or it exits MissedStart)
+    assert codes == dict.fromkeys(codes, 0)
+    first = {e.member: e.received for e in sorted(history.of(Read), key=lambda e: -e.received)}
+    print(f"first records {min(first.values()) - go:.3f} to {max(first.values()) - go:.3f} s after the release")
     for group in groups:
         assert lost_to_group(history, group) == []
     assert owned_by_two(history) == []

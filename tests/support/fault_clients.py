@@ -8,14 +8,16 @@ test can SIGKILL or SIGSTOP one of them and still know what it was told and what
   holding its first records unacknowledged until it is killed);
 - `transact`: a transactional producer writing numbered transactions of a few records.
 
-Every role waits for `--start-at` (a `time.monotonic()` instant: one clock for every process
-of the machine), so that several members send their first requests at once, and stops
-cleanly on SIGTERM.  `spawn` starts one from a test; `confluent_delivery` records a
-confluent-kafka producer's deliveries in a history."""
+With `--barrier`, every role creates its client, then waits for the test to release a
+`Barrier`, so that several members send their first requests at once; every role stops
+cleanly on SIGTERM.  Times are `time.monotonic()`: one clock for every process of the
+machine.  `Fleet` starts, kills, pauses and stops them for a test; `confluent_delivery`
+records a confluent-kafka producer's deliveries in a history."""
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import signal
 import subprocess
@@ -62,15 +64,14 @@ def _on_term(signum: int, frame: object) -> None:
     _stopping = True
 
 
-class MissedStart(RuntimeError):
-    """The client was not ready by `--start-at`: it would not race the others."""
-
-
-def _wait_for(start_at: float) -> None:
-    if start_at and time.monotonic() > start_at:
-        raise MissedStart(f"ready {time.monotonic() - start_at:.2f} s after the start")
-    while time.monotonic() < start_at and not _stopping:
-        time.sleep(min(0.01, max(0.0, start_at - time.monotonic())))
+def _wait_for(barrier: Path | None, out: Path) -> None:
+    """Say ready (`OUT.ready`), then block on a shared lock of `barrier`, which the test holds
+    exclusively until every client is ready: released, they all go at the same instant."""
+    if barrier is None:
+        return
+    out.with_suffix(".ready").touch()
+    with barrier.open("rb") as f:
+        fcntl.flock(f, fcntl.LOCK_SH)
 
 
 def _value(message: Message) -> bytes:
@@ -126,7 +127,7 @@ def consume(args: argparse.Namespace) -> int:
     def on_revoke(c: Consumer, partitions: list[TopicPartition]) -> None:
         owned(partitions, time.monotonic())
 
-    _wait_for(args.start_at)
+    _wait_for(args.barrier, args.out)
     consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
     try:
         while not _stopping:
@@ -199,7 +200,7 @@ def share(args: argparse.Namespace) -> int:
             **({"debug": args.debug} if args.debug else {}),
         }
     )
-    _wait_for(args.start_at)
+    _wait_for(args.barrier, args.out)
     consumer.subscribe([args.topic])
     # librdkafka asks for share records from poll(); a record it returns was acquired no
     # earlier than the start of the previous poll (a fetch still in flight when that poll
@@ -282,7 +283,7 @@ def transact(args: argparse.Namespace) -> int:
         }
     )
     producer.init_transactions(30)
-    _wait_for(args.start_at)
+    _wait_for(args.barrier, args.out)
     for seq in range(args.transactions):
         if _stopping:
             break
@@ -335,7 +336,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--bootstrap", required=True)
         p.add_argument("--topic", required=True)
         p.add_argument("--out", type=Path, required=True)
-        p.add_argument("--start-at", type=float, default=0.0)
+        p.add_argument("--barrier", type=Path, help="a Barrier's file: wait until the test releases it")
         if name in ("consume", "share"):
             p.add_argument("--group", required=True)
             p.add_argument("--member", required=True)
@@ -360,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def spawn(role: str, out: Path, **options: object) -> subprocess.Popen[bytes]:
-    """One client process; `options` are its flags (`start_at=1.5` -> `--start-at 1.5`,
+    """One client process; `options` are its flags (`max_records=10` -> `--max-records 10`,
     `hold=True` -> `--hold`).  Its output goes next to its history."""
     argv = [sys.executable, "-m", "tests.support.fault_clients", role, "--out", str(out)]
     for name, value in options.items():
@@ -455,6 +456,28 @@ class Fleet:
                 proc.send_signal(signal.SIGCONT)  # a paused one too
         for name in self.procs:
             self.stop(name, grace=15)
+
+
+class Barrier:
+    """Clients started with `barrier=barrier.path` block until `release`: held exclusively
+    here, each waits for a shared lock of the file, so all wake together."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = path.open("wb")
+        fcntl.flock(self._file, fcntl.LOCK_EX)
+
+    def release_when_ready(self, fleet: Fleet, names: list[str], timeout: float = 120) -> float:
+        """Release once every client in `names` said it is ready; the instant of the release."""
+        wait_until(lambda: all(fleet.path(n).with_suffix(".ready").exists() for n in names), "clients ready", timeout)
+        released = time.monotonic()
+        self.close()
+        return released
+
+    def close(self) -> None:
+        if not self._file.closed:
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
