@@ -60,6 +60,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from kit.health import Check
 from kit.logging import get_logger
 from schemas.client import RegistryError
 from schemas.serde import AvroDeserializer, SerdeError
@@ -80,6 +81,7 @@ __all__ = [
     "decode_record",
     "dlq_headers",
     "prune_forever",
+    "runner_check",
     "runner_for_service",
 ]
 
@@ -324,6 +326,19 @@ class ConsumerRunner:
     @property
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
+
+    @property
+    def failure(self) -> str | None:
+        """Why the runner is not consuming (None while it is): for readiness and operators."""
+        task = self._task
+        if task is None:
+            return "not started"
+        if not task.done():
+            return None
+        if task.cancelled():
+            return "cancelled"
+        error = task.exception()
+        return f"{type(error).__name__}: {error}" if error is not None else "the consuming task has ended"
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._consumer.assignment()) if self._consumer is not None else set()
@@ -615,6 +630,17 @@ def dlq_headers(
         ("dlq.attempts", str(attempts).encode()),
         ("dlq.group", group_id.encode()),
     ]
+
+
+def runner_check(runner: ConsumerRunner) -> Check:
+    """Readiness: `runner` is consuming.  A consumer that died while its process lives must turn
+    the instance red, or it looks ready while its share of the records waits for nobody."""
+
+    async def check() -> None:
+        if not runner.running:
+            raise ConnectionError(f"group {runner.group_id}: {runner.failure or 'not running'}")
+
+    return check
 
 
 async def prune_forever(handler: IdempotentHandler, older_than_ms: int, interval_s: float = 60.0) -> None:

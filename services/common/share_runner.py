@@ -22,7 +22,12 @@ runner: a crash before the acknowledgement delivers the record again when its lo
 and `IdempotentHandler` makes the second delivery a no-op.
 
 confluent-kafka's ShareConsumer is synchronous and not thread-safe: one thread owns it and polls;
-the records are handled on the event loop.
+the records are handled on the event loop.  A consumer that fails for good (a fatal client error,
+such as the group at its maximum size, or any error the loop was not written for) is closed and
+replaced by a new one after `backoff_max` seconds, as often as it takes.  Meanwhile `running` is
+False (readiness goes red with the reason, `failure`): a member that only looks alive would keep
+the instance "ready" while it handles nothing.  A replacement counts as running once it has
+polled for `settle_s` seconds without failing, or been given records.
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
-from confluent_kafka import AcknowledgeType, KafkaException, ShareConsumer
+from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, ShareConsumer
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import (
     AdminClient,
@@ -55,6 +61,7 @@ __all__ = ["ShareRunner", "share_runner_for_service"]
 log = get_logger(__name__)
 
 POLL_TIMEOUT_S = 0.5
+SETTLE_S = 3.0  # a replacement consumer polling this long without failing has joined
 RESET = "share.auto.offset.reset"
 
 
@@ -90,22 +97,25 @@ class ShareRunner(ConsumerRunner):
             "share.acknowledgement.mode": "explicit",
             "max.poll.records": str(max_records),
         }
-        self._share: ShareConsumer | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._halt = threading.Event()  # stop(), seen by the polling thread
+        self._failure: str | None = None  # why the consumer is being replaced (set by the polling thread)
+        self.replacements = 0  # consumers that failed and were replaced
+        self.settle_s = SETTLE_S
 
     async def start(self) -> None:
-        if self._share is not None:
+        if self._thread is not None:
             return
         await asyncio.get_running_loop().run_in_executor(None, self._start_at_earliest)
-        consumer = ShareConsumer(self._share_config)
+        consumer = ShareConsumer(self._share_config)  # the first one here: bad settings fail start()
         consumer.subscribe(self.topics)
-        self._share, self._loop = consumer, asyncio.get_running_loop()
+        self._loop = asyncio.get_running_loop()
         self._stopping = False
         self._stopped.clear()
         self._halt.clear()
-        self._thread = threading.Thread(target=self._poll_loop, args=(consumer,), name=f"share-{self.group_id}")
+        self._failure = None
+        self._thread = threading.Thread(target=self._member, args=(consumer,), name=f"share-{self.group_id}")
         self._thread.start()
 
     async def stop(self, grace: float = 30) -> None:
@@ -116,11 +126,19 @@ class ShareRunner(ConsumerRunner):
         thread, self._thread = self._thread, None
         if thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, thread.join, grace + 10)
-        self._share = None
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """The polling thread is alive and its consumer has not failed (or was replaced since)."""
+        return self._thread is not None and self._thread.is_alive() and self._failure is None
+
+    @property
+    def failure(self) -> str | None:
+        if self._thread is None:
+            return "not started"
+        if not self._thread.is_alive():
+            return "the polling thread has ended"
+        return self._failure
 
     def assignment(self) -> set[TopicPartition]:
         return set()  # a share group's partitions are shared: no instance owns any
@@ -151,31 +169,55 @@ class ShareRunner(ConsumerRunner):
 
     # -- the polling thread ---------------------------------------------------------------------
 
+    def _member(self, first: ShareConsumer) -> None:
+        """Poll with a consumer until stopped; when it fails, close it and poll with a new one."""
+        consumer: ShareConsumer | None = first
+        while True:
+            try:
+                if consumer is None:
+                    consumer = ShareConsumer(self._share_config)
+                    consumer.subscribe(self.topics)
+                self._poll_loop(consumer)
+            except Exception as e:  # fatal for this consumer, not for the member
+                self._failure = f"{type(e).__name__}: {e}"[:300]
+                self.replacements += 1
+                log.exception("share consumer failed; replacing it", group=self.group_id, retry_in_s=self.backoff_max)
+            finally:
+                if consumer is not None:
+                    with contextlib.suppress(Exception):
+                        consumer.close()  # sends what is acknowledged, releases the rest, leaves the group
+                consumer = None
+            if self._halt.wait(self.backoff_max):
+                return
+
     def _poll_loop(self, consumer: ShareConsumer) -> None:
         loop = self._loop
         assert loop is not None
-        try:
-            while not self._halt.is_set():
-                try:
-                    polled = list(consumer.poll(POLL_TIMEOUT_S))
-                except KafkaException as e:
-                    log.warning("share fetch failed", group=self.group_id, error=str(e))
-                    self._halt.wait(self.backoff_max)
-                    continue
-                records = [m for m in polled if m.error() is None]
-                for m in polled:
-                    if m.error() is not None:
-                        log.warning("share consumer error", group=self.group_id, error=str(m.error()))
-                if not records:
-                    continue
-                outcomes = asyncio.run_coroutine_threadsafe(self._handle(records), loop).result()
-                for message, outcome in zip(records, outcomes, strict=True):
-                    consumer.acknowledge(message, outcome)
-        except Exception:
-            log.exception("share runner stopped on an error", group=self.group_id)
-        finally:
-            with contextlib.suppress(Exception):
-                consumer.close()  # sends what is acknowledged, releases the rest, leaves the group
+        began = time.monotonic()
+        while not self._halt.is_set():
+            try:
+                polled = list(consumer.poll(POLL_TIMEOUT_S))
+            except KafkaException as e:
+                if _fatal(e.args[0] if e.args else None):
+                    raise  # the client gave up: only a new consumer can go on
+                log.warning("share fetch failed", group=self.group_id, error=str(e))
+                self._halt.wait(self.backoff_max)
+                continue
+            records = [m for m in polled if m.error() is None]
+            for m in polled:
+                error = m.error()
+                if error is not None:
+                    if _fatal(error):
+                        raise KafkaException(error)
+                    log.warning("share consumer error", group=self.group_id, error=str(error))
+            if self._failure is not None and (records or time.monotonic() - began >= self.settle_s):
+                log.info("share consumer replaced", group=self.group_id, after=self._failure)
+                self._failure = None
+            if not records:
+                continue
+            outcomes = asyncio.run_coroutine_threadsafe(self._handle(records), loop).result()
+            for message, outcome in zip(records, outcomes, strict=True):
+                consumer.acknowledge(message, outcome)
 
     async def _handle(self, messages: list[KafkaMessage]) -> list[AcknowledgeType]:
         outcomes = []
@@ -189,6 +231,10 @@ class ShareRunner(ConsumerRunner):
             except _Stopping:
                 outcomes.append(AcknowledgeType.RELEASE)
         return outcomes
+
+
+def _fatal(error: object) -> bool:
+    return isinstance(error, KafkaError) and error.fatal()
 
 
 def _as_record(message: KafkaMessage) -> ConsumerRecord[bytes, bytes]:

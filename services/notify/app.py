@@ -14,7 +14,7 @@ HTTP:
         "status": "retrying" | "delivered" | "failed", "attempts", "provider", "provider_message_id",
         "error_type", "error", "latency_ms", "created_at", "updated_at"}
         404 {"error": "unknown_delivery"} when this sender has none (unknown, or another channel)
-    GET /healthz, /readyz (broker, registry, database; and the SMTP server for email), /metrics
+    GET /healthz, /readyz (broker, registry, database, the consumer; and the SMTP server for email), /metrics
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kit.app import METRICS_REGISTRY_KEY
+from kit.app import CHECKS_KEY, METRICS_REGISTRY_KEY
 from kit.errors import NotFound
 from kit.logging import get_logger
 from kit.openapi import serve_openapi
 from schemas.catalog import default_catalog
 from schemas.serde import AvroDeserializer
 from services.common.app import create_service_app, default_checks
-from services.common.consumer import ConsumerRunner, consuming, runner_for_service
+from services.common.consumer import ConsumerRunner, consuming, runner_check, runner_for_service
 from services.common.log_shipper import LogShipper
 from services.common.outbox_service import RELAY_KEY, open_publishing_service
 from services.common.share_runner import share_runner_for_service
@@ -266,6 +266,7 @@ def create_app(config: SenderConfig, *, shipper: LogShipper | None = None) -> we
             await stack.enter_async_context(
                 consuming(runner, prune=service.store.handler, dedupe_window_ms=config.dedupe_window_s * 1000)
             )
+            app[CHECKS_KEY]["consumer"] = runner_check(runner)
             log.info(
                 "sender started",
                 group=config.group_id,

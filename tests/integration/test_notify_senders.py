@@ -267,7 +267,7 @@ async def test_one_request_is_delivered_once_per_channel_with_the_trace_and_a_co
         assert err["error"] == "unknown_delivery"
         status, ready = await email.http.call("GET", "/readyz")
         assert status == 200, ready
-        assert set(ready["checks"]) == {"broker", "registry", "database", "smtp"}
+        assert set(ready["checks"]) == {"broker", "registry", "database", "smtp", "consumer"}
         async with sms.http.session.get(sms.http.url + "/metrics") as r:
             metrics = parse_metrics(await r.text())
         assert metrics['otp_sender_delivered_total{channel="sms",provider="webhook"}'] == 1
