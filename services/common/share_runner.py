@@ -179,9 +179,13 @@ class ShareRunner(ConsumerRunner):
                     consumer.subscribe(self.topics)
                 self._poll_loop(consumer)
             except Exception as e:  # fatal for this consumer, not for the member
-                self._failure = f"{type(e).__name__}: {e}"[:300]
+                failure = f"{type(e).__name__}: {e}"[:300]
+                if failure != self._failure:  # once per cause, not every back-off while it lasts
+                    log.exception(
+                        "share consumer failed; replacing it", group=self.group_id, retry_in_s=self.backoff_max
+                    )
+                self._failure = failure
                 self.replacements += 1
-                log.exception("share consumer failed; replacing it", group=self.group_id, retry_in_s=self.backoff_max)
             finally:
                 if consumer is not None:
                     with contextlib.suppress(Exception):
@@ -202,6 +206,7 @@ class ShareRunner(ConsumerRunner):
                     raise  # the client gave up: only a new consumer can go on
                 log.warning("share fetch failed", group=self.group_id, error=str(e))
                 self._halt.wait(self.backoff_max)
+                began = time.monotonic()  # a replacement must poll `settle_s` without failing
                 continue
             records = [m for m in polled if m.error() is None]
             for m in polled:
