@@ -22,7 +22,7 @@ from multidict import MultiMapping
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kit.app import METRICS_REGISTRY_KEY
+from kit.app import CHECKS_KEY, METRICS_REGISTRY_KEY
 from kit.errors import ValidationError
 from kit.logging import get_logger
 from kit.openapi import serve_openapi
@@ -30,7 +30,7 @@ from schemas.catalog import default_catalog
 from schemas.client import RegistryClient
 from schemas.serde import AvroSerializer
 from services.common.app import create_service_app, default_checks
-from services.common.consumer import ConsumerRunner, consuming, runner_for_service
+from services.common.consumer import ConsumerRunner, consuming, runner_check, runner_for_service
 from services.common.db import open_for_service
 from services.common.kafka import EventProducer
 from services.common.log_shipper import LogShipper, SendRawAdapter, avro_log_encoder
@@ -240,6 +240,7 @@ def create_app(config: LogsConfig, *, shipper: LogShipper | None = None) -> web.
             app[STORE_KEY] = store
             app[INDEXER_KEY] = indexer
             app[RUNNER_KEY] = runner
+            app[CHECKS_KEY]["consumer"] = runner_check(runner)
             log.info("logs service started", topics=list(config.topics), group=config.group_id, fts5=store.full_text)
             yield
 

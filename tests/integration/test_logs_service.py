@@ -191,11 +191,11 @@ async def test_results_are_newest_first_and_limited(producer: AIOKafkaProducer, 
     assert events(await get_json(client, "/logs?q=step&limit=1")) == ["step 5"]
 
 
-async def test_invalid_query_parameters_are_422_with_a_message_per_field_and_readiness_needs_broker_and_database(
+async def test_invalid_query_parameters_are_422_with_a_message_per_field_and_readiness_needs_its_dependencies(
     start_logs: Callable[..., Any],
 ) -> None:
     """level outside debug..critical, limit outside 1..500 or not a number, a bad `since` and an
-    unknown parameter are each named in details.fields; /readyz checks broker and database."""
+    unknown parameter are each named in details.fields; /readyz checks broker, database and the consumer."""
     client: Client = await start_logs()
     body = await get_json(client, "/logs?level=verbose&limit=0&since=yesterday&colour=red", 422)
     assert body["error"] == "validation_failed"
@@ -216,7 +216,7 @@ async def test_invalid_query_parameters_are_422_with_a_message_per_field_and_rea
         assert "since" in (await get_json(client, f"/logs?since={beyond}", 422))["details"]["fields"]
     assert (await get_json(client, "/logs?since=253402300799999"))["items"] == []
     ready = await get_json(client, "/readyz")
-    assert set(ready["checks"]) == {"broker", "database"}
+    assert set(ready["checks"]) == {"broker", "database", "consumer"}
 
 
 async def test_instances_lists_each_instance_of_each_service_with_its_requests_errors_and_newest_line(
