@@ -681,6 +681,12 @@ def test_restore_of_the_well_formed_counterparts() -> None:
 
 # --- a stateful machine ----------------------------------------------------------------------
 
+
+def _stored(value: dict[str, object]) -> Any:
+    """A value as a replay reads it back."""
+    return msgpack.unpackb(msgpack.packb(value))
+
+
 MEMBERS = ("a", "b", "c")
 LIMIT = 3
 WINDOW = 12
@@ -689,7 +695,8 @@ WINDOW = 12
 class SharePartitionMachine(RuleBasedStateMachine):
     """A log that grows (batches, control batches, compaction gaps) and is truncated; three
     members fetch, acknowledge (valid or not), are released, let their locks run out; the
-    broker restarts (a snapshot, stored and restored).  The model keeps what the members
+    broker restarts (a snapshot, stored and restored); every other step an update is written
+    and replayed over a replica of the stored state.  The model keeps what the members
     hold, how often each record was delivered, what was acknowledged or archived."""
 
     def __init__(self) -> None:
@@ -705,6 +712,9 @@ class SharePartitionMachine(RuleBasedStateMachine):
         self.rejected: set[int] = set()  # REJECT or GAP
         self.archived: set[int] = set()  # ever seen archived
         self.last_start = 0
+        # What a replay would rebuild: the first snapshot, then each update written since.
+        self.replica = SharePartition.restore(_stored(self.p.snapshot()), delivery_limit=LIMIT, max_locks=WINDOW)
+        self.steps = 0
 
     # --- the model ---
 
@@ -847,8 +857,9 @@ class SharePartitionMachine(RuleBasedStateMachine):
     @rule()
     def restart(self) -> None:
         before = self.p
-        stored = msgpack.unpackb(msgpack.packb(before.snapshot()))
+        stored = _stored(before.snapshot())
         self.p = SharePartition.restore(stored, delivery_limit=LIMIT, max_locks=WINDOW)
+        self.replica = SharePartition.restore(stored, delivery_limit=LIMIT, max_locks=WINDOW)
         assert (self.p.start, self.p.end, self.p.state_epoch) == (before.start, before.end, before.state_epoch)
         for offset, r in before.records.items():
             kept = RecordState.AVAILABLE if r.state == RecordState.ACQUIRED else r.state
@@ -857,6 +868,15 @@ class SharePartitionMachine(RuleBasedStateMachine):
             h.clear()  # locks do not survive
 
     # --- invariants ---
+
+    @invariant()
+    def updates_replay_the_state(self) -> None:
+        """Every other step an update is written (so one holds the changes of two steps):
+        replayed over what was written before, it gives back what a snapshot would store."""
+        self.steps += 1
+        if self.steps % 2 == 0:
+            self.replica.apply(_stored(self.p.changes()))
+            assert self.replica.snapshot() == self.p.snapshot()
 
     @invariant()
     def the_window_is_whole(self) -> None:
