@@ -339,8 +339,9 @@ class PostgresDatabase:
 
     async def write(self, fn: Callable[[Session], Awaitable[T]]) -> T:
         """Run `fn(session)` as one transaction (group-committed under load: see the module doc);
-        its result, or its exception with nothing of it written.  A caller cancelled while its
-        write waits in a batch does not undo it (the batch is everyone's)."""
+        its result, or its exception with nothing of it written; `DatabaseUnavailable` at once
+        when `max_queued_writes` writes already wait.  A caller cancelled while its write waits
+        in a batch does not undo it (the batch is everyone's)."""
         if self._running_writes < self.write_batches:
             self._running_writes += 1
             try:
