@@ -34,7 +34,6 @@ async def _post_order(session: aiohttp.ClientSession, url: str) -> tuple[int, di
         return r.status, await r.json(), r.headers.get("Retry-After")
 
 
-@pytest.mark.slow
 async def test_a_full_write_queue_answers_503_with_retry_after_and_keeps_every_2xx(
     tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry, pg_server: postgres.Server
 ) -> None:
