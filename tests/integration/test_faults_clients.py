@@ -164,6 +164,37 @@ def test_a_share_member_that_dies_or_stalls_holding_records_never_shares_them_wh
         assert all((counts[o] or 0) >= 2 for _, _, o in held)
 
 
+def test_share_members_closing_with_acknowledgements_pending_never_see_them_delivered_again(
+    broker_process_factory: Callable[..., BrokerProcess], fleet: Fleet
+) -> None:
+    """Share-group members, one after the other, take records, accept them and close at once,
+    the acceptances riding on the close (which returns when the broker confirmed them); then a
+    worker accepts what is left.  No accepted record is delivered again, none is held by two
+    members at once, and every record is accepted."""
+    broker = broker_process_factory(SETTINGS)
+    topic, group = "faults-share-close", "share-close"
+    create_topic(broker.bootstrap, topic, 1)
+    set_group_configs(broker.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    history = History()
+    closers = [f"closer{i}" for i in range(4)]
+    for name in closers:
+        _produce(history, broker.bootstrap, topic, [b"%s-%03d" % (name.encode(), i) for i in range(100)])
+        proc = fleet.start("share", name, bootstrap=broker.bootstrap, topic=topic, group=group, member=name,
+                           close_with_acks=True)  # fmt: skip
+        assert proc.wait(60) == 0
+    _produce(history, broker.bootstrap, topic, [b"after-%03d" % i for i in range(100)])
+    fleet.start("share", "worker", bootstrap=broker.bootstrap, topic=topic, group=group, member="worker")
+    stored = read_back(history, broker.bootstrap, topic, 1)
+    everything = {(topic, 0, o) for o in range(stored)}
+    members = ["worker", *closers]
+    wait_until(lambda: _accepted(fleet, members) == everything, "every record to be accepted", timeout=90)
+    fleet.stop("worker")
+    fleet.load_into(history)
+    print(f"\n{history.summary()}")
+    assert _accepted(fleet, closers) == {(topic, 0, o) for o in range(400)}  # each closer accepted its 100
+    assert _share_checks(history) == []
+
+
 def test_members_racing_their_first_requests_each_own_a_partition_or_hold_a_record_alone(
     broker_process_factory: Callable[..., BrokerProcess], fleet: Fleet
 ) -> None:

@@ -5,7 +5,8 @@ test can SIGKILL or SIGSTOP one of them and still know what it was told and what
 - `consume`: a consumer group member (classic or `group.protocol=consumer`) that commits
   synchronously after each batch it reads, recording its assignments, reads and commits;
 - `share`: a share-group member accepting each record it is given (or, with `--hold`,
-  holding its first records unacknowledged until it is killed);
+  holding its first records unacknowledged until it is killed; with `--close-with-acks`,
+  accepting its first records and closing at once, the acknowledgements sent by the close);
 - `transact`: a transactional producer writing numbered transactions of a few records.
 
 With `--barrier`, every role creates its client, then waits for the test to release a
@@ -231,12 +232,48 @@ def share(args: argparse.Namespace) -> int:
                 while not _stopping:  # hold them, unacknowledged, until killed
                     time.sleep(0.1)
                 return 0
+            if messages and args.close_with_acks:
+                _accept_on_close(consumer, args, messages, record)
+                return 0
             if messages:
                 _accept(consumer, args, messages, record)
     finally:
-        record(Left(client=args.member, group=args.group, member=args.member, at=time.monotonic()))
-        consumer.close()
+        if not args.close_with_acks:
+            record(Left(client=args.member, group=args.group, member=args.member, at=time.monotonic()))
+            consumer.close()
     return 0
+
+
+def _accept_on_close(
+    consumer: ShareConsumer, args: argparse.Namespace, messages: list[Message], record: _Recorder
+) -> None:
+    """Accept, and leave: close() sends the pending acknowledgements and returns once the
+    broker confirmed them (librdkafka's contract), or raises."""
+    for m in messages:
+        consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+    started = time.monotonic()
+    record(Left(client=args.member, group=args.group, member=args.member, at=started))
+    outcome: CommitOutcome = "acked"
+    try:
+        consumer.close()
+    except KafkaException:
+        outcome = "failed"
+    done = time.monotonic()
+    for m in messages:
+        record(
+            Acknowledged(
+                client=args.member,
+                group=args.group,
+                member=args.member,
+                topic=m.topic() or "",
+                partition=m.partition() or 0,
+                offset=m.offset() or 0,
+                ack="accept",
+                outcome=outcome,
+                started=started,
+                done=done,
+            )
+        )
 
 
 def _accept(consumer: ShareConsumer, args: argparse.Namespace, messages: list[Message], record: _Recorder) -> None:
@@ -343,6 +380,9 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--debug", help="librdkafka's debug contexts, logged to the client's .log")
     roles.choices["consume"].add_argument("--protocol", choices=("classic", "consumer"), default="classic")
     roles.choices["share"].add_argument("--hold", action="store_true")
+    roles.choices["share"].add_argument(
+        "--close-with-acks", action="store_true", help="accept the first records taken and close at once"
+    )
     roles.choices["share"].add_argument("--max-records", type=int, default=50)
     t = roles.choices["transact"]
     t.add_argument("--transactional-id", required=True)
