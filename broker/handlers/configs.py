@@ -4,8 +4,11 @@ for the broker).
 Described as Kafka's ConfigHelper describes them: a topic's configs are never read-only, their
 source is the first of their synonyms (the topic's override, the broker's static setting,
 the default); a broker setting is read-only unless Kafka can change it at runtime.  This
-broker has no dynamic broker configs, so no source is ever DYNAMIC_BROKER_CONFIG or
-DYNAMIC_DEFAULT_BROKER_CONFIG, and the cluster-wide defaults (the broker resource "") are none.
+broker has no dynamic broker configs, so no source is ever DYNAMIC_BROKER_CONFIG, and the one
+cluster-wide default (the broker resource "") is the one a Kafka 4.1 cluster starts with:
+`min.insync.replicas`, which its controller sets cluster-wide when it first starts with eligible
+leader replicas (KIP-966), to its own static value.  So that setting is DYNAMIC_DEFAULT_BROKER_CONFIG
+for the broker and for every topic that does not override it, as on Kafka 4.1.
 A group's configs (broker.group_configs) are never read-only either, and each has one synonym
 under its own name: GROUP_CONFIG for the group's override, else DEFAULT_CONFIG with the value
 the group runs with.
@@ -49,9 +52,11 @@ INCREMENTAL_ALTER_CONFIGS: Messages[IncrementalAlterConfigsRequest, IncrementalA
     44, 0, 1
 )
 TOPIC, BROKER, GROUP = 2, 4, 32
-# ConfigSource values of DescribeConfigs v1+ (Kafka's DYNAMIC_BROKER_CONFIG, 2, and
-# DYNAMIC_DEFAULT_BROKER_CONFIG, 3, never apply: no broker config is dynamic here).
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 4, 5, 8
+# ConfigSource values of DescribeConfigs v1+ (Kafka's DYNAMIC_BROKER_CONFIG, 2, never applies:
+# no broker config is dynamic here).
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 3, 4, 5, 8
+# Set cluster-wide by a Kafka 4.1 controller at its first start (ELR, KIP-966).
+CLUSTER_DEFAULTS = ("min.insync.replicas",)
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _LIST_CONFIGS = {name for name, d in TOPIC_CONFIGS.items() if d.config_type == LIST}
 
@@ -127,12 +132,26 @@ class ConfigEntry:
         return self.synonyms[0][2] if self.synonyms else DEFAULT_CONFIG
 
 
+def static_settings(broker: Broker) -> dict[str, str]:
+    """The settings given at start, by Kafka's names: `--advertise HOST:PORT` is the first
+    listener's `advertised.listeners`, as a server.properties line would give it."""
+    settings = dict(broker.config.settings)
+    if "advertised.listeners" not in settings and broker.config.advertise is not None:
+        host, port = broker.config.advertise
+        host = f"[{host}]" if ":" in host else host
+        settings["advertised.listeners"] = f"{broker.first_listener}://{host}:{port}"
+    return settings
+
+
 def _broker_synonyms(broker: Broker, name: str, default: str, *, with_default: bool) -> list[Synonym]:
     """A broker setting's synonyms: its static value when set, then its default (which Kafka
     leaves out when it has none, or derives it from another setting)."""
     synonyms: list[Synonym] = []
-    if name in broker.config.settings:
-        synonyms.append((name, broker.config.settings[name], STATIC_BROKER_CONFIG))
+    settings = static_settings(broker)
+    if name in CLUSTER_DEFAULTS:
+        synonyms.append((name, settings.get(name, default), DYNAMIC_DEFAULT_BROKER_CONFIG))
+    if name in settings:
+        synonyms.append((name, settings[name], STATIC_BROKER_CONFIG))
     if with_default:
         synonyms.append((name, default, DEFAULT_CONFIG))
     return synonyms
@@ -156,9 +175,10 @@ def _broker_entries(broker: Broker) -> list[ConfigEntry]:
     """The broker's settings and its defaults of the topic configs (every one of which Kafka
     can change at runtime), as Kafka describes its own resource."""
     entries = []
+    settings = static_settings(broker)
     for name, setting in BROKER_SETTINGS.items():
-        given = name in broker.config.settings
-        value: str | None = broker.config.settings.get(name, setting.default)
+        given = name in settings
+        value: str | None = settings.get(name, setting.default)
         synonyms = _broker_synonyms(broker, name, setting.default, with_default=not setting.null_default)
         if name == "cluster.id":
             value, synonyms = broker.cluster_id, synonyms if given else []
@@ -179,9 +199,14 @@ def _broker_entries(broker: Broker) -> list[ConfigEntry]:
 
 
 def _broker_resource(broker: Broker, name: str) -> list[ConfigEntry]:
-    """Kafka's answers: "" is the cluster-wide dynamic defaults (none here), an id this broker."""
+    """Kafka's answers: "" is the cluster-wide dynamic defaults, an id this broker."""
     if name == "":
-        return []
+        # The cluster-wide value alone: its one synonym is itself.
+        return [
+            ConfigEntry(e.name, e.value, e.synonyms[:1], e.doc, e.config_type)
+            for e in _broker_entries(broker)
+            if e.name in CLUSTER_DEFAULTS
+        ]
     try:
         node = int(name)
     except ValueError:

@@ -25,10 +25,15 @@ def test_kafka_configs_describes_every_topic_config_as_kafka_4_1_does(broker: Th
     target = ("--bootstrap-server", broker.bootstrap, "--entity-type", "topics", "--entity-name", "tools.every")
     out = kt.run("kafka-configs", *target, "--describe", "--all")
     assert out.splitlines()[0] == "All configs for topic tools.every are:"
-    # What a fresh Kafka 4.1 broker prints for a new topic (kafka-configs --describe --all).
+    # What a fresh Kafka 4.1 broker prints for a new topic (kafka-configs --describe --all); its
+    # cluster starts with min.insync.replicas set cluster-wide (KIP-966).
     expected = {
         f"{name}={default} sensitive=false synonyms={{{f'DEFAULT_CONFIG:{synonym}={default}' if synonym else ''}}}"
         for name, (default, _, synonym) in KAFKA_TOPIC_CONFIGS.items()
+        if name != "min.insync.replicas"
+    } | {
+        "min.insync.replicas=1 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:min.insync.replicas=1, "
+        "DEFAULT_CONFIG:min.insync.replicas=1}"
     }
     assert _lines(out) == expected
 
@@ -77,6 +82,9 @@ def test_kafka_configs_describes_the_brokers_settings_with_kafkas_sources(
         "advertised.listeners=null sensitive=false synonyms={}",
     ):
         assert line in every
-    # Without --all, only the dynamic configs: none, for the broker and cluster-wide.
+    # Without --all, only the dynamic configs: none for the broker; cluster-wide, the one a
+    # Kafka 4.1 cluster starts with.
     assert _lines(kt.run("kafka-configs", *brokers, "--entity-name", "1", "--describe")) == set()
-    assert _lines(kt.run("kafka-configs", *brokers, "--entity-default", "--describe")) == set()
+    assert _lines(kt.run("kafka-configs", *brokers, "--entity-default", "--describe")) == {
+        "min.insync.replicas=1 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:min.insync.replicas=1}"
+    }

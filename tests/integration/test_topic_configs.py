@@ -56,6 +56,9 @@ def _plog(broker: ThreadBroker, topic: str) -> Any:
 # --- the configs and how DescribeConfigs reports them ----------------------------------
 
 
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+
+
 def test_a_topic_describes_every_kafka_4_1_topic_config_with_its_default_type_and_synonym(broker: ThreadBroker) -> None:
     create_topic(broker.bootstrap, "described", 1)
     error, configs = describe(broker.bootstrap, TOPIC, "described")
@@ -63,10 +66,13 @@ def test_a_topic_describes_every_kafka_4_1_topic_config_with_its_default_type_an
     assert set(configs) == set(KAFKA_TOPIC_CONFIGS)
     for name, (default, config_type, synonym) in KAFKA_TOPIC_CONFIGS.items():
         entry = configs[name]
-        assert (entry.value, entry.config_type, entry.source) == (default, config_type, DEFAULT_CONFIG), name
+        # Kafka 4.1 starts with min.insync.replicas set cluster-wide (KIP-966): its first synonym.
+        cluster = [(name, default, DYNAMIC_DEFAULT_BROKER_CONFIG)] if name == "min.insync.replicas" else []
+        source = DYNAMIC_DEFAULT_BROKER_CONFIG if cluster else DEFAULT_CONFIG
+        assert (entry.value, entry.config_type, entry.source) == (default, config_type, source), name
         assert not entry.read_only, name
         assert not entry.sensitive, name
-        assert entry.synonyms == ([(synonym, default, DEFAULT_CONFIG)] if synonym else []), name
+        assert entry.synonyms == cluster + ([(synonym, default, DEFAULT_CONFIG)] if synonym else []), name
         assert entry.documentation, name
     # Those that act on nothing here say so.
     for name in ("unclean.leader.election.enable", "preallocate", "local.retention.ms", "remote.log.copy.disable"):
@@ -155,7 +161,8 @@ def test_the_broker_resource_flags_what_kafka_can_change_at_runtime_and_has_no_c
     assert configs["auto.create.topics.enable"].config_type == BOOLEAN
     assert configs["sasl.enabled.mechanisms"].config_type == LIST
 
-    assert describe(broker.bootstrap, BROKER, "") == (0, {})  # no dynamic cluster-wide default is set
+    # The one cluster-wide default a Kafka 4.1 cluster starts with (KIP-966).
+    assert list(describe(broker.bootstrap, BROKER, "")[1]) == ["min.insync.replicas"]
     assert describe(broker.bootstrap, BROKER, "2")[0] == INVALID_REQUEST
     assert describe(broker.bootstrap, BROKER, "one")[0] == INVALID_REQUEST
     _, every = describe(broker.bootstrap, BROKER, "1", keys=())  # as Kafka: an empty list is all of them
