@@ -123,7 +123,7 @@ def test_sources_and_synonyms_follow_kafka_topic_then_static_broker_setting_then
     assert all(c.synonyms == [] for c in bare.values())
 
 
-def test_the_broker_resource_flags_what_kafka_can_change_at_runtime_and_has_no_cluster_defaults(
+def test_the_broker_resource_flags_what_kafka_can_change_at_runtime_and_has_one_cluster_default(
     broker_factory: Callable[..., ThreadBroker],
 ) -> None:
     broker = broker_factory(settings={"num.partitions": "5", "ssl.key.password": "secret"})
