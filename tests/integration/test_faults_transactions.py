@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.fault_clients import Fleet, read_back, wait_until
 from tests.support.harness import BrokerProcess
-from tests.support.history import Fault, History, Transaction, partial_transactions
+from tests.support.history import Fault, History, Stored, Transaction, partial_transactions
 from tests.support.kafka_clients import create_topic
 
 pytestmark = pytest.mark.fault
@@ -42,23 +42,28 @@ def _producer(fleet: Fleet, name: str, bootstrap: str, topic: str, transactional
 def test_a_transactional_producer_sigkilled_mid_transaction_leaves_it_wholly_invisible(
     broker_process_factory: Callable[..., BrokerProcess], fleet: Fleet
 ) -> None:
-    """A producer commits transactions of five records over two partitions, one after the
-    other, and is SIGKILLed in the middle of one; a successor with the same transactional id
+    """A producer commits twenty transactions of five records over two partitions, then
+    writes half of the next one and is SIGKILLed; a successor with the same transactional id
     fences it (its open transaction is aborted) and commits five more.  Under read_committed
-    every transaction is all or nothing, and each one reported committed is there."""
+    every transaction is all or nothing (the half-written one, in the log as read_uncommitted
+    shows, is invisible), and each one reported committed is there."""
     broker = broker_process_factory()
     topic = "faults-txn-client"
     create_topic(broker.bootstrap, topic, PARTITIONS)
     history = History()
-    _producer(fleet, "first", broker.bootstrap, topic, "tx-a")
-    wait_until(lambda: _committed(fleet, "first") >= 20, "twenty transactions")
+    _producer(fleet, "first", broker.bootstrap, topic, "tx-a", stall_at=20)
+    wait_until(lambda: fleet.path("first").with_suffix(".stalled").exists(), "the producer to stall mid-transaction")
     fleet.kill("first", history)
     _producer(fleet, "second", broker.bootstrap, topic, "tx-a", transactions=5)
     assert fleet.procs["second"].wait(60) == 0
     stored = read_back(history, broker.bootstrap, topic, PARTITIONS)
     fleet.load_into(history)
+    uncommitted = History()
+    read_back(uncommitted, broker.bootstrap, topic, PARTITIONS, isolation="read_uncommitted")
     print(f"\n{stored} records visible; {history.summary()}")
+    assert _committed(fleet, "first") == 20
     assert _committed(fleet, "second") == 5
+    assert {s.value for s in uncommitted.of(Stored)} >= {b"first-20-0", b"first-20-1"}  # half of it was written
     assert partial_transactions(history) == []
 
 

@@ -7,7 +7,8 @@ test can SIGKILL or SIGSTOP one of them and still know what it was told and what
 - `share`: a share-group member accepting each record it is given (or, with `--hold`,
   holding its first records unacknowledged until it is killed; with `--close-with-acks`,
   accepting its first records and closing at once, the acknowledgements sent by the close);
-- `transact`: a transactional producer writing numbered transactions of a few records.
+- `transact`: a transactional producer writing numbered transactions of a few records (with
+  `--stall-at N`, stopping half-way through transaction N, its first records in the log).
 
 With `--barrier`, every role creates its client, then waits for the test to release a
 `Barrier`, so that several members send their first requests at once; every role stops
@@ -342,6 +343,13 @@ def transact(args: argparse.Namespace) -> int:
         for i, value in enumerate(values):
             producer.produce(args.topic, value=value, partition=i % args.partitions)
             producer.poll(0)
+            if seq == args.stall_at and i == len(values) // 2:
+                # Half of it in the log, the rest never sent: wait to be killed.
+                producer.flush(30)
+                args.out.with_suffix(".stalled").touch()
+                while not _stopping:
+                    time.sleep(0.1)
+                return 0
         record(txn(_finish(producer)))
     producer.flush(10)
     return 0
@@ -390,6 +398,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--records", type=int, default=5)
     t.add_argument("--partitions", type=int, default=1)
     t.add_argument("--transaction-timeout-ms", type=int, default=10_000)
+    t.add_argument("--stall-at", type=int, default=-1, help="stop mid-way through this transaction (OUT.stalled)")
     return parser
 
 
