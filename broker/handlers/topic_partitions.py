@@ -81,7 +81,7 @@ def handle(
                 )
                 topics.append(_topic(cls, error, name))
             continue
-        start = first if name == after else 0
+        start = max(first, 0) if name == after else 0  # a negative index names no partition: from 0
         end = min(topic.partitions, start + remaining)
         ops = security.operations(session, ResourceType.TOPIC, name)
         topics.append(

@@ -164,6 +164,17 @@ def test_a_cursor_outside_the_topic_list_is_an_invalid_request(broker: ThreadBro
         assert response.next_cursor is None
 
 
+def test_a_cursor_past_the_partitions_ends_the_topic_and_a_negative_one_starts_at_0(broker: ThreadBroker) -> None:
+    with connect(broker.bootstrap) as conn:
+        assert conn.create_topic("cur.b", 3).error_code == ErrorCode.none
+        past = _describe(conn, "cur.b", cursor=("cur.b", 7))
+        assert [(t.name, len(t.partitions)) for t in past.topics] == [("cur.b", 0)]
+        assert past.next_cursor is None
+        negative = _describe(conn, "cur.b", limit=2, cursor=("cur.b", -5))
+        assert [p.partition_index for p in negative.topics[0].partitions] == [0, 1]
+        assert (negative.next_cursor.topic_name, negative.next_cursor.partition_index) == ("cur.b", 2)
+
+
 def test_describe_quorum_answers_only_the_metadata_partition(broker: ThreadBroker) -> None:
     with connect(broker.bootstrap) as conn:
         for topic, partition in (("__cluster_metadata", 1), ("orders", 0)):
