@@ -593,6 +593,7 @@ class Broker:
         """Remove the topic now; its files go afterwards (in a worker thread when many),
         the name reserved until they are gone so a new topic cannot meet them."""
         logs = self.store.delete_topic(name)
+        self.metrics.forget_topic(name)
         if len(logs) <= self.INLINE_PARTITIONS:
             for plog in logs:
                 plog.delete()

@@ -3,6 +3,7 @@ process in tests)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
@@ -269,6 +270,15 @@ class BrokerMetrics:
         size, count = _children(self._served, topic, self.bytes_out, self.records_out)
         size.inc(nbytes)
         count.inc(records)
+
+    def forget_topic(self, topic: str) -> None:
+        """A deleted topic's series go with it, as Kafka's BrokerTopicStats removes them: topics
+        created and deleted in turn must not grow the registry."""
+        self._appended.pop(topic, None)
+        self._served.pop(topic, None)
+        for metric in (self.bytes_in, self.bytes_out, self.records_in, self.records_out):
+            with contextlib.suppress(KeyError):
+                metric.remove(topic)
 
     def handled(self, api: str, seconds: float) -> None:
         requests, latency = _children(self._handled, api, self.requests, self.latency)
