@@ -81,17 +81,15 @@ def _value(message: Message) -> bytes:
     return value if isinstance(value, bytes) else b""
 
 
-class _Recorder:
-    def __init__(self, out: Path, client: str) -> None:
-        self.out = out
-        self.client = client
+_Recorder = Callable[[Event], None]
 
-    def __call__(self, event: Event) -> None:
-        append_jsonl(self.out, event)
+
+def _recorder(out: Path) -> _Recorder:
+    return lambda event: append_jsonl(out, event)
 
 
 def consume(args: argparse.Namespace) -> int:
-    record = _Recorder(args.out, args.member)
+    record = _recorder(args.out)
     config: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap,
         "group.id": args.group,
@@ -190,7 +188,7 @@ def _commit(consumer: Consumer, args: argparse.Namespace, nexts: dict[tuple[str,
 
 
 def share(args: argparse.Namespace) -> int:
-    record = _Recorder(args.out, args.member)
+    record = _recorder(args.out)
     consumer = ShareConsumer(
         {
             "bootstrap.servers": args.bootstrap,
@@ -311,7 +309,7 @@ def transact(args: argparse.Namespace) -> int:
     """Transactions numbered from 0 of `--records` records each; before each commit the
     transaction is recorded as unknown, after it as committed or aborted."""
     client = args.out.stem  # two producers in turn may share a transactional id
-    record = _Recorder(args.out, client)
+    record = _recorder(args.out)
     producer = Producer(
         {
             "bootstrap.servers": args.bootstrap,
