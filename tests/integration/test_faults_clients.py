@@ -16,7 +16,9 @@ from tests.support.fault_clients import Barrier, Fleet, confluent_delivery, read
 from tests.support.harness import BrokerProcess
 from tests.support.history import (
     Acknowledged,
+    Committed,
     History,
+    Owned,
     Read,
     Stored,
     accepted_redelivered,
@@ -116,6 +118,70 @@ def test_a_consumer_sigkilled_mid_stream_loses_nothing_and_no_commit_is_read_aga
     assert lost_to_group(history, group) == []
     assert owned_by_two(history) == []
     assert redelivered_after_commit(history) == []
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_consumer_sigstopped_past_its_session_never_commits_over_its_successors(
+    broker_process_factory: Callable[..., BrokerProcess], fleet: Fleet, protocol: str
+) -> None:
+    """One of three consumer processes of a group is SIGSTOPped for longer than its session
+    timeout while records arrive; the others take its partitions over and commit.  Resumed,
+    whatever it fetched before the pause and commits now is refused, as its membership
+    (generation, member epoch) is gone.  The group reads every record and never again one
+    below a commit it was told succeeded."""
+    broker = broker_process_factory(SETTINGS)
+    topic, partitions, group = f"faults-zombie-{protocol}", 4, f"zombies-{protocol}"
+    create_topic(broker.bootstrap, topic, partitions)
+    history = History()
+    names = ["m1", "m2", "m3"]
+    for name in names:
+        fleet.start("consume", name, bootstrap=broker.bootstrap, topic=topic, group=group, member=name,
+                    protocol=protocol)  # fmt: skip
+    sent = 0
+
+    def produce(batches: int) -> None:
+        nonlocal sent
+        for _ in range(batches):
+            _produce(history, broker.bootstrap, topic, [b"z%06d" % (sent + i) for i in range(100)])
+            sent += 100
+
+    def owns(name: str) -> bool:
+        return any(isinstance(e, Owned) for e in fleet.history(name))
+
+    wait_until(lambda: all(owns(n) for n in names), "every member to own partitions")
+    produce(3)
+    fleet.pause("m1", history)
+
+    # Past the 6 s session timeout: the others own every partition again and read on.
+    def taken_over() -> bool:
+        h = _with(History(), fleet, names[1:])
+        return {(o.topic, o.partition) for o in _owned_now(h)} == {(topic, p) for p in range(partitions)}
+
+    produce(3)
+    wait_until(taken_over, "the other members to take the paused one's partitions")
+    produce(3)
+    fleet.resume("m1", history)
+    produce(3)
+    stored = read_back(history, broker.bootstrap, topic, partitions)
+    wait_until(lambda: lost_to_group(_with(history, fleet, names), group) == [], "the group to read everything")
+    for name in names:
+        fleet.stop(name)
+    fleet.load_into(history)
+    refused = sum(1 for c in history.of(Committed) if c.member == "m1" and c.outcome == "failed")
+    print(f"\n{protocol}: {sent} sent, {stored} stored, {refused} of m1's commits refused; {history.summary()}")
+    assert lost_acknowledged(history) == []
+    assert lost_to_group(history, group) == []
+    assert redelivered_after_commit(history) == []
+
+
+def _owned_now(history: History) -> list[Owned]:
+    """The ownerships a history leaves open."""
+    latest: dict[tuple[str, str, int, float], Owned] = {}
+    for o in history.of(Owned):
+        key = (o.member, o.topic, o.partition, o.since)
+        if key not in latest or o.until is not None:
+            latest[key] = o
+    return [o for o in latest.values() if o.until is None]
 
 
 def _share_checks(history: History) -> list[str]:

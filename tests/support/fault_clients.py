@@ -477,6 +477,10 @@ class Fleet:
         history.add(Fault(what="SIGSTOP", target=name, at=time.monotonic()))
         self.procs[name].send_signal(signal.SIGSTOP)
 
+    def resume(self, name: str, history: History) -> None:
+        history.add(Fault(what="SIGCONT", target=name, at=time.monotonic()))
+        self.procs[name].send_signal(signal.SIGCONT)
+
     def history(self, name: str) -> list[Event]:
         h = History()
         h.load(self.path(name))
