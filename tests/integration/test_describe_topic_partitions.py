@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AclOperation, AdminClient, ResourceType
 from kafka.admin import KafkaAdminClient
+from kio.schema.describe_quorum.v0 import request as v0
+from kio.schema.describe_quorum.v1 import request as v1
 from kio.schema.describe_quorum.v2.request import DescribeQuorumRequest, PartitionData, TopicData
 from kio.schema.describe_topic_partitions.v0.request import Cursor, DescribeTopicPartitionsRequest, TopicRequest
 from kio.schema.types import TopicName
@@ -175,13 +177,21 @@ def test_a_cursor_past_the_partitions_ends_the_topic_and_a_negative_one_starts_a
         assert (negative.next_cursor.topic_name, negative.next_cursor.partition_index) == ("cur.b", 2)
 
 
-def test_describe_quorum_answers_only_the_metadata_partition(broker: ThreadBroker) -> None:
+def test_describe_quorum_answers_only_the_metadata_partition_in_every_version(broker: ThreadBroker) -> None:
     with connect(broker.bootstrap) as conn:
         for topic, partition in (("__cluster_metadata", 1), ("orders", 0)):
             response = _quorum(conn, topic, partition)
             assert response.error_code == ErrorCode.unknown_topic_or_partition
             assert response.topics == ()
         assert _quorum(conn).error_code == ErrorCode.none
+        for version in (v0, v1):  # before KIP-853's nodes and directory ids
+            topic = version.TopicData(
+                topic_name=TopicName("__cluster_metadata"), partitions=(version.PartitionData(partition_index=i32(0)),)
+            )
+            answer = conn.request(version.DescribeQuorumRequest(topics=(topic,)))
+            (partition,) = answer.topics[0].partitions
+            assert (answer.error_code, partition.leader_id) == (ErrorCode.none, broker.broker.node_id)
+            assert [v.replica_id for v in partition.current_voters] == [broker.broker.node_id]
 
 
 @pytest.fixture
