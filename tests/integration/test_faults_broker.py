@@ -20,6 +20,7 @@ from tests.support.history import (
     History,
     Produced,
     Read,
+    commit_regressed,
     duplicated_in_log,
     lost_acknowledged,
     lost_to_group,
@@ -166,3 +167,4 @@ def test_broker_sigstopped_longer_than_client_timeouts_keeps_acks_and_commits(
     assert duplicated_in_log(history) == []
     assert lost_to_group(history, group) == []
     assert redelivered_after_commit(history) == []
+    assert commit_regressed(history) == []

@@ -22,6 +22,7 @@ from tests.support.history import (
     Read,
     Stored,
     accepted_redelivered,
+    commit_regressed,
     held_by_two,
     lost_acknowledged,
     lost_to_group,
@@ -118,6 +119,7 @@ def test_a_consumer_sigkilled_mid_stream_loses_nothing_and_no_commit_is_read_aga
     assert lost_to_group(history, group) == []
     assert owned_by_two(history) == []
     assert redelivered_after_commit(history) == []
+    assert commit_regressed(history) == []
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
@@ -172,6 +174,7 @@ def test_a_consumer_sigstopped_past_its_session_never_commits_over_its_successor
     assert lost_acknowledged(history) == []
     assert lost_to_group(history, group) == []
     assert redelivered_after_commit(history) == []
+    assert commit_regressed(history) == []
 
 
 def _owned_now(history: History) -> list[Owned]:
@@ -310,4 +313,5 @@ def test_members_racing_their_first_requests_each_own_a_partition_or_hold_a_reco
         assert lost_to_group(history, group) == []
     assert owned_by_two(history) == []
     assert redelivered_after_commit(history) == []
+    assert commit_regressed(history) == []
     assert _share_checks(history) == []

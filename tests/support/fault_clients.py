@@ -153,6 +153,9 @@ def consume(args: argparse.Namespace) -> int:
                     )
                 )
                 nexts[key] = offset + 1
+            # Only what it still owns: a partition revoked during that consume() (its callbacks
+            # run there) is its successor's to commit.
+            nexts = {key: offset for key, offset in nexts.items() if key in owned_since}
             if nexts:
                 _commit(consumer, args, nexts, record)
     finally:

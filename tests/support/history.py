@@ -306,6 +306,29 @@ def redelivered_after_commit(history: History) -> list[str]:
     return out
 
 
+def commit_regressed(history: History) -> list[str]:
+    """No commit acknowledged below an offset the group was already told it committed (the
+    commit started after that acknowledgement): with members that commit only what they read
+    and never seek, that is a fenced member's (a zombie's) commit the broker should refuse."""
+    acked: dict[tuple[str, str, int], list[Committed]] = defaultdict(list)
+    for c in history.of(Committed):
+        if c.outcome == "acked":
+            acked[(c.group, c.topic, c.partition)].append(c)
+    out = []
+    for (group, topic, partition), commits in acked.items():
+        commits.sort(key=lambda c: c.done)
+        for i, later in enumerate(commits):
+            higher = [c for c in commits[:i] if c.done < later.started and c.offset > later.offset]
+            if higher:
+                first = higher[0]
+                out.append(
+                    f"group {group}: {later.member}'s commit of {topic}-{partition} offset {later.offset} "
+                    f"acknowledged at {later.done:.3f}, after {first.member}'s commit of offset {first.offset} "
+                    f"was acknowledged at {first.done:.3f}"
+                )
+    return out
+
+
 def owned_by_two(history: History) -> list[str]:
     """No partition is owned by two members of one group at once.  A member records an
     ownership when assigned (open) and again when it is revoked (closed); one it never closed

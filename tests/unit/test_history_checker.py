@@ -22,6 +22,7 @@ from tests.support.history import (
     TxnOutcome,
     accepted_redelivered,
     append_jsonl,
+    commit_regressed,
     duplicated_in_log,
     held_by_two,
     lost_acknowledged,
@@ -85,6 +86,19 @@ def test_a_record_read_again_after_its_commit_was_acknowledged_is_reported() -> 
     assert len(again) == 1
     assert "b read t-0@4" in again[0]
     assert "commit of offset 5" in again[0]
+
+
+def test_a_commit_acknowledged_below_one_acknowledged_before_it_is_reported() -> None:
+    def commit(member: str, offset: int, started: float, done: float) -> Committed:
+        return Committed(
+            client=member, group="g", member=member, topic="t", partition=0, offset=offset, started=started, done=done
+        )
+
+    forward = [commit("a", 5, 1.0, 1.1), commit("b", 9, 2.0, 2.1), commit("a", 7, 2.05, 2.2)]  # a's overlaps b's
+    assert commit_regressed(_history(*forward)) == []
+    back = commit_regressed(_history(*forward, commit("a", 6, 3.0, 3.1)))
+    assert back == ["group g: a's commit of t-0 offset 6 acknowledged at 3.100, after b's commit of offset 9 was "
+                    "acknowledged at 2.100"]  # fmt: skip
 
 
 def test_a_partition_owned_by_two_members_at_once_is_reported() -> None:
