@@ -13,8 +13,13 @@ actual user or client id, as Kafka's metric tags are.
 
 Rates are measured over `quota.window.num` windows of `quota.window.size.seconds` (Kafka's
 `Rate`: a young measurement counts the windows it has not lived yet, so a client starts with
-some credit); a client over its quota is throttled for `(rate - quota) / quota * window`, at most
-one window (`quota.window.size.seconds`) at a time, and its channel is muted that long.
+some credit); a client over its quota is throttled for `(rate - quota) / quota * window`, the
+time its rate needs to fall back to the quota, and its channel is muted that long (acks=0
+produces included).  As Kafka's ClientQuotaManager, byte rates are not capped to a window: a 16
+MB request against 1 MB/s waits out about 16 s.  The one bound is the whole measured span
+(`quota.window.num` x `quota.window.size.seconds`): by then every sample has expired and the rate
+is zero, whatever was recorded.  `request_percentage` is bounded at one window, as Kafka's
+ClientRequestQuotaManager bounds it (`maxThrottleTimeMs`).
 Mutations use Kafka's token bucket (burst: quota x window): a request is refused with
 THROTTLING_QUOTA_EXCEEDED while the bucket is negative, so a single request may take it below
 zero and the next ones wait.
@@ -317,7 +322,13 @@ class Quotas:
         throttle = (observed - bound) / bound * rate.span(now)
         if not keep:
             rate.samples[-1].value -= amount
-        return int(min(throttle, self.window_s) * 1000)  # as Kafka: at most one window at a time
+        return int(min(throttle, self.max_throttle_s(key)) * 1000)
+
+    def max_throttle_s(self, key: str) -> float:
+        """The longest throttle of `key`: one window for request time (Kafka's
+        ClientRequestQuotaManager); for byte rates the whole measured span, after which every
+        sample has expired and the rate is back to zero."""
+        return self.window_s if key == REQUEST_PERCENTAGE else self.windows * self.window_s
 
     def window_bytes(self, key: str, user: str, client_id: str) -> int | None:
         """What the client's `key` quota allows over the whole window (a Fetch is bounded by it,

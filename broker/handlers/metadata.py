@@ -16,6 +16,7 @@ from broker.metadata import Topic
 from broker.protocol.codec import build, encode_body, nested, uvarint
 from broker.protocol.errors import ErrorCode
 from broker.protocol.fetch_codec import Part, RawResponse
+from broker.quotas import MutationCharge
 from broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Ans
     include_cluster_ops = _asks_cluster_operations(request) and request.include_cluster_authorized_operations
     entries: list[_Entry] = []
     created = False
+    mutations: MutationCharge | None = None
     security, session = broker.security, ctx.session
     if all_topics:
         # Kafka lists only the topics the principal may describe.
@@ -133,8 +135,16 @@ def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Ans
                 if not (security.cluster(session, Operation.CREATE) or security.topic(session, Operation.CREATE, name)):
                     entries.append((name, None, ErrorCode.topic_authorization_failed, None))
                     continue
-                topic = broker.auto_create(name)
-                created = created or topic is not None
+                if mutations is None:
+                    mutations = MutationCharge(broker.quotas, ctx.principal, ctx.client_id, strict=True)
+                # As Kafka's forwarded CreateTopics: the client's controller_mutation_rate pays
+                # for what it auto-creates, and a client already over it creates nothing (the
+                # client sees UNKNOWN_TOPIC_OR_PARTITION and asks again later).
+                if not mutations.exceeded():
+                    topic = broker.auto_create(name)
+                    if topic is not None:
+                        mutations.take(topic.partitions)
+                        created = True
             if topic is None:
                 entries.append((name, None, ErrorCode.unknown_topic_or_partition, None))
             else:

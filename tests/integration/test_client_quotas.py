@@ -1,14 +1,17 @@
 """Client quotas with Kafka's semantics, over real sockets: set and read with AlterClientQuotas
 and DescribeClientQuotas (filters, validate_only, INVALID_REQUEST for what Kafka refuses),
 durable across a restart; a producer held to `producer_byte_rate` within 10 %; a consumer over
-`consumer_byte_rate` answered empty with `throttle_time_ms`; partition mutations held to
-`controller_mutation_rate` with THROTTLING_QUOTA_EXCEEDED."""
+`consumer_byte_rate` answered empty with `throttle_time_ms`; a large produce throttled (and an
+acks=0 producer muted) for as long as its rate needs, not one window; partition mutations, the
+auto-created included, held to `controller_mutation_rate`."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntityData, EntryData, OpData
 from kio.schema.describe_client_quotas.v1.request import ComponentData, DescribeClientQuotasRequest
 from kio.schema.errors import ErrorCode
@@ -17,7 +20,7 @@ from kio.static.primitive import f64, i8
 
 from loadtest import quota_accuracy
 from tests.support.harness import ThreadBroker
-from tests.support.kafka_wire import KafkaConnection, batch, connect, create_topics_request
+from tests.support.kafka_wire import KafkaConnection, batch, connect, create_topics_request, produce_request
 
 ANY, DEFAULT, EXACT = 2, 1, 0
 
@@ -166,3 +169,57 @@ def test_a_client_over_its_request_percentage_is_throttled_and_others_are_not(br
             ).throttle_time.total_seconds()
             == 0
         )
+
+
+def test_a_large_produce_is_throttled_until_its_rate_is_back_under_the_quota_not_one_window(
+    broker: ThreadBroker,
+) -> None:
+    """Kafka does not cap a byte-rate throttle at one window: a producer of large requests waits
+    as long as its rate needs to fall back to the quota.  A young measurement spans 10 windows
+    (1 s each): 1.4 MB against 100 kB/s owes 14 s of them, 4 s beyond the span."""
+    with connect(broker.bootstrap) as conn:
+        conn.create_topic("large.requests")
+        assert quota_accuracy.set_client_quota(broker.bootstrap, "streamshop-tests", "producer_byte_rate", 100_000) == 0
+        records = batch([b"p" * 1000] * 700)
+        cid = conn.send(produce_request("large.requests", 0, records, acks=1))
+        first = conn.receive(0, 9, cid)
+        cid = conn.send(produce_request("large.requests", 0, records, acks=1))
+        second = conn.receive(0, 9, cid)
+    assert first.throttle_time.total_seconds() == 0  # 700 kB over 10 s: 70 kB/s
+    assert second.throttle_time.total_seconds() >= 3.5, second.throttle_time
+
+
+@pytest.mark.slow
+def test_an_acks_0_producer_over_its_quota_has_its_channel_muted_for_the_whole_throttle(
+    broker: ThreadBroker,
+) -> None:
+    """acks=0 has no response to carry the throttle: the broker mutes the channel that long, so
+    the next request on the connection is answered only once the throttle (about 4 s) is over."""
+    with connect(broker.bootstrap) as conn:
+        conn.create_topic("large.fire-and-forget")
+        assert quota_accuracy.set_client_quota(broker.bootstrap, "streamshop-tests", "producer_byte_rate", 100_000) == 0
+        records = batch([b"p" * 1000] * 700)
+        conn.produce("large.fire-and-forget", 0, records, acks=0)
+        conn.produce("large.fire-and-forget", 0, records, acks=0)
+        sent = time.monotonic()
+        conn.api_versions()
+        waited = time.monotonic() - sent
+    assert waited >= 3.0, waited
+
+
+def test_metadata_auto_creation_is_charged_to_controller_mutation_rate(
+    broker_factory: Callable[..., ThreadBroker],
+) -> None:
+    """Topics a Metadata request auto-creates cost its client's controller_mutation_rate, as
+    Kafka's forwarded CreateTopics does: once the bucket (2/s x 11 s) is below zero the client
+    creates nothing more and is told UNKNOWN_TOPIC_OR_PARTITION."""
+    broker = broker_factory(settings={"num.partitions": "30"})
+    assert quota_accuracy.set_client_quota(broker.bootstrap, "streamshop-tests", "controller_mutation_rate", 2) == 0
+    with connect(broker.bootstrap) as conn:
+        first = conn.metadata(["auto.first"], allow_auto_create=True).topics[0]
+        second = conn.metadata(["auto.second"], allow_auto_create=True).topics[0]
+        again = conn.metadata(["auto.second"]).topics[0]
+    assert first.error_code == ErrorCode.none  # 30 partitions from a full bucket of 22
+    assert len(first.partitions) == 30
+    assert second.error_code == ErrorCode.unknown_topic_or_partition
+    assert again.error_code == ErrorCode.unknown_topic_or_partition  # it was not created

@@ -12,7 +12,7 @@ import pytest
 from broker.clock import ManualClock
 from broker.config import BrokerConfig
 from broker.metadata import MetadataStore
-from broker.quotas import PRODUCER_BYTE_RATE, QuotaError, Quotas, Rate, check_value, entity_of
+from broker.quotas import PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, QuotaError, Quotas, Rate, check_value, entity_of
 
 U, C = "user", "client-id"
 
@@ -69,12 +69,20 @@ def test_the_rate_gives_a_young_client_credit_and_throttles_in_proportion() -> N
     assert rate.measure(17.0) == pytest.approx(0.2)
 
 
-def test_a_throttle_is_proportional_to_the_excess_and_at_most_one_window(quotas: Quotas) -> None:
+def test_a_throttle_is_proportional_to_the_excess_and_at_most_the_measured_span(quotas: Quotas) -> None:
     quotas.alter([(entity_of([(C, "app")]), {PRODUCER_BYTE_RATE: 1000.0})])
     assert quotas.throttle_ms(PRODUCER_BYTE_RATE, "u", "app", 500) == 0  # within: 500/s over 1 s
     assert 190 <= quotas.throttle_ms(PRODUCER_BYTE_RATE, "u", "app", 700) <= 200  # 1,200/s: 20 % of 1 s
-    assert quotas.throttle_ms(PRODUCER_BYTE_RATE, "u", "app", 10_000) == 1000  # capped
+    # 1,800 bytes over 1 s: 0.8 s more to fall back to 1,000/s; not capped at one window
+    assert 790 <= quotas.throttle_ms(PRODUCER_BYTE_RATE, "u", "app", 600) <= 800
+    # the whole span (2 windows of 1 s) is the bound: by then every sample has expired
+    assert quotas.throttle_ms(PRODUCER_BYTE_RATE, "u", "app", 10_000) == 2000
     assert quotas.throttle_ms(PRODUCER_BYTE_RATE, "u", "other", 10_000) == 0  # not this client's
+
+
+def test_a_request_percentage_throttle_is_at_most_one_window_as_kafkas(quotas: Quotas) -> None:
+    quotas.alter([(entity_of([(C, "app")]), {REQUEST_PERCENTAGE: 10.0})])
+    assert quotas.throttle_ms(REQUEST_PERCENTAGE, "u", "app", 500.0) == 1000  # 5 s of a thread in 1 s
 
 
 def test_the_mutation_bucket_lets_one_request_through_and_refills(quotas: Quotas) -> None:
