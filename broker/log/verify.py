@@ -83,15 +83,19 @@ def verify_segment(path: Path, *, deep: bool) -> SegmentReport:
             except InvalidBatch as e:
                 problems.append(f"offset {header.base_offset}: records do not decode: {e}")
     report.problems.extend(f"{path.name}: {p}" for p in problems)
-    _check_offset_index(path.with_suffix(".index"), base, starts, report)
-    _check_time_index(path.with_suffix(".timeindex"), base, last_offset, report)
+    # An empty segment has nothing to index: its index files are made with its first batch.
+    empty = path.stat().st_size == 0
+    _check_offset_index(path.with_suffix(".index"), base, starts, report, empty=empty)
+    _check_time_index(path.with_suffix(".timeindex"), base, last_offset, report, empty=empty)
     return report
 
 
-def _entries(path: Path, entry: struct.Struct, report: SegmentReport) -> Iterator[tuple[int, int]]:
-    """The whole entries of an index file (a missing file or a torn entry is a problem)."""
+def _entries(path: Path, entry: struct.Struct, report: SegmentReport, *, empty: bool) -> Iterator[tuple[int, int]]:
+    """The whole entries of an index file (a torn entry is a problem, and so is a missing
+    file, unless its segment is `empty`)."""
     if not path.exists():
-        report.problems.append(f"{path.name}: missing (rebuilt at the next start)")
+        if not empty:
+            report.problems.append(f"{path.name}: missing (rebuilt at the next start)")
         return
     data = path.read_bytes()
     if len(data) % entry.size:
@@ -101,17 +105,17 @@ def _entries(path: Path, entry: struct.Struct, report: SegmentReport) -> Iterato
         yield values
 
 
-def _check_offset_index(path: Path, base: int, starts: dict[int, int], report: SegmentReport) -> None:
-    for rel, pos in _entries(path, OFFSET_ENTRY, report):
+def _check_offset_index(path: Path, base: int, starts: dict[int, int], report: SegmentReport, *, empty: bool) -> None:
+    for rel, pos in _entries(path, OFFSET_ENTRY, report, empty=empty):
         if starts.get(base + rel) != pos:
             report.problems.append(
                 f"{path.name}: offset {base + rel} -> position {pos}: no batch ends (or starts) there"
             )
 
 
-def _check_time_index(path: Path, base: int, last_offset: int, report: SegmentReport) -> None:
+def _check_time_index(path: Path, base: int, last_offset: int, report: SegmentReport, *, empty: bool) -> None:
     last_ts = None
-    for ts, rel in _entries(path, TIME_ENTRY, report):
+    for ts, rel in _entries(path, TIME_ENTRY, report, empty=empty):
         if last_ts is not None and ts <= last_ts:
             report.problems.append(f"{path.name}: timestamp {ts} after {last_ts}")
         if base + rel > last_offset:

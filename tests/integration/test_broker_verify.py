@@ -51,3 +51,28 @@ def test_verify_passes_clean_data_and_reports_a_flipped_byte_and_a_shifted_index
     assert lines[-1].endswith("2 problems")
 
     assert cli("broker", "verify", "--data-dir", str(proc.data_dir / "missing")).returncode == 2
+
+
+def test_a_clean_stop_verifies_clean_with_empty_segments_that_have_no_index_files(
+    broker_process_factory: Callable[..., BrokerProcess],
+) -> None:
+    """Partitions never written to (and a segment rolled but not yet written) hold empty
+    segments without index files: that is how the writer leaves them, not damage.  A segment
+    with records whose index is gone is still reported."""
+    proc = broker_process_factory()
+    with connect(proc.bootstrap) as c:
+        assert c.create_topic("sparse", 4).error_code == ErrorCode.none
+        assert c.produce("sparse", 0, batch([b"only partition 0"])).error_code == 0
+    assert proc.stop() == 0
+    empty = [p for p in (proc.data_dir / f"sparse-{i}" for i in range(1, 4)) if (p / f"{0:020d}.log").exists()]
+    assert empty
+    assert not any((p / f"{0:020d}.index").exists() for p in empty)
+
+    clean = cli("broker", "verify", "--data-dir", str(proc.data_dir))
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert clean.stdout.strip().endswith(": 0 problems")
+
+    (proc.data_dir / "sparse-0" / f"{0:020d}.index").unlink()
+    damaged = cli("broker", "verify", "--data-dir", str(proc.data_dir))
+    assert damaged.returncode == 1
+    assert f"sparse-0/{0:020d}.index: missing" in damaged.stdout
