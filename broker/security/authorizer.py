@@ -9,8 +9,6 @@ change, so Produce and Fetch pay a dictionary lookup per topic.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import os
 import ssl
 from typing import TYPE_CHECKING
 
@@ -18,6 +16,7 @@ import structlog
 
 from broker.config import BrokerConfig
 from broker.listeners import Listener, parse_endpoints, resolve
+from broker.security import salt_secret
 from broker.security.acls import ANONYMOUS, CLUSTER_NAME, OPERATIONS_OF, AclIndex, Operation, ResourceType
 from broker.security.scram import MECHANISMS
 from broker.security.session import Session
@@ -59,9 +58,9 @@ class Security:
         self.allow_if_no_acl: bool = config.get("allow.everyone.if.no.acl.found")
         self.principal_rules = PrincipalRules(config.get("ssl.principal.mapping.rules"))
         self.client_auth: str = config.get("ssl.client.auth")
-        # Keys the made-up salts of unknown SCRAM users: stable for a data directory, so
-        # asking twice for the same unknown user gives the same salt.
-        self.secret = hashlib.sha256(b"streamshop-scram" + os.fsencode(str(config.data_dir.resolve()))).digest()
+        # Keys the made-up salts of unknown SCRAM users: random, kept in the data directory,
+        # so asking twice for the same unknown user gives the same salt, and nobody can compute it.
+        self.secret = salt_secret.load_or_create(config.data_dir)
         self.tls: ssl.SSLContext | None = None
         if any(listener.tls for listener in self.listeners):
             self.tls = server_context(

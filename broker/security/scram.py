@@ -40,10 +40,13 @@ def _hmac(algorithm: str, key: bytes, message: bytes) -> bytes:
     return hmac.new(key, message, algorithm).digest()
 
 
-def made_up_salt(secret: bytes, user: str, length: int) -> bytes:
-    """The same salt for the same unknown user every time (a random one would tell it apart)."""
-    digest = _hmac("sha512", secret, user.encode())
-    return (digest * (length // len(digest) + 1))[:length]
+def made_up_salt(secret: bytes, mechanism: str, user: str, length: int) -> bytes:
+    """The same salt for the same unknown user every time (a random one would tell it apart),
+    another for each mechanism (as a real user's credentials have), and of any length without
+    repeating itself (a real salt of 64+ bytes does not): HMAC blocks in counter mode."""
+    message = f"{mechanism}\0{user}\0".encode()
+    blocks = (_hmac("sha512", secret, message + n.to_bytes(4, "big")) for n in range(-(-length // 64)))
+    return b"".join(blocks)[:length]
 
 
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
@@ -129,7 +132,7 @@ class ScramServer:
         self.mechanism = mechanism
         self.algorithm = MECHANISMS[mechanism]
         self.lookup = lookup
-        self.secret = secret  # per broker: keys the made-up salts
+        self.secret = secret  # the broker's own (`salt_secret`): keys the made-up salts
         self.decoy = decoy  # (iterations, salt length) of the made-up answer: a real user's
         self.server_nonce = nonce or base64.b64encode(os.urandom(_NONCE_BYTES)).decode()
         self.user: str | None = None
@@ -162,7 +165,7 @@ class ScramServer:
             salt, iterations = self.credential.salt, self.credential.iterations
         else:
             iterations, length = self.decoy
-            salt = made_up_salt(self.secret, user, length)
+            salt = made_up_salt(self.secret, self.mechanism, user, length)
         self._client_first_bare = bare
         self._nonce = attrs["r"] + self.server_nonce
         self._server_first = f"r={self._nonce},s={base64.b64encode(salt).decode()},i={iterations}"

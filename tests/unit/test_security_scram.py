@@ -73,6 +73,31 @@ def test_unknown_user_gets_a_stable_made_up_salt_and_fails_at_the_proof() -> Non
     assert len(salts) == 1
 
 
+def _salt(server: ScramServer, user: str) -> bytes:
+    fields = dict(f.split(b"=", 1) for f in server.first(ScramClient(server.mechanism, user, "x").first()).split(b","))
+    return base64.b64decode(fields[b"s"])
+
+
+def test_an_unknown_users_salt_differs_between_mechanisms() -> None:
+    """A real user's SCRAM-SHA-256 and SCRAM-SHA-512 credentials have salts of their own; an
+    unknown name's made-up ones must differ too, or asking under both would tell it apart."""
+    assert _salt(_server("SCRAM-SHA-256", {}), "mallory") != _salt(_server("SCRAM-SHA-512", {}), "mallory")
+
+
+def test_a_made_up_salt_longer_than_one_digest_does_not_repeat() -> None:
+    """A 128-byte made-up salt is not one 64-byte block twice (a real random salt never is)."""
+    server = ScramServer("SCRAM-SHA-512", lambda _: None, SECRET, decoy=(4096, 128))
+    salt = _salt(server, "mallory")
+    assert len(salt) == 128
+    assert salt[:64] != salt[64:]
+
+
+def test_another_secret_makes_up_other_salts() -> None:
+    """The made-up salt is keyed by the broker's secret alone: another secret, another salt."""
+    other = ScramServer("SCRAM-SHA-256", lambda _: None, b"o" * 32)
+    assert _salt(_server("SCRAM-SHA-256", {}), "mallory") != _salt(other, "mallory")
+
+
 def test_replayed_client_final_fails_on_a_new_exchange() -> None:
     """A captured client-final names the old server nonce: a new exchange refuses it."""
     users = {"alice": "pw"}
