@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import structlog
 
@@ -63,6 +64,13 @@ class _AppendWatch:
         self.future = future
         self.needed = needed
         self.keys = keys
+
+
+class AutoCreation(NamedTuple):
+    """A topic being auto-created: its partitions, and the topic once made (None if not)."""
+
+    partitions: int
+    topic: asyncio.Future[Topic | None]
 
 
 class Broker:
@@ -622,21 +630,33 @@ class Broker:
             and not self._colliding_topic(name)
         )
 
-    def auto_create(self, name: str) -> Topic | None:
-        """Kafka's auto.create.topics.enable: a produce or metadata request for an unknown
-        topic creates it with the broker defaults.  None when disabled, invalid or over
-        the limits."""
+    def auto_create_off_loop(self, name: str) -> AutoCreation | None:
+        """Kafka's auto.create.topics.enable: a metadata request for an unknown topic creates it
+        with the broker defaults.  The name and its partitions are reserved now; the partitions
+        are made in a worker thread by a task that runs even if the asker goes away.  None when
+        disabled, invalid or over the limits."""
         if not self.auto_create_allowed(name):
             return None
         partitions = self.config.get("num.partitions")
         try:
             self.check_partition_budget(partitions)
-            topic = self.create_topic(name, partitions, {})
         except KafkaError as e:
             log.warning("cannot auto-create topic", topic=name, error=e.message)
             return None
-        log.info("auto-created topic", topic=name)
-        return topic
+        self.reserve_topic(name, partitions)
+
+        async def create() -> Topic | None:
+            try:
+                topic = await self.create_topic_off_loop(name, partitions, {})
+            except KafkaError as e:
+                log.warning("cannot auto-create topic", topic=name, error=e.message)
+                return None
+            finally:
+                self.release_topic(name, partitions)
+            log.info("auto-created topic", topic=name)
+            return topic
+
+        return AutoCreation(partitions, asyncio.ensure_future(create()))
 
     async def sync_metadata(self) -> None:
         await self.flusher.sync([self.store.meta_log])

@@ -27,8 +27,9 @@ from broker.config_values import LIST
 from broker.core import Broker
 from broker.group_configs import GROUP_CONFIGS, group_config, validate_overrides
 from broker.handlers.base import Answer, Messages, RequestContext
-from broker.protocol.codec import build, nested
+from broker.protocol.codec import build, encode_body, encode_count, nested
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.fetch_codec import Part, RawResponse
 from broker.security.acls import Operation
 from kit.settings import ConfigError
 
@@ -69,6 +70,13 @@ class _Resource(Protocol):
 
     @property
     def resource_name(self) -> str: ...
+
+
+class _Described(_Resource, Protocol):
+    """A DescribeConfigs resource."""
+
+    @property
+    def configuration_keys(self) -> Sequence[str] | None: ...
 
 
 class _Change(Protocol):
@@ -232,65 +240,86 @@ def _group_entries(broker: Broker, group_id: str) -> list[ConfigEntry]:
     return entries
 
 
-def describe_configs(broker: Broker, ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+def describe_configs(broker: Broker, ctx: RequestContext, request: DescribeConfigsRequest) -> RawResponse:
+    """As Kafka, every resource named is answered, a repeated one as often as it is named;
+    but each distinct resource is described and encoded once and its bytes repeated, so a
+    small request naming one resource thousands of times costs one description, not
+    thousands, on the event loop."""
     cls = DESCRIBE_CONFIGS.response(ctx.api_version)
+    encoded: dict[tuple[int, str, tuple[str, ...] | None], bytes] = {}
+    parts: list[Part] = []
+    for resource in request.resources:
+        keys = resource.configuration_keys
+        key = (resource.resource_type, resource.resource_name, tuple(keys) if keys is not None else None)
+        body = encoded.get(key)
+        if body is None:
+            body = encoded[key] = encode_body(_describe(broker, ctx, request, cls, resource))
+        parts.append(body)
+    # The envelope is the response without results, the results spliced in where its
+    # empty array is (just before the tagged fields of v4).
+    flexible = bool(cls.__flexible__)
+    envelope = encode_body(build(cls, throttle_time=0, results=()))
+    head = envelope[:4]  # throttle_time_ms
+    tail = envelope[4 + len(encode_count(0, flexible)) :]
+    return RawResponse([head, encode_count(len(parts), flexible), *parts, tail], flexible, throttled=True)
+
+
+def _describe(
+    broker: Broker, ctx: RequestContext, request: DescribeConfigsRequest, cls: type[Entity], resource: _Described
+) -> Entity:
+    """One resource's DescribeConfigsResult."""
     result_cls = nested(cls, "DescribeConfigsResult")
     entry_cls = nested(cls, "DescribeConfigsResourceResult")
     synonym_cls = nested(cls, "DescribeConfigsSynonym")
     with_synonyms = request.include_synonyms
     with_docs = _with_documentation(request) and request.include_documentation
-    results = []
-    for resource in request.resources:
-        entries: list[ConfigEntry] = []
-        error, message = ErrorCode.none, None
-        try:
-            _authorize(broker, ctx, resource, Operation.DESCRIBE_CONFIGS)
-            if resource.resource_type == TOPIC:
-                topic = broker.store.get(resource.resource_name)
-                if topic is None:
-                    raise KafkaError(
-                        ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist"
-                    )
-                values = {**broker.config.topic_defaults(), **topic.configs}
-                entries = topic_config_entries(broker, values, set(topic.configs))
-            elif resource.resource_type == BROKER:
-                entries = _broker_resource(broker, resource.resource_name)
-            elif resource.resource_type == GROUP:
-                entries = _group_entries(broker, resource.resource_name)
-            else:
-                raise KafkaError(ErrorCode.invalid_request, f"resource type {resource.resource_type} is not supported")
-        except KafkaError as e:
-            error, message = e.code, e.message
-        keys = resource.configuration_keys
-        if keys:  # as Kafka, an empty list asks for every config, as null does
-            entries = [e for e in entries if e.name in keys]
-        results.append(
+    entries: list[ConfigEntry] = []
+    error, message = ErrorCode.none, None
+    try:
+        _authorize(broker, ctx, resource, Operation.DESCRIBE_CONFIGS)
+        if resource.resource_type == TOPIC:
+            topic = broker.store.get(resource.resource_name)
+            if topic is None:
+                raise KafkaError(
+                    ErrorCode.unknown_topic_or_partition, f"topic {resource.resource_name!r} does not exist"
+                )
+            values = {**broker.config.topic_defaults(), **topic.configs}
+            entries = topic_config_entries(broker, values, set(topic.configs))
+        elif resource.resource_type == BROKER:
+            entries = _broker_resource(broker, resource.resource_name)
+        elif resource.resource_type == GROUP:
+            entries = _group_entries(broker, resource.resource_name)
+        else:
+            raise KafkaError(ErrorCode.invalid_request, f"resource type {resource.resource_type} is not supported")
+    except KafkaError as e:
+        error, message = e.code, e.message
+    keys = resource.configuration_keys
+    if keys:  # as Kafka, an empty list asks for every config, as null does
+        entries = [e for e in entries if e.name in keys]
+    return build(
+        result_cls,
+        error_code=error,
+        error_message=message,
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+        configs=tuple(
             build(
-                result_cls,
-                error_code=error,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-                configs=tuple(
-                    build(
-                        entry_cls,
-                        name=e.name,
-                        value=e.value,
-                        read_only=e.read_only,
-                        config_source=e.source,
-                        is_default=e.source == DEFAULT_CONFIG,
-                        is_sensitive=e.sensitive,
-                        synonyms=tuple(build(synonym_cls, name=n, value=v, source=s) for n, v, s in e.synonyms)
-                        if with_synonyms
-                        else (),
-                        config_type=e.config_type,
-                        documentation=e.doc if with_docs else None,
-                    )
-                    for e in entries
-                ),
+                entry_cls,
+                name=e.name,
+                value=e.value,
+                read_only=e.read_only,
+                config_source=e.source,
+                is_default=e.source == DEFAULT_CONFIG,
+                is_sensitive=e.sensitive,
+                synonyms=tuple(build(synonym_cls, name=n, value=v, source=s) for n, v, s in e.synonyms)
+                if with_synonyms
+                else (),
+                config_type=e.config_type,
+                documentation=e.doc if with_docs else None,
             )
-        )
-    return build(cls, throttle_time=0, results=tuple(results))
+            for e in entries
+        ),
+    )
 
 
 def _apply(current: dict[str, str], resource: _Changes) -> dict[str, str]:

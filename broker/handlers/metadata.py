@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import uuid
 from collections.abc import Callable
@@ -93,7 +94,8 @@ def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Ans
     include_ops = _asks_operations(request) and request.include_topic_authorized_operations
     include_cluster_ops = _asks_cluster_operations(request) and request.include_cluster_authorized_operations
     entries: list[_Entry] = []
-    created = False
+    # Topics being auto-created, their partitions made off the event loop: (entry, name, topic).
+    creations: list[tuple[int, str, asyncio.Future[Topic | None]]] = []
     mutations: MutationCharge | None = None
     security, session = broker.security, ctx.session
     if all_topics:
@@ -109,6 +111,7 @@ def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Ans
             if _by_topic_id(request)
             else [(t.name, None) for t in requested or ()]
         )
+        asked = list(dict.fromkeys(asked))  # as Kafka, which takes them as a set: each answered once
         for name, topic_id in asked:
             if name is None and version < 12:
                 # As Kafka: a topic asked by id (a null name) only from v12, whose answer's name
@@ -141,10 +144,12 @@ def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Ans
                 # for what it auto-creates, and a client already over it creates nothing (the
                 # client sees UNKNOWN_TOPIC_OR_PARTITION and asks again later).
                 if not mutations.exceeded():
-                    topic = broker.auto_create(name)
-                    if topic is not None:
-                        mutations.take(topic.partitions)
-                        created = True
+                    creation = broker.auto_create_off_loop(name)
+                    if creation is not None:
+                        mutations.take(creation.partitions)
+                        creations.append((len(entries), name, creation.topic))
+                        entries.append((name, None, ErrorCode.unknown_topic_or_partition, None))  # until made
+                        continue
             if topic is None:
                 entries.append((name, None, ErrorCode.unknown_topic_or_partition, None))
             else:
@@ -157,9 +162,13 @@ def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Ans
         ops = (lambda name: security.operations(session, ResourceType.TOPIC, name)) if include_ops else None
         return _response(broker, version, ctx.listener, entries, ops=ops, cluster_ops=cluster_ops)
 
-    if created:
+    if creations:
 
         async def durable() -> RawResponse:
+            for at, name, made in creations:
+                topic = await made
+                if topic is not None:
+                    entries[at] = (name, topic.topic_id, ErrorCode.none, topic)
             await broker.sync_metadata()
             return respond()
 

@@ -1,0 +1,86 @@
+"""No small request holds the broker's event loop for everyone: while one client's request
+naming a resource thousands of times, or auto-creating hundreds of topics, is served, another
+client's ApiVersions round trips stay within a bound taken from the same round trips on the
+idle broker (tests/support/loop_stall.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import TopicName
+from kio.static.primitive import i8
+
+from tests.support import loop_stall
+from tests.support.harness import BrokerProcess
+from tests.support.kafka_wire import connect
+
+pytestmark = pytest.mark.slow
+
+BROKER, TOPIC = 4, 2
+
+
+def _describe(resource_type: int, name: str, times: int) -> DescribeConfigsRequest:
+    resource = DescribeConfigsResource(resource_type=i8(resource_type), resource_name=name, configuration_keys=None)
+    return DescribeConfigsRequest(resources=(resource,) * times, include_synonyms=True, include_documentation=True)
+
+
+def test_describe_configs_naming_the_broker_1000_times_does_not_stall_other_clients(
+    broker_process_factory: Callable[..., BrokerProcess],
+) -> None:
+    """Each repeat is answered, as Kafka answers it, but described once: about 5 KB of request
+    asking for a 10 MB answer holds the loop no longer than a few idle round trips."""
+    broker = broker_process_factory()
+    idle = loop_stall.control(broker.bootstrap)
+    response, stall = loop_stall.stall_of(broker.bootstrap, _describe(BROKER, "1", 1000))
+    assert len(response.results) == 1000
+    assert all(r == response.results[0] for r in response.results)
+    assert response.results[0].error_code == ErrorCode.none
+    assert len(response.results[0].configs) > 100
+    assert stall < loop_stall.bound(idle), f"stalled {stall:.3f}s; idle round trips took at most {idle:.4f}s"
+
+
+def test_describe_configs_naming_one_topic_2000_times_does_not_stall_other_clients(
+    broker_process_factory: Callable[..., BrokerProcess],
+) -> None:
+    broker = broker_process_factory()
+    with connect(broker.bootstrap) as conn:
+        conn.create_topic("orders", 1)
+    idle = loop_stall.control(broker.bootstrap)
+    response, stall = loop_stall.stall_of(broker.bootstrap, _describe(TOPIC, "orders", 2000))
+    assert len(response.results) == 2000
+    assert {(r.resource_name, r.error_code) for r in response.results} == {("orders", ErrorCode.none)}
+    assert stall < loop_stall.bound(idle), f"stalled {stall:.3f}s; idle round trips took at most {idle:.4f}s"
+
+
+def test_metadata_auto_creating_500_topics_creates_them_off_the_event_loop(
+    broker_process_factory: Callable[..., BrokerProcess],
+) -> None:
+    """Every topic is created and answered, its partitions made in a worker thread."""
+    broker = broker_process_factory()
+    names = [f"auto-{i}" for i in range(500)]
+    request = MetadataRequest(
+        topics=tuple(MetadataRequestTopic(topic_id=None, name=TopicName(n)) for n in names),
+        allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False,
+    )
+    idle = loop_stall.control(broker.bootstrap)
+    response, stall = loop_stall.stall_of(broker.bootstrap, request)
+    assert sorted(t.name for t in response.topics) == sorted(names)
+    assert {t.error_code for t in response.topics} == {ErrorCode.none}
+    assert stall < loop_stall.bound(idle), f"stalled {stall:.3f}s; idle round trips took at most {idle:.4f}s"
+
+
+def test_metadata_answers_a_topic_named_many_times_once(broker_process_factory: Callable[..., BrokerProcess]) -> None:
+    """As Kafka, which takes the names asked as a set."""
+    broker = broker_process_factory()
+    with connect(broker.bootstrap) as conn:
+        conn.create_topic("orders", 2)
+        response = conn.metadata(["orders"] * 50 + ["missing"] * 50)
+    assert sorted((t.name, t.error_code) for t in response.topics) == [
+        ("missing", ErrorCode.unknown_topic_or_partition),
+        ("orders", ErrorCode.none),
+    ]
