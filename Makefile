@@ -84,13 +84,17 @@ faults:
 demo: setup
 	$(VENV)/bin/streamshop up --demo $(ARGS)
 
-# The whole suite, in parallel (tests sharing a fixture run on one worker: tests/conftest.py),
-# with the 25 slowest tests at the end, then the compose tier on its own, timed apart.
-# PYTEST_ARGS adds to the first, e.g. PYTEST_ARGS='-k stack'.
+# Every tier, each run even when one before it failed (tests/tiers.py), then one summary of all
+# of them (result, counts and time per tier) and exit 1 if any failed: lint; the suite in
+# parallel (tests sharing a fixture run on one worker: tests/conftest.py; the fault tier with
+# it), with the 25 slowest tests; the compose tier on its own.  PYTEST_ARGS adds to the suite,
+# e.g. PYTEST_ARGS='-k stack'.
 TEST_WORKERS ?= 4
-test: setup browser kafka postgres docker faults lint
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 -m "not compose" $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory test-compose
+test: setup browser kafka postgres docker faults
+	$(PY) -m tests.tiers \
+		"lint=$(MAKE) --no-print-directory lint" \
+		"suite=$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 -m 'not compose' $(PYTEST_ARGS)" \
+		"compose=$(MAKE) --no-print-directory test-compose"
 
 # The compose tier alone: builds the images (on a local Debian base: no image registry needed)
 # and runs docker-compose.yml's profiles, one after the other (tests/compose/).
