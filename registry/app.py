@@ -60,7 +60,7 @@ def create_app(config: RegistryConfig) -> web.Application:
             fail(reason)
 
     store = SchemaStore(config, on_lost=lost)
-    election = PrimaryElection(config, on_change=store.follow)
+    election = PrimaryElection(config, on_change=store.follow, on_confirmed=store.confirmed)
     app[STORE] = store
     app[ELECTION] = election
 

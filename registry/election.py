@@ -126,9 +126,17 @@ class PrimaryElection:
     """This instance's membership of the registry group; `primary` is the current outcome
     (None while a rebalance runs or no member may be elected), `on_change` hears every change."""
 
-    def __init__(self, config: RegistryConfig, on_change: Callable[[Primary | None], None]) -> None:
+    def __init__(
+        self,
+        config: RegistryConfig,
+        on_change: Callable[[Primary | None], None],
+        on_confirmed: Callable[[Primary, float], None] | None = None,
+    ) -> None:
         self.config = config
         self._on_change = on_change
+        # Hears every heartbeat answered without error, with when it was sent: the group still
+        # has this generation, and so still the primary it named.
+        self._on_confirmed = on_confirmed
         self._client: AIOKafkaClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._url = ""
@@ -136,6 +144,11 @@ class PrimaryElection:
         self._generation = -1
         self._coordinator: int | None = None
         self._primary: Primary | None = None
+        # Whether this instance held the role in the last generation it was a member of; it
+        # claims it when it rejoins, so a rebalance (another instance joining or leaving) does
+        # not move the role. Forgotten when the group forgot this member: one paused past its
+        # session was replaced, and claiming the role back would move it again.
+        self._held = False
         self._changed = asyncio.Event()
 
     @property
@@ -210,6 +223,7 @@ class PrimaryElection:
             except Exception as e:
                 log.warning("registry group: rejoining", group=self.config.group_id, error=f"{type(e).__name__}: {e}")
                 self._coordinator = None
+                self._held = False
                 self._set(None)
                 await asyncio.sleep(backoff)
                 backoff = min(2.0, backoff * 2)
@@ -221,8 +235,7 @@ class PrimaryElection:
         return await self._client.send(self._coordinator, request, group=ConnectionGroup.COORDINATION)
 
     async def _join_and_sync(self) -> None:
-        holding = self._primary is not None and self._primary.is_self
-        metadata = member_metadata(self._url, self.config.primary_eligible, holding)
+        metadata = member_metadata(self._url, self.config.primary_eligible, self._held)
         while True:
             joined = await self._send(
                 JoinGroupRequest(
@@ -240,6 +253,7 @@ class PrimaryElection:
                 continue
             if joined.error_code in _REJOIN and joined.error_code != 27:
                 self._member_id = ""
+                self._held = False
             self._check(joined.error_code, "JoinGroup")
             break
         self._member_id = joined.member_id
@@ -260,6 +274,7 @@ class PrimaryElection:
         )
         self._check(synced.error_code, "SyncGroup")
         named = parse_assignment(synced.member_assignment)
+        self._held = named is not None and named[0] == self._member_id
         if named is None:
             self._set(None)
             log.warning("no registry instance may be elected primary", group=self.config.group_id)
@@ -272,13 +287,17 @@ class PrimaryElection:
         interval = self.config.heartbeat_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
+            sent_at = time.monotonic()
             response = await self._send(HeartbeatRequest(self.config.group_id, self._generation, self._member_id))
             if response.error_code in _REJOIN:
                 if response.error_code != 27:  # a member the group forgot rejoins as a new one
                     self._member_id = ""
+                    self._held = False
                 self._set(None)
                 return
             self._check(response.error_code, "Heartbeat")
+            if self._primary is not None and self._on_confirmed is not None:
+                self._on_confirmed(self._primary, sent_at)
 
     def _check(self, code: int, what: str) -> None:
         if code == _NO_ERROR:

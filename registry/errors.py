@@ -4,6 +4,11 @@ Every failure a client can see is a `RegistryError`; the app's middleware turns 
 Confluent's body `{"error_code": CODE, "message": TEXT}` with the HTTP status. Codes of the
 form XXXYY are the HTTP status XXX refined by YY, exactly as Confluent numbers them, so clients
 that branch on `error_code` (confluent-kafka's `SchemaRegistryError.error_code`) work unchanged.
+
+One departure: a write refused for a state the registry leaves by itself (no primary elected
+yet, the primary unreachable or just deposed, its producer being replaced) is answered 503 with
+`Retry-After`, as the rest of the project answers an outage, while its code stays Confluent's
+(50001, 50003, 50004): the status tells a client to send it again, the code what happened.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ FORWARDING_ERROR = 50003
 UNKNOWN_PRIMARY = 50004
 
 MAX_VERSION = 2**31 - 1
+RETRY_AFTER_SECONDS = 1
 
 
 class RegistryError(Exception):
@@ -162,14 +168,25 @@ def operation_timeout(message: str) -> RegistryError:
     return RegistryError(500, OPERATION_TIMEOUT, message)
 
 
+def _unavailable(code: int, message: str) -> RegistryError:
+    return RegistryError(503, code, message, {"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+
+def write_unavailable(message: str) -> RegistryError:
+    """The primary cannot write now but will again by itself (its transaction aborted, its
+    producer being replaced): 503, Confluent's store error code."""
+    return _unavailable(STORE_ERROR, message)
+
+
 def forwarding_error(message: str) -> RegistryError:
-    """A secondary could not pass a write to the primary (Confluent's 50003)."""
-    return RegistryError(500, FORWARDING_ERROR, message)
+    """A secondary could not pass a write to the primary, or the primary was deposed under it
+    (Confluent's 50003): 503, send it again."""
+    return _unavailable(FORWARDING_ERROR, message)
 
 
 def unknown_primary(message: str) -> RegistryError:
-    """No primary is elected (Confluent's 50004, "unknown leader")."""
-    return RegistryError(500, UNKNOWN_PRIMARY, message)
+    """No primary is elected (Confluent's 50004, "unknown leader"): 503, send it again."""
+    return _unavailable(UNKNOWN_PRIMARY, message)
 
 
 def http_error(status: int, reason: str) -> RegistryError:

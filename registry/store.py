@@ -56,7 +56,7 @@ from registry.log_records import (
 )
 from registry.schema_text import ParsedSchema, checked
 from registry.state import Mode, RegistryState, SchemaVersion
-from registry.writer import Fenced, TransactionalWriter, WriteFailed
+from registry.writer import Broken, Fenced, TransactionalWriter, WriteFailed
 
 log = structlog.get_logger(__name__)
 
@@ -100,7 +100,11 @@ class SchemaStore:
         self._writable = asyncio.Event()
         self.started = False
         self.fenced = 0  # writes refused because another instance had taken over
-        self._fenced_in: int | None = None  # the generation in which this instance was fenced
+        # The generation in which this instance lost its writer (fenced, or the producer broken),
+        # and when: it writes again in a later generation, or in this one once the election
+        # confirms the role after that moment.
+        self._suspended_in: int | None = None
+        self._suspended_at = 0.0
 
     @property
     def position(self) -> int:
@@ -398,7 +402,7 @@ class SchemaStore:
     async def _settle_role(self) -> None:
         while True:
             role = self._role
-            elected = role is not None and role.is_self and role.generation != self._fenced_in and self._lost is None
+            elected = role is not None and role.is_self and role.generation != self._suspended_in and self._lost is None
             try:
                 if elected and self._writer is None:
                     await self._open_writer()
@@ -416,6 +420,22 @@ class SchemaStore:
                 if elected and self._writer is not None:
                     self._writable.set()
                 return
+
+    def confirmed(self, primary: Primary, sent_at: float) -> None:
+        """The election's word that `primary` still holds: a heartbeat sent at `sent_at`
+        (monotonic) was answered without error. A writer lost before that moment is replaced
+        now, in the same generation: nobody else can have been elected in it."""
+        if self._suspended_in is None or not primary.is_self or primary.generation != self._suspended_in:
+            return
+        if sent_at <= self._suspended_at:
+            return  # sent before the loss: it proves nothing about who fenced this instance
+        log.info("the group still names this registry primary: opening a new writer", generation=primary.generation)
+        self._suspended_in = None
+        self.follow(primary)
+
+    def _suspend(self) -> None:
+        self._suspended_in = self._role.generation if self._role is not None else None
+        self._suspended_at = time.monotonic()
 
     def _new_writer(self) -> TransactionalWriter:
         return TransactionalWriter(
@@ -462,12 +482,20 @@ class SchemaStore:
             self.fenced += 1
             log.warning("fenced: another registry is the primary now", error=str(e))
             # Never take the role back on its own (that would fence the new primary in turn):
-            # only a later generation of the election that names this instance again may.
-            self._fenced_in = self._role.generation if self._role is not None else None
+            # only the election may, in a later generation or by confirming this one.
+            self._suspend()
             await self._drop_writer()
             raise errors.forwarding_error("this registry is no longer the primary; send the write again") from e
-        except WriteFailed as e:
-            raise errors.store_error(f"cannot write to the schemas topic: {e}") from e
+        except Broken as e:
+            # Stuck (paused mid-commit, say): this write's outcome is unknown until a new
+            # producer ends the transaction. The same rule as a fence: it may be a newer
+            # primary's doing, so only the election lets this instance open another.
+            log.warning("the schemas topic's producer is stuck: replacing it", error=str(e))
+            self._suspend()
+            await self._drop_writer()
+            raise errors.write_unavailable(f"cannot write to the schemas topic now: {e}") from e
+        except WriteFailed as e:  # aborted: nothing of it is visible, the next write may pass
+            raise errors.write_unavailable(f"cannot write to the schemas topic: {e}") from e
         await self._wait_position(max(offsets) + 1, timeout)
         if not all(self._outcomes.get(offset, False) for offset in offsets):
             raise errors.store_error("the registry could not apply a record it wrote to the schemas topic")

@@ -5,6 +5,13 @@ A write is one transaction, begun, produced and committed in a single call on th
 the delivery reports (which carry the offsets) are served by the commit's own flush. A producer
 fenced by a newer one with the same `transactional.id` reports a fatal error; the writer
 then raises `Fenced` and can never write again.
+
+A producer can also be left in a state it never leaves by itself: a process paused mid-commit
+(a GC pause, a VM migration) resumes with its commit timed out, and librdkafka then refuses
+every call but the same commit again ("Conflicting commit_transaction API call is already in
+progress"), abort included. A failed transaction that cannot be aborted therefore raises
+`Broken`, and so does every later call: the store replaces the producer (`init_transactions` on
+a new one fences this one and ends what it left open at the broker).
 """
 
 from __future__ import annotations
@@ -27,12 +34,21 @@ class Fenced(Exception):
 
 
 class WriteFailed(Exception):
-    """The transaction was aborted (or its outcome is unknown); nothing of it is visible."""
+    """The transaction was aborted; nothing of it is visible."""
+
+
+class Broken(WriteFailed):
+    """The transaction could not be aborted: its outcome is unknown until a new producer with
+    the same transactional id ends it, and this producer can never write again."""
+
+
+CLOSE_SECONDS = 5.0  # closing a broken producer may wait on requests it can no longer complete
 
 
 class TransactionalWriter:
     def __init__(self, conf: dict[str, Any]) -> None:
         self._fatal: KafkaError | None = None
+        self._broken: str | None = None
         self._producer = Producer({**conf, "error_cb": self._on_error})
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="registry-writer")
 
@@ -46,13 +62,21 @@ class TransactionalWriter:
     async def init(self, within: float) -> None:
         """Register the transactional id: fences every earlier writer with it and aborts what
         it left open."""
-        await self._call(self._producer.init_transactions, within)
+        try:
+            await self._call(self._producer.init_transactions, within)
+        except Exception as e:
+            # A timed-out init may be resumed by calling it again, but nothing else; the store
+            # takes a new producer instead, so mark this one as done with.
+            self._broken = f"init_transactions failed: {e}"
+            raise
 
     async def write(self, topic: str, records: Sequence[Record], within: float) -> list[int]:
         """Commit `records` to partition 0 of `topic` in one transaction: their offsets."""
         return await self._call(self._transaction, topic, records, within)
 
     def _transaction(self, topic: str, records: Sequence[Record], timeout: float) -> list[int]:
+        if self._broken is not None:
+            raise Broken(self._broken)
         offsets: list[int] = []
 
         def delivered(error: KafkaError | None, message: Message) -> None:
@@ -67,17 +91,24 @@ class TransactionalWriter:
         except Exception as e:  # KafkaException, or the SystemError confluent-kafka wraps it in
             if self._fatal is not None or _fatal(e):
                 raise Fenced(str(self._fatal or e)) from e
-            # Should the abort fail, the commit may still have happened: the caller reads the log.
-            with contextlib.suppress(Exception):
+            try:
                 self._producer.abort_transaction(timeout)
+            except Exception as abort_error:
+                # The commit may still happen, or not: only a new producer ends the transaction.
+                if self._fatal is not None or _fatal(abort_error):
+                    raise Fenced(str(self._fatal or abort_error)) from e
+                self._broken = f"{e}; abort failed: {abort_error}"
+                raise Broken(self._broken) from e
             raise WriteFailed(str(e)) from e
         if len(offsets) != len(records):
             raise WriteFailed("the commit did not report every record delivered")
         return sorted(offsets)
 
     async def close(self) -> None:
-        with contextlib.suppress(Exception):  # a fenced producer has nothing left to deliver
-            await self._call(self._producer.close)
+        # A fenced or broken producer has nothing left to deliver; bounded, as a stuck one may
+        # wait on its coordinator.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._call(self._producer.close), CLOSE_SECONDS)
         self._thread.shutdown(wait=False)
 
 

@@ -93,6 +93,23 @@ async def test_two_registries_elect_one_primary_and_the_secondary_forwards_every
             assert (await through.get("/config/shared")).json == {"compatibilityLevel": level}
 
 
+async def test_an_instance_joining_the_group_never_takes_the_role_from_the_primary(broker: ThreadBroker) -> None:
+    """The joiner's URL sorts first, so only the primary's claim to the role (made as it rejoins
+    for the joiner's rebalance) keeps it where it is."""
+    async with registry(broker.bootstrap) as first, aiohttp.ClientSession() as session:
+        a = Api(session, first.url)
+        await a.register("s", record("A"))  # as the primary: it holds the role
+        async with registry(broker.bootstrap, advertised_url="http://127.0.0.1:1") as second:
+            b = Api(session, second.url)
+            deadline = time.monotonic() + 30
+            while (roles := [await role(a), await role(b)]) != ["primary", "secondary"]:
+                assert roles != ["secondary", "primary"], "the joiner took the role"
+                assert time.monotonic() < deadline, roles
+                await asyncio.sleep(0.05)
+            await b.register("t", record("B"))  # forwarded to the primary, which writes
+            assert first.store.fenced == 0
+
+
 async def test_a_deposed_primary_is_fenced_and_its_write_never_applies(broker: ThreadBroker) -> None:
     """The old primary has not heard it was replaced: its next commit fails, and neither
     store ever applies the record it tried."""
