@@ -6,12 +6,18 @@ is nothing to acquire (new records appended, or records released or unlocked, en
 wait).  The answer holds whole stored batches; AcquiredRecords says which of their records
 are this member's.  Acknowledgements (and a share partition's first start offset) are
 fsynced before the answer is sent.
+
+Every request is checked against the group: a member id it does not have is UNKNOWN_MEMBER_ID
+(no session, nothing acquired or acknowledged), and a session is continued only by the
+connection that opened it (`broker.share.sessions`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import struct
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -19,10 +25,12 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext
 from broker.log.partition_log import PartitionLog
-from broker.protocol.codec import build, nested, timedelta_ms
+from broker.protocol.codec import build, encode_body, nested, timedelta_ms, uvarint
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.fetch_codec import Part, RawResponse
 from broker.security.acls import Operation
 from broker.share.coordinator import Key, ShareCoordinator
+from broker.share.group import unknown_member
 from broker.share.partition import Acquired
 from broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession
 
@@ -40,6 +48,7 @@ R = TypeVar("R")
 
 FETCH: Messages[ShareFetchRequest, ShareFetchResponse] = Messages(78, 1, 1)
 ACKNOWLEDGE: Messages[ShareAcknowledgeRequest, ShareAcknowledgeResponse] = Messages(79, 1, 1)
+_I32 = struct.Struct(">i")
 
 
 class _Batch(Protocol):
@@ -94,7 +103,8 @@ class _Request:
             raise KafkaError(ErrorCode.topic_authorization_failed, f"READ on topic {topic.name} denied")
         plog = self.broker.store.partition_log(topic.name, partition)
         if plog is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic.name} has no partition {partition}")
+            # Kafka's own words, alike for every partition: their answers share one encoding.
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
         return plog
 
     def acknowledge(self, topic_id: uuid.UUID, partition: int, batches: Sequence[_Batch]) -> None:
@@ -124,10 +134,20 @@ def _check(broker: Broker, ctx: RequestContext, group_id: str | None, member_id:
     return group_id, member_id
 
 
+def _session(shares: ShareCoordinator, ctx: RequestContext, group_id: str, member_id: str, epoch: int) -> ShareSession:
+    """The session a request after the opening one continues (or, final, closes): that of a
+    current member of the group, opened on this connection.  A member that left keeps its
+    session for its last acknowledgements, which may follow its leave heartbeat; a member id
+    the group does not have, with no session here, is UNKNOWN_MEMBER_ID."""
+    if not shares.is_member(group_id, member_id) and shares.sessions.find(group_id, member_id, ctx.session) is None:
+        raise unknown_member(group_id, member_id)
+    return shares.sessions.next(group_id, member_id, epoch, ctx.session)
+
+
 # --- ShareFetch ------------------------------------------------------------------------
 
 
-def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest) -> Answer[ShareFetchResponse]:
+def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest) -> Answer[RawResponse]:
     epoch = request.share_session_epoch
     try:
         group_id, member_id = _check(broker, ctx, request.group_id, request.member_id)
@@ -140,19 +160,18 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
             raise KafkaError(ErrorCode.invalid_request, "a topic id is null")
         shares: ShareCoordinator = broker.shares
         if epoch == INITIAL_EPOCH:
-            session: ShareSession | None = shares.open_session(group_id, member_id)
+            session = shares.open_session(group_id, member_id, ctx.session)
             opened = session
             ctx.session.on_close[("share", group_id, member_id)] = lambda: shares.close_session(opened)
         else:
-            session = shares.sessions.next(group_id, member_id, epoch)
+            session = _session(shares, ctx, group_id, member_id, epoch)
     except KafkaError as e:
         return _fetch_response(broker, ctx, [], e.code, e.message)
     req = _Request(broker, ctx, group_id, member_id)
     for forgotten in request.forgotten_topics_data:
         for p in forgotten.partitions:
             assert forgotten.topic_id is not None
-            if session is not None:
-                session.partitions.pop((forgotten.topic_id, p), None)
+            session.partitions.pop((forgotten.topic_id, p), None)
     for topic in request.topics:
         assert topic.topic_id is not None
         for part in topic.partitions:
@@ -160,20 +179,22 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
                 req.acknowledge(topic.topic_id, part.partition_index, part.acknowledgement_batches)
             if epoch == INITIAL_EPOCH:
                 req.slot(topic.topic_id, part.partition_index)  # a full session is answered in full
-            if session is not None and epoch != FINAL_EPOCH:
+            if epoch != FINAL_EPOCH:
                 session.partitions[(topic.topic_id, part.partition_index)] = None
     lock_ms = shares.settings(group_id).lock_duration_ms
 
-    def respond() -> ShareFetchResponse:
+    def respond() -> RawResponse:
         return _fetch_response(broker, ctx, list(req.slots.values()), lock_ms=lock_ms)
 
-    def failed(e: OSError) -> ShareFetchResponse:
+    def failed(e: OSError) -> RawResponse:
         return _fetch_response(broker, ctx, [], ErrorCode.coordinator_not_available, f"not stored: {e}")
 
-    if epoch == FINAL_EPOCH or session is None:
+    if epoch == FINAL_EPOCH:
         shares.close_session(session)
         ctx.session.on_close.pop(("share", group_id, member_id), None)
         return _answer(req, respond, failed)
+    if not shares.is_member(group_id, member_id):
+        return _answer(req, respond, failed)  # it left: it may acknowledge on its way out, not acquire
     max_records = max(request.max_records, 1)
     max_bytes = min(request.max_bytes, broker.config.get("fetch.max.bytes"))
     got = _acquire(req, session, max_records, max_bytes)
@@ -185,7 +206,7 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
     watch = broker.watch_appends(logs, 1)
     changed = shares.changed()
 
-    async def long_poll(session: ShareSession) -> ShareFetchResponse:
+    async def long_poll(session: ShareSession) -> RawResponse:
         try:
             if durable is not None:
                 await durable
@@ -195,7 +216,9 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
         finally:
             broker.unwatch(watch)
             changed.cancel()
-        if broker.shares.sessions.sessions.get((group_id, member_id)) is session:
+        if broker.shares.sessions.sessions.get((group_id, member_id)) is session and shares.is_member(
+            group_id, member_id
+        ):
             req.changed.clear()
             _acquire(req, session, max_records, max_bytes)
         again = req.durable()
@@ -267,27 +290,28 @@ def _fetch_response(
     message: str | None = None,
     *,
     lock_ms: int = 0,
-) -> ShareFetchResponse:
+) -> RawResponse:
+    """Encoded as kio encodes it, but a partition with nothing acquired is its answer's bytes
+    with the partition index written over: a request naming 50,000 partitions costs one
+    encoding per distinct error, not 50,000 (partition_index is the entry's first field)."""
     cls = FETCH.response(ctx.api_version)
-    topic_cls, part_cls, leader_cls, acq_cls = (
-        nested(cls, "ShareFetchableTopicResponse"),
+    part_cls, leader_cls, acq_cls = (
         nested(cls, "PartitionData"),
         nested(cls, "LeaderIdAndEpoch"),
         nested(cls, "AcquiredRecords"),
     )
-    by_topic: dict[uuid.UUID, list[Entity]] = {}
-    for s in slots:
-        if s.error:
-            broker.metrics.errors.labels("ShareFetch", s.error.name).inc()
-        by_topic.setdefault(s.topic_id, []).append(
+    no_leader = build(leader_cls, leader_id=-1, leader_epoch=-1)
+
+    def encoded(s: _Slot, index: int) -> bytes:
+        return encode_body(
             build(
                 part_cls,
-                partition_index=s.partition,
+                partition_index=index,
                 error_code=s.error,
                 error_message=s.message,
                 acknowledge_error_code=s.ack_error,
                 acknowledge_error_message=s.ack_message,
-                current_leader=build(leader_cls, leader_id=-1, leader_epoch=-1),
+                current_leader=no_leader,
                 records=s.records,
                 acquired_records=tuple(
                     build(
@@ -297,15 +321,43 @@ def _fetch_response(
                 ),
             )
         )
-    return build(
-        cls,
-        throttle_time=0,
-        error_code=error,
-        error_message=message,
-        acquisition_lock_timeout=lock_ms,
-        responses=tuple(build(topic_cls, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-        node_endpoints=(),
+
+    templates: dict[tuple[ErrorCode, str | None, ErrorCode, str | None], bytes] = {}
+    errors: Counter[ErrorCode] = Counter()
+    by_topic: dict[uuid.UUID, list[bytes]] = {}
+    for s in slots:
+        if s.error:
+            errors[s.error] += 1
+        if s.records or s.acquired:
+            part = encoded(s, s.partition)
+        else:
+            key = (s.error, s.message, s.ack_error, s.ack_message)
+            template = templates.get(key)
+            if template is None:
+                template = templates[key] = encoded(s, 0)
+            part = _I32.pack(s.partition) + template[4:]
+        by_topic.setdefault(s.topic_id, []).append(part)
+    for code, count in errors.items():
+        broker.metrics.errors.labels("ShareFetch", code.name).inc(count)
+    # The envelope is the response without topics; they go where its empty array is, before
+    # the (empty) node endpoints and the tagged fields.
+    envelope = encode_body(
+        build(
+            cls,
+            throttle_time=0,
+            error_code=error,
+            error_message=message,
+            acquisition_lock_timeout=lock_ms,
+            responses=(),
+            node_endpoints=(),
+        )
     )
+    assert envelope[-3:] == b"\x01\x01\x00"
+    parts: list[Part] = [envelope[:-3], uvarint(len(by_topic) + 1)]
+    for topic_id, partitions in by_topic.items():
+        parts += [topic_id.bytes, uvarint(len(partitions) + 1), *partitions, b"\x00"]  # id, partitions, tags
+    parts.append(envelope[-2:])
+    return RawResponse(parts, flexible=True, throttled=True)
 
 
 # --- ShareAcknowledge ------------------------------------------------------------------
@@ -321,7 +373,7 @@ def share_acknowledge(
             raise KafkaError(ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session.")
         if any(t.topic_id is None for t in request.topics):
             raise KafkaError(ErrorCode.invalid_request, "a topic id is null")
-        session = broker.shares.sessions.next(group_id, member_id, epoch)
+        session = _session(broker.shares, ctx, group_id, member_id, epoch)
     except KafkaError as e:
         return _ack_response(ctx, [], e.code, e.message)
     req = _Request(broker, ctx, group_id, member_id)

@@ -39,6 +39,7 @@ from broker.share.group import (
     ShareHeartbeatResult,
     join_or_beat,
     simple,
+    unknown_member,
     validate,
 )
 from broker.share.partition import Acquired, BatchSpan, SharePartition
@@ -212,10 +213,17 @@ class ShareCoordinator:
 
     # --- share sessions and fetching ---------------------------------------------------
 
-    def open_session(self, group_id: str, member_id: str) -> ShareSession:
-        """A new share session for the member.  One it had is replaced, its records kept:
-        the member still holds them and may acknowledge them in the new session (Kafka's)."""
-        session, _ = self.sessions.open(group_id, member_id)
+    def is_member(self, group_id: str, member_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and member_id in group.members
+
+    def open_session(self, group_id: str, member_id: str, owner: object) -> ShareSession:
+        """A new share session for a current member, on connection `owner`.  One it had there
+        is replaced, its records kept: the member still holds them and may acknowledge them in
+        the new session (Kafka's)."""
+        if not self.is_member(group_id, member_id):
+            raise unknown_member(group_id, member_id)
+        session, _ = self.sessions.open(group_id, member_id, owner)
         return session
 
     def close_session(self, session: ShareSession | None) -> None:

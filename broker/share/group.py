@@ -72,6 +72,12 @@ class ShareHeartbeatResult:
     assignment: Assignment | None  # None: unchanged since the member was last told
 
 
+def unknown_member(group_id: str, member_id: str) -> KafkaError:
+    """A share request from a member id the group does not have (never joined, left, or
+    expired): it may not open a session or acquire records."""
+    return KafkaError(ErrorCode.unknown_member_id, f"Member {member_id} is not a member of share group {group_id}.")
+
+
 def validate(req: ShareHeartbeat) -> None:
     def invalid(message: str) -> KafkaError:
         return KafkaError(ErrorCode.invalid_request, message)

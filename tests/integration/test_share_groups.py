@@ -25,6 +25,7 @@ from broker.protocol.errors import ErrorCode
 from tests.support.configs import set_group_configs
 from tests.support.harness import BrokerProcess
 from tests.support.kafka_wire import connect, ms
+from tests.support.share_wire import heartbeat
 
 LOCK_MS = 1500
 SETTINGS = {
@@ -274,9 +275,10 @@ def _acks(offset: int, kind: int) -> Any:
 
 
 def test_bad_share_requests_get_clear_errors_and_cost_nothing(share_broker: BrokerProcess) -> None:
-    """Over the wire: a session that does not exist, acknowledgements on the opening request,
-    ShareAcknowledge opening a session, and acknowledgements of records the member does not
-    hold are refused with Kafka's errors; the records stay the group's and are delivered."""
+    """Over the wire: a member id the group does not have, a session that does not exist,
+    acknowledgements on the opening request, ShareAcknowledge opening a session, and
+    acknowledgements of records the member does not hold are refused with Kafka's errors; the
+    records stay the group's and are delivered."""
     bootstrap = share_broker.bootstrap
     topic = _topic(bootstrap, "share-bad")
     set_group_configs(bootstrap, "bad", {"share.auto.offset.reset": "earliest"})
@@ -297,6 +299,8 @@ def test_bad_share_requests_get_clear_errors_and_cost_nothing(share_broker: Brok
             )  # fmt: skip
 
         ack = _acks(0, 1)
+        assert fetch(0).error_code == ErrorCode.unknown_member_id  # m-1 has not joined yet
+        assert heartbeat(conn, "bad", "m-1", 0, [topic]).error_code == ErrorCode.none
         assert fetch(5).error_code == ErrorCode.share_session_not_found
         assert fetch(0, (ack,)).error_code == ErrorCode.invalid_request
         opened = conn.request(share_ack.ShareAcknowledgeRequest(

@@ -47,117 +47,140 @@ from broker.share.sessions import FINAL_EPOCH, MAX_EPOCH, ShareSessions
 # --- share sessions ------------------------------------------------------------------------
 
 
+CONN, OTHER = object(), object()  # two connections
+
+
 def code_of(e: pytest.ExceptionInfo[KafkaError]) -> ErrorCode:
     return e.value.code
 
 
 def test_a_session_opens_at_epoch_one_and_counts_up() -> None:
     s = ShareSessions(10)
-    session, previous = s.open("g", "a")
+    session, previous = s.open("g", "a", CONN)
     assert (session.group_id, session.member_id, session.epoch, previous) == ("g", "a", 1, None)
     for epoch in range(1, 5):
-        assert s.next("g", "a", epoch) is session
+        assert s.next("g", "a", epoch, CONN) is session
         assert session.epoch == epoch + 1
 
 
 def test_a_wrong_epoch_is_refused_and_changes_nothing() -> None:
     s = ShareSessions(10)
-    session, _ = s.open("g", "a")
-    s.next("g", "a", 1)
+    session, _ = s.open("g", "a", CONN)
+    s.next("g", "a", 1, CONN)
     for wrong in (1, 3, 0, -2, MAX_EPOCH):
         with pytest.raises(KafkaError) as e:
-            s.next("g", "a", wrong)
+            s.next("g", "a", wrong, CONN)
         assert code_of(e) == ErrorCode.invalid_share_session_epoch
         assert session.epoch == 2
-    assert s.next("g", "a", 2) is session
+    assert s.next("g", "a", 2, CONN) is session
 
 
 def test_no_session() -> None:
     s = ShareSessions(10)
-    s.open("g", "a")
+    s.open("g", "a", CONN)
     for group, member, epoch in [("g", "b", 1), ("h", "a", 1), ("g", "b", 0)]:
         with pytest.raises(KafkaError) as e:
-            s.next(group, member, epoch)
+            s.next(group, member, epoch, CONN)
         assert code_of(e) == ErrorCode.share_session_not_found
-    # A final request needs none: its acknowledgements may come after the member's leave.
-    assert s.next("g", "b", FINAL_EPOCH) is None
+    with pytest.raises(KafkaError) as e:  # a final request needs one too (Kafka's)
+        s.next("g", "b", FINAL_EPOCH, CONN)
+    assert code_of(e) == ErrorCode.share_session_not_found
+
+
+def test_a_session_is_its_connections_alone() -> None:
+    """Another connection naming the member finds no session, at any epoch, and cannot open
+    one over it; the epoch does not move, and the owner goes on."""
+    s = ShareSessions(10)
+    session, _ = s.open("g", "a", CONN)
+    for epoch in (1, 2, FINAL_EPOCH):
+        with pytest.raises(KafkaError) as e:
+            s.next("g", "a", epoch, OTHER)
+        assert code_of(e) == ErrorCode.share_session_not_found
+    with pytest.raises(KafkaError) as e:
+        s.open("g", "a", OTHER)
+    assert code_of(e) == ErrorCode.invalid_share_session_epoch
+    assert s.find("g", "a", OTHER) is None
+    assert s.find("g", "a", CONN) is session
+    assert s.next("g", "a", 1, CONN) is session
+    s.close("g", "a")  # its connection closed: another may open one
+    assert s.open("g", "a", OTHER)[0].owner is OTHER
 
 
 def test_the_epoch_wraps_to_one() -> None:
     s = ShareSessions(10)
-    session, _ = s.open("g", "a")
+    session, _ = s.open("g", "a", CONN)
     session.epoch = MAX_EPOCH
-    s.next("g", "a", MAX_EPOCH)
+    s.next("g", "a", MAX_EPOCH, CONN)
     assert session.epoch == 1
-    s.next("g", "a", 1)
+    s.next("g", "a", 1, CONN)
     assert session.epoch == 2
 
 
 def test_the_final_epoch_finds_the_session_without_moving_it_and_close_ends_it() -> None:
     s = ShareSessions(10)
-    session, _ = s.open("g", "a")
-    s.next("g", "a", 1)
-    assert s.next("g", "a", FINAL_EPOCH) is session
+    session, _ = s.open("g", "a", CONN)
+    s.next("g", "a", 1, CONN)
+    assert s.next("g", "a", FINAL_EPOCH, CONN) is session
     assert session.epoch == 2
     assert s.close("g", "a") is session
     assert s.close("g", "a") is None
     with pytest.raises(KafkaError) as e:
-        s.next("g", "a", 2)
+        s.next("g", "a", 2, CONN)
     assert code_of(e) == ErrorCode.share_session_not_found
 
 
 def test_opening_again_replaces_the_session_and_returns_the_previous() -> None:
     s = ShareSessions(10)
-    first, _ = s.open("g", "a")
+    first, _ = s.open("g", "a", CONN)
     first.partitions[(uuid.UUID(int=1), 0)] = None
-    s.next("g", "a", 1)
-    second, previous = s.open("g", "a")
+    s.next("g", "a", 1, CONN)
+    second, previous = s.open("g", "a", CONN)
     assert previous is first
     assert second is not first
     assert (second.epoch, second.partitions) == (1, {})
     with pytest.raises(KafkaError):
-        s.next("g", "a", 2)  # the old session's epoch means nothing now
+        s.next("g", "a", 2, CONN)  # the old session's epoch means nothing now
 
 
 def test_the_session_limit() -> None:
     s = ShareSessions(2)
-    a, _ = s.open("g", "a")
-    s.open("h", "a")  # another group: another session
+    a, _ = s.open("g", "a", CONN)
+    s.open("h", "a", CONN)  # another group: another session
     with pytest.raises(KafkaError) as e:
-        s.open("g", "b")
+        s.open("g", "b", CONN)
     assert code_of(e) == ErrorCode.share_session_limit_reached
     assert set(s.sessions) == {("g", "a"), ("h", "a")}
-    again, previous = s.open("g", "a")  # replacing one's own session takes no new slot
+    again, previous = s.open("g", "a", CONN)  # replacing one's own session takes no new slot
     assert previous is a
     assert s.sessions[("g", "a")] is again
     assert set(s.sessions) == {("g", "a"), ("h", "a")}
     s.close("h", "a")
-    s.open("g", "b")
+    s.open("g", "b", CONN)
     assert set(s.sessions) == {("g", "a"), ("g", "b")}
 
 
 def test_a_failed_open_keeps_the_previous_session() -> None:
     s = ShareSessions(3)
-    a, _ = s.open("g", "a")
-    s.next("g", "a", 1)
-    s.open("g", "b")
-    s.open("g", "c")
+    a, _ = s.open("g", "a", CONN)
+    s.next("g", "a", 1, CONN)
+    s.open("g", "b", CONN)
+    s.open("g", "c", CONN)
     s.max_sessions = 1  # lowered under the sessions held
     with pytest.raises(KafkaError) as e:
-        s.open("g", "a")
+        s.open("g", "a", CONN)
     assert code_of(e) == ErrorCode.share_session_limit_reached
     assert s.sessions[("g", "a")] is a
-    assert s.next("g", "a", 2) is a
+    assert s.next("g", "a", 2, CONN) is a
 
 
 @settings(max_examples=100, deadline=None)
 @given(start=st.integers(1, MAX_EPOCH), steps=st.integers(0, 20))
 def test_epochs_run_on_and_wrap(start: int, steps: int) -> None:
     s = ShareSessions(1)
-    session, _ = s.open("g", "a")
+    session, _ = s.open("g", "a", CONN)
     session.epoch = start
     for _ in range(steps):
-        s.next("g", "a", session.epoch)
+        s.next("g", "a", session.epoch, CONN)
         assert 1 <= session.epoch <= MAX_EPOCH
     assert session.epoch == (start - 1 + steps) % MAX_EPOCH + 1
 
@@ -409,7 +432,7 @@ class Env:
         """What a ShareFetch of the member does for one partition: a session (opened on first
         use) names it, the partition starts, records are acquired."""
         if ("g", member_id) not in self.shares.sessions.sessions:
-            self.shares.open_session("g", member_id)
+            self.shares.open_session("g", member_id, CONN)
         session = self.shares.sessions.sessions[("g", member_id)]
         topic_id = self.topic_id(topic)
         session.partitions[(topic_id, partition)] = None
@@ -543,6 +566,25 @@ async def test_fetch_acknowledge_and_leave_releases_what_the_member_held(env: En
     assert env.fetch("b", "t", 0) == [Acquired(3, 5, 1)]
 
 
+async def test_only_a_current_member_may_open_a_share_session(env: Env) -> None:
+    """A member id the group does not have (never joined, or left) opens no session, and
+    so acquires nothing: UNKNOWN_MEMBER_ID."""
+    env.store.create_topic("t", 1, {})
+    for _ in range(2):  # no group yet, then a group without it
+        with pytest.raises(KafkaError) as e:
+            env.shares.open_session("g", "ghost", CONN)
+        assert code_of(e) == ErrorCode.unknown_member_id
+        await env.beat("a", 0, ("t",))
+    assert not env.shares.is_member("g", "ghost")
+    assert env.shares.open_session("g", "a", CONN).owner is CONN
+    assert await env.beat("a", -1) == (-1, None)
+    assert not env.shares.is_member("g", "a")
+    with pytest.raises(KafkaError) as e:
+        env.shares.open_session("g", "a", CONN)
+    assert code_of(e) == ErrorCode.unknown_member_id
+    assert ("g", "ghost") not in env.shares.sessions.sessions
+
+
 async def test_an_expired_session_releases_what_the_member_held(env: Env) -> None:
     env.store.create_topic("t", 1, {})
     env.produce("t", 0, 4)
@@ -669,6 +711,7 @@ async def test_a_deleted_topics_state_is_forgotten_in_memory_and_on_disk(env: En
     env.store.create_topic("t", 2, {})
     assert env.topic_id("t") != old_t
     env.produce("t", 0, 2)
+    await env.beat("a", 0, ("t",))  # a restarted coordinator knows no members: they join again
     assert env.fetch("a", "t", 0) == [Acquired(0, 1, 1)]  # earliest: the new topic's first record
 
 

@@ -99,8 +99,8 @@ async def _busy(env: Env, rng: random.Random, writes: int) -> None:
         env.shares.tick()
         env.produce("t", 0, rng.randint(1, 8))
         member = rng.choice("ab")
-        if member == "b" and ("g", "b") not in env.shares.sessions.sessions:
-            await env.beat("b", 0, ("t",))
+        if member not in env.shares.groups["g"].members:  # b's first time, or its session ran out
+            await env.beat(member, 0, ("t",))
         got = env.fetch(member, "t", 0, max_records=rng.randint(1, 20))
         acks = []
         for a in got:
