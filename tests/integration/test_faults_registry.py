@@ -69,25 +69,34 @@ async def _primary_index(session: aiohttp.ClientSession, processes: list[Registr
 
 
 @pytest.mark.parametrize(
-    ("pause_s", "only_it_eligible"),
-    [(5.0, False), (12.0, False), (5.0, True), (12.0, True)],
+    ("pause_s", "session_ms", "only_it_eligible"),
+    [
+        (5.0, SESSION_MS, False),
+        (12.0, SESSION_MS, False),
+        (5.0, SESSION_MS, True),
+        (12.0, SESSION_MS, True),
+        (12.0, 20_000, False),
+    ],
     ids=[
         "past-the-session",
         "past-the-transaction-timeout",
         "past-the-session-and-elected-again",
         "past-the-transaction-timeout-and-elected-again",
+        "past-the-transaction-timeout-within-the-session",
     ],
 )
-async def test_a_primary_paused_past_its_session_never_stops_the_registry_taking_writes(
-    broker_factory: Callable[..., ThreadBroker], tmp_path: Path, pause_s: float, only_it_eligible: bool
+async def test_a_paused_primary_never_stops_the_registry_taking_writes(
+    broker_factory: Callable[..., ThreadBroker], tmp_path: Path, pause_s: float, session_ms: int, only_it_eligible: bool
 ) -> None:
-    """With every instance eligible another takes the role during the pause and keeps it; with
-    only the paused one eligible, the group elects it again once it resumes, with the producer it
-    was paused in (its commit timed out; past the transaction timeout the broker also aborted
-    the transaction and bumped the epoch): it must replace that producer and write again."""
+    """With every instance eligible another takes the role during a pause past the session and
+    keeps it. With only the paused one eligible the group elects it again once it resumes, with
+    the producer it was paused in (its commit timed out; past the transaction timeout the broker
+    also aborted the transaction and bumped the epoch): it must replace that producer and write
+    again. Paused past the transaction timeout but within its session, it stays the primary of
+    the same generation with a fenced producer, and must replace it all the same."""
     broker = broker_factory(settings={"group.min.session.timeout.ms": "1000"})
     env = {
-        "REGISTRY_SESSION_TIMEOUT_MS": str(SESSION_MS),
+        "REGISTRY_SESSION_TIMEOUT_MS": str(session_ms),
         "REGISTRY_HEARTBEAT_INTERVAL_MS": "300",
         "REGISTRY_WRITE_TIMEOUT": str(WRITE_TIMEOUT_S),
     }
@@ -194,7 +203,8 @@ async def test_a_primary_paused_past_its_session_never_stops_the_registry_taking
                     served = await api.get(f"/schemas/ids/{call.schema_id}")
                     assert parse_avro(served.json["schema"]).identity == ids[call.schema_id]
             primary_now = processes[await _primary_index(session, processes)]
-            assert (primary_now is victim) == only_it_eligible, "the role moved where the election says it must not"
+            stays = only_it_eligible or pause_s * 1000 < session_ms
+            assert (primary_now is victim) == stays, "the role is not where the election must put it"
             print(
                 f"pause {pause_s:.0f} s, elected again: {only_it_eligible}: {acknowledged()} registrations"
                 f" acknowledged, {len(unavailable)} answered 503,"
