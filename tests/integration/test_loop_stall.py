@@ -5,18 +5,21 @@ idle broker (tests/support/loop_stall.py)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 import pytest
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.types import TopicName
-from kio.static.primitive import i8
+from kio.schema.share_fetch.v1.request import FetchPartition, FetchTopic, ShareFetchRequest
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i8, i32
 
 from tests.support import loop_stall
 from tests.support.harness import BrokerProcess
-from tests.support.kafka_wire import connect
+from tests.support.kafka_wire import connect, ms
+from tests.support.share_wire import heartbeat
 
 pytestmark = pytest.mark.slow
 
@@ -84,3 +87,33 @@ def test_metadata_answers_a_topic_named_many_times_once(broker_process_factory: 
         ("missing", ErrorCode.unknown_topic_or_partition),
         ("orders", ErrorCode.none),
     ]
+
+
+def test_share_fetch_naming_50000_partitions_answers_each(broker_process_factory: Callable[..., BrokerProcess]) -> None:
+    """Each partition is answered in order (all but the topic's one with
+    UNKNOWN_TOPIC_OR_PARTITION), though alike answers share one encoding."""
+    broker = broker_process_factory()
+    member = str(uuid.uuid4())
+    with connect(broker.bootstrap) as conn:
+        conn.create_topic("orders", 1)
+        topic_id = conn.metadata(["orders"]).topics[0].topic_id
+        assert heartbeat(conn, "pickers", member, 0, ["orders"]).error_code == ErrorCode.none
+    everything = tuple(FetchPartition(partition_index=i32(p), acknowledgement_batches=()) for p in range(50_000))
+    request = ShareFetchRequest(
+        group_id=GroupId("pickers"),
+        member_id=member,
+        share_session_epoch=i32(0),
+        max_wait=ms(0),
+        min_bytes=i32(1),
+        max_records=i32(500),
+        batch_size=i32(500),
+        topics=(FetchTopic(topic_id=topic_id, partitions=everything),),
+        forgotten_topics_data=(),
+    )
+    with connect(broker.bootstrap, timeout=300) as conn:
+        response = conn.request(request)
+    assert response.error_code == ErrorCode.none
+    partitions = response.responses[0].partitions
+    assert [p.partition_index for p in partitions] == list(range(50_000))
+    assert partitions[0].error_code == ErrorCode.none
+    assert {p.error_code for p in partitions[1:]} == {ErrorCode.unknown_topic_or_partition}
