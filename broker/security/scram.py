@@ -161,11 +161,11 @@ class ScramServer:
             raise AuthenticationFailed("SCRAM authorization id must equal the user name")
         self.user = user
         self.credential = self.lookup(user)
+        iterations, length = self.decoy
+        # Made for every name, so that a real user's answer costs what an unknown one's does.
+        salt = made_up_salt(self.secret, self.mechanism, user, length)
         if self.credential is not None:
             salt, iterations = self.credential.salt, self.credential.iterations
-        else:
-            iterations, length = self.decoy
-            salt = made_up_salt(self.secret, self.mechanism, user, length)
         self._client_first_bare = bare
         self._nonce = attrs["r"] + self.server_nonce
         self._server_first = f"r={self._nonce},s={base64.b64encode(salt).decode()},i={iterations}"
