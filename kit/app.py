@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from contracts import bounded_json
 from kit.api_keys import ApiKeys, api_key_middleware
-from kit.errors import InvalidJSON, UnsupportedMediaType
+from kit.errors import InvalidJSON, UnsupportedMediaType, ValidationError
 from kit.health import Check, run_checks
 from kit.metrics import HttpMetrics
 from kit.middleware import (
@@ -33,6 +33,7 @@ from kit.middleware import (
     request_context_middleware,
 )
 from kit.settings import HttpSettings
+from kit.validation import nul_problems
 
 __all__ = [
     "API_KEYS_KEY",
@@ -119,7 +120,8 @@ def create_base_app(
 
 async def read_json(request: web.Request) -> Any:
     """The request's JSON body: 415 unless the body is declared JSON, 400 when it does not
-    parse, 413 (via the error middleware) when larger than client_max_size."""
+    parse, 413 (via the error middleware) when larger than client_max_size, 422 when a string
+    or a key holds U+0000 (`kit.validation.nul_problems`)."""
     ctype = request.content_type
     if ctype != "application/json" and not ctype.endswith("+json"):
         raise UnsupportedMediaType(details={"content_type": ctype})
@@ -127,10 +129,14 @@ async def read_json(request: web.Request) -> Any:
     if not raw.strip():
         raise InvalidJSON("request body is empty")
     try:
-        return bounded_json.loads(raw)
+        document = bounded_json.loads(raw)
     except UnicodeDecodeError:
         raise InvalidJSON("request body is not UTF-8") from None
     except json.JSONDecodeError as e:
         raise InvalidJSON(details={"line": e.lineno, "column": e.colno, "problem": e.msg}) from e
     except bounded_json.JSONLimitError as e:  # depth, number length, lone surrogates
         raise InvalidJSON(str(e)) from e
+    problems = nul_problems(document)
+    if problems:
+        raise ValidationError(problems)
+    return document

@@ -24,12 +24,20 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from kit.errors import InvalidJSON, ServiceError
+from kit.errors import InvalidJSON, ServiceError, ValidationError
 from kit.logging import ACCESS_LOGGER
 from kit.metrics import HttpMetrics
 from kit.tracing import context_from_http, current_context, use_context
+from kit.validation import NUL_MESSAGE, nul_problems
 
-__all__ = ["echo_request_id", "error_body", "error_middleware", "json_error", "request_context_middleware"]
+__all__ = [
+    "echo_request_id",
+    "error_body",
+    "error_middleware",
+    "json_error",
+    "request_context_middleware",
+    "text_input_middleware",
+]
 
 
 log = structlog.get_logger(__name__)
@@ -178,3 +186,19 @@ def _from_http_exception(request: web.Request, e: web.HTTPException, client_max_
         if e.status >= 500:
             log.error("http error", status=e.status, reason=e.reason)
     return json_error(e.status, code, message, details, headers)
+
+
+@web.middleware
+async def text_input_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """422 for U+0000 in the path or the query string (decoded from %00), before any handler or
+    database sees it: the same rule as JSON bodies (`kit.app.read_json`)."""
+    problems: dict[str, str] = {}
+    if "\x00" in request.path:
+        problems["(path)"] = NUL_MESSAGE
+    for name, value in request.query.items():
+        problems.update(
+            nul_problems(value, name) if "\x00" not in name else {"(query)": f"has a name that {NUL_MESSAGE}"}
+        )
+    if problems:
+        raise ValidationError(problems)
+    return await handler(request)

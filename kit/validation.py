@@ -24,7 +24,24 @@ from typing import Any
 
 from kit.errors import ValidationError
 
-__all__ = ["Bool", "DecimalStr", "Enum", "Field", "Int", "List", "Number", "Object", "Str", "validate"]
+__all__ = [
+    "NUL_MESSAGE",
+    "Bool",
+    "DecimalStr",
+    "Enum",
+    "Field",
+    "Int",
+    "List",
+    "Number",
+    "Object",
+    "Str",
+    "nul_problems",
+    "validate",
+]
+
+# U+0000 is valid JSON and a valid percent-escape, but PostgreSQL stores it in neither text nor
+# jsonb (SQLite does): refused at the edge, 422 on both backends.
+NUL_MESSAGE = "must not contain a NUL character (U+0000)"
 
 _Errors = dict[str, str]
 
@@ -76,6 +93,10 @@ class Field:
         return cleaned
 
 
+_NO_NUL = r"^[^\x00]*$"
+_NO_NUL_NOT_BLANK = r"^[^\x00]*[^\s\x00][^\x00]*$"
+
+
 class Str(Field):
     def __init__(
         self,
@@ -112,10 +133,13 @@ class Str(Field):
 
     def _schema(self) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": "string"}
+        # No U+0000 (`nul_problems` refuses it before any validator runs), said in the pattern
+        # unless a pattern of the field's own already says what the string may hold.
+        schema["pattern"] = _NO_NUL
         if self.min_len is not None:
             schema["minLength"] = self.min_len
             if self.strip:
-                schema["pattern"] = r"\S"  # counted after stripping: blanks are not a value
+                schema["pattern"] = _NO_NUL_NOT_BLANK  # counted after stripping: blanks are not a value
         if self.max_len is not None:
             schema["maxLength"] = self.max_len
         if self.pattern is not None:
@@ -318,3 +342,25 @@ class Object(Field):
 def validate(schema: Field, value: Any) -> Any:
     """`schema.validate(value)`: the cleaned value, or ValidationError (422) naming each field."""
     return schema.validate(value)
+
+
+def nul_problems(value: Any, path: str = "") -> dict[str, str]:
+    """Where a decoded input (a JSON document, or a mapping of parameters) holds U+0000, in a
+    string or an object key: {field path: message}, empty when there is none.  Iterative: the
+    depth is the parser's to bound, not the stack's."""
+    problems: dict[str, str] = {}
+    todo: list[tuple[str, Any]] = [(path, value)]
+    while todo:
+        where, item = todo.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                problems[where or "(body)"] = NUL_MESSAGE
+        elif isinstance(item, Mapping):
+            for key, sub in item.items():
+                if isinstance(key, str) and "\x00" in key:
+                    problems[where or "(body)"] = f"has a field name that {NUL_MESSAGE}"
+                    continue
+                todo.append((f"{where}.{key}" if where else str(key), sub))
+        elif isinstance(item, list):
+            todo.extend((f"{where}[{i}]", sub) for i, sub in enumerate(item))
+    return problems

@@ -15,6 +15,7 @@ from aiohttp import web
 from kit.api_keys import ApiKeys
 from kit.app import create_base_app
 from kit.health import Check, broker_check, http_check, sqlite_check
+from kit.middleware import text_input_middleware
 from services.common.config import ServiceConfig
 from services.common.log_shipper import LogShipper, LogShipperCollector
 
@@ -46,7 +47,9 @@ def create_service_app(
     shipper: LogShipper | None = None,
     **options: Any,
 ) -> web.Application:
-    """`kit.app.create_base_app` with the shipper's counters on ``/metrics``; `options` as there."""
+    """`kit.app.create_base_app` with the shipper's counters on ``/metrics`` and U+0000 refused
+    in paths and query strings (`kit.middleware.text_input_middleware`); `options` as there."""
     collectors = [LogShipperCollector(shipper)] if shipper is not None else []
     api_keys = ApiKeys.load(config.api_keys_file) if config.api_keys_file is not None else None
+    options["middlewares"] = [text_input_middleware, *options.get("middlewares", ())]
     return create_base_app(config, checks=checks, collectors=collectors, api_keys=api_keys, **options)

@@ -1,11 +1,13 @@
 """Each service publishes an OpenAPI 3.1 description at /openapi.json, and a property-based API
 fuzzer (schemathesis) holds the running service to it: no 5xx, every status, content type,
-header and body as described, every body that breaks the description refused."""
+header and body as described, every body that breaks the description refused; the services
+with a database, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
 import base64
 import secrets
+from collections.abc import Callable
 from email.message import EmailMessage
 from pathlib import Path
 
@@ -22,9 +24,11 @@ from services.orders.app import create_app as orders_app
 from services.orders.config import OrdersConfig
 from services.otp.app import create_app as otp_app
 from services.otp.config import OtpConfig
+from streamshop import postgres
 from tests.support.api_fuzz import fuzz
 from tests.support.harness import ThreadBroker
 from tests.support.notify import serve_catcher, serve_sender
+from tests.support.postgres import fresh_database
 from tests.support.services import serve_app
 
 pytestmark = pytest.mark.fuzz
@@ -39,29 +43,51 @@ def _common(tmp_path: Path, broker: ThreadBroker, registry: RunningRegistry, nam
     }
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest) -> Callable[[str], dict[str, object]]:
+    """A service's database settings on the backend under test: what one accepts (U+0000, an
+    integer past 64 bits) the other must answer alike."""
+    if request.param == "sqlite":
+        return lambda name: {}
+    server: postgres.Server = request.getfixturevalue("pg_server")
+    return lambda name: {"database_url": fresh_database(server, name)}
+
+
 async def test_orders_answers_as_its_description_says(
-    tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry
+    tmp_path: Path,
+    broker: ThreadBroker,
+    running_registry: RunningRegistry,
+    database: Callable[[str], dict[str, object]],
 ) -> None:
-    app = orders_app(OrdersConfig(**_common(tmp_path, broker, running_registry, "orders")))  # type: ignore[arg-type]
+    common = {**_common(tmp_path, broker, running_registry, "orders"), **database("orders")}
+    app = orders_app(OrdersConfig(**common))  # type: ignore[arg-type]
     async with serve_app(app) as (url, _):
         await fuzz(url, app[OPENAPI_KEY], tmp_path)
 
 
 async def test_otp_answers_as_its_description_says(
-    tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry
+    tmp_path: Path,
+    broker: ThreadBroker,
+    running_registry: RunningRegistry,
+    database: Callable[[str], dict[str, object]],
 ) -> None:
-    config = OtpConfig(**_common(tmp_path, broker, running_registry, "otp"), hash_key="k")  # type: ignore[arg-type]
+    common = {**_common(tmp_path, broker, running_registry, "otp"), **database("otp")}
+    config = OtpConfig(**common, hash_key="k")  # type: ignore[arg-type]
     app = otp_app(config)
     async with serve_app(app) as (url, _):
         await fuzz(url, app[OPENAPI_KEY], tmp_path)
 
 
 async def test_logs_answers_as_its_description_says(
-    tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry
+    tmp_path: Path,
+    broker: ThreadBroker,
+    running_registry: RunningRegistry,
+    database: Callable[[str], dict[str, object]],
 ) -> None:
     """The live tail streams until its client leaves, which a request-response fuzzer cannot
     wait for: it is left out here and tested in test_logs_service.py."""
-    app = logs_app(LogsConfig(**_common(tmp_path, broker, running_registry, "logs")))  # type: ignore[arg-type]
+    common = {**_common(tmp_path, broker, running_registry, "logs"), **database("logs")}
+    app = logs_app(LogsConfig(**common))  # type: ignore[arg-type]
     async with serve_app(app) as (url, _):
         await fuzz(url, app[OPENAPI_KEY], tmp_path, exclude_path="/logs/tail")
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kit.errors import ValidationError
-from kit.validation import Bool, DecimalStr, Enum, Int, List, Object, Str
+from kit.validation import NUL_MESSAGE, Bool, DecimalStr, Enum, Int, List, Object, Str, nul_problems
 
 ORDER = Object(
     {
@@ -89,3 +89,20 @@ def test_the_error_is_a_422_with_fields_in_details() -> None:
     assert info.value.status == 422
     assert info.value.body()["error"] == "validation_failed"
     assert info.value.body()["details"]["fields"]["items"] == "is required"
+
+
+def test_nul_problems_names_each_string_and_key_holding_u0000_at_any_depth() -> None:
+    document = {
+        "ok": "fine",
+        "name": "a\x00b",
+        "items": [{"sku": "x"}, {"sku": "\x00"}],
+        "nested": {"bad\x00key": 1},
+        "n": 3,
+    }
+    assert nul_problems(document) == {
+        "name": NUL_MESSAGE,
+        "items[1].sku": NUL_MESSAGE,
+        "nested": f"has a field name that {NUL_MESSAGE}",
+    }
+    assert nul_problems("\x00") == {"(body)": NUL_MESSAGE}
+    assert nul_problems({"clean": ["a", {"b": None}]}) == {}
