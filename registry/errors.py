@@ -5,10 +5,11 @@ Confluent's body `{"error_code": CODE, "message": TEXT}` with the HTTP status. C
 form XXXYY are the HTTP status XXX refined by YY, exactly as Confluent numbers them, so clients
 that branch on `error_code` (confluent-kafka's `SchemaRegistryError.error_code`) work unchanged.
 
-One departure: a write refused for a state the registry leaves by itself (no primary elected
-yet, the primary unreachable or just deposed, its producer being replaced) is answered 503 with
-`Retry-After`, as the rest of the project answers an outage, while its code stays Confluent's
-(50001, 50003, 50004): the status tells a client to send it again, the code what happened.
+One departure: a request refused for a state the registry leaves by itself (the broker
+unreachable or slow, no primary elected yet, the primary unreachable or just deposed, its
+producer being replaced) is answered 503 with `Retry-After`, as the rest of the project answers
+an outage, while its code stays Confluent's (50001 to 50004): the status tells a client to send
+it again, the code what happened.
 """
 
 from __future__ import annotations
@@ -165,16 +166,17 @@ def store_error(message: str) -> RegistryError:
 
 
 def operation_timeout(message: str) -> RegistryError:
-    return RegistryError(500, OPERATION_TIMEOUT, message)
+    """The broker or the log did not answer in time (Confluent's 50002): 503, send it again."""
+    return RegistryError(503, OPERATION_TIMEOUT, message, {"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 def _unavailable(code: int, message: str) -> RegistryError:
     return RegistryError(503, code, message, {"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
-def write_unavailable(message: str) -> RegistryError:
-    """The primary cannot write now but will again by itself (its transaction aborted, its
-    producer being replaced): 503, Confluent's store error code."""
+def store_unavailable(message: str) -> RegistryError:
+    """The store cannot serve this now but will again by itself (the broker unreachable, a
+    transaction aborted, the producer being replaced): 503, Confluent's store error code."""
     return _unavailable(STORE_ERROR, message)
 
 

@@ -352,10 +352,10 @@ class SchemaStore:
             except KafkaException as e:
                 error = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
                 if error is None or not _passing(error) or time.monotonic() + 0.1 >= deadline:
-                    raise errors.store_error(f"cannot reach the broker: {e}") from e
+                    raise errors.store_unavailable(f"cannot reach the broker: {e}") from e
                 await asyncio.sleep(0.1)
             except Exception as e:
-                raise errors.store_error(f"cannot reach the broker: {e}") from e
+                raise errors.store_unavailable(f"cannot reach the broker: {e}") from e
 
     async def sync(self, within: float | None = None) -> None:
         """Read the log up to its current end: after this, every write that was answered
@@ -493,9 +493,9 @@ class SchemaStore:
             log.warning("the schemas topic's producer is stuck: replacing it", error=str(e))
             self._suspend()
             await self._drop_writer()
-            raise errors.write_unavailable(f"cannot write to the schemas topic now: {e}") from e
+            raise errors.store_unavailable(f"cannot write to the schemas topic now: {e}") from e
         except WriteFailed as e:  # aborted: nothing of it is visible, the next write may pass
-            raise errors.write_unavailable(f"cannot write to the schemas topic: {e}") from e
+            raise errors.store_unavailable(f"cannot write to the schemas topic: {e}") from e
         await self._wait_position(max(offsets) + 1, timeout)
         if not all(self._outcomes.get(offset, False) for offset in offsets):
             raise errors.store_error("the registry could not apply a record it wrote to the schemas topic")
