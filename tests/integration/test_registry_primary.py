@@ -137,6 +137,40 @@ async def test_a_deposed_primary_is_fenced_and_its_write_never_applies(broker: T
         await new.stop()
 
 
+async def test_a_fenced_primary_writes_again_only_once_a_heartbeat_sent_after_the_fence_confirms_it(
+    broker: ThreadBroker,
+) -> None:
+    """Fenced with nobody else elected (the broker aborted its timed-out transaction, or a stray
+    producer took the id): a heartbeat of the same generation, sent after the fence, proves no
+    one else holds the role, and only such a one lets it open a new writer."""
+    old, stray = SchemaStore(config(broker.bootstrap)), SchemaStore(config(broker.bootstrap))
+    await old.start()
+    await stray.start()
+    try:
+        role = Primary("old", "http://127.0.0.1:1", 1, True)
+        old.follow(role)
+        await old.register("s", parse_avro(json.dumps(record("A"))))
+        before_fence = time.monotonic()
+        stray.follow(Primary("stray", "http://127.0.0.1:2", 1, True))
+        await asyncio.wait_for(stray._writable.wait(), 15)
+        await stray.stop()  # fenced the old writer, then went away
+        with pytest.raises(RegistryError) as refused:
+            await old.register("t", parse_avro(json.dumps(record("B"))))
+        assert refused.value.code == FORWARDING_ERROR
+        assert refused.value.status == 503
+        assert "Retry-After" in refused.value.headers
+        old.confirmed(role, before_fence)  # sent before the fence: proves nothing
+        assert old._suspended_in == role.generation, "an old heartbeat let it take the role back"
+        assert old._writer is None
+        old.confirmed(role, time.monotonic())
+        await asyncio.wait_for(old._writable.wait(), 15)
+        schema_id, _ = await old.register("t", parse_avro(json.dumps(record("B"))))
+        assert schema_id == 2
+    finally:
+        await old.stop()
+        await stray.stop()
+
+
 def _group_settings() -> dict[str, str]:
     return {"REGISTRY_SESSION_TIMEOUT_MS": "2000", "REGISTRY_HEARTBEAT_INTERVAL_MS": "300"}
 
