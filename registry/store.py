@@ -18,6 +18,9 @@ and answer once this process has read its own records back and applied them. Rea
 writer the log is a plain sequence of changes and records apply last-wins, as Confluent's do; so a
 compacted log replays to the same state as the full one.
 
+The highest id handed out is also kept outside the topic (`registry.id_mark`): a registry
+refuses to start on a `_schemas` topic that lost its history while those ids are in use.
+
 Its clients never let the broker create a topic (`allow.auto.create.topics=false`): the topic is
 created once, compacted, by the admin API at start. A registry that finds it gone (deleted, or
 deleted and created again) stops serving writes and says so, rather than writing into a topic
@@ -39,7 +42,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.aio import AIOConsumer
 
-from registry import errors
+from registry import errors, id_mark
 from registry.config import RegistryConfig
 from registry.election import Primary
 from registry.errors import RegistryError
@@ -92,6 +95,8 @@ class SchemaStore:
         self._tail_error: str | None = None
         self._lost: str | None = None
         self._on_lost = on_lost
+        self._mark = id_mark.Mark()  # the highest id handed out, as known here
+        self._new_mark: id_mark.Mark | None = None  # one the write being built takes
         # The writer: present only while this instance is the primary.
         self._role: Primary | None = None
         self._role_task: asyncio.Task[None] | None = None
@@ -143,6 +148,7 @@ class SchemaStore:
         deadline = time.monotonic() + self.config.startup_timeout
         try:
             await self._ensure_topic(deadline)
+            await self._ensure_topic(deadline, id_mark.ids_topic(self.config.topic))
             self._consumer = AIOConsumer(self._consumer_config(), max_workers=1)
             self._offsets = AIOConsumer(self._consumer_config(), max_workers=1)
             # Offset 0, not OFFSET_BEGINNING: that one is asked of the broker first, and librdkafka
@@ -152,6 +158,7 @@ class SchemaStore:
             self._tail_task = asyncio.create_task(self._tail(), name="registry-tail")
             self._spare = self._new_writer()
             await self.sync(max(1.0, deadline - time.monotonic()))
+            await self._check_history(deadline)
         except BaseException:
             await self.stop()
             raise
@@ -163,6 +170,20 @@ class SchemaStore:
             subjects=len(self.state.subjects),
             schemas=len(self.state.schemas),
         )
+
+    async def _check_history(self, deadline: float) -> None:
+        reader = AIOConsumer(self._consumer_config(), max_workers=1)
+        try:
+            self._mark = await id_mark.read(
+                reader, id_mark.ids_topic(self.config.topic), max(1.0, deadline - time.monotonic())
+            )
+        finally:
+            with contextlib.suppress(Exception):
+                await reader.close()
+        problem = id_mark.check(self._mark, self.config.topic, self._position)
+        if problem is not None:
+            log.error("schemas topic lost its history: not starting", problem=problem)
+            raise StoreUnavailable(problem)
 
     async def stop(self) -> None:
         self.started = False
@@ -183,8 +204,9 @@ class SchemaStore:
                     await consumer.close()
         self._consumer = self._offsets = None
 
-    async def _ensure_topic(self, deadline: float) -> None:
-        """Create the compacted single-partition topic, or check the existing one is compacted."""
+    async def _ensure_topic(self, deadline: float, topic: str | None = None) -> None:
+        """Create the compacted single-partition topic (`_schemas`, or `topic`), or check the
+        existing one is compacted."""
         last_error: BaseException | None = None
         while (remaining := deadline - time.monotonic()) > 0:
             admin = AIOKafkaAdminClient(
@@ -193,7 +215,7 @@ class SchemaStore:
                 **self.config.kafka_security.aiokafka_kwargs(),
             )
             try:
-                await asyncio.wait_for(self._create_topic(admin), remaining)
+                await asyncio.wait_for(self._create_topic(admin, topic or self.config.topic), remaining)
                 return
             except StoreUnavailable:
                 raise
@@ -204,35 +226,33 @@ class SchemaStore:
                 await admin.close()
         raise StoreUnavailable(f"broker {self.config.bootstrap_servers} unreachable: {last_error or 'timed out'}")
 
-    async def _create_topic(self, admin: AIOKafkaAdminClient) -> None:
+    async def _create_topic(self, admin: AIOKafkaAdminClient, topic: str) -> None:
         await admin.start()
         brokers = len((await admin.describe_cluster())["brokers"])
         replicas = max(1, min(self.config.topic_replication_factor, brokers))
         response = await admin.create_topics(
-            [NewTopic(self.config.topic, 1, replicas, topic_configs={"cleanup.policy": "compact"})]
+            [NewTopic(topic, 1, replicas, topic_configs={"cleanup.policy": "compact"})]
         )
         for _topic, code, message in response.topic_errors:
             if code not in (0, TOPIC_ALREADY_EXISTS):
-                raise StoreUnavailable(f"cannot create topic {self.config.topic}: {code} {message}")
+                raise StoreUnavailable(f"cannot create topic {topic}: {code} {message}")
             if code == TOPIC_ALREADY_EXISTS:
-                await self._check_topic(admin)
+                await self._check_topic(admin, topic)
             else:
-                log.info("created schemas topic", topic=self.config.topic, replicas=replicas)
+                log.info("created schemas topic", topic=topic, replicas=replicas)
 
-    async def _check_topic(self, admin: AIOKafkaAdminClient) -> None:
-        described = await admin.describe_topics([self.config.topic])
+    async def _check_topic(self, admin: AIOKafkaAdminClient, topic: str) -> None:
+        described = await admin.describe_topics([topic])
         partitions = len(described[0].get("partitions", ())) if described else 0
         if partitions > 1:
-            raise StoreUnavailable(
-                f"topic {self.config.topic} has {partitions} partitions; the registry needs exactly 1"
-            )
-        responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, self.config.topic)])
+            raise StoreUnavailable(f"topic {topic} has {partitions} partitions; the registry needs exactly 1")
+        responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
         for response in responses:
             for resource in response.resources:
                 for entry in resource[4]:
                     if entry[0] == "cleanup.policy" and "compact" not in str(entry[1]).split(","):
                         raise StoreUnavailable(
-                            f"topic {self.config.topic} has cleanup.policy={entry[1]}; the registry needs compact"
+                            f"topic {topic} has cleanup.policy={entry[1]}; the registry needs compact"
                         )
 
     # -- following the log -------------------------------------------------------------------
@@ -476,7 +496,9 @@ class SchemaStore:
         assert writer is not None
         timeout = self.config.write_timeout
         try:
-            offsets = await writer.write(self.config.topic, records, timeout)
+            mark, self._new_mark = self._new_mark, None
+            also = (id_mark.ids_topic(self.config.topic), [mark.record()]) if mark is not None else None
+            offsets = await writer.write(self.config.topic, records, timeout, also=also)
         except Fenced as e:
             # Another instance took the role over: it alone writes now.
             self.fenced += 1
@@ -496,6 +518,8 @@ class SchemaStore:
             raise errors.store_unavailable(f"cannot write to the schemas topic now: {e}") from e
         except WriteFailed as e:  # aborted: nothing of it is visible, the next write may pass
             raise errors.store_unavailable(f"cannot write to the schemas topic: {e}") from e
+        if mark is not None:
+            self._mark = mark
         await self._wait_position(max(offsets) + 1, timeout)
         if not all(self._outcomes.get(offset, False) for offset in offsets):
             raise errors.store_error("the registry could not apply a record it wrote to the schemas topic")
@@ -519,6 +543,7 @@ class SchemaStore:
                 await self.sync()
                 if subject is not None:
                     self._check_writable(subject)
+                self._new_mark = None
                 records, answer = build()
                 if records:
                     await self._commit(records)
@@ -572,7 +597,9 @@ class SchemaStore:
                     raise errors.id_does_not_match(f"Overwrite new schema with id {schema_id} is not permitted.")
                 new_id = schema_id
             else:
-                new_id = known_id if known_id is not None else state.max_id + 1
+                # above the mark too: ids are never handed out twice, even once compaction has
+                # dropped the record of a permanently deleted schema that had the highest id
+                new_id = known_id if known_id is not None else max(state.max_id, self._mark.schema_id) + 1
             existing = state.subjects.get(subject, {})
             if version is not None:
                 if version in existing:
@@ -581,6 +608,8 @@ class SchemaStore:
             else:
                 new_version = max(existing, default=0) + 1
             sv = SchemaVersion(subject, new_version, new_id, schema)
+            if new_id > self._mark.schema_id:
+                self._new_mark = id_mark.Mark(new_id, self._position)
             return [(schema_key(subject, new_version), sv.value())], (new_id, new_version)
 
         return await self._write(subject, build)

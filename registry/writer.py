@@ -70,23 +70,37 @@ class TransactionalWriter:
             self._broken = f"init_transactions failed: {e}"
             raise
 
-    async def write(self, topic: str, records: Sequence[Record], within: float) -> list[int]:
-        """Commit `records` to partition 0 of `topic` in one transaction: their offsets."""
-        return await self._call(self._transaction, topic, records, within)
+    async def write(
+        self,
+        topic: str,
+        records: Sequence[Record],
+        within: float,
+        *,
+        also: tuple[str, Sequence[Record]] | None = None,
+    ) -> list[int]:
+        """Commit `records` to partition 0 of `topic` in one transaction, with `also`'s records
+        to partition 0 of its topic: the offsets of `records`."""
+        return await self._call(self._transaction, topic, records, within, also)
 
-    def _transaction(self, topic: str, records: Sequence[Record], timeout: float) -> list[int]:
+    def _transaction(
+        self, topic: str, records: Sequence[Record], timeout: float, also: tuple[str, Sequence[Record]] | None
+    ) -> list[int]:
         if self._broken is not None:
             raise Broken(self._broken)
         offsets: list[int] = []
+        others: list[int] = []
 
         def delivered(error: KafkaError | None, message: Message) -> None:
             if error is None:
-                offsets.append(int(message.offset() or 0))
+                (offsets if message.topic() == topic else others).append(int(message.offset() or 0))
 
+        extra: Sequence[tuple[str, Record]] = [(also[0], r) for r in also[1]] if also is not None else []
         try:
             self._producer.begin_transaction()
             for key, value in records:
                 self._producer.produce(topic, value=value, key=key, partition=0, on_delivery=delivered)
+            for other, (key, value) in extra:
+                self._producer.produce(other, value=value, key=key, partition=0, on_delivery=delivered)
             self._producer.commit_transaction(timeout)
         except Exception as e:  # KafkaException, or the SystemError confluent-kafka wraps it in
             if self._fatal is not None or _fatal(e):
@@ -100,7 +114,7 @@ class TransactionalWriter:
                 self._broken = f"{e}; abort failed: {abort_error}"
                 raise Broken(self._broken) from e
             raise WriteFailed(str(e)) from e
-        if len(offsets) != len(records):
+        if len(offsets) != len(records) or len(others) != len(extra):
             raise WriteFailed("the commit did not report every record delivered")
         return sorted(offsets)
 

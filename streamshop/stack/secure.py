@@ -54,9 +54,13 @@ class Access:
 
 _LOGS = ("logs.*",)  # every component ships its own log lines
 ACCESS: Mapping[str, Access] = {
-    # Its group elects the one writer, whose transactional id fences the one before.
+    # Its group elects the one writer, whose transactional id fences the one before; the
+    # highest id handed out is kept apart from `_schemas` (registry.id_mark).
     "registry": Access(
-        writes=("_schemas",), reads=("_schemas",), groups=("schema-registry",), transactional_ids=("schema-registry",)
+        writes=("_schemas", "_schemas_ids"),
+        reads=("_schemas", "_schemas_ids"),
+        groups=("schema-registry",),
+        transactional_ids=("schema-registry",),
     ),
     "orders": Access(writes=("orders", *_LOGS)),
     "otp": Access(writes=("otp.requests", *_LOGS)),

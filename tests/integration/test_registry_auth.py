@@ -39,10 +39,11 @@ def secure(tmp_path: Path, broker_factory: Callable[..., ThreadBroker]) -> Secur
     sb = SecureBroker(broker, ca, tmp_path)
     admin = AdminClient(sb.admin())
     add_user(admin, "registry", "registry-pw")
-    # What a registry needs: its topic, the group that elects the primary, the primary's
+    # What a registry needs: its topics, the group that elects the primary, the primary's
     # transactional id.
     for resource, name, operation in (
         (Rt.TOPIC, "_schemas", AclOperation.ALL),
+        (Rt.TOPIC, "_schemas_ids", AclOperation.ALL),
         (Rt.GROUP, "schema-registry", AclOperation.READ),
         (Rt.TRANSACTIONAL_ID, "schema-registry", AclOperation.WRITE),
     ):

@@ -227,3 +227,30 @@ def test_the_cli_exits_with_an_error_when_the_broker_is_unreachable(tmp_path: Pa
     with pytest.raises(RuntimeError, match="exited with 1"):
         process.start()
     assert "unreachable" in (tmp_path / "registry.log").read_text()
+
+
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until the answer: a dropped client fails it
+    admin.delete_topics([topic], operation_timeout=10)[topic].result(15)
+
+
+async def test_a_schemas_topic_that_lost_its_history_is_refused_while_its_ids_are_in_use(broker: ThreadBroker) -> None:
+    """Deleting `_schemas` would let a registry hand out id 1 again, and records written with the
+    old ids would decode against other schemas.  The highest id handed out is kept outside the
+    topic (`_schemas_ids`): a registry refuses to start on a topic that lost its history, and
+    starts afresh once the mark is deleted too."""
+    async with api_for(broker.bootstrap) as api:
+        assert await api.register("users-value", record("User", "id")) == 1
+        assert await api.register("orders-value", record("Order", "id")) == 2
+    await asyncio.to_thread(_delete_topic, broker.bootstrap, "_schemas")
+    with pytest.raises(StoreUnavailable, match="lost its history") as refused:
+        async with registry(broker.bootstrap):
+            pass
+    assert "ids up to 2" in str(refused.value)
+    # the refusal holds on every start, not only the first (which created the topic again)
+    with pytest.raises(StoreUnavailable, match="lost its history"):
+        async with registry(broker.bootstrap):
+            pass
+    await asyncio.to_thread(_delete_topic, broker.bootstrap, "_schemas_ids")
+    async with api_for(broker.bootstrap) as fresh:
+        assert await fresh.register("users-value", record("User", "id")) == 1
