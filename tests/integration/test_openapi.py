@@ -45,8 +45,7 @@ def _common(tmp_path: Path, broker: ThreadBroker, registry: RunningRegistry, nam
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database(request: pytest.FixtureRequest) -> Callable[[str], dict[str, object]]:
-    """A service's database settings on the backend under test: what one accepts (U+0000, an
-    integer past 64 bits) the other must answer alike."""
+    """A service's database settings on the backend under test: both must answer as described."""
     if request.param == "sqlite":
         return lambda name: {}
     server: postgres.Server = request.getfixturevalue("pg_server")
