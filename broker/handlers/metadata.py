@@ -14,7 +14,7 @@ from broker.config import validate_topic_name
 from broker.core import Broker
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext
 from broker.metadata import Topic
-from broker.protocol.codec import build, encode_body, nested, uvarint
+from broker.protocol.codec import build, encode_body, encode_string, nested, uvarint
 from broker.protocol.errors import ErrorCode
 from broker.protocol.fetch_codec import Part, RawResponse
 from broker.quotas import MutationCharge
@@ -177,6 +177,7 @@ def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Ans
 
 
 _EMPTY_ARRAY = {False: b"\x00\x00\x00\x00", True: b"\x01"}
+_EMPTY_STRING = {False: b"\x00\x00", True: b"\x01"}
 _TOPIC_CACHE_SIZE = 4096
 
 
@@ -240,6 +241,12 @@ def _partitions(version: int, flexible: bool, node: int, count: int) -> bytes:
 
 def _topic_bytes(broker: Broker, cls: type[Entity], entry: _Entry, operations: int) -> bytes:
     name, topic_id, code, topic = entry
+    if topic is None and topic_id is None and name:
+        # A topic that is not there (a hostile request may name 100,000): the answer of the
+        # nameless one with this name written in, and no cache entry pushed out for it.
+        flexible = bool(cls.__flexible__)
+        template = _topic_bytes(broker, cls, ("", None, code, None), operations)
+        return template[:2] + encode_string(name, flexible) + template[2 + len(_EMPTY_STRING[flexible]) :]
     key = (cls, name, topic_id, code, topic.partitions if topic else 0, bool(topic and topic.internal), operations)
     cache = broker.response_cache
     cached = cache.pop(key, None)
