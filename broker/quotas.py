@@ -15,11 +15,12 @@ Rates are measured over `quota.window.num` windows of `quota.window.size.seconds
 `Rate`: a young measurement counts the windows it has not lived yet, so a client starts with
 some credit); a client over its quota is throttled for `(rate - quota) / quota * window`, the
 time its rate needs to fall back to the quota, and its channel is muted that long (acks=0
-produces included).  As Kafka's ClientQuotaManager, byte rates are not capped to a window: a 16
-MB request against 1 MB/s waits out about 16 s.  The one bound is the whole measured span
-(`quota.window.num` x `quota.window.size.seconds`): by then every sample has expired and the rate
-is zero, whatever was recorded.  `request_percentage` is bounded at one window, as Kafka's
-ClientRequestQuotaManager bounds it (`maxThrottleTimeMs`).
+produces included).  As Kafka's ClientQuotaManager, byte rates are not capped: a producer of 16
+MB requests against 1 MB/s waits out about 16 s after each (capped at one window it got 16x its
+quota; capped at the measured span, 11 s, still nearly 2x, as samples then expire before the
+rate is back under the quota).  The only bound is the wire's: `throttle_time_ms` is an int32.
+`request_percentage` is bounded at one window, as Kafka's ClientRequestQuotaManager bounds it
+(`maxThrottleTimeMs`).
 Mutations use Kafka's token bucket (burst: quota x window): a request is refused with
 THROTTLING_QUOTA_EXCEEDED while the bucket is negative, so a single request may take it below
 zero and the next ones wait.
@@ -64,6 +65,7 @@ CLIENT_KEYS = {
 }
 IP_KEYS = {CONNECTION_CREATION_RATE: True}
 THROTTLED = "The throttling quota has been exceeded."
+MAX_THROTTLE_MS = 2**31 - 1  # throttle_time_ms is an int32
 # Kafka's quota sensors expire after an hour without a recording (inactiveSensorExpirationTimeSeconds).
 SENSOR_EXPIRATION_S = 3600.0
 # Measurements kept at once (each ~1 KiB): a flood of client ids costs at most ~10 MiB.
@@ -326,9 +328,8 @@ class Quotas:
 
     def max_throttle_s(self, key: str) -> float:
         """The longest throttle of `key`: one window for request time (Kafka's
-        ClientRequestQuotaManager); for byte rates the whole measured span, after which every
-        sample has expired and the rate is back to zero."""
-        return self.window_s if key == REQUEST_PERCENTAGE else self.windows * self.window_s
+        ClientRequestQuotaManager); for byte rates what `throttle_time_ms` can say."""
+        return self.window_s if key == REQUEST_PERCENTAGE else MAX_THROTTLE_MS / 1000
 
     def window_bytes(self, key: str, user: str, client_id: str) -> int | None:
         """What the client's `key` quota allows over the whole window (a Fetch is bounded by it,
@@ -372,4 +373,4 @@ class MutationCharge:
     def throttle_ms(self) -> int:
         if self.bucket is None or self.bucket.tokens >= 0:
             return 0
-        return int(-self.bucket.tokens / self.bucket.quota * 1000)
+        return int(min(-self.bucket.tokens / self.bucket.quota * 1000, MAX_THROTTLE_MS))

@@ -20,7 +20,8 @@ measured from outside, through /proc and its own /metrics:
    partition of 400,000 records;
 6. client quotas (`loadtest.quota_accuracy`), Kafka's default windows (11 of 1 s): a producer
    held to `producer_byte_rate` 1 MB/s and then a consumer held to `consumer_byte_rate` 1 MB/s,
-   each measured over two whole windows after one;
+   each measured over two whole windows after one; then a producer of 16 MiB requests held to
+   1 MB/s, measured from burst to burst over 66 s after 11;
 7. password guessing on a SASL listener (`loadtest.guessing`): eight threads guessing `admin`'s
    PLAIN password for 10 s, new connection each time, with the failure throttle on and off:
    attempts answered and passwords checked per second, and how long the real user then waits.
@@ -57,6 +58,7 @@ from loadtest import guessing, quota_accuracy, slow_readers
 from loadtest.brokers import connect, gauge, recv_exactly, rss_mib, streamshop_broker, wait_idle
 
 QUOTA = 1_000_000  # bytes/s, for the quota step
+LARGE_REQUEST = 16 << 20  # bytes per request of the quota step's large producer
 ZSTD = 4
 GZIP = 1
 
@@ -319,6 +321,9 @@ def run(connections: int, polls: int) -> dict[str, dict[str, float]]:
             "quota_bytes_per_s": QUOTA,
             "producer_bytes_per_s": quota_accuracy.producer_rate(bootstrap, QUOTA, warmup=11, seconds=22),
             "consumer_bytes_per_s": quota_accuracy.consumer_rate(bootstrap, QUOTA, warmup=11, seconds=22),
+            "large_producer_bytes_per_s": quota_accuracy.large_producer_rate(
+                bootstrap, QUOTA, request_bytes=LARGE_REQUEST, warmup=11, seconds=66
+            ),
         }
     with tempfile.TemporaryDirectory(prefix="bench-guessing-") as tmp:
         for throttle_ms in (30_000, 0):
@@ -375,6 +380,9 @@ def report(results: dict[str, dict[str, float]]) -> list[str]:
             f"({quotas[name + '_bytes_per_s'] / quotas['quota_bytes_per_s'] - 1:+.1%}; goal within 10 %)"
             for name in ("producer", "consumer")
         ),
+        f"producer of {LARGE_REQUEST >> 20} MiB requests held to producer_byte_rate "
+        f"{quotas['quota_bytes_per_s'] / 1e6:.1f} MB/s: {quotas['large_producer_bytes_per_s'] / 1e6:.3f} MB/s "
+        f"({quotas['large_producer_bytes_per_s'] / quotas['quota_bytes_per_s'] - 1:+.1%})",
         "password guessing, 8 threads for 10 s: attempts answered/s, passwords checked/s, refused unchecked,"
         " the real user's wait after",
         *(

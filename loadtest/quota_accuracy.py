@@ -100,6 +100,52 @@ def producer_rate(bootstrap: str, quota: float, *, warmup: float, seconds: float
     return _rate(sorted(stamps), started + warmup, end)
 
 
+def large_producer_rate(bootstrap: str, quota: float, *, request_bytes: int, warmup: float, seconds: float) -> float:
+    """Bytes/s appended for a producer whose every request is one `request_bytes` batch, over
+    whole bursts: from the first request appended after `warmup` to the last one before
+    `warmup + seconds` (a plain count over the span would be off by up to one request)."""
+    topic = f"{TOPIC}-large"
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: a dropped client fails its futures
+    config = {"message.timestamp.type": "LogAppendTime", "max.message.bytes": str(request_bytes + (1 << 20))}
+    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(30)
+    client = f"{CLIENT}-large"
+    set_client_quota(bootstrap, client, "producer_byte_rate", quota)
+    appended: dict[float, int] = {}  # LogAppendTime -> bytes: one request each
+
+    def delivered(error: Any, message: Any) -> None:
+        if error is None:
+            at = message.timestamp()[1] / 1000
+            appended[at] = appended.get(at, 0) + len(message.value())
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client,
+            "linger.ms": 100,
+            "batch.size": request_bytes,
+            "batch.num.messages": request_bytes // RECORD + 1,
+            "message.max.bytes": request_bytes + (1 << 20),
+            "acks": 1,
+            "queue.buffering.max.kbytes": 2 * request_bytes // 1024,
+        }
+    )
+    value = b"q" * RECORD
+    started = time.time()
+    end = started + warmup + seconds
+    while time.time() < end:
+        try:
+            producer.produce(topic, value, on_delivery=delivered)
+        except BufferError:
+            producer.poll(0.05)
+        producer.poll(0)
+    producer.purge()
+    producer.flush(30)
+    bursts = sorted((t, n) for t, n in appended.items() if started + warmup <= t < end)
+    if len(bursts) < 2:
+        return 0.0
+    return sum(n for _, n in bursts[1:]) / (bursts[-1][0] - bursts[0][0])
+
+
 def consumer_rate(bootstrap: str, quota: float, *, warmup: float, seconds: float) -> float:
     """Bytes/s of values a consumer held to `consumer_byte_rate` receives, after `warmup`."""
     set_client_quota(bootstrap, CLIENT, "consumer_byte_rate", quota)

@@ -12,7 +12,16 @@ import pytest
 from broker.clock import ManualClock
 from broker.config import BrokerConfig
 from broker.metadata import MetadataStore
-from broker.quotas import PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, QuotaError, Quotas, Rate, check_value, entity_of
+from broker.quotas import (
+    MAX_THROTTLE_MS,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    QuotaError,
+    Quotas,
+    Rate,
+    check_value,
+    entity_of,
+)
 
 U, C = "user", "client-id"
 
@@ -69,14 +78,16 @@ def test_the_rate_gives_a_young_client_credit_and_throttles_in_proportion() -> N
     assert rate.measure(17.0) == pytest.approx(0.2)
 
 
-def test_a_throttle_is_proportional_to_the_excess_and_at_most_the_measured_span(quotas: Quotas) -> None:
+def test_a_byte_rate_throttle_is_the_time_the_rate_needs_to_fall_back_uncapped(quotas: Quotas) -> None:
     quotas.alter([(entity_of([(C, "app")]), {PRODUCER_BYTE_RATE: 1000.0})])
     assert quotas.throttle_ms(PRODUCER_BYTE_RATE, "u", "app", 500) == 0  # within: 500/s over 1 s
     assert 190 <= quotas.throttle_ms(PRODUCER_BYTE_RATE, "u", "app", 700) <= 200  # 1,200/s: 20 % of 1 s
     # 1,800 bytes over 1 s: 0.8 s more to fall back to 1,000/s; not capped at one window
     assert 790 <= quotas.throttle_ms(PRODUCER_BYTE_RATE, "u", "app", 600) <= 800
-    # the whole span (2 windows of 1 s) is the bound: by then every sample has expired
-    assert quotas.throttle_ms(PRODUCER_BYTE_RATE, "u", "app", 10_000) == 2000
+    # 11,800 bytes over 1 s: 10.8 s, longer than the windows (2 of 1 s), as Kafka's
+    assert 10_790 <= quotas.throttle_ms(PRODUCER_BYTE_RATE, "u", "app", 10_000) <= 10_800
+    # no longer than throttle_time_ms can say
+    assert quotas.throttle_ms(PRODUCER_BYTE_RATE, "u", "app", 1e12) == MAX_THROTTLE_MS
     assert quotas.throttle_ms(PRODUCER_BYTE_RATE, "u", "other", 10_000) == 0  # not this client's
 
 
