@@ -123,10 +123,15 @@ def test_a_consumer_over_its_consumer_byte_rate_is_answered_empty_and_throttled(
         # batches (205 kB), not a second one
         assert quota_accuracy.set_client_quota(broker.bootstrap, "streamshop-tests", "consumer_byte_rate", 25_000) == 0
         first = conn.fetch_partition("metered", 0, 0)  # the first answer fits the window's credit
-        second = conn.fetch_partition("metered", 0, 0)
+        whole = conn._fetch(
+            "metered", {0: 0}, max_wait_ms=0, min_bytes=1, max_bytes=16 << 20, partition_max_bytes=16 << 20
+        )
+        second = whole.responses[0].partitions[0]
     assert len(first.records) > 200_000
     assert not second.records
     assert second.error_code == ErrorCode.none
+    # twice the answer over 10 s is 41 kB/s: 6.4 s to fall back to 25 kB/s, not one window
+    assert whole.throttle_time.total_seconds() >= 5, whole.throttle_time
 
 
 def test_partition_mutations_are_held_to_controller_mutation_rate(broker: ThreadBroker) -> None:
