@@ -180,7 +180,10 @@ class SchemaStore:
         finally:
             with contextlib.suppress(Exception):
                 await reader.close()
-        problem = id_mark.check(self._mark, self.config.topic, self._position)
+        # The end now, not the position replayed to: a mark another primary committed since
+        # came with its schema record, which this end then covers.
+        end = await self.end_offset(max(1.0, deadline - time.monotonic()))
+        problem = id_mark.check(self._mark, self.config.topic, end)
         if problem is not None:
             log.error("schemas topic lost its history: not starting", problem=problem)
             raise StoreUnavailable(problem)

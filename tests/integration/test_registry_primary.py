@@ -254,7 +254,8 @@ def test_a_deleted_schemas_topic_is_never_created_again_by_the_registry_which_st
 ) -> None:
     """On a broker that creates topics on first use, deleting `_schemas` under a running
     registry must not leave a topic with the broker's defaults: the registry stops and says
-    why; started again, it creates the topic properly."""
+    why; started again, it creates the topic properly, but will not serve on it while the ids
+    it handed out are in use (registry.id_mark), until `_schemas_ids` is deleted too."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     log = tmp_path / "registry.log"
     process = RegistryProcess(broker.bootstrap, log).start()
@@ -269,12 +270,16 @@ def test_a_deleted_schemas_topic_is_never_created_again_by_the_registry_which_st
         assert "_schemas" not in admin.list_topics(timeout=10).topics, "a client re-created the topic"
     finally:
         process.kill()
+    with pytest.raises(RuntimeError, match="registry exited with 1"):
+        RegistryProcess(broker.bootstrap, log).start()
+    assert "the schemas topic _schemas lost its history" in log.read_text()
+    metadata = admin.list_topics(timeout=10).topics["_schemas"]
+    assert len(metadata.partitions) == 1
+    [configs] = admin.describe_configs([ConfigResource("topic", "_schemas")]).values()
+    assert configs.result(10)["cleanup.policy"].value == "compact"
+    admin.delete_topics(["_schemas_ids"])["_schemas_ids"].result(10)
     again = RegistryProcess(broker.bootstrap, log).start()
     try:
-        metadata = admin.list_topics(timeout=10).topics["_schemas"]
-        assert len(metadata.partitions) == 1
-        [configs] = admin.describe_configs([ConfigResource("topic", "_schemas")]).values()
-        assert configs.result(10)["cleanup.policy"].value == "compact"
         assert http_json("GET", f"{again.url}/subjects") == []
     finally:
         assert again.stop() == 0
