@@ -23,6 +23,7 @@ from broker.log.partition_log import PartitionLog
 from broker.metadata import MetadataStore
 from broker.protocol.records import Record, build_batch
 from broker.share.coordinator import STATE_TOPIC, GroupSettings, ShareConfig, ShareCoordinator
+from broker.share.group import ShareHeartbeat
 
 
 async def _no_sync(logs: Iterable[PartitionLog]) -> None:
@@ -49,7 +50,14 @@ async def measure(window: int, acks: int) -> list[int]:
             for _ in range(0, window, 100):
                 plog.append_internal(build_batch([Record(i, clock.now_ms(), None, b"x" * 100) for i in range(100)]))
             key = ("g", topic.topic_id, 0)
-            shares.open_session("g", "a")
+            # Member "a" joins (a share session is a current member's only), then opens one.
+            _, pending = shares.heartbeat(
+                ShareHeartbeat("g", "a", 0, None, ("t",), "bench", "/127.0.0.1"),
+                lambda name: (topic.topic_id, topic.partitions) if name == "t" else None,
+            )
+            if pending is not None:
+                await pending
+            shares.open_session("g", "a", owner=object())
             part, _ = shares.partition("g", topic.topic_id, 0, plog)
             shares.acquire("a", key, part, plog, max_records=window, max_bytes=1 << 30)
             await _run(shares.persist("g", [key]))

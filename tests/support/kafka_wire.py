@@ -40,7 +40,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
-from kio.schema.types import TopicName
+from kio.schema.types import BrokerId, TopicName
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
@@ -384,7 +384,7 @@ class KafkaConnection:
         read_committed)."""
         response = self.request(
             ListOffsetsRequest(
-                replica_id=i32(-1),
+                replica_id=BrokerId(i32(-1)),
                 isolation_level=i8(isolation),
                 topics=(
                     ListOffsetsTopic(
