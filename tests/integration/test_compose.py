@@ -35,6 +35,7 @@ from contracts.otp import SEAL_KEY_BYTES
 from kit.settings import Settings
 from loadtest.targets import LoadTargets
 from registry.config import RegistryConfig
+from registry.id_mark import ids_topic
 from services.catcher.config import CatcherConfig
 from services.common.config import ServiceConfig
 from services.dashboard.config import DashboardConfig
@@ -698,6 +699,7 @@ def test_kafka_setup_creates_every_topic_the_registry_and_services_would_create_
     expected: dict[str, tuple[int, dict[str, str]]] = {}
     registry = RegistryConfig.from_env(environment(one_service("registry")))
     expected[registry.topic] = (1, {"cleanup.policy": "compact"})  # registry.store creates it so
+    expected[ids_topic(registry.topic)] = (1, {"cleanup.policy": "compact"})  # and its id mark
     for sub in ("orders", "otp"):
         config = config_of(one_service(sub))
         assert isinstance(config, (OrdersConfig, OtpConfig))
