@@ -5,6 +5,7 @@ does for the same number of requests from one client id and one mechanism (the c
 
 from __future__ import annotations
 
+import os
 import re
 import selectors
 import socket
@@ -25,7 +26,9 @@ from tests.support.kafka_wire import connect, encode_request, parse_bootstrap
 
 pytestmark = pytest.mark.slow
 
-N = 100_000
+# 25,000 of each in the suite (past MAX_SENSORS, and unbounded they grew the broker by ~45 MiB);
+# the figure in the docs is of 100,000: FLOOD_SIZE=100000 pytest -s tests/integration/test_client_state_bounds.py
+N = int(os.environ.get("FLOOD_SIZE", "25000"))
 MiB = 1024 * 1024
 METADATA_KEY, METADATA_VERSION = 3, 12
 
@@ -109,7 +112,7 @@ def _growth(pid: int, flood: Callable[[], None]) -> int:
     return _rss(pid) - before
 
 
-def test_100000_client_ids_and_mechanisms_grow_the_broker_by_a_bounded_amount(
+def test_a_flood_of_distinct_client_ids_and_mechanisms_grows_the_broker_by_a_bounded_amount(
     broker_process_factory: Callable[..., BrokerProcess],
 ) -> None:
     # No delay before closing a refused handshake: the measure is of memory, not of the delay.
@@ -137,5 +140,5 @@ def test_100000_client_ids_and_mechanisms_grow_the_broker_by_a_bounded_amount(
     assert _quota_sensors(broker.admin_url) == MAX_SENSORS
     assert _mechanism_labels(broker.admin_url) == {"PLAIN", "other"}
     print(f"RSS growth: control {control / MiB:.1f} MiB, {N} distinct ids and mechanisms {flood / MiB:.1f} MiB")
-    # Unbounded, each id kept a rate (~1 KiB) and each mechanism a labelled counter: >100 MiB.
+    # Unbounded, each id kept a rate (~1 KiB) and each mechanism a labelled counter: ~45 MiB here.
     assert flood <= control + 16 * MiB
