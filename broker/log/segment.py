@@ -34,11 +34,13 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def replace_durably(path: Path, data: bytes) -> None:
+def replace_durably(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write `path` whole so that a machine crash leaves the old content or the new, never an
-    empty or partial file: a temporary file, fsynced, renamed over it, and the directory fsynced."""
+    empty or partial file: a temporary file, fsynced, renamed over it, and the directory fsynced.
+    The temporary file is made anew with `mode`, so a private file is never briefly readable."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         view = memoryview(data)
         while view:

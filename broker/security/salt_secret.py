@@ -8,12 +8,13 @@ node id), anyone could compute the made-up salts and tell unknown names from rea
 
 from __future__ import annotations
 
-import os
 import secrets
 import stat
 from pathlib import Path
 
 import structlog
+
+from broker.log.segment import replace_durably
 
 log = structlog.get_logger(__name__)
 
@@ -37,27 +38,6 @@ def load_or_create(data_dir: Path) -> bytes:
         # Only a hand-edited file can be short: it is written whole, then renamed into place.
         log.warning("scram salt secret is malformed; a new one is made", path=str(path), size=len(secret))
     secret = secrets.token_bytes(SECRET_BYTES)
-    _write_private(path, secret)
-    return secret
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Write `path` whole and durably, readable by the broker's user only: a temporary file
-    made 0600 (never briefly world-readable), fsynced, renamed, and the directory fsynced."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    replace_durably(path, secret, mode=0o600)  # readable by the broker's user only
+    return secret
