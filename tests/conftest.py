@@ -28,6 +28,7 @@ from registry.app import RunningRegistry
 from streamshop import kafka_cluster, postgres
 from streamshop.kafka_cluster import Cluster
 from tests.support import processes
+from tests.support.fault_clients import Fleet
 from tests.support.harness import BrokerProcess, ThreadBroker
 from tests.support.registry import registry
 
@@ -175,6 +176,16 @@ async def running_registry(broker: ThreadBroker) -> AsyncIterator[RunningRegistr
     """A real schema registry, in-process on the test's loop, storing in `broker`."""
     async with registry(broker.bootstrap) as running:
         yield running
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    """The fault tier's client processes, stopped when the test ends, failed or not."""
+    clients = Fleet(tmp_path)
+    try:
+        yield clients
+    finally:
+        clients.close()
 
 
 @pytest.fixture

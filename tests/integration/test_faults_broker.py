@@ -7,8 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
@@ -29,15 +28,6 @@ from tests.support.history import (
 from tests.support.kafka_clients import create_topic
 
 pytestmark = pytest.mark.fault
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    clients = Fleet(tmp_path)
-    try:
-        yield clients
-    finally:
-        clients.close()
 
 
 def _producer(bootstrap: str, **extra: object) -> Producer:

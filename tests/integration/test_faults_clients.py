@@ -5,8 +5,7 @@ members of every group type racing their first requests.  The members are child 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
@@ -43,15 +42,6 @@ SETTINGS = {
     "group.share.min.record.lock.duration.ms": "1000",
     "group.share.record.lock.duration.ms": str(LOCK_MS),
 }
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    clients = Fleet(tmp_path)
-    try:
-        yield clients
-    finally:
-        clients.close()
 
 
 def _produce(history: History, bootstrap: str, topic: str, values: list[bytes]) -> None:

@@ -49,15 +49,6 @@ def disk(tmp_path: Path) -> Iterator[Disk]:
         proc.kill()
 
 
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    clients = Fleet(tmp_path)
-    try:
-        yield clients
-    finally:
-        clients.close()
-
-
 def test_power_loss_keeps_every_acks_all_record_commit_and_committed_transaction(disk: Disk, fleet: Fleet) -> None:
     """An idempotent acks=all producer, a consumer group committing after each batch and a
     transactional producer run while the machine loses power twice (the broker SIGKILLed and

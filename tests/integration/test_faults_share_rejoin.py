@@ -4,8 +4,7 @@ are UNKNOWN_MEMBER_ID until it joins again, and then it reads the group's new re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
@@ -23,15 +22,6 @@ from tests.support.kafka_wire import connect
 pytestmark = pytest.mark.fault
 
 SETTINGS = {"group.share.session.timeout.ms": "3000", "group.share.heartbeat.interval.ms": "500"}
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    clients = Fleet(tmp_path)
-    try:
-        yield clients
-    finally:
-        clients.close()
 
 
 def _produce(bootstrap: str, topic: str, values: range) -> None:

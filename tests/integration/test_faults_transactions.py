@@ -6,8 +6,7 @@ wholly visible or wholly invisible, and every one the producer was told committe
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -19,15 +18,6 @@ from tests.support.kafka_clients import create_topic
 pytestmark = pytest.mark.fault
 
 PARTITIONS = 2
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    clients = Fleet(tmp_path)
-    try:
-        yield clients
-    finally:
-        clients.close()
 
 
 def _committed(fleet: Fleet, name: str) -> int:
