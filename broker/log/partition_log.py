@@ -20,7 +20,7 @@ from pathlib import Path
 import structlog
 
 from broker.clock import Clock
-from broker.log import validator
+from broker.log import log_start, validator
 from broker.log.deletions import DeferredDeletes
 from broker.log.log_dir import LogDir
 from broker.log.producer_state import BatchMeta, ProducerStateError, ProducerStateManager
@@ -49,7 +49,6 @@ WALK_CHUNK = 1 << 20  # read at a time when finding the batches a Fetch serves
 INLINE_MAX = 64 * 1024  # a Fetch answer up to this size is sent from memory, larger ones from the file
 LARGE_BATCH = 16 * 1024  # batches found by their headers alone (`_header_walk`) from this size
 TXN_INDEX = "aborted.txnindex"
-LOG_START_FILE = "log-start-offset"
 STORAGE_LOG_INTERVAL_S = 10.0  # a partition's write failures are logged at most this often
 
 log = structlog.get_logger(__name__)
@@ -190,26 +189,13 @@ class PartitionLog:
         if not self.segments:
             self.segments.append(self._new_segment(0))
         self.active.roll_jitter_ms = self._roll_jitter()
-        stored_start = self._stored_log_start()
+        stored_start = log_start.read(self.directory)
         self.log_start_offset = max(self.segments[0].base_offset, stored_start)
         self.next_offset = max(self.segments[-1].next_offset, self.segments[-1].base_offset)
         # The index is derived from the markers: what a truncating recovery cut goes too.
         self.txn_index.truncate_to(self.next_offset)
         self.txn_index.drop_before(self.log_start_offset)
         self._rebuild_producer_state()
-
-    def _stored_log_start(self) -> int:
-        """The log start DeleteRecords last moved to; a file a crash left unreadable counts as
-        none (the first segment's base), never as a reason not to start."""
-        start_file = self.directory / LOG_START_FILE
-        try:
-            text = start_file.read_text() if start_file.exists() else "0"
-            return max(0, int(text))
-        except (OSError, ValueError) as e:
-            log.warning(
-                "log start offset unreadable; starting from the first segment", path=str(start_file), error=str(e)
-            )
-            return 0
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         segment = LogSegment(
@@ -751,22 +737,14 @@ class PartitionLog:
     def advance_log_start(self, offset: int) -> None:
         if offset > self.log_start_offset:
             self.log_start_offset = offset
-            tmp = self.directory / f"{LOG_START_FILE}.tmp"
-            tmp.write_text(str(offset))
-            tmp.replace(self.directory / LOG_START_FILE)  # durable once `sync_log_start` ran
+            log_start.write(self.directory, offset)  # durable once `sync_log_start` ran
             self.txn_index.drop_before(offset)
 
     def sync_log_start(self) -> None:
         """fsync the log start file and its directory (blocking: a worker thread's job), so
         records DeleteRecords removed stay removed after a machine crash."""
-        path = self.directory / LOG_START_FILE
         try:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            fsync_dir(self.directory)
+            log_start.sync(self.directory)
         except OSError as e:
             self.log_dir.failed_write(e, "fsync")
             raise
