@@ -120,3 +120,19 @@ def test_open_segment_files_stay_within_the_cache_capacity() -> None:
                 log.close(clean=True)
     finally:
         FILES.configure(saved)
+
+
+def test_an_unreadable_log_start_file_never_stops_the_start_and_loses_no_record() -> None:
+    """A crash can leave `log-start-offset` empty or torn: the log opens from its first
+    segment, every record still there, instead of failing to start."""
+    with environment(SETTINGS) as env:
+        plog = env.open()
+        for i in range(3):
+            plog.append(build_batch([Record(0, START_MS, None, b"v%d" % i)]))
+        plog.close(clean=True)
+        for damage in (b"", b"4\x00garbage", b"-7"):
+            (env.directory / "log-start-offset").write_bytes(damage)
+            again = env.open(recover=True)
+            assert again.log_start_offset == 0
+            assert [r.value for r in again.records()] == [b"v0", b"v1", b"v2"]
+            again.close(clean=True)
