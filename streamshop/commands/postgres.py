@@ -20,7 +20,8 @@ def register(sub: SubParsers) -> None:
         help="run a PostgreSQL server on loopback (Debian's package) for the services",
         description="A PostgreSQL server of its own directory: made by initdb on first start, on 127.0.0.1 "
         "with a free port (or --port), password logins (SCRAM-SHA-256). `start` prints the URL of its "
-        "database `streamshop`, for <SERVICE>_DATABASE_URL; `streamshop up --postgres` runs one for the stack.",
+        "database `streamshop` and of each of --databases, for <SERVICE>_DATABASE_URL; "
+        "`streamshop up --postgres` runs one for the stack.",
     )
     actions = p.add_subparsers(dest="postgres_action", required=True)
     for name, help_text in (
@@ -33,7 +34,7 @@ def register(sub: SubParsers) -> None:
         a.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"server directory (default {DEFAULT_DIR})")
         if name in ("start", "run"):
             a.add_argument("--port", type=int, help="port (default: the last one if free, else any free port)")
-        if name == "run":
+        if name in ("start", "run"):
             a.add_argument("--databases", default="", metavar="A,B", help="databases to create if missing")
         if name == "status":
             a.add_argument("--json", action="store_true")
@@ -48,10 +49,11 @@ def _run(args: argparse.Namespace) -> int:
         if args.postgres_action == "start":
             server = postgres.start(args.dir, port=args.port)
             print(f"PostgreSQL ready on 127.0.0.1:{server.port} ({args.dir}); URL: {server.url}")
+            for name in _names(args.databases):
+                print(f"database {name}: {postgres.create_database(server, name)}")
             return 0
         if args.postgres_action == "run":
-            names = [n.strip() for n in args.databases.split(",") if n.strip()]
-            return postgres.serve(args.dir, args.port, names, _announce)
+            return postgres.serve(args.dir, args.port, _names(args.databases), _announce)
         if args.postgres_action == "stop":
             print("stopped" if postgres.stop(args.dir) else f"no server running in {args.dir}")
             return 0
@@ -68,6 +70,10 @@ def _run(args: argparse.Namespace) -> int:
     except CommandError as e:
         warn("postgres", str(e))
         return 1
+
+
+def _names(databases: str) -> list[str]:
+    return [n.strip() for n in databases.split(",") if n.strip()]
 
 
 def _announce(server: object) -> None:
