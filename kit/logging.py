@@ -102,6 +102,8 @@ def configure_logging(
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     # Py4J (PySpark's bridge to its JVM) logs each command and connection at INFO.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # kafka-python (the transactions tool's admin client) logs every connection step at INFO.
+    logging.getLogger("kafka").setLevel(logging.WARNING)
 
     structlog.configure(
         processors=[

@@ -55,6 +55,7 @@ def test_list_shows_every_transactional_id_with_its_state(
     text = transactions(broker, "list")
     assert text.returncode == 0
     assert text.stdout.splitlines()[0].split() == ["TRANSACTIONAL-ID", "PRODUCER-ID", "STATE"]
+    assert text.stderr == ""  # the admin client's connection steps are not the answer
 
 
 def test_describe_shows_the_lso_lag_an_open_transaction_causes(
