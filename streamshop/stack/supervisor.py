@@ -285,8 +285,10 @@ class Child:
                 await asyncio.wait_for(self.stop_event.wait(), delay)
 
     def why(self, failure: str) -> str:
-        """`failure` with the child's last error line and where the rest of its output is."""
-        words = self.last_words()
+        """`failure` with the child's last error line and where the rest of its output is.  A child
+        killed by a signal did not choose its last line (often an access-log line): only an
+        error line it wrote is quoted then."""
+        words = last_words(self._recent, errors_only="killed by" in failure)
         return f"{self.name} {failure}" + (f": {words}" if words else "") + f"; see {self.log_path}"
 
     async def _run_once(self) -> str:
@@ -734,13 +736,14 @@ def _readable(line: str) -> str:
     return line
 
 
-def last_words(lines: Iterable[str]) -> str:
+def last_words(lines: Iterable[str], *, errors_only: bool = False) -> str:
     """A child's last line that reads as an error (a Java stack trace's frames and Python's
-    traceback lines skipped), else its last line: what a person needs first."""
+    traceback lines skipped), else its last line (nothing with `errors_only`): what a person
+    needs first."""
     readable = [_readable(line) for line in lines if line.strip()]
     for line in reversed(readable):
         if line.startswith(("at ", "File ", "...", "Caused by")) or _JAVA_FRAME.match(line):
             continue
         if _ERROR_WORDS.search(line):
             return _shorten(line)
-    return _shorten(readable[-1]) if readable else ""
+    return _shorten(readable[-1]) if readable and not errors_only else ""

@@ -263,6 +263,9 @@ def test_a_childs_last_words_are_its_last_error_line_not_a_stack_frame() -> None
     json_error = '{"event": "cannot reach the broker", "error": "timed out", "level": "error"}'
     assert last_words([*lines, json_error]) == "cannot reach the broker: timed out"
     assert last_words(["starting", "still starting"]) == "still starting"
+    access_log = '{"event": "GET /healthz 200", "level": "info"}'
+    assert last_words(["starting", access_log], errors_only=True) == ""  # killed: not its last word
+    assert last_words([*lines, access_log], errors_only=True).startswith("py4j.protocol.Py4JJavaError")
     long = last_words(["x" * 1000])
     assert long.endswith("…")
     assert len(long) == 240
