@@ -31,7 +31,7 @@ from pathlib import Path
 
 from kit.files import read_small_text
 from kit.settings import ConfigError
-from kit.throttle import FailureThrottle
+from kit.throttle import GateFull, HashingGate, LoginThrottle
 
 __all__ = ["ROLES", "LoginThrottled", "Users", "UsersFileError", "hash_password", "parse_basic"]
 
@@ -52,8 +52,8 @@ class UsersFileError(ConfigError):
 class LoginThrottled(Exception):
     """Too many failed logins for this name: refused unchecked for now."""
 
-    def __init__(self, retry_after_s: float) -> None:
-        super().__init__(f"too many failed logins: try again in {math.ceil(retry_after_s)} s")
+    def __init__(self, retry_after_s: float, reason: str = "too many failed logins") -> None:
+        super().__init__(f"{reason}: try again in {math.ceil(retry_after_s)} s")
         self.retry_after_s = retry_after_s
 
 
@@ -96,18 +96,19 @@ def _check_credential(credential: str, password: str) -> bool:
 class Users:
     """Users and their strongest role, from a users file."""
 
-    def __init__(self, users: Mapping[str, _User], throttle: FailureThrottle | None = None) -> None:
+    def __init__(self, users: Mapping[str, _User], throttle: LoginThrottle | None = None) -> None:
         self._users = dict(users)
         self.decoy = _decoy([user.credential for user in self._users.values()])
         self._verified: dict[bytes, str] = {}
-        self._hashing = asyncio.Semaphore(2)
-        self.throttle = throttle if throttle is not None else FailureThrottle(max_s=0)
+        # Two hashes at once; known devices, then addresses without failures, go first.
+        self.hashing = HashingGate(2)
+        self.throttle = throttle if throttle is not None else LoginThrottle(max_s=0)
         # One attempt at a time per source: a flood from one address holds at most one of the
         # two hashing slots, and a login from anywhere else gets the other.
         self._sources: dict[str, tuple[asyncio.Lock, int]] = {}
 
     @classmethod
-    def parse(cls, text: str, throttle: FailureThrottle | None = None) -> Users:
+    def parse(cls, text: str, throttle: LoginThrottle | None = None) -> Users:
         users: dict[str, _User] = {}
         for number, raw in enumerate(text.splitlines(), 1):
             line = raw.strip()
@@ -137,7 +138,7 @@ class Users:
         return cls(users, throttle)
 
     @classmethod
-    def load(cls, path: Path, throttle: FailureThrottle | None = None) -> Users:
+    def load(cls, path: Path, throttle: LoginThrottle | None = None) -> Users:
         try:
             text = read_small_text(path, MAX_FILE_BYTES)
         except ValueError as e:
@@ -151,24 +152,33 @@ class Users:
         return len(self._users)
 
     async def authenticate(self, name: str, password: str, source: str = "") -> str | None:
-        """The user's role when the password is right, else None; `LoginThrottled` while too many
-        logins failed for `name`.  `source` is the client's address.
+        """The user's role when the password is right, else None; `LoginThrottled` while the
+        throttle's windows for `name` from `source` (the client's address) are closed, or while
+        too many checks from addresses with failures wait for hashing.
 
         A pair verified before answers at once, without hashing or waiting.  Otherwise hashing
-        runs in a thread, two at a time and one at a time per source, so wrong passwords cost
-        the server bounded CPU, never block it, and a flood from one address cannot queue ahead
-        of everyone else; an unknown user costs as much as a known one, so timing does not tell
-        which names exist."""
+        runs in a thread, two at a time and one at a time per source, known devices and
+        addresses without failures first, so wrong passwords cost the server bounded CPU, never
+        block it, and a flood cannot queue ahead of a real login; an unknown user costs as much
+        as a known one, so timing does not tell which names exist."""
         key = hashlib.sha256(f"{len(name)}:{name}:{password}".encode()).digest()
         if key in self._verified:
+            self.throttle.succeeded(name, source)
             return self._verified[key]
+        wait = self.throttle.blocked_for(name, source)  # refused before queueing for a hash
+        if wait > 0:
+            raise LoginThrottled(wait)
         lock, waiting = self._sources.get(source) or (asyncio.Lock(), 0)
         self._sources[source] = (lock, waiting + 1)
         try:
             async with lock:
                 if key in self._verified:  # verified while this one waited its turn
                     return self._verified[key]
-                return await self._check(name, password, key)
+                try:
+                    async with self.hashing.slot(self.throttle.priority(name, source)):
+                        return await self._check(name, password, key, source)
+                except GateFull:
+                    raise LoginThrottled(1.0, "too many logins waiting") from None
         finally:
             lock, waiting = self._sources[source]
             if waiting == 1:
@@ -176,18 +186,17 @@ class Users:
             else:
                 self._sources[source] = (lock, waiting - 1)
 
-    async def _check(self, name: str, password: str, key: bytes) -> str | None:
-        keys = (f"user:{name}",)
-        wait = self.throttle.blocked_for(keys)
+    async def _check(self, name: str, password: str, key: bytes, source: str) -> str | None:
+        # Asked again in the hashing slot: failures counted while this one waited count for it.
+        wait = self.throttle.blocked_for(name, source)
         if wait > 0:
             raise LoginThrottled(wait)
         user = self._users.get(name)
-        async with self._hashing:
-            ok = await asyncio.to_thread(_check_credential, user.credential if user else self.decoy, password)
+        ok = await asyncio.to_thread(_check_credential, user.credential if user else self.decoy, password)
         if user is None or not ok:
-            self.throttle.failed(keys)
+            self.throttle.failed(name, source)
             return None
-        self.throttle.succeeded(keys)
+        self.throttle.succeeded(name, source)
         if len(self._verified) >= _CACHE_LIMIT:
             self._verified.clear()
         self._verified[key] = user.role

@@ -17,7 +17,7 @@ from kit import process
 from kit.app import create_base_app
 from kit.process import FAIL_KEY, LISTENING_KEY
 from kit.settings import ConfigError, HttpSettings
-from kit.throttle import FailureThrottle
+from kit.throttle import LoginThrottle
 from kit.users import Users
 from registry.auth import basic_auth
 from registry.config import RegistryConfig
@@ -47,7 +47,7 @@ def create_app(config: RegistryConfig) -> web.Application:
     ``/metrics``) with Confluent's error body; its start-up replays the schemas topic, so a
     runner serves only once the state is complete."""
     auth = (
-        [basic_auth(Users.load(config.users_file, FailureThrottle(max_s=config.login_throttle_max_s)))]
+        [basic_auth(Users.load(config.users_file, LoginThrottle(max_s=config.login_throttle_max_s)))]
         if config.users_file is not None
         else []
     )

@@ -32,7 +32,7 @@ from broker.security.scram import (
     parse_plain,
 )
 from broker.security.session import Session
-from kit.throttle import FailureThrottle
+from kit.throttle import GateFull
 
 if TYPE_CHECKING:
     from broker.handlers.kio_types import (
@@ -105,9 +105,11 @@ def authenticate(broker: Broker, ctx: RequestContext, request: SaslAuthenticateR
             # PBKDF2 takes milliseconds: in a thread, with this connection's next request held
             # back until the answer (a flood of guesses must not stall every other client).
             return Serial(_plain(broker, session, cls, user, password))
+        if session.exchange is not None:  # the proof: checked only while the user's keys are open
+            _admit(broker, session, _scram_user(session))
         reply, done = _scram_step(broker, session, mechanism, token)
         if not done:  # the first message named the user
-            _admit(security.throttle, _scram_user(session))
+            _admit(broker, session, _scram_user(session))
     except _Throttled as e:
         return _refused(broker, session, cls, mechanism, user or _scram_user(session), wait_s=e.wait_s)
     except AuthenticationFailed as e:
@@ -119,14 +121,19 @@ async def _plain(
     broker: Broker, session: Session, cls: type[SaslAuthenticateResponse], user: str, password: str
 ) -> SaslAuthenticateResponse:
     security = broker.security
-    # One hash at a time, each admitted only once the one before it has counted: concurrent
-    # guesses queued together would otherwise all be checked before the first failure closed
-    # the name.
-    async with security.plain_hashing:
-        wait = security.throttle.blocked_for(_throttle_keys(user))
+    throttle = security.throttle
+    # One hash at a time, each admitted only once the one before it has counted (asked again
+    # in the slot): concurrent guesses queued together would otherwise all be checked before
+    # the first failure closed the name.  Known devices and addresses without failures are
+    # hashed first, and a flood from addresses with failures queues only so far.
+    wait = throttle.blocked_for(user, session.host)
+    try:
         if wait > 0:
-            response = _refused(broker, session, cls, "PLAIN", user, wait_s=wait)
-        else:
+            raise _Throttled(wait)
+        async with security.plain_hashing.slot(throttle.priority(user, session.host)):
+            wait = throttle.blocked_for(user, session.host)
+            if wait > 0:
+                raise _Throttled(wait)
             try:
                 done = await asyncio.get_running_loop().run_in_executor(
                     _hashing(), _check_plain, broker, user, password
@@ -135,6 +142,10 @@ async def _plain(
                 response = _conclude(broker, session, cls, "PLAIN", user=user, error=e)
             else:
                 response = _conclude(broker, session, cls, "PLAIN", user=user, done=done)
+    except _Throttled as e:
+        response = _refused(broker, session, cls, "PLAIN", user, wait_s=e.wait_s)
+    except GateFull:
+        response = _refused(broker, session, cls, "PLAIN", user, wait_s=0.0)
     if session.close_after_response:  # the connection closes after this answer: delay it first
         base = broker.config.get("connection.failed.authentication.delay.ms") / 1000
         await asyncio.sleep(max(base, session.failure_delay_s))
@@ -183,7 +194,7 @@ def _conclude(
     security = broker.security
     if error is not None:
         if user:  # a password was checked (a malformed message names nobody)
-            session.failure_delay_s = security.throttle.failed(_throttle_keys(user))
+            session.failure_delay_s = security.throttle.failed(user, session.host)
             # As Kafka: each failed authentication logged with the client's address and principal.
             log.info(
                 "failed authentication",
@@ -195,7 +206,7 @@ def _conclude(
         return _fail(broker, session, cls, mechanism, str(error), result="failed")
     if not done:
         return build(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=reply, session_lifetime=0)
-    security.throttle.succeeded(_throttle_keys(done))
+    security.throttle.succeeded(done, session.host)
     principal = f"User:{done}"
     try:
         parse_principal(principal)
@@ -227,17 +238,13 @@ class _Throttled(Exception):
         self.wait_s = wait_s
 
 
-def _throttle_keys(user: str) -> tuple[str]:
-    return (f"user:{user}",)
-
-
 def _scram_user(session: Session) -> str:
     return (session.exchange.user if session.exchange is not None else None) or ""
 
 
-def _admit(throttle: FailureThrottle, user: str) -> None:
-    """Refuse, unchecked, a login for a user name with too many recent failures."""
-    wait = throttle.blocked_for(_throttle_keys(user))
+def _admit(broker: Broker, session: Session, user: str) -> None:
+    """Refuse, unchecked, a login for a user name whose windows from this address are closed."""
+    wait = broker.security.throttle.blocked_for(user, session.host)
     if wait > 0:
         raise _Throttled(wait)
 

@@ -8,7 +8,6 @@ change, so Produce and Fetch pay a dictionary lookup per topic.
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from typing import TYPE_CHECKING
 
@@ -22,7 +21,7 @@ from broker.security.scram import MECHANISMS
 from broker.security.session import Session
 from broker.security.store import SecurityStore
 from broker.security.tls import PrincipalRules, distinguished_name, server_context
-from kit.throttle import FailureThrottle
+from kit.throttle import HashingGate, LoginThrottle
 
 if TYPE_CHECKING:
     from broker.metadata import MetadataStore
@@ -46,8 +45,10 @@ class Security:
         self.config = config
         self.metrics = metrics
         self.store = SecurityStore(meta)
-        self.throttle = FailureThrottle(max_s=config.get("authentication.failure.throttle.max.ms") / 1000)
-        self.plain_hashing = asyncio.Lock()  # PLAIN's password checks, one at a time (handlers.sasl)
+        self.throttle = LoginThrottle(max_s=config.get("authentication.failure.throttle.max.ms") / 1000)
+        # PLAIN's password checks, one at a time, known devices and clean addresses first
+        # (handlers.sasl).
+        self.plain_hashing = HashingGate(1)
         self.listeners: list[Listener] = self._listeners()
         self.mechanisms = tuple(config.get("sasl.enabled.mechanisms"))
         self.reauth_ms: int = config.get("connections.max.reauth.ms")

@@ -33,7 +33,7 @@ from kit.app import METRICS_REGISTRY_KEY
 from kit.errors import NotFound
 from kit.health import broker_check
 from kit.logging import get_logger
-from kit.throttle import FailureThrottle
+from kit.throttle import LoginThrottle
 from kit.users import Users
 from schemas.client import RegistryClient
 from services.common.app import create_service_app
@@ -192,6 +192,6 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
     app.router.add_get("/api/logs/tail", logs_tail)
     app.router.add_get("/static/{name}", static_file)
     if config.users_file is not None:
-        users = Users.load(config.users_file, FailureThrottle(max_s=config.login_throttle_max_s))
+        users = Users.load(config.users_file, LoginThrottle(max_s=config.login_throttle_max_s))
         add_login_routes(app, users, sessions, secure_cookie=config.scheme == "https")
     return app
