@@ -199,8 +199,11 @@ class KafkaConnection:
     """One blocking TCP connection to a broker; requests are answered in order.  Use as a
     context manager so the socket is closed."""
 
-    def __init__(self, host: str, port: int, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, host: str, port: int, timeout: float = DEFAULT_TIMEOUT, *, source: str | None = None) -> None:
+        # `source`: the local address to connect from (any of 127/8 on loopback: another client host).
+        self.sock = socket.create_connection(
+            (host, port), timeout=timeout, source_address=(source, 0) if source else None
+        )
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.timeout = timeout
         self._next_correlation = 1
