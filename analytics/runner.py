@@ -292,7 +292,8 @@ def run_jobs(
             print(
                 f"streamshop analytics ready: jobs {','.join(config.jobs)}, group {config.group_id}, "
                 f"data {config.data_dir}, results topic {config.results_topic}"
-                + (", once" if config.once else f", trigger {config.trigger_seconds:g} s"),
+                + (", once" if config.once else f", trigger {config.trigger_seconds:g} s")
+                + _where(session),
                 file=out,
                 flush=True,
             )
@@ -365,14 +366,26 @@ def _stop_between_batches(queries: Sequence[StreamingQuery], grace: float = STOP
         query.stop()
 
 
+def _where(session: SparkSession) -> str:
+    """``, master URL, ui URL``: where the job runs, for the console's table."""
+    context = session.sparkContext
+    ui = context.uiWebUrl
+    return f", master {context.master}" + (f", ui {ui}" if ui else "")
+
+
 def _session(config: AnalyticsConfig) -> SparkSession:
     from analytics.spark import spark_session
 
     # Each batch's aggregate is small: two shuffle partitions keep the per-task overhead low.
+    conf = {"spark.sql.shuffle.partitions": "2"}
+    if not config.spark_master.startswith("local"):
+        # On a cluster the master's page links to the application's web UI: serve it (on a free
+        # port, on loopback as the driver binds) and name it in the ready line.
+        conf |= {"spark.ui.enabled": "true", "spark.ui.port": "0"}
     return spark_session(
         "streamshop-analytics",
         master=config.spark_master,
-        conf={"spark.sql.shuffle.partitions": "2"},
+        conf=conf,
         java_options=config.java_options,
         python_env=config.python_env,
     )

@@ -355,8 +355,12 @@ def _analytics_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
 
 
 def _analytics_ready(line: str) -> Announced | None:
-    """``streamshop analytics ready: jobs ...``: the job serves nothing, so no endpoints."""
-    return Announced({}, {}) if line.startswith("streamshop analytics ready") else None
+    """``streamshop analytics ready: jobs ..., master URL, ui URL``: the job serves nothing, but
+    the table says where it runs (its Spark master, and the application's web UI)."""
+    if not line.startswith("streamshop analytics ready"):
+        return None
+    urls = {role: m.group(1) for role in ("master", "ui") if (m := re.search(rf", {role} ([^,\s]+)", line))}
+    return Announced(urls, {})
 
 
 def _service(

@@ -165,6 +165,10 @@ def test_up_with_spark_cluster_runs_the_stacks_job_on_the_cluster(cluster: Spark
         stack.wait_for("analytics ready", lambda d: d["children"]["analytics"]["state"] == "ready", within=300)
         apps = [a for a in master_state(cluster)["activeapps"] if a["name"] == "streamshop-analytics"]
         assert [a["cores"] for a in apps] == [WORKERS]
+        # The console's table says where the job runs: the cluster's master and the job's web UI.
+        urls = stack.document()["children"]["analytics"]["urls"]
+        assert urls["master"] == cluster.master_url
+        assert urls["ui"].startswith("http://")
     finished = ended(cluster, lambda a: a["id"] == apps[0]["id"])
     assert [a["state"] for a in finished] == ["FINISHED"]
 

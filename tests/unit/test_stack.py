@@ -474,10 +474,16 @@ def test_with_a_spark_cluster_the_analytics_job_runs_on_its_master(tmp_path: Pat
     assert AnalyticsConfig.from_args(args, launch.environment({})).spark_master == "spark://127.0.0.1:27077"
 
 
-def test_analytics_ready_line_announces_no_endpoints() -> None:
-    ready = BY_NAME["analytics"].parse_ready("streamshop analytics ready: jobs orders,otp,logs, group analytics")
+def test_analytics_ready_line_announces_where_the_job_runs_and_serves_nothing() -> None:
+    ready = BY_NAME["analytics"].parse_ready(
+        "streamshop analytics ready: jobs orders,otp,logs, group analytics, data d, results topic r, "
+        "trigger 5 s, master spark://127.0.0.1:7077, ui http://127.0.0.1:4040"
+    )
     assert ready is not None
-    assert (ready.urls, ready.ports) == ({}, {})
+    assert (ready.urls, ready.ports) == ({"master": "spark://127.0.0.1:7077", "ui": "http://127.0.0.1:4040"}, {})
+    bare = BY_NAME["analytics"].parse_ready("streamshop analytics ready: jobs orders, group analytics, master local[2]")
+    assert bare is not None
+    assert bare.urls == {"master": "local[2]"}
     assert BY_NAME["analytics"].parse_ready("streamshop orders ready on http://127.0.0.1:1") is None
 
 
