@@ -288,15 +288,19 @@ def run_jobs(
         sinks = [JobSink(JOBS[name], config, progress, topics[name]) for name in config.jobs]
         queries: list[tuple[JobSink, StreamingQuery]] = []
         try:
-            queries.extend((sink, _started(session, sink, config, stop, out)) for sink in sinks)
-            print(
-                f"streamshop analytics ready: jobs {','.join(config.jobs)}, group {config.group_id}, "
-                f"data {config.data_dir}, results topic {config.results_topic}"
-                + (", once" if config.once else f", trigger {config.trigger_seconds:g} s")
-                + _where(session),
-                file=out,
-                flush=True,
-            )
+            for sink in sinks:
+                queries.append((sink, _started(session, sink, config, stop, out)))
+                if len(queries) == 1:
+                    # Ready once the first query is past its first batch (it commits from now on);
+                    # the others start one at a time after it, each waiting for its own.
+                    print(
+                        f"streamshop analytics ready: jobs {','.join(config.jobs)}, group {config.group_id}, "
+                        f"data {config.data_dir}, results topic {config.results_topic}"
+                        + (", once" if config.once else f", trigger {config.trigger_seconds:g} s")
+                        + _where(session),
+                        file=out,
+                        flush=True,
+                    )
             _wait(queries, stop)
         finally:
             _stop_between_batches([query for _, query in queries])

@@ -193,10 +193,12 @@ def test_the_group_lag_shrinks_to_zero_and_covers_only_the_jobs_topics(processed
 
 def test_each_batch_prints_a_progress_line(processed: Processed) -> None:
     lines = processed.output.splitlines()
-    # one ready line per run of the job (the fixture runs it twice), once every query has started
-    # (one after the other, each after its first batch)
+    # one ready line per run of the job (the fixture runs it twice), once the first query is past
+    # its first batch, so before the second query (started after that) has run one
     ready = [line for line in lines if line.startswith("streamshop analytics ready: ")]
     assert len(ready) == 2, lines[:5]
+    first_otp_batch = next(i for i, line in enumerate(lines) if line.startswith("analytics otp batch "))
+    assert lines.index(ready[0]) < first_otp_batch
     assert all(line.startswith("streamshop analytics ready: jobs orders,otp,logs, group analytics") for line in ready)
     batches = [line for line in lines if line.startswith("analytics orders batch ")]
     assert len(batches) >= 3  # 60 orders and their status changes, 40 records a batch
