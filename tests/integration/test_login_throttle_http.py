@@ -1,0 +1,190 @@
+"""The registry's basic auth and the dashboard's sign-in against guessers, over real HTTP from
+distinct 127.x.y.z client addresses (Linux routes all of 127/8 to the loopback): guesses for
+one user spread over 100 addresses are mostly refused unchecked; a guesser on one address does
+not keep the owner out on another; a flood of unknown names from 200 addresses does not hold
+a real first login back behind its password hashing."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import time
+from collections.abc import AsyncIterator, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from structlog.testing import capture_logs
+
+from kit.throttle import LoginThrottle
+from kit.users import Users, hash_password
+from registry.auth import basic_auth
+from registry.http import confluent_errors
+from services.dashboard.app import create_app as create_dashboard
+from services.dashboard.config import DashboardConfig
+from tests.support.services import serve_app
+
+USER, PASSWORD = "ops", "ops-secret"
+CONTROL = "ctl"  # signs in for the control: a verified password is cached, so never the owner's
+
+
+@dataclass
+class Site:
+    """One of the two logins: how to try a password and how its answers and logs read."""
+
+    url: str
+    kind: str
+
+    @property
+    def failure_event(self) -> str:
+        return "registry authentication failed" if self.kind == "registry" else "dashboard sign-in failed"
+
+    async def attempt(self, session: aiohttp.ClientSession, user: str, password: str) -> str:
+        """ "ok", "wrong" (checked and refused) or "refused" (unchecked: 429)."""
+        if self.kind == "registry":
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            async with session.get(self.url + "/subjects", headers={"Authorization": f"Basic {token}"}) as r:
+                status = r.status
+        else:
+            form = {"user": user, "password": password}
+            async with session.post(self.url + "/login", data=form, allow_redirects=False) as r:
+                status = r.status
+        return {200: "ok", 303: "ok", 401: "wrong", 429: "refused"}[status]
+
+
+def client(source: str) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(source, 0), force_close=True))
+
+
+def address(n: int, net: int) -> str:
+    return f"127.{net}.{n // 250}.{n % 250 + 1}"
+
+
+@contextlib.asynccontextmanager
+async def serving(kind: str, tmp_path: Path, iterations: int = 1000) -> AsyncIterator[Site]:
+    users_file = tmp_path / f"{kind}.users"
+    users_file.write_text(
+        f"{USER}: {hash_password(PASSWORD, iterations=iterations)},read\n"
+        f"{CONTROL}: {hash_password(PASSWORD, iterations=iterations)},read\n"
+    )
+    app: web.Application
+    if kind == "registry":  # the registry's own middlewares in front of a listing
+        users = Users.load(users_file, LoginThrottle(max_s=30))
+
+        async def subjects(request: web.Request) -> web.Response:
+            return web.json_response([])
+
+        app = web.Application(middlewares=[confluent_errors, basic_auth(users)])
+        app.router.add_get("/subjects", subjects)
+    else:
+        config = DashboardConfig(
+            listen="127.0.0.1", port=0, bootstrap_servers="127.0.0.1:9", users_file=users_file, log_shipping=False
+        )
+        app = create_dashboard(config)
+    async with serve_app(app) as (url, _):
+        yield Site(url, kind)
+
+
+KINDS = pytest.mark.parametrize("kind", ["registry", "dashboard"])
+
+
+@KINDS
+async def test_guesses_for_one_user_from_100_addresses_are_mostly_refused_unchecked(kind: str, tmp_path: Path) -> None:
+    async with serving(kind, tmp_path) as site:
+
+        async def guess(n: int) -> str:
+            async with client(address(n, 10)) as session:
+                return await site.attempt(session, USER, f"guess-{n}")
+
+        outcomes = await asyncio.gather(*(guess(n) for n in range(100)))
+    assert outcomes.count("wrong") <= 6, outcomes  # three free, then one per window
+    assert outcomes.count("refused") >= 94
+
+
+@KINDS
+async def test_a_guesser_on_one_address_does_not_keep_the_owner_out_on_another(kind: str, tmp_path: Path) -> None:
+    async with serving(kind, tmp_path) as site:
+        async with client("127.0.0.4") as session:
+            began = time.monotonic()
+            assert await site.attempt(session, CONTROL, PASSWORD) == "ok"  # a control sign-in
+            control_s = time.monotonic() - began
+        seen: list[str] = []
+        stop = asyncio.Event()
+
+        async def guesser() -> None:
+            async with client("127.0.0.2") as session:
+                while not stop.is_set():
+                    seen.append(await site.attempt(session, USER, f"guess-{len(seen)}"))
+                    await asyncio.sleep(0.01)
+
+        guessing = asyncio.create_task(guesser())
+        try:
+            while "refused" not in seen:  # the guesser's windows have closed
+                assert not guessing.done()
+                await asyncio.sleep(0.01)
+            owner: list[tuple[str, float]] = []
+            async with client("127.0.0.3") as session:
+                for _ in range(3):
+                    began = time.monotonic()
+                    owner.append((await site.attempt(session, USER, PASSWORD), time.monotonic() - began))
+        finally:
+            stop.set()
+            await guessing
+    assert [outcome for outcome, _ in owner] == ["ok"] * 3, owner
+    assert max(took for _, took in owner) < 10 * control_s + 2.0, (owner, control_s)
+    assert "ok" not in seen
+
+
+@KINDS
+async def test_a_flood_of_unknown_names_from_200_addresses_does_not_hold_a_first_login(
+    kind: str, tmp_path: Path
+) -> None:
+    """The owner's first sign-in from a new address while 200 addresses try unknown names
+    without pause: it waits for the hashes already running, not for the flood's queue.
+    Counted in hashes (failed checks logged while it waited), then in time against a control
+    sign-in before the flood."""
+    async with serving(kind, tmp_path, iterations=20_000) as site:
+        async with client("127.0.0.4") as session:
+            began = time.monotonic()
+            assert await site.attempt(session, CONTROL, PASSWORD) == "ok"
+            control_s = time.monotonic() - began
+        stop = asyncio.Event()
+        attempts = [0] * 200
+
+        async def flooder(n: int) -> None:
+            async with client(address(n, 20)) as session:
+                while not stop.is_set():
+                    if await site.attempt(session, f"nobody-{n}-{attempts[n]}", "guess") == "refused":
+                        await asyncio.sleep(0.05)
+                    attempts[n] += 1
+
+        with capture_logs() as logged:
+            flood = [asyncio.create_task(flooder(n)) for n in range(200)]
+            try:
+
+                def failures() -> list[MutableMapping[str, Any]]:
+                    return [entry for entry in logged if entry["event"] == site.failure_event]
+
+                deadline = time.monotonic() + 120
+                while len(failures()) < 250:  # every flooding address has failed at least once
+                    assert time.monotonic() < deadline, len(failures())
+                    assert not any(task.done() for task in flood)
+                    await asyncio.sleep(0.05)
+                before = len(failures())
+                async with client("127.0.0.3") as session:
+                    began = time.monotonic()
+                    outcome = await site.attempt(session, USER, PASSWORD)
+                    took_s = time.monotonic() - began
+                hashed_meanwhile = len(failures()) - before
+            finally:
+                stop.set()
+                await asyncio.gather(*flood)
+    assert outcome == "ok"
+    # The hashes in flight, and the other slot's while the owner's request is read and hashed;
+    # queued behind the flood, as it was before, it waited for about 200.
+    assert hashed_meanwhile <= 30, (hashed_meanwhile, took_s)
+    assert took_s < 20 * control_s + 5.0, (took_s, control_s)
