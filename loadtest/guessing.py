@@ -1,6 +1,12 @@
 """Password guessing against the broker's SASL listener, for `bench_limits`: how many guesses a
 client gets checked per second, with the failure throttle on (its default) and off.
 
+Run as ``python -m loadtest.guessing`` it measures attacks from many connections and addresses
+(distinct 127.x.y.z sources): the SCRAM proofs of exchanges opened in advance, the owner's
+logins while a guesser runs elsewhere, and, for the registry's and the dashboard's logins
+(`loadtest.http_attacks`), guesses spread over 100 addresses and the first-login delay under a
+flood of unknown names from 200.
+
 Each guess is what a guessing script does: a new connection, SaslHandshake PLAIN, one
 SaslAuthenticate with the next password for `admin`, read the answer, close.  Several threads
 guess at once; the broker's own counters tell which attempts had their password checked
@@ -9,6 +15,7 @@ guess at once; the broker's own counters tell which attempts had their password 
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 import threading
@@ -18,6 +25,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.security.scram import ScramClient
+from loadtest import http_attacks
 from loadtest.brokers import connect, recv_exactly, streamshop_broker
 from streamshop.broker_users import set_offline
 
@@ -104,3 +113,154 @@ def measure(workdir: Path, *, throttle_ms: int, seconds: float, threads: int) ->
         "refused_unchecked": outcomes.get("throttled", 0.0),
         "real_user_waited_s": waited,
     }
+
+
+# --- login attacks by many connections and many addresses (`python -m loadtest.guessing`) ---
+
+
+def _authenticate(sock: socket.socket, correlation: int, token: bytes) -> tuple[int, bytes]:
+    """SaslAuthenticate v0: (error code, auth bytes)."""
+    sock.sendall(_request(36, 0, correlation, struct.pack(">i", len(token)) + token))
+    return _read_authenticate(sock)
+
+
+def _read_authenticate(sock: socket.socket) -> tuple[int, bytes]:
+    (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+    body = recv_exactly(sock, size)
+    error, length = struct.unpack_from(">hh", body, 4)
+    at = 8 + max(length, 0)
+    (auth_length,) = struct.unpack_from(">i", body, at)
+    return error, body[at + 4 : at + 4 + max(auth_length, 0)]
+
+
+def _scram_open(bootstrap: str, password: str, source: str = "") -> tuple[socket.socket, bytes]:
+    """A connection with a SCRAM-SHA-512 exchange for `USER` opened: (socket, client-final)."""
+    host, port = bootstrap.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=120, source_address=(source, 0) if source else None)
+    mechanism = b"SCRAM-SHA-512"
+    sock.sendall(_request(17, 1, 1, struct.pack(">h", len(mechanism)) + mechanism))
+    _answer_error(sock)
+    client = ScramClient("SCRAM-SHA-512", USER, password)
+    _, server_first = _authenticate(sock, 2, client.first())
+    return sock, client.final(server_first)
+
+
+def _scram_login(bootstrap: str, password: str, source: str) -> int:
+    try:
+        sock, final = _scram_open(bootstrap, password, source)
+        with sock:
+            return _authenticate(sock, 3, final)[0]
+    except ConnectionError:
+        return -1
+
+
+def _scram_outcomes(admin_url: str) -> dict[str, float]:
+    with urllib.request.urlopen(f"{admin_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "streamshop_authentications_total" and sample.labels.get("mechanism") == "SCRAM-SHA-512":
+                out[sample.labels["result"]] = out.get(sample.labels["result"], 0.0) + sample.value
+    return out
+
+
+def broker_attacks(workdir: Path, *, exchanges: int = 500, owner_logins: int = 8) -> dict[str, float]:
+    """SCRAM proofs of `exchanges` exchanges opened in advance (the last one's the right
+    password), then a guesser on 127.0.0.2 while the owner signs in from 127.0.0.3."""
+    set_offline(workdir / "attacks" / "streamshop-data", USER, PASSWORD)
+    settings = {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "authentication.timeout.ms": "300000",
+    }
+    out: dict[str, float] = {}
+    with streamshop_broker(workdir / "attacks", admin=True, settings=settings) as broker:
+        assert broker.admin_url is not None
+        opened = [_scram_open(broker.bootstrap, f"guess-{n}") for n in range(exchanges - 1)]
+        opened.append(_scram_open(broker.bootstrap, PASSWORD))
+        began = time.monotonic()
+        for sock, final in opened:
+            sock.sendall(_request(36, 0, 3, struct.pack(">i", len(final)) + final))
+        sent_s = time.monotonic() - began
+        right = -2
+        for sock, _ in opened:
+            with sock:
+                try:
+                    right = _read_authenticate(sock)[0]
+                except ConnectionError:
+                    right = -1
+        outcomes = _scram_outcomes(broker.admin_url)
+        out |= {
+            "proofs_sent": exchanges,
+            "proofs_sent_s": sent_s,
+            "proofs_checked": outcomes.get("failed", 0.0),
+            "proofs_refused_unchecked": outcomes.get("throttled", 0.0),
+            "right_proof_accepted": float(right == 0),
+        }
+        began = time.monotonic()
+        assert _scram_login(broker.bootstrap, PASSWORD, "127.0.0.4") == 0
+        control_s = time.monotonic() - began
+        stop = threading.Event()
+
+        def guesser() -> None:
+            attempt = 0
+            while not stop.is_set():
+                _scram_login(broker.bootstrap, f"slow-{attempt}", "127.0.0.2")
+                attempt += 1
+
+        thread = threading.Thread(target=guesser)
+        thread.start()
+        try:
+            time.sleep(5)  # past the guesser's free failures
+            admitted, waits = 0, []
+            for _ in range(owner_logins):
+                began = time.monotonic()
+                admitted += _scram_login(broker.bootstrap, PASSWORD, "127.0.0.3") == 0
+                waits.append(time.monotonic() - began)
+                time.sleep(1)
+        finally:
+            stop.set()
+            thread.join()
+        out |= {
+            "owner_admitted": admitted,
+            "owner_logins": owner_logins,
+            "owner_max_wait_s": max(waits),
+            "owner_control_s": control_s,
+        }
+    return out
+
+
+def main() -> int:
+    import argparse
+    import json
+    import tempfile
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-attacks-") as tmp:
+        broker = broker_attacks(Path(tmp))
+    print(
+        f"broker SCRAM: {broker['proofs_sent']:.0f} exchanges opened first, then every proof"
+        f" ({broker['proofs_sent_s']:.2f} s to send): {broker['proofs_checked']:.0f} checked,"
+        f" {broker['proofs_refused_unchecked']:.0f} refused unchecked, the right one"
+        f" {'accepted' if broker['right_proof_accepted'] else 'refused'}",
+        flush=True,
+    )
+    print(
+        f"broker SCRAM: a guesser on 127.0.0.2, the owner on 127.0.0.3: {broker['owner_admitted']:.0f} of"
+        f" {broker['owner_logins']:.0f} logins admitted, longest {broker['owner_max_wait_s'] * 1000:.0f} ms"
+        f" (control {broker['owner_control_s'] * 1000:.0f} ms)",
+        flush=True,
+    )
+    http = asyncio.run(http_attacks.measure_all())
+    for line in http_attacks.report(http):
+        print(line)
+    if args.json:
+        args.json.write_text(json.dumps({"broker": broker, "http": http}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

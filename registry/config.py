@@ -75,7 +75,10 @@ class RegistryConfig(HttpSettings, KafkaClientSettings):
     # HTTP basic auth: a users file (kit.users) turns it on; None serves everyone.
     users_file: Path | None = setting(None, help="users file for HTTP basic auth (none: open)")
     login_throttle_max_s: float = setting(
-        30.0, minimum=0, help="failed logins: the longest a user name is then refused for (0: no throttle)"
+        30.0,
+        minimum=0,
+        help="failed logins: the longest a login is then refused unchecked, per user and address, per address"
+        " and per user (docs/security.md; 0: no throttle)",
     )
 
     def check(self) -> None:

@@ -48,7 +48,10 @@ class DashboardConfig(ServiceConfig):
     session_key: str | None = secret(help="signs session cookies; random per process when unset")
     session_hours: float = setting(8.0, help="hours a sign-in lasts")
     login_throttle_max_s: float = setting(
-        30.0, minimum=0, help="failed logins: the longest a user name is then refused for (0: no throttle)"
+        30.0,
+        minimum=0,
+        help="failed logins: the longest a login is then refused unchecked, per user and address, per address"
+        " and per user (docs/security.md; 0: no throttle)",
     )
     # API keys the dashboard presents to the catcher and the logs service when they need one.
     catcher_token: str | None = secret()
