@@ -40,6 +40,7 @@ from broker.handlers.base import (
     throttled,
     with_throttle,
 )
+from broker.heap import HeapTrimmer
 from broker.listeners import Listener
 from broker.netlimits import ConnectionCounts, MemoryPool, ThrottledLog
 from broker.protocol.codec import MalformedRequest, decode_request, encode_response, frame_raw_response, peek_header
@@ -88,6 +89,7 @@ class KafkaServer:
             config.get("max.connections.per.ip.overrides"),
         )
         self.connections: set[Connection] = set()
+        self.heap = HeapTrimmer()
         self._servers: dict[str, asyncio.Server] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._warn = ThrottledLog(log)
@@ -163,6 +165,7 @@ class KafkaServer:
         self.counts.release(conn.host)
         self.connections.discard(conn)
         self.broker.metrics.connections_open.dec()
+        self.heap.connection_closed()
 
     async def _sweep(self) -> None:
         """Close connections idle for `connections.max.idle.ms` (nothing read, and nothing
@@ -170,6 +173,7 @@ class KafkaServer:
         quiet for a second; bring each one's count of held response bytes up to date."""
         while True:
             await asyncio.sleep(1.0 if self.idle_ms < 0 else min(1.0, max(self.idle_ms / 4000, 0.01)))
+            self.heap.maybe_trim()  # after a burst of closes, give their freed memory back
             now = time.monotonic()
             deadline = self.broker.security.auth_timeout_s
             for conn in list(self.connections):

@@ -7,11 +7,19 @@ idle timeouts hold during the handshake; the handshake must finish within
 `authentication.timeout.ms`, and one that fails or stalls is closed and counted, never
 raised.  Plaintext is decrypted straight into the connection's buffer, and the connection's
 back-pressure (pausing reads) stops decryption as well as the socket.
+
+Writes are encrypted as the socket drains, not when they are made: the layer keeps the
+plaintext it is given (references to the connection's buffers, which an answer that repeats
+one encoding shares) and encrypts a TLS record at a time while the socket's transport takes
+bytes.  Encrypting a whole answer at once would turn a client that does not read into a
+ciphertext copy of its answer held for as long as it stays, and would leave the outgoing BIO
+(whose buffer only ever grows) as large as the largest answer until the connection is freed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import re
 import ssl
@@ -33,6 +41,8 @@ _SHORT_NAMES = {
     "streetAddress": "STREET",
 }
 _READ_CHUNK = 256 * 1024
+RECORD = 16 * 1024  # plaintext encrypted per step: one TLS record
+HIGH_WATER = 64 * 1024  # the connection's writes pause above this (asyncio's default)
 
 __all__ = ["PrincipalRules", "TlsConfigError", "TlsLayer", "distinguished_name", "server_context"]
 
@@ -102,6 +112,13 @@ class PrincipalRules:
         raise TlsConfigError(f"no ssl.principal.mapping.rules rule matches {dn!r}")
 
 
+_DETACHED = asyncio.BufferedProtocol()  # the connection of a layer whose socket closed
+
+
+def _ignore(_: Any) -> None:
+    pass
+
+
 class TlsLayer(asyncio.Protocol, asyncio.Transport):
     """Both sides of TLS: `asyncio.Protocol` to the socket, `asyncio.Transport` to `inner`."""
 
@@ -128,11 +145,20 @@ class TlsLayer(asyncio.Protocol, asyncio.Transport):
         self.closing = False
         self._timer: asyncio.TimerHandle | None = None
         self._drain_scheduled = False
+        self._plain: collections.deque[memoryview] = collections.deque()  # written, not yet encrypted
+        self._plain_size = 0
+        self._raw_paused = False  # the socket's transport holds more than its high-water mark
+        self._inner_paused = False
+        self._high, self._low = HIGH_WATER, HIGH_WATER // 4
+        self._close_when_sent = False
 
     # --- the socket side -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.raw = transport  # type: ignore[assignment]
+        raw = self.raw = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        # Paused as soon as the socket leaves ciphertext behind, resumed once all of it is sent:
+        # the kernel's buffer is the one that absorbs bursts; ours holds at most one record.
+        raw.set_write_buffer_limits(high=0, low=0)
         self._timer = asyncio.get_running_loop().call_later(self.timeout_s, self._expired)
         self.inner.connection_made(self)
 
@@ -155,13 +181,22 @@ class TlsLayer(asyncio.Protocol, asyncio.Transport):
         self.closing = True
         if self._timer is not None:
             self._timer.cancel()
+        self._drop_plain()
         self.inner.connection_lost(exc)
+        # Let go of the connection and the callbacks that hold it: the connection holds this
+        # layer as its transport, and without this cycle both (and the SSL object with its
+        # buffers) are freed when the client leaves, not at the garbage collector's next
+        # full pass, which an idle broker may not reach for a long time.
+        self.inner = _DETACHED
+        self.on_failure = _ignore
+        self.on_established = _ignore
 
     def pause_writing(self) -> None:
-        self.inner.pause_writing()
+        self._raw_paused = True
 
     def resume_writing(self) -> None:
-        self.inner.resume_writing()
+        self._raw_paused = False
+        self._pump()
 
     def _expired(self) -> None:
         if not self.established and not self.closing:
@@ -219,15 +254,47 @@ class TlsLayer(asyncio.Protocol, asyncio.Transport):
     def writelines(self, list_of_data: Iterable[Any]) -> None:
         if self.closing or not self.established:
             return
+        for data in list_of_data:
+            if len(data):
+                view = memoryview(data).cast("B")
+                self._plain.append(view)
+                self._plain_size += len(view)
+        self._pump()
+
+    def _pump(self) -> None:
+        """Encrypt queued plaintext a record at a time while the socket's transport takes it;
+        then tell the connection whether it may write more."""
+        plain = self._plain
         try:
-            for data in list_of_data:
-                if len(data):
-                    self.tls.write(data)
+            while plain and not self._raw_paused and not self.is_closing():
+                head = plain[0]
+                n = min(len(head), RECORD)
+                self.tls.write(head[:n])
+                self._plain_size -= n
+                if n == len(head):
+                    plain.popleft()
+                else:
+                    plain[0] = head[n:]
+                self._flush()
         except ssl.SSLError as e:
             self.on_failure(getattr(e, "reason", None) or type(e).__name__)
             self.abort()
             return
-        self._flush()
+        if self._close_when_sent and not plain:
+            self._close_when_sent = False
+            self._close_now()
+            return
+        size = self.get_write_buffer_size()
+        if not self._inner_paused and size > self._high:
+            self._inner_paused = True
+            self.inner.pause_writing()
+        elif self._inner_paused and size <= self._low:
+            self._inner_paused = False
+            self.inner.resume_writing()
+
+    def _drop_plain(self) -> None:
+        self._plain.clear()
+        self._plain_size = 0
 
     def pause_reading(self) -> None:
         if not self.paused and self.raw is not None:
@@ -256,6 +323,13 @@ class TlsLayer(asyncio.Protocol, asyncio.Transport):
     def close(self) -> None:
         if self.closing or self.raw is None:
             return
+        if self._plain:  # what was written goes out first, then close_notify
+            self._close_when_sent = True
+            return
+        self._close_now()
+
+    def _close_now(self) -> None:
+        assert self.raw is not None
         self.closing = True
         if self.established:
             with contextlib.suppress(ssl.SSLError):  # our close_notify is out; the peer's is not awaited
@@ -265,6 +339,7 @@ class TlsLayer(asyncio.Protocol, asyncio.Transport):
 
     def abort(self) -> None:
         self.closing = True
+        self._drop_plain()
         if self.raw is not None:
             self.raw.abort()
 
@@ -276,11 +351,19 @@ class TlsLayer(asyncio.Protocol, asyncio.Transport):
         return self.raw.get_extra_info(name, default) if self.raw is not None else default
 
     def get_write_buffer_size(self) -> int:
-        return self.raw.get_write_buffer_size() if self.raw is not None else 0
+        return self._plain_size + (self.raw.get_write_buffer_size() if self.raw is not None else 0)
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        if self.raw is not None:
-            self.raw.set_write_buffer_limits(high, low)
+        """Limits on what the connection has written and the socket has not sent (plaintext
+        not yet encrypted and ciphertext not yet sent), as asyncio's transports count them."""
+        self._high = HIGH_WATER if high is None else high
+        self._low = self._high // 4 if low is None else low
+        if self._inner_paused and self.get_write_buffer_size() <= self._low:
+            self._inner_paused = False
+            self.inner.resume_writing()
+        elif not self._inner_paused and self.get_write_buffer_size() > self._high:
+            self._inner_paused = True
+            self.inner.pause_writing()
 
     def can_write_eof(self) -> bool:
         return False

@@ -6,7 +6,9 @@ other clients are served meanwhile, and a client that takes nothing for
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -25,7 +27,7 @@ from tests.support.secure import make_admin_user, secure_settings
 POOL = 8 * 1024 * 1024
 
 
-def _read_all(conf: dict[str, object], topic: str, count: int) -> list[bytes]:
+def _read_all(conf: dict[str, str | int | float | bool], topic: str, count: int) -> list[bytes]:
     consumer = Consumer(conf | {"group.id": "reader", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, 0, 0)])
     got: list[bytes] = []
@@ -34,7 +36,9 @@ def _read_all(conf: dict[str, object], topic: str, count: int) -> list[bytes]:
         while len(got) < count and time.monotonic() < deadline:
             for message in consumer.consume(1000, 0.5):
                 assert message.error() is None, message.error()
-                got.append(message.value())
+                value = message.value()
+                assert value is not None
+                got.append(value)
     finally:
         consumer.close()
     return got
@@ -97,7 +101,7 @@ def test_streamed_answers_arrive_intact_over_tls(tmp_path: Path, broker_factory:
     settings = secure_settings(ca, ca.issue("broker", hosts=("127.0.0.1",)))
     del settings["authorizer.class.name"]  # TLS is what is tested here, not ACLs
     broker = broker_factory(settings=settings, name="broker")
-    conf = {
+    conf: dict[str, str | int | float | bool] = {
         "bootstrap.servers": f"127.0.0.1:{broker.server.ports['SSL']}",
         "security.protocol": "SSL",
         "ssl.ca.location": str(ca.cert_path),
@@ -138,3 +142,74 @@ def _recv(sock: socket.socket, n: int) -> bytes:
         assert chunk, "the broker closed the connection"
         data += chunk
     return data
+
+
+# --- TLS: what clients that do not read cost, and what is given back when they leave -----------
+
+
+def _tls_describe_configs(address: str, ctx: ssl.SSLContext) -> int:
+    """A client that reads: the size of its DescribeConfigs answer (one broker resource)."""
+    with contextlib.closing(slow_readers.open_reader(address, slow_readers.describe_configs_request(7, 1), ctx)) as s:
+        (size,) = struct.unpack(">i", _recv(s, 4))
+        (correlation_id,) = struct.unpack(">i", _recv(s, 4))
+        _recv(s, size - 4)
+    assert correlation_id == 7
+    return int(size)
+
+
+def _wait_for_gauge(admin_url: str, name: str, condition: Callable[[float], bool], what: str) -> None:
+    _wait_for(lambda: condition(gauge(admin_url, name)), what, timeout=90)
+
+
+def test_tls_clients_that_read_none_of_an_amplified_answer_hold_no_ciphertext_copy_of_it(tmp_path: Path) -> None:
+    """Twelve TLS clients each ask for this broker's configs 2,000 times (a 21.6 MB answer built
+    from one 10.8 KB encoding) and read nothing.  The whole answer used to be encrypted at once
+    and held as ciphertext, beside an OpenSSL buffer as large that never shrank: 12 such
+    clients grew the broker by 508 MiB, and 255 MiB of it stayed after they left.  Now
+    plaintext is encrypted as the socket drains, and other clients are served meanwhile."""
+    with slow_readers.tls_broker(tmp_path) as (broker, address, ca):
+        assert broker.admin_url is not None
+        ctx = slow_readers.client_tls(ca)
+        one = _tls_describe_configs(address, ctx)  # also warms up what any first answer allocates
+        before = rss_mib(broker.pid)
+        readers = [slow_readers.open_reader(address, slow_readers.describe_configs_request(1), ctx) for _ in range(12)]
+        try:
+            answers = 12 * slow_readers.AMPLIFY * (one - 100)
+            # Every answer built and handed to its connection's transport (it counts them).
+            _wait_for_gauge(
+                broker.admin_url, "streamshop_response_memory_bytes", lambda v: v > answers * 0.75, "the answers"
+            )
+            grown = rss_mib(broker.pid) - before
+            assert grown < 64, f"the broker grew by {grown:.0f} MiB for 12 answers of {answers / 12 / 2**20:.1f} MiB"
+            assert _tls_describe_configs(address, ctx) == one  # others are served meanwhile
+        finally:
+            for sock in readers:
+                sock.close()
+        _wait_for_gauge(broker.admin_url, "streamshop_connections_open", lambda v: v == 0, "the readers to leave")
+        _wait_for_gauge(broker.admin_url, "streamshop_response_memory_bytes", lambda v: v == 0, "memory given back")
+        assert rss_mib(broker.pid) - before < 64
+
+
+def test_memory_of_hundreds_of_slow_tls_readers_is_given_back_when_they_leave(tmp_path: Path) -> None:
+    """400 TLS clients ask twice for a whole partition and read nothing, then leave.  Their
+    connections used to stay in reference cycles (connection and TLS layer) until a full
+    garbage collection, and glibc kept what was freed: the broker's resident memory stayed
+    where the readers had taken it.  Now most of what they took is given back, compared with
+    what they took on the same broker."""
+    with slow_readers.tls_broker(tmp_path) as (broker, address, ca):
+        assert broker.admin_url is not None
+        ctx = slow_readers.client_tls(ca)
+        slow_readers.fill(broker.bootstrap, megabytes=4)
+        _tls_describe_configs(address, ctx)
+        before = rss_mib(broker.pid)
+        request = slow_readers.fetch_request(1) + slow_readers.fetch_request(2)
+        readers = [slow_readers.open_reader(address, request, ctx) for _ in range(400)]
+        try:
+            slow_readers.settled(broker.admin_url, "streamshop_response_memory_bytes", quiet=1.0)
+            taken = rss_mib(broker.pid) - before
+            assert taken > 40, f"the readers took only {taken:.0f} MiB: nothing to give back"
+        finally:
+            for sock in readers:
+                sock.close()
+        _wait_for_gauge(broker.admin_url, "streamshop_connections_open", lambda v: v == 0, "the readers to leave")
+        _wait_for(lambda: rss_mib(broker.pid) - before < taken / 3, "their memory to be given back", timeout=30)
