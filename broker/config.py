@@ -29,6 +29,7 @@ from kit.settings import ConfigError
 __all__ = [
     "BROKER_SETTINGS",
     "COMPRESSION_CODES",
+    "DURABILITY_MODES",
     "TOPIC_CONFIGS",
     "BrokerConfig",
     "BrokerSettingDef",
@@ -104,6 +105,7 @@ class BrokerSettingDef:
 
 
 _S = BrokerSettingDef
+DURABILITY_MODES = ("fsync", "page-cache")
 # Types, dynamic flags and null defaults are Kafka 4.1's; settings Kafka lacks (marked
 # streamshop's) are static.
 BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
@@ -224,6 +226,11 @@ BROKER_SETTINGS: dict[str, BrokerSettingDef] = {
         # Segment files open at once (least recently used closed first); at most half the
         # soft descriptor limit, so sockets keep the rest (streamshop's).
         _S("log.open.files.max", "1000", integer(16, INT_MAX), INT),
+        # When an acknowledgement (acks=all produce, OffsetCommit, a transaction's state and
+        # markers, share state) is sent: after fdatasync ("fsync"), or once written to the page
+        # cache ("page-cache"), as Kafka answers on one replica.  streamshop's; flush.messages
+        # and flush.ms fsync in the background in both modes (docs/broker.md, Durability).
+        _S("log.durability", "fsync", choice(*DURABILITY_MODES)),
     ]
 }
 

@@ -77,6 +77,8 @@ class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
+        self.durability: str = config.get("log.durability")
+        self.page_cache = self.durability == "page-cache"  # acknowledgements do not wait for fsync
         self.data_dir = config.data_dir
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.node_id: int = config.get("node.id")
@@ -181,6 +183,7 @@ class Broker:
             topics=len(self.store.topics),
             recovered=self.recovered,
             truncated_bytes=truncated,
+            durability=self.durability,
         )
 
     def _load_cluster_id(self) -> str:
@@ -411,11 +414,20 @@ class Broker:
     # --- durability ------------------------------------------------------------------
 
     async def sync(self, logs: Iterable[PartitionLog]) -> None:
-        """Return once everything appended to `logs` is on disk, and the topic records they
-        depend on: an internal topic made on first use (offsets, transactions, share state)
-        has its record in the metadata log, and a machine crash that kept its partitions but
-        lost that record would leave them orphans, removed at the next start."""
+        """What an acknowledgement waits for.  log.durability=fsync: everything appended to
+        `logs` is on disk.  page-cache: it is in the page cache already (appends write at
+        once), so nothing, as Kafka on one replica; flush.messages and flush.ms still fsync.
+
+        Both wait for the topic records `logs` depend on, as Kafka's controller log is always
+        fsynced: an internal topic made on first use (offsets, transactions, share state) has
+        its record in the metadata log, and a machine crash that kept its partitions but lost
+        that record would leave them orphans, removed at the next start."""
         meta = self.store.meta_log
+        if self.page_cache:
+            self.log_dir.check()  # an offline directory acknowledges nothing, in either mode
+            if meta.dirty_segments():
+                await self.flusher.sync([meta])
+            return
         if meta.dirty_segments():
             logs = [*logs, meta]
         await self.flusher.sync(logs)
@@ -424,8 +436,10 @@ class Broker:
 
     def notify_append(self, plog: PartitionLog, nbytes: int) -> None:
         """`nbytes` were appended to `plog`: complete the long polls they satisfy, and fsync
-        it when flush.messages records have come since it last asked."""
-        if plog.unflushed_messages >= plog.config.flush_messages:
+        it when flush.messages records have come since it last asked, or a segment was rolled
+        (as Kafka flushes a rolled segment in the background)."""
+        if plog.unflushed_messages >= plog.config.flush_messages or plog.rolled:
+            plog.rolled = False
             self._flush_now(plog)
         watches = self._watches.get(id(plog))
         if not watches:

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from broker.config import BrokerConfig
+from broker.config import BROKER_SETTINGS, DURABILITY_MODES, BrokerConfig
 from contracts.ports import DEFAULT_PORTS
-from kit.settings import HostPort, ProcessSettings, parse_host_port, setting
+from kit.settings import ConfigError, HostPort, ProcessSettings, parse_host_port, setting
 
 __all__ = ["BrokerSettings", "parse_admin_listen", "parse_sets"]
 
@@ -65,14 +65,26 @@ class BrokerSettings(ProcessSettings):
         parse=parse_sets,
         help="broker settings and topic defaults by Kafka's names, KEY=VALUE,...",
     )
+    durability: str = setting(
+        "fsync",
+        choices=DURABILITY_MODES,
+        help="when acks=all produce, commits, transactions and share state are answered: after fsync, or once "
+        "in the page cache (a machine crash may lose them; a process crash loses nothing): log.durability",
+    )
 
     def to_config(self, extra: Mapping[str, str] | None = None) -> BrokerConfig:
-        """The broker's configuration; `extra` settings (``--set``) over ``BROKER_SET``.
+        """The broker's configuration; `extra` settings (``--set``) over ``BROKER_SET``, and the
+        durability other than the default as log.durability (a --set of it must agree).
         `kit.settings.ConfigError` for an unknown or invalid Kafka setting."""
+        settings = {**self.set, **(extra or {})}
+        if self.durability != BROKER_SETTINGS["log.durability"].default:
+            given = settings.setdefault("log.durability", self.durability)
+            if given != self.durability:
+                raise ConfigError(f"log.durability={given} contradicts durability {self.durability}")
         return BrokerConfig(
             data_dir=self.data_dir,
             listen=(self.listen.host, self.listen.port),
             advertise=(self.advertise.host, self.advertise.port) if self.advertise else None,
             admin_listen=(self.admin_listen.host, self.admin_listen.port) if self.admin_listen else None,
-            settings={**self.set, **(extra or {})},
+            settings=settings,
         )

@@ -31,12 +31,16 @@ def broker_command(
     listen: str,
     admin_listen: str = "off",
     settings: dict[str, str] | None = None,
+    *,
     advertise: str | None = None,
+    durability: str | None = None,
 ) -> list[str]:
     cmd = [sys.executable, "-m", "streamshop.cli", "broker", "--data-dir", str(data_dir)]
     cmd += ["--listen", listen, "--admin-listen", admin_listen]
     if advertise is not None:
         cmd += ["--advertise", advertise]
+    if durability is not None:
+        cmd += ["--durability", durability]
     for key, value in (settings or {}).items():
         cmd += ["--set", f"{key}={value}"]
     return cmd

@@ -157,6 +157,7 @@ class PartitionLog:
         self.deletions = DeferredDeletes() if deletions is None else deletions
         self._retired: list[LogSegment] = []  # renamed *.deleted, their removal still due
         self.unflushed_messages = 0  # records appended since flush.messages last asked for an fsync
+        self.rolled = False  # a segment was rolled since the last append's check (fsynced then)
         self._storage_logged = -STORAGE_LOG_INTERVAL_S  # when a write failure was last logged
         self._storage_unlogged = 0
         self._load(recover)
@@ -482,6 +483,7 @@ class PartitionLog:
         self.producer_state.write_snapshot(self.next_offset)
         segment = self._new_segment(self.next_offset)
         self.segments.append(segment)
+        self.rolled = True
         return segment
 
     # --- read ------------------------------------------------------------------------

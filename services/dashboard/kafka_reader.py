@@ -28,6 +28,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import IncompatibleBrokerVersion, KafkaError, for_code
 from aiokafka.protocol.admin import (
@@ -63,6 +64,8 @@ from services.dashboard.model import (
     TransactionInfo,
 )
 from services.dashboard.share_groups import describe_share_groups
+
+DURABILITY = "log.durability"  # the bundled broker's setting; Apache Kafka has none
 
 __all__ = ["ClusterReader", "DescribeLogDirsRequest", "ListGroupTypesRequest", "decode_assignment"]
 
@@ -418,6 +421,27 @@ class _Admin(AIOKafkaAdminClient):  # type: ignore[misc]
                 return leader if leader >= 0 else None
         return None
 
+    async def durability(self, node_ids: Iterable[int]) -> str | None:
+        """The bundled broker's log.durability (fsync or page-cache), from DescribeConfigs of
+        the first broker that answers; None where no broker has it (Apache Kafka)."""
+        for node_id in node_ids:
+            resource = ConfigResource(ConfigResourceType.BROKER, str(node_id), {DURABILITY: None})
+            try:
+                [response] = await self.describe_configs([resource])
+            except (IncompatibleBrokerVersion, NotImplementedError):
+                return None
+            except KafkaError as e:
+                log.debug("describe configs failed", node_id=node_id, error=str(e))
+                continue
+            for described in response.to_object()["resources"]:
+                if described["error_code"]:
+                    return None  # not allowed to describe the cluster's configs
+                for entry in described["config_entries"]:
+                    if entry.get("config_names", entry.get("config_name")) == DURABILITY:
+                        return str(entry["config_value"])
+            return None
+        return None
+
     async def open_transactions(self, node_ids: Iterable[int]) -> list[dict[str, Any]] | None:
         """Every open transaction (ListTransactions on each broker, then DescribeTransactions on
         the one that listed it); None when the cluster does not implement the APIs."""
@@ -540,13 +564,14 @@ class ClusterReader:
                     )
         tps = [TopicPartition(topic, p) for topic, parts in leaders.items() for p in parts]
         node_ids = [b.node_id for b in brokers]
-        starts, ends, sizes, groups, quorum_leader, open_txns = await _gather(
+        starts, ends, sizes, groups, quorum_leader, open_txns, durability = await _gather(
             consumer.beginning_offsets(tps) if tps else _empty(),
             consumer.end_offsets(tps) if tps else _empty(),
             admin.log_dir_sizes(node_ids),
             self._groups(admin, node_ids),
             admin.quorum_leader(node_ids),
             admin.open_transactions(node_ids),
+            admin.durability(node_ids),
         )
         transactions = None if open_txns is None else await self._transactions(open_txns, ends)
         topics = {
@@ -577,6 +602,7 @@ class ClusterReader:
             sizes_known=sizes is not None,
             quorum_leader=quorum_leader,
             transactions=transactions,
+            durability=durability,
         )
 
     async def _transactions(

@@ -169,6 +169,8 @@ class Observation:
     quorum_leader: int | None = None
     # Open transactions; None when the cluster does not list them (no transaction APIs).
     transactions: tuple[TransactionInfo, ...] | None = ()
+    # The bundled broker's log.durability (fsync, page-cache); None for a cluster without it.
+    durability: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +404,7 @@ def cluster_json(observation: Observation, in_rates: Mapping[str, float | None])
         "controller_id": observation.controller_id,
         "active_controller": quorum if quorum is not None else observation.controller_id,
         "controller_source": "DescribeMetadataQuorum" if quorum is not None else "Metadata",
+        "durability": observation.durability,
         "sizes_known": observation.sizes_known,
         "topics": topics,
         "totals": {

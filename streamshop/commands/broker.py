@@ -19,6 +19,7 @@ def register(sub: SubParsers) -> None:
     setting_flag(p, BrokerSettings, "data_dir")
     setting_flag(p, BrokerSettings, "listen", metavar="HOST:PORT")
     setting_flag(p, BrokerSettings, "advertise", metavar="HOST:PORT")
+    setting_flag(p, BrokerSettings, "durability", metavar="fsync|page-cache")
     # Given as text and parsed with the settings: "off" (None) must not read as "not given".
     p.add_argument("--admin-listen", metavar="HOST:PORT|off", help=setting_help(BrokerSettings, "admin_listen"))
     p.add_argument(
@@ -86,7 +87,10 @@ def _run_verify(args: argparse.Namespace) -> int:
 
 def broker_overrides(args: argparse.Namespace) -> dict[str, object]:
     """The settings the flags of `streamshop broker` give (None: not given)."""
-    return {name: getattr(args, name) for name in ("data_dir", "listen", "advertise", "admin_listen", "log_level")}
+    return {
+        name: getattr(args, name)
+        for name in ("data_dir", "listen", "advertise", "admin_listen", "durability", "log_level")
+    }
 
 
 def _run_broker(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from broker.config import DURABILITY_MODES
 from streamshop.commands._common import SubParsers, lazy
 
 
@@ -63,6 +64,12 @@ def _up(sub: SubParsers) -> None:
         help="run the services on PostgreSQL, a database each: a server of the stack's own (DIR/postgres, from "
         "Debian's package), or the server of URL (postgresql://USER:PASSWORD@HOST:PORT/NAME; databases made "
         "when missing, which needs CREATEDB)",
+    )
+    p.add_argument(
+        "--durability",
+        choices=DURABILITY_MODES,
+        help="when the bundled broker answers acks=all produce, commits and transactions: after fsync (its "
+        "default), or once written to the page cache, as Kafka on one replica (docs/broker.md, Durability)",
     )
     p.add_argument(
         "--spark-cluster",

@@ -124,6 +124,7 @@ class StackContext:
     secure: SecureStack | None = None  # `up --secure`: every child's logins, keys and certificates
     database_url: str | None = None  # `up --postgres URL`: that server (with its password)
     spark_master: str | None = None  # `up --spark-cluster`: the analytics job's master
+    durability: str | None = None  # `up --durability`: the bundled broker's (None: its own default)
 
     def service_database_url(self, service: str) -> str | None:
         """The PostgreSQL database of `service` when the stack has a `postgres` child: the
@@ -204,7 +205,8 @@ def _port_of(address: str) -> int | None:
 def _broker_launch(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
     listen, admin = f"{ctx.listen}:{ports['kafka']}", f"{ctx.listen}:{ports['admin']}"
     settings = ctx.secure.broker_settings(ctx.listen, ports["kafka"]) if ctx.secure else None
-    return Launch(broker_command(ctx.data_dir / "broker", listen, admin, settings), {})
+    command = broker_command(ctx.data_dir / "broker", listen, admin, settings, durability=ctx.durability)
+    return Launch(command, {})
 
 
 def _broker_ready(line: str) -> Announced | None:

@@ -96,6 +96,7 @@ class StackOptions:
     verbose: bool = False  # every child's output on the console too, not only in its log file
     postgres_url: str | None = None  # `--postgres URL`: a server the stack uses but does not run
     spark_master: str | None = None  # `--spark-cluster`: the analytics job's Spark master
+    durability: str | None = None  # `--durability`: the bundled broker's log.durability
 
 
 def _describe_exit(status: int | None) -> str:
@@ -491,6 +492,7 @@ class Supervisor:
             self.secure,
             self.options.postgres_url,
             self.options.spark_master,
+            self.options.durability,
         )
 
     def save(self) -> None:
@@ -684,6 +686,7 @@ def up(args: argparse.Namespace) -> int:
         log_format="console" if sys.stdout.isatty() else "json",
         postgres_url=args.postgres or None,
         spark_master=master_url_of(args.spark_cluster) if args.spark_cluster is not None else None,
+        durability=args.durability,
     )
     names = [c.name for c in children]
     console = Console([*names, "demo"] if args.demo else names, sys.stdout, color=color)

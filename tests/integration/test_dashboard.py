@@ -729,3 +729,20 @@ async def test_an_open_transaction_is_listed_with_the_lso_lag_it_causes_until_it
             lambda s: all(t["transactional_id"] != f"dash-{topic}" for t in s["transactions"]["open"]),
             "the committed transaction to leave the list",
         )
+
+
+async def test_the_broker_durability_is_shown_as_describe_configs_gives_it(cluster: Cluster, tmp_path: Path) -> None:
+    """The bundled broker's log.durability, read with DescribeConfigs: the module's broker has
+    the default, a second one started with --durability page-cache (BROKER_DURABILITY) its own."""
+    async with dashboard(cluster.bootstrap, cluster.registry_url, tmp_path) as dash:
+        snap = await dash.until(lambda s: s["cluster"]["durability"] is not None, "the durability")
+        assert snap["cluster"]["durability"] == "fsync"
+    page_cache = BrokerProcess(tmp_path / "page-cache")
+    page_cache.env = {"BROKER_DURABILITY": "page-cache"}
+    try:
+        page_cache.start()
+        async with dashboard(page_cache.bootstrap, cluster.registry_url, tmp_path / "second") as dash:
+            snap = await dash.until(lambda s: s["cluster"]["durability"] is not None, "the durability")
+            assert snap["cluster"]["durability"] == "page-cache"
+    finally:
+        page_cache.kill()

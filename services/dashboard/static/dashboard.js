@@ -129,6 +129,8 @@ function renderReplication(cluster) {
   $("#repl-urp").className = totals.under_replicated ? "lag-positive" : "";
   $("#repl-offline").textContent = formatNumber(totals.offline);
   $("#repl-offline").className = totals.offline ? "lag-positive" : "";
+  // The bundled broker's log.durability; a cluster without it (Apache Kafka) shows "not reported".
+  $("#repl-durability").textContent = cluster.durability === null ? "not reported" : cluster.durability;
   const rows = [];
   for (const t of cluster.topics) {
     if (t.internal) continue;

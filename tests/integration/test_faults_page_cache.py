@@ -1,0 +1,213 @@
+"""The loss window of log.durability=page-cache, judged by histories: acknowledgements wait
+for the write to the page cache, not for fdatasync.  A SIGKILL of the broker (a process crash)
+loses nothing acknowledged, since the kernel keeps what was written; a power loss (modelled by
+tests/support/lostwrites.py) loses exactly what was acknowledged since the last fsync, and
+recovery opens a consistent log.  The fsync mode, measured the same way, loses nothing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.support.fault_clients import Fleet, confluent_delivery, read_back, wait_until
+from tests.support.harness import BrokerProcess
+from tests.support.history import (
+    Committed,
+    Fault,
+    History,
+    Produced,
+    Stored,
+    Transaction,
+    duplicated_in_log,
+    lost_acknowledged,
+    lost_to_group,
+    partial_transactions,
+    redelivered_after_commit,
+)
+from tests.support.kafka_clients import create_topic
+from tests.support.lostwrites import Disk
+
+pytestmark = pytest.mark.fault
+
+PAGE_CACHE = {"log.durability": "page-cache", "group.min.session.timeout.ms": "1000"}
+
+
+def test_sigkill_in_page_cache_mode_loses_no_acknowledged_record_commit_or_transaction(
+    broker_process_factory: Callable[..., BrokerProcess], fleet: Fleet
+) -> None:
+    """An idempotent acks=all producer, a consumer group committing after each batch and a
+    transactional producer run while the page-cache broker is SIGKILLed three times, with
+    records in flight, and restarted at once.  Nothing acknowledged is lost or stored twice,
+    the group never reads again below an acknowledged commit and misses nothing, and every
+    transaction is all or nothing."""
+    broker = broker_process_factory(PAGE_CACHE)
+    topic, partitions, group, txn_topic = "cache-kill", 3, "cache-readers", "cache-kill-txn"
+    create_topic(broker.bootstrap, topic, partitions)
+    create_topic(broker.bootstrap, txn_topic, 2)
+    history = History()
+    fleet.start("consume", "c1", bootstrap=broker.bootstrap, topic=topic, group=group, member="c1")
+    fleet.start(
+        "transact", "tx", bootstrap=broker.bootstrap, topic=txn_topic, transactional_id="tx", partitions=2, records=4
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 2,
+            "message.timeout.ms": 60_000,
+            "reconnect.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 200,
+        }
+    )
+    report = confluent_delivery(history, "producer")
+    sent = 0
+
+    def stream(seconds: float) -> None:
+        nonlocal sent
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for _ in range(20):
+                producer.produce(topic, key=b"%d" % (sent % 64), value=b"k%06d" % sent, on_delivery=report)
+                sent += 1
+            producer.poll(0.02)
+
+    def progress(kind: type[Committed] | type[Transaction], name: str) -> int:
+        return sum(1 for e in fleet.history(name) if isinstance(e, kind))
+
+    for _ in range(3):
+        commits, txns = progress(Committed, "c1"), progress(Transaction, "tx")
+        stream(1.0)
+        wait_until(lambda c=commits: progress(Committed, "c1") > c, "the group to commit")  # type: ignore[misc]
+        wait_until(lambda t=txns: progress(Transaction, "tx") > t + 2, "transactions to end")  # type: ignore[misc]
+        for _ in range(10):  # records in flight at the kill
+            producer.produce(topic, key=b"%d" % (sent % 64), value=b"k%06d" % sent, on_delivery=report)
+            sent += 1
+        producer.poll(0)
+        history.add(Fault(what="SIGKILL", target="broker", at=time.monotonic()))
+        broker.kill()
+        broker.start()
+    stream(1.0)
+    assert producer.flush(60) == 0
+    assert len(list(history.of(Produced))) == sent
+
+    produced = History(list(history.events))
+    stored = read_back(produced, broker.bootstrap, topic, partitions)
+
+    def group_read_all() -> bool:
+        h = History(list(produced.events))
+        h.extend(fleet.history("c1"))
+        return lost_to_group(h, group) == []
+
+    wait_until(group_read_all, "the group to read every stored record")
+    fleet.stop("c1")
+    fleet.stop("tx")
+    history = produced
+    history.extend(fleet.history("c1"))
+    transactions = History(fleet.history("tx"))
+    read_back(transactions, broker.bootstrap, txn_topic, 2)
+    print(f"\n{sent} sent, {stored} stored; {history.summary()}; transactions: {transactions.summary()}")
+    assert sum(1 for c in history.of(Committed) if c.outcome == "acked") > 3
+    assert lost_acknowledged(history) == []
+    assert duplicated_in_log(history) == []
+    assert redelivered_after_commit(history) == []
+    assert lost_to_group(history, group) == []
+    assert partial_transactions(transactions) == []
+    assert any(t.outcome == "committed" for t in transactions.of(Transaction))
+
+
+@pytest.fixture
+def disk_for(tmp_path: Path) -> Iterator[Callable[[str], Disk]]:
+    """A broker in the given durability mode on a modelled disk (killed at teardown)."""
+    made: list[Disk] = []
+
+    def make(mode: str) -> Disk:
+        proc = BrokerProcess(tmp_path / "broker", {"log.durability": mode})
+        disk = Disk(proc, tmp_path / "build")
+        proc.env = disk.env()
+        made.append(disk)
+        return disk
+
+    yield make
+    for disk in made:
+        disk.proc.kill()
+
+
+def _produce(history: History, bootstrap: str, topic: str, label: str, count: int) -> None:
+    """`count` acks=all records, each acknowledged, into `history`."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    report = confluent_delivery(history, label)
+    for i in range(count):
+        producer.produce(topic, value=b"%s-%04d" % (label.encode(), i), on_delivery=report)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def _commit(bootstrap: str, topic: str, offset: int) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "window", "enable.auto.commit": False})
+    try:
+        done = consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+        assert all(tp.error is None for tp in done or [])
+    finally:
+        consumer.close()
+
+
+def _committed(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "window", "enable.auto.commit": False})
+    try:
+        [tp] = consumer.committed([TopicPartition(topic, 0)], timeout=30)
+        return tp.offset
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("mode", ["fsync", "page-cache"])
+def test_power_loss_loses_what_page_cache_mode_acknowledged_since_the_last_fsync(
+    disk_for: Callable[[str], Disk], mode: str
+) -> None:
+    """Records and a commit acknowledged, then fsynced by a clean restart; more records and a
+    commit acknowledged; then the machine loses power.  fsync mode: everything survives.
+    page-cache mode: what the clean shutdown fsynced survives, everything acknowledged after it
+    is gone (no flush.messages, flush.ms or roll fsynced it), and the recovered log is
+    consistent: what it holds is what was acknowledged at those offsets, and it takes appends
+    at the offset after its last record."""
+    disk = disk_for(mode)
+    broker = disk.proc.start()
+    topic = "window"
+    create_topic(broker.bootstrap, topic, 1)
+    history = History()
+    _produce(history, broker.bootstrap, topic, "before", 50)
+    _commit(broker.bootstrap, topic, 20)
+    broker.restart()  # a clean shutdown fsyncs everything, in either mode
+    _produce(history, broker.bootstrap, topic, "after", 50)
+    _commit(broker.bootstrap, topic, 70)
+    history.add(Fault(what="power loss", target="broker", at=time.monotonic()))
+    disk.power_loss()
+    broker.start()
+
+    read_back(history, broker.bootstrap, topic, 1, isolation="read_uncommitted")
+    lost = lost_acknowledged(history)
+    kept = [s.value for s in sorted(history.of(Stored), key=lambda s: s.offset)]
+    committed = _committed(broker.bootstrap, topic)
+    print(f"\n{mode}: {len(lost)} acknowledged records lost, {len(kept)} kept; committed offset {committed}")
+    before = [p.value for p in history.of(Produced) if p.client == "before"]
+    after = [p.value for p in history.of(Produced) if p.client == "after"]
+    assert duplicated_in_log(history) == []
+    if mode == "fsync":
+        assert lost == []
+        assert kept == before + after
+        assert committed == 70
+    else:
+        assert len(lost) == len(after)  # the window: acknowledged since the last fsync
+        assert kept == before
+        assert committed == 20
+    # Recovery left a log that continues where its records end.
+    appended = History()
+    _produce(appended, broker.bootstrap, topic, "later", 1)
+    [later] = appended.of(Produced)
+    assert later.offset == len(kept)
+    disk.proc.stop()
