@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lock browser kafka postgres docker docker-tools docker-images faults demo test test-compose test-fast lint bench load clean
+.PHONY: setup lock browser kafka tansu postgres docker docker-tools docker-images faults demo test test-compose test-fast lint bench load clean
 
 # requirements.lock pins every package (with the dev tools) to the version the lower bounds in
 # pyproject.toml resolved to when it was last refreshed (`make lock`), each with the sha256 of
@@ -56,6 +56,12 @@ kafka: setup
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends maven openjdk-17-jre-headless; }
 	$(VENV)/bin/streamshop kafka-cluster fetch
+
+# Tansu (the pinned release, from crates.io) built with its PostgreSQL storage into .cache/tansu,
+# once, for the benchmarks' durable peer `--peers tansu-pg` (loadtest/tansu_build.py): cargo
+# at the lowest priority, tens of minutes on 2 cores; an interrupted build resumes.
+tansu: setup postgres
+	$(PY) -m loadtest.tansu_build
 
 # Debian's PostgreSQL server programs (initdb, pg_ctl), for `streamshop postgres` and the tests
 # of the PostgreSQL backend; through apt-get when missing.  No server is started here.

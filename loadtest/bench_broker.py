@@ -2,6 +2,7 @@
 
     python -m loadtest.bench_broker [--records N] [--only streamshop|tansu] [--skip-e2e]
                                     [--repeat K (default 3)] [--json PATH] [--baseline REF]
+                                    [--peers tansu-pg,kafka-fsync]
 
 With --baseline REF the broker of that git commit runs too, in the same alternation, so a
 change's cost on the normal path shows side by side (column "ratio s/b").
@@ -18,7 +19,14 @@ the median run is reported.  The steps:
 3. produce N records the same way with acks=all to a fresh topic (streamshop fsyncs before
    acknowledging; Tansu keeps them in memory);
 4. end-to-end latency: a producer paced at 2,000 records/s for ~10 s writes its send time
-   into each value; a consumer (`fetch.wait.max.ms=10`) records receive time - send time.
+   into each value; a consumer (`fetch.wait.max.ms=10`) records receive time - send time;
+5. the acks=all round trip: one record at a time (produce, then wait for its delivery report),
+   300 times; the median, also as a multiple of the floor of a durable round trip measured at
+   the start of the run (loadtest.floor: a Heartbeat's round trip plus an fdatasync on
+   streamshop's data disk).
+
+With --peers, peers that also wait for the disk before acknowledging acks=all run beside them
+(loadtest.brokers: Tansu on PostgreSQL, Apache Kafka flushing every append).
 
 Before each run the broker is left to go idle; its CPU time during each run (and the kernel's
 part of it: page-cache writes, fsync, socket copies, page faults) and its resident
@@ -51,6 +59,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from loadtest.brokers import (
     BROKERS,
+    DURABLE_PEERS,
     PEERS,
     BrokerProcess,
     Metrics,
@@ -59,6 +68,7 @@ from loadtest.brokers import (
     cpu_seconds,
     create_topic,
     default_tansu_binary,
+    durable_peers,
     exit_on_sigterm,
     kernel_cpu_seconds,
     ratio,
@@ -66,6 +76,7 @@ from loadtest.brokers import (
     started_brokers,
     wait_idle,
 )
+from loadtest.floor import Floor, measure_beside
 
 RECORD_BYTES = 100
 KEY_SPACE = 1000
@@ -74,6 +85,8 @@ LINGER_MS = 5
 E2E_RATE = 2000  # records/s
 E2E_SECONDS = 10.0
 E2E_WARMUP_SECONDS = 1.0  # latencies of records sent before this are dropped
+ROUND_TRIPS = 300  # acks=all records produced one at a time
+_SHORT = {"tansu-pg": "tp", "kafka-fsync": "kf"}  # ratio columns' titles beyond the first letter
 _E2E_HEADER = struct.Struct(">qq")  # sequence number, send time (ns, CLOCK_MONOTONIC)
 
 
@@ -265,6 +278,31 @@ def end_to_end_latency(bootstrap: str, topic: str, rate: int = E2E_RATE, seconds
     return Latency(p50_ms=cuts[49], p99_ms=cuts[98], samples=len(collector.latencies_ms))
 
 
+def acks_all_round_trip(bootstrap: str, topic: str, samples: int = ROUND_TRIPS) -> Latency:
+    """Produce one record with acks=all and wait for its delivery report, `samples` times."""
+    errors: list[str] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    producer.list_topics(topic, timeout=10)
+    value = os.urandom(RECORD_BYTES)
+    times_ms = []
+    for i in range(samples + 10):
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        started = time.perf_counter()
+        producer.produce(topic, value, str(i % KEY_SPACE).encode(), on_delivery=on_delivery)
+        if producer.flush(30):
+            raise RuntimeError(f"acks=all round trip to {topic}: record {i} undelivered in 30 s")
+        if i >= 10:  # the first ones also open the connection to each partition's leader
+            times_ms.append((time.perf_counter() - started) * 1000)
+    if errors:
+        raise RuntimeError(f"acks=all round trip to {topic}: {len(errors)} failed (first: {errors[0]})")
+    cuts = statistics.quantiles(times_ms, n=100, method="inclusive")
+    return Latency(p50_ms=cuts[49], p99_ms=cuts[98], samples=len(times_ms))
+
+
 # --- the suite: every step on each broker in turn --------------------------------------------
 
 
@@ -276,6 +314,7 @@ class Options:
     repeat: int = 3
     baseline: Path | None = None  # the project at --baseline REF, run beside this checkout
     run_id: str = field(default_factory=lambda: time.strftime("%H%M%S"))
+    floor: Floor | None = None  # measured once the brokers run
 
 
 @dataclass
@@ -370,6 +409,23 @@ def run_latency(bench: Bench) -> None:
     )
 
 
+def run_round_trips(bench: Bench) -> None:
+    topic = bench.topic("roundtrip")
+    create_topic(bench.broker.bootstrap, topic, PARTITIONS)
+    wait_idle(bench.broker.pid)
+    latency = acks_all_round_trip(bench.broker.bootstrap, topic)
+    bench.metrics["acksall_rt_p50_ms"], bench.metrics["acksall_rt_p99_ms"] = latency.p50_ms, latency.p99_ms
+    floor = bench.opts.floor
+    if floor is not None:
+        bench.metrics["acksall_rt_floors"] = latency.p50_ms / floor.ms
+    print(
+        f"  {bench.broker.name:>10} acks=all, one record at a time  p50 {latency.p50_ms:.3f} ms"
+        + (f" ({floor.times(latency.p50_ms)})" if floor else "")
+        + f", p99 {latency.p99_ms:.3f} ms ({latency.samples} samples)",
+        flush=True,
+    )
+
+
 def run_suite(benches: list[Bench], opts: Options) -> None:
     """Each step on every broker in turn (run 1 on each, run 2 on each...), so that noise
     from the shared machine falls on all brokers alike."""
@@ -385,6 +441,8 @@ def run_suite(benches: list[Bench], opts: Options) -> None:
         for bench in benches:
             run_latency(bench)
     for bench in benches:
+        run_round_trips(bench)
+    for bench in benches:
         bench.record_rss("rss_end_mib")
         summarise(bench)
 
@@ -392,6 +450,7 @@ def run_suite(benches: list[Bench], opts: Options) -> None:
 def run_all(names: list[str], opts: Options) -> dict[str, Metrics]:
     """Start the brokers (stopped again on the way out, whatever happens) and run the suite."""
     with started_brokers(names, opts.tansu_binary, opts.baseline) as brokers:
+        opts.floor = measure_beside(brokers)
         benches = [Bench(broker, opts) for broker in brokers]
         run_suite(benches, opts)
         return {bench.broker.name: bench.metrics for bench in benches}
@@ -432,6 +491,9 @@ def rows(records: int) -> list[Row]:
     out += [
         Row(f"e2e latency p50 @{E2E_RATE} rec/s  ms", "e2e_p50_ms", ".2f"),
         Row(f"e2e latency p99 @{E2E_RATE} rec/s  ms", "e2e_p99_ms", ".2f"),
+        Row("acks=all one record at a time p50  ms", "acksall_rt_p50_ms", ".3f"),
+        Row("  in floors of a durable round trip", "acksall_rt_floors", ".1f"),
+        Row("acks=all one record at a time p99  ms", "acksall_rt_p99_ms", ".3f"),
         Row("broker RSS at start  MiB", "rss_start_mib", ".1f"),
         Row(f"broker RSS, {records:,} records stored  MiB", "rss_stored_mib", ".1f"),
         Row("broker RSS at end  MiB", "rss_end_mib", ".1f"),
@@ -469,7 +531,7 @@ def format_report(results: dict[str, Metrics], opts: Options) -> str:
         f"throughput: median of {opts.repeat} run(s); MB/s of values; broker CPU s = median of the runs' CPU "
         "time of the broker process (user + kernel)",
         f"{'':44}{'streamshop':>14}"
-        + "".join(f"{peer:>14}{'ratio s/' + peer[0]:>11}" for peer in peers)
+        + "".join(f"{peer:>14}{'ratio s/' + _SHORT.get(peer, peer[0]):>11}" for peer in peers)
         + (f"{'baseline':>14}{'ratio s/b':>11}" if "baseline" in results else ""),
     ]
     for row in rows(opts.records):
@@ -483,6 +545,8 @@ def format_report(results: dict[str, Metrics], opts: Options) -> str:
         if "baseline" in results:
             line += f"{cell(before, row.fmt):>14}{cell(ours / before if ours and before else None, '.2f'):>11}"
         lines.append(line)
+    if opts.floor is not None:
+        lines += ["", opts.floor.describe()]
     lines += ["", f"{'target':44}{'measured':>14}  result"]
     for target in TARGETS:
         value, verdict = evaluate(target, results)
@@ -502,6 +566,7 @@ def to_json(results: dict[str, Metrics], opts: Options) -> dict[str, Any]:
             "repeat": opts.repeat,
         },
         "results": results,
+        "floor": opts.floor.as_json() if opts.floor else None,
         "ratios": {row.key: ratio(results, row.key) for row in rows(opts.records)},
         "ratios_to_apache_kafka": {row.key: ratio(results, row.key, "apache-kafka") for row in rows(opts.records)},
         "targets": [
@@ -518,7 +583,14 @@ def to_json(results: dict[str, Metrics], opts: Options) -> dict[str, Any]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m loadtest.bench_broker", description=__doc__.split("\n")[0])
     p.add_argument("--records", type=int, default=1_000_000, help="records per produce run (default 1,000,000)")
-    p.add_argument("--only", choices=BROKERS, help="benchmark one broker only")
+    p.add_argument("--only", choices=(*BROKERS, *DURABLE_PEERS), help="benchmark one broker only")
+    p.add_argument(
+        "--peers",
+        type=durable_peers,
+        default=[],
+        metavar="LIST",
+        help=f"also run these peers that wait for the disk, of {', '.join(DURABLE_PEERS)} (comma-separated)",
+    )
     p.add_argument("--skip-e2e", action="store_true", help="skip the end-to-end latency test")
     p.add_argument(
         "--repeat",
@@ -546,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
         repeat=max(1, args.repeat),
         tansu_binary=args.tansu_binary or default_tansu_binary(),
     )
-    names = [args.only] if args.only else list(BROKERS)
+    names = [*([args.only] if args.only else BROKERS), *args.peers]
     with contextlib.ExitStack() as stack:
         if args.baseline:
             opts.baseline = stack.enter_context(baseline_tree(args.baseline))

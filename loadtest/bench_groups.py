@@ -3,10 +3,13 @@
     python -m loadtest.bench_groups [--only streamshop|tansu|apache-kafka] [--repeat K (default 3)]
                                     [--commits N (default 2,000)] [--heartbeat-window S (default 10)]
                                     [--steps groups,heartbeats,commits] [--baseline REF] [--json PATH]
+                                    [--peers tansu-pg,kafka-fsync]
 
 With --baseline REF the broker of that git commit runs too, in the same alternation, so a
 change is measured against the code before it in one run (column s/b).  --steps runs some
-of the steps below (groups: 1-4, heartbeats: 5, commits: 6).
+of the steps below (groups: 1-4, heartbeats: 5, commits: 6).  --peers adds peers that also wait
+for the disk before answering a commit (loadtest.brokers: Tansu on PostgreSQL, Apache Kafka
+flushing every append).
 
 The brokers are started here as child processes (loadtest.brokers; stopped on exit, even on
 errors).  Every step runs on one broker at a time, alternating between them (run 1 on each,
@@ -60,6 +63,10 @@ run is reported.  Clients keep their default settings except where said.  The st
    confluent-kafka consumers, each of its own group and on its own thread, do the same at
    once, N in all: the rate of all of them together.  Streamshop fsyncs each commit before
    answering (commits waiting at the same time share an fsync); Tansu keeps them in memory.
+   Each is also shown as the mean time of one commit (one committer's commits/s inverted;
+   with 8, 8 commits are in flight at once) and that as a multiple of the floor of a durable
+   round trip measured at the start of the run (loadtest.floor: a Heartbeat's round trip plus
+   an fdatasync on streamshop's data disk).
 
 Each run uses a fresh topic and group.  A step that does not complete within
 BALANCE_TIMEOUT, or that a broker refuses, is reported as n/a with the reason.
@@ -87,7 +94,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as AioTopicPartition
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from loadtest.bench_groups_protocol import (
     BALANCE_TIMEOUT,
@@ -106,6 +113,7 @@ from loadtest.bench_groups_protocol import (
 )
 from loadtest.brokers import (
     BROKERS,
+    DURABLE_PEERS,
     PEERS,
     BrokerProcess,
     Metrics,
@@ -114,11 +122,13 @@ from loadtest.brokers import (
     cpu_seconds,
     create_topic,
     default_tansu_binary,
+    durable_peers,
     exit_on_sigterm,
     ratio,
     started_brokers,
     wait_idle,
 )
+from loadtest.floor import Floor, measure_beside
 
 COMMITS = 2000
 TARGET_JOIN_S = 1.0
@@ -134,7 +144,13 @@ CLIENT_TITLES = {
 PROTOCOL_TITLES = {"confluent": "classic", "kip848": "KIP-848"}  # the confluent-kafka clients by protocol
 HEARTBEAT_WINDOW = 10.0  # s of a steady group measured (and as long idle: half before, half after)
 LABEL = 54  # the report's label column
-SHORT = {"tansu": "t", "apache-kafka": "k", "baseline": "b"}  # the ratio columns' titles
+SHORT = {
+    "tansu": "t",
+    "apache-kafka": "k",
+    "tansu-pg": "tp",
+    "kafka-fsync": "kf",
+    "baseline": "b",
+}  # the ratio columns' titles
 
 
 @dataclass(frozen=True)
@@ -213,7 +229,7 @@ def commit_confluent(
 
     try:
         consumer.list_topics(topic, timeout=10)
-        commit(0)  # finds the coordinator before the clock starts
+        _first_commit(commit)  # finds the coordinator before the clock starts
         if start is not None:
             start.wait(timeout=60)  # every committer of commit_confluent_many is ready
         started = time.perf_counter()
@@ -227,6 +243,28 @@ def commit_confluent(
         consumer.close()
     _check_committed({tp.partition: tp.offset for tp in stored}, commits)
     return CommitRate(commits, elapsed)
+
+
+_COORDINATOR_MOVING = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+}
+
+
+def _first_commit(commit: Callable[[int], None], timeout: float = 60) -> None:
+    """Commit offset 0 once the group's coordinator takes it: Apache Kafka answers
+    NOT_COORDINATOR while it still creates and loads its offsets topic (a fresh cluster)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            commit(0)
+            return
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() not in _COORDINATOR_MOVING or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def commit_confluent_many(bootstrap: str, topic: str, group: str, commits: int) -> CommitRate:
@@ -301,6 +339,7 @@ class Options:
     steps: tuple[str, ...] = ("groups", "heartbeats", "commits")
     baseline: Path | None = None  # the project at --baseline REF, run beside this checkout
     run_id: str = field(default_factory=lambda: time.strftime("%H%M%S"))
+    floor: Floor | None = None  # measured once the brokers run
 
 
 @dataclass
@@ -359,12 +398,19 @@ def run_commits(bench: Bench, client: str, run: int) -> None:
     cpu = cpu_seconds(bench.broker.pid) - cpu_before
     bench.record(f"commit_{client}_per_s", rate.per_s)
     bench.record(f"commit_{client}_cpu_ms", cpu * 1000 / rate.commits)
+    latency = commit_ms(client, rate.per_s)
+    floor = f", {bench.opts.floor.times(latency)}" if bench.opts.floor else ""
     print(
         f"  {bench.broker.name:>12} commits, {CLIENT_TITLES[client]:15} {rate.per_s:>9,.0f} commits/s "
-        f"({rate.commits:,} x {PARTITIONS} partitions in {rate.seconds:.2f} s), "
+        f"({rate.commits:,} x {PARTITIONS} partitions in {rate.seconds:.2f} s), {latency:.3f} ms/commit{floor}, "
         f"broker CPU {cpu * 1000 / rate.commits:.3f} ms/commit",
         flush=True,
     )
+
+
+def commit_ms(client: str, per_s: float) -> float:
+    """The mean time of one synchronous commit: every committer has one in flight at a time."""
+    return (COMMITTERS if client == "confluent8" else 1) * 1000 / per_s
 
 
 def run_heartbeats(bench: Bench, client: str, run: int) -> None:
@@ -411,9 +457,16 @@ STEP_NAMES = ("groups", "heartbeats", "commits")
 
 
 def summarise(bench: Bench) -> None:
-    """The median of each metric over the runs that produced it."""
+    """The median of each metric over the runs that produced it, and the median commit rates as
+    the time of one commit, in ms and in floors."""
     for key, values in bench.runs.items():
         bench.metrics[key] = statistics.median(values)
+    for client in COMMIT_CLIENTS:
+        per_s = bench.metrics.get(f"commit_{client}_per_s")
+        if per_s:
+            bench.metrics[f"commitms_{client}_ms"] = commit_ms(client, per_s)
+            if bench.opts.floor:
+                bench.metrics[f"commitfloor_{client}_x"] = commit_ms(client, per_s) / bench.opts.floor.ms
 
 
 def run_suite(benches: list[Bench], opts: Options) -> None:
@@ -431,6 +484,8 @@ def run_suite(benches: list[Bench], opts: Options) -> None:
 def run_all(names: list[str], opts: Options) -> list[Bench]:
     """Start the brokers (stopped again on the way out, whatever happens) and run the suite."""
     with started_brokers(names, opts.tansu_binary, opts.baseline) as brokers:
+        if "commits" in opts.steps:
+            opts.floor = measure_beside(brokers)
         benches = [Bench(broker, opts) for broker in brokers]
         run_suite(benches, opts)
         return benches
@@ -466,6 +521,8 @@ def rows() -> list[Row]:
         out += [
             Row(f"sync commits of {PARTITIONS} offsets, {CLIENT_TITLES[client]}  /s", f"commit_{client}_per_s", ",.0f"),
             Row(f"  broker CPU per commit, {CLIENT_TITLES[client]}  ms", f"commit_{client}_cpu_ms", ".3f"),
+            Row(f"  time of one commit, {CLIENT_TITLES[client]}  ms", f"commitms_{client}_ms", ".3f"),
+            Row(f"    as floors of a durable trip, {CLIENT_TITLES[client]}", f"commitfloor_{client}_x", ".1f"),
         ]
     return out
 
@@ -494,7 +551,7 @@ def _na_chain(key: str) -> list[str]:
         return [key, f"leave_{client}_s", f"join_{client}_s"]
     if kind == "leave":
         return [key, f"join_{client}_s"]
-    if kind == "commit":
+    if kind in ("commit", "commitms", "commitfloor"):
         return [key, f"commit_{client}_per_s"]
     if kind in ("idlecpu", "overidle", "hbcpu"):
         return [key, f"heartbeats_{client}_per_s"]
@@ -527,7 +584,7 @@ def _noise(results: dict[str, Metrics], name: str, key: str, opts: Options) -> b
 def format_report(benches: list[Bench], opts: Options) -> str:
     results = {b.broker.name: b.metrics for b in benches}
     failed = {b.broker.name: b.failures for b in benches}
-    names = [name for name in (*BROKERS, "baseline") if name in results]
+    names = [name for name in (*BROKERS, *DURABLE_PEERS, "baseline") if name in results]
     peers = [name for name in (*PEERS, "baseline") if name in results]
     measured = [row for row in rows() if any(row.key in results[n] or row.key in failed[n] for n in names)]
 
@@ -569,6 +626,8 @@ def format_report(benches: list[Bench], opts: Options) -> str:
             f"* its broker CPU above idle is within the {cpu_resolution(opts):.1f} ms/s the CPU readings can be off: "
             "noise, not a cost (no ratio)"
         )
+    if opts.floor is not None:
+        lines += ["", opts.floor.describe()]
     if "groups" in opts.steps:
         lines += ["", f"{'target':{LABEL}}{'measured':>13}   result"]
         for target in targets(results):
@@ -597,6 +656,7 @@ def to_json(benches: list[Bench], opts: Options) -> dict[str, Any]:
             "cpu_resolution_ms_per_s": cpu_resolution(opts),
         },
         "results": results,
+        "floor": opts.floor.as_json() if opts.floor else None,
         "runs": {b.broker.name: b.runs for b in benches},
         "not_measured": {b.broker.name: b.failures for b in benches},
         "notes": {b.broker.name: b.notes for b in benches},
@@ -612,7 +672,14 @@ def to_json(benches: list[Bench], opts: Options) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m loadtest.bench_groups", description=__doc__.split("\n")[0])
-    p.add_argument("--only", choices=BROKERS, help="benchmark one broker only")
+    p.add_argument("--only", choices=(*BROKERS, *DURABLE_PEERS), help="benchmark one broker only")
+    p.add_argument(
+        "--peers",
+        type=durable_peers,
+        default=[],
+        metavar="LIST",
+        help=f"also run these peers that wait for the disk, of {', '.join(DURABLE_PEERS)} (comma-separated)",
+    )
     p.add_argument(
         "--repeat", type=int, default=3, metavar="K", help="run each step K times and report the median (default 3)"
     )
@@ -658,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
         window=max(0.0, args.heartbeat_window),
         steps=tuple(args.steps.split(",")),
     )
-    names = [args.only] if args.only else list(BROKERS)
+    names = [*([args.only] if args.only else BROKERS), *args.peers]
     with contextlib.ExitStack() as stack:
         if args.baseline:
             opts.baseline = stack.enter_context(baseline_tree(args.baseline))

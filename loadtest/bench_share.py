@@ -9,7 +9,12 @@ consumers and times from their start to the last record handled (median of `--ru
 broker's CPU over that time.  Queues cost more than offsets: a share group's broker tracks a
 state per record (acquired, acknowledged) where a consumer group commits one offset per
 partition.  Apache Kafka 4.1 is not measured beside it: its share groups are a preview, and
-librdkafka 2.16's share consumer fails there for member ids with '/' or '+' (docs/services.md).
+librdkafka 2.16's share consumer fails there for member ids with '/' or '+' (docs/services.md);
+Tansu 0.6 has no share groups (no ShareGroupHeartbeat, ShareFetch or ShareAcknowledge), on memory
+or PostgreSQL storage.  The broker writes each acknowledgement's state durably, but many ride on
+one ShareFetch or ShareAcknowledge: the time per record is shown beside the floor of a durable
+round trip measured at the start of the run (loadtest.floor: a Heartbeat's round trip plus an
+fdatasync on the broker's data disk), as the share of one floor a record costs.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from loadtest.brokers import cpu_seconds, create_topic, streamshop_broker, wait_idle
+from loadtest.floor import measure_beside
 
 VALUE = b"x" * 100
 
@@ -121,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         "share group, 3 members, ACCEPT per record": lambda b: share_step(b, args.records, 3),
     }
     with tempfile.TemporaryDirectory() as tmp, streamshop_broker(Path(tmp)) as broker:
+        floor = measure_beside([broker])
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in steps}
         for _ in range(args.runs):
             for name, step in steps.items():
@@ -129,11 +136,16 @@ def main(argv: list[str] | None = None) -> int:
                 seconds, _ = step(broker.bootstrap)
                 results[name].append((seconds, cpu_seconds(broker.pid) - cpu_before))
     print(f"{args.records:,} records of 100 B on one partition, median of {args.runs}")
-    print(f"{'step':<48} {'records/s':>10} {'broker CPU s per 1M':>20}")
+    print(f"{'step':<48} {'records/s':>10} {'broker CPU s per 1M':>20} {'us/record':>10} {'floors/record':>14}")
     for name, runs in results.items():
         seconds = statistics.median(s for s, _ in runs)
         cpu = statistics.median(c for _, c in runs)
-        print(f"{name:<48} {args.records / seconds:>10,.0f} {cpu / args.records * 1e6:>20.2f}")
+        per_record_ms = seconds * 1000 / args.records
+        print(
+            f"{name:<48} {args.records / seconds:>10,.0f} {cpu / args.records * 1e6:>20.2f} "
+            f"{per_record_ms * 1000:>10.1f} {per_record_ms / floor.ms:>14.3f}"
+        )
+    print(floor.describe())
     return 0
 
 

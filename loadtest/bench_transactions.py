@@ -3,6 +3,7 @@ same workload, one run.
 
     python -m loadtest.bench_transactions [--only NAME ...] [--records N (default 10,000)]
                                           [--repeat K (default 3)] [--json PATH]
+                                          [--peers tansu-pg,kafka-fsync]
 
 Each broker is started here (loadtest.brokers; stopped on exit, even on errors).  One
 confluent-kafka producer (acks=all, linger.ms=5) writes N records of 100 bytes to a fresh
@@ -16,7 +17,13 @@ Reported: records/s and transactions/s (the median of K runs, brokers alternatin
 and the broker's CPU seconds per 1,000 records.  A step a broker refuses is n/a with the reason
 (the first one is kept).  Afterwards a read_committed consumer must read back exactly the
 committed records of the last run, so a broker that drops or exposes records fails the step.
-Streamshop fsyncs every transaction state change, marker and acks=all batch before answering.
+Streamshop fsyncs every transaction state change, marker and acks=all batch before answering;
+--peers adds peers that also wait for the disk (loadtest.brokers: Tansu on PostgreSQL, Apache
+Kafka flushing every append).  A transaction's time (transactions/s inverted: one at a time) is
+also shown as a multiple of the floor of a durable round trip measured at the start of the run
+(loadtest.floor: a Heartbeat's round trip plus an fdatasync on streamshop's data disk); a
+transaction of one producer takes several such round trips (AddPartitionsToTxn, the produce,
+EndTxn and its markers).
 """
 
 from __future__ import annotations
@@ -34,23 +41,26 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from loadtest.brokers import (
+    DURABLE_PEERS,
     BrokerProcess,
     Metrics,
     cell,
     cpu_seconds,
     create_topic,
     default_tansu_binary,
+    durable_peers,
     exit_on_sigterm,
     ratio,
     started_brokers,
 )
+from loadtest.floor import Floor, measure_beside
 
 PARTITIONS = 6
 VALUE = b"x" * 100
 SIZES = (1, 10, 100)
 NAMES = ("streamshop", "tansu", "apache-kafka")
 STEPS = ["idempotent", *(f"txn{n}" for n in SIZES)]
-_SHORT = {"apache-kafka": "kafka"}  # column titles of the ratios
+_SHORT = {"apache-kafka": "kafka", "tansu-pg": "tansu-pg", "kafka-fsync": "k-fsync"}  # column titles of the ratios
 
 
 @dataclass
@@ -164,8 +174,9 @@ class Options:
     json_path: Path | None
 
 
-def run_all(opts: Options) -> list[Bench]:
+def run_all(opts: Options) -> tuple[list[Bench], Floor]:
     with started_brokers(opts.names, opts.tansu_binary) as brokers:
+        floor = measure_beside(brokers)
         benches = [Bench(b) for b in brokers]
         for step in STEPS:
             for run in range(opts.repeat):
@@ -175,7 +186,12 @@ def run_all(opts: Options) -> list[Bench]:
                     run_step(bench, step, opts.records, check=run == opts.repeat - 1)
         for bench in benches:
             bench.metrics = {k: statistics.median(v) for k, v in bench.runs.items()}
-        return benches
+            for n in SIZES:
+                per_s = bench.metrics.get(f"txn{n}_txn_per_s")
+                if per_s:
+                    bench.metrics[f"txn{n}_ms"] = 1000 / per_s
+                    bench.metrics[f"txn{n}_floors"] = 1000 / per_s / floor.ms
+        return benches, floor
 
 
 def rows() -> list[tuple[str, str, str]]:
@@ -187,6 +203,8 @@ def rows() -> list[tuple[str, str, str]]:
         out += [
             (f"transactional, {n}/txn  rec/s", f"txn{n}_rec_per_s", ",.0f"),
             ("  txn/s", f"txn{n}_txn_per_s", ",.0f"),
+            ("  time of one txn  ms", f"txn{n}_ms", ".2f"),
+            ("    in floors (see below)", f"txn{n}_floors", ".1f"),
             ("  broker CPU ms / 1k rec", f"txn{n}_cpu_ms_per_1k", ".1f"),
         ]
     return out
@@ -198,7 +216,7 @@ def _value(bench: Bench, key: str, fmt: str) -> str:
     return cell(bench.metrics.get(key), fmt)
 
 
-def format_report(benches: list[Bench], opts: Options) -> str:
+def format_report(benches: list[Bench], opts: Options, floor: Floor) -> str:
     results = {b.broker.name: b.metrics for b in benches}
     names = [b.broker.name for b in benches]
     lines = [
@@ -211,6 +229,7 @@ def format_report(benches: list[Bench], opts: Options) -> str:
         values = "".join(f"{_value(b, key, fmt):>14}" for b in benches)
         ratios = "".join(f"{cell(ratio(results, key, n), '.2f'):>10}" for n in names[1:])
         lines.append(f"{label:34}{values}{ratios}")
+    lines += ["", floor.describe()]
     notes = [f"  {b.broker.name} {step}: {reasons[0]}" for b in benches for step, reasons in b.failures.items()]
     if notes:
         lines += ["", "not measured (first reason):", *notes]
@@ -219,28 +238,36 @@ def format_report(benches: list[Bench], opts: Options) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", action="append", choices=NAMES, help="only this broker (repeatable)")
+    p.add_argument("--only", action="append", choices=(*NAMES, *DURABLE_PEERS), help="only this broker (repeatable)")
+    p.add_argument(
+        "--peers",
+        type=durable_peers,
+        default=[],
+        metavar="LIST",
+        help=f"also run these peers that wait for the disk, of {', '.join(DURABLE_PEERS)} (comma-separated)",
+    )
     p.add_argument("--records", type=int, default=10_000)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--tansu-binary", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None, dest="json_path")
     args = p.parse_args()
     opts = Options(
-        names=args.only or list(NAMES),
+        names=[*(args.only or NAMES), *args.peers],
         records=args.records,
         repeat=args.repeat,
         tansu_binary=args.tansu_binary or default_tansu_binary(),
         json_path=args.json_path,
     )
     signal.signal(signal.SIGTERM, exit_on_sigterm)
-    benches = run_all(opts)
-    print(format_report(benches, opts), flush=True)
+    benches, floor = run_all(opts)
+    print(format_report(benches, opts, floor), flush=True)
     if opts.json_path is not None:
         opts.json_path.write_text(
             json.dumps(
                 {
                     "records": opts.records,
                     "repeat": opts.repeat,
+                    "floor": floor.as_json(),
                     "results": {b.broker.name: b.metrics for b in benches},
                     "runs": {b.broker.name: b.runs for b in benches},
                     "not_measured": {b.broker.name: b.failures for b in benches},

@@ -7,10 +7,18 @@ memory storage, as its own documentation runs it for a benchmark.  Apache Kafka 
 of `streamshop kafka-cluster` (Maven Central's jars) as one KRaft node with Kafka's default 1 GiB
 heap and its default flush policy: it leaves fsync to the OS (replicas are its durability),
 where streamshop fsyncs before acknowledging acks=all.
+
+Two peers that also wait for the disk before they answer can run beside them (the benchmarks'
+`--peers`): `tansu-pg`, Tansu on PostgreSQL (a server of `streamshop.postgres` in the peer's
+work directory; Tansu built with its `postgres` feature by `make tansu`,
+loadtest/tansu_build.py), where every write is a committed PostgreSQL transaction, and
+`kafka-fsync`, the same Apache Kafka node with `log.flush.interval.messages=1`: it flushes each
+append, the offsets and transaction logs' included, before it answers.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import os
@@ -35,7 +43,8 @@ from streamshop.broker_process import ReadyLine, broker_command, parse_ready_lin
 
 STARTUP_TIMEOUT = 60.0
 BROKERS = ("streamshop", "tansu", "apache-kafka")
-PEERS = ("tansu", "apache-kafka")
+DURABLE_PEERS = ("tansu-pg", "kafka-fsync")  # run only when asked for (`--peers`)
+PEERS = ("tansu", "apache-kafka", *DURABLE_PEERS)
 _PR_SET_PDEATHSIG = 1
 
 Metrics = dict[str, float]
@@ -52,6 +61,7 @@ class BrokerProcess:
     admin_url: str | None = None
     log_path: Path | None = None
     started_pid: int | None = None
+    data_dir: Path | None = None  # where it writes, on the disk the floor is measured on
 
     @property
     def pid(self) -> int:
@@ -163,7 +173,7 @@ def streamshop_broker(
     with child_process(cmd, log_path, env, cwd=source) as proc:
         ready = _wait_for_ready_line(proc, log_path)
         bootstrap = f"127.0.0.1:{ready.port}" if advertise is None else listen
-        yield BrokerProcess(name, bootstrap, proc, ready.admin_url, log_path)
+        yield BrokerProcess(name, bootstrap, proc, ready.admin_url, log_path, data_dir=workdir / f"{name}-data")
 
 
 def default_tansu_binary() -> Path:
@@ -194,13 +204,45 @@ def tansu_broker(workdir: Path, binary: Path) -> Iterator[BrokerProcess]:
 
 
 @contextlib.contextmanager
-def apache_kafka_broker(workdir: Path) -> Iterator[BrokerProcess]:
+def tansu_pg_broker(workdir: Path) -> Iterator[BrokerProcess]:
+    """Tansu on a PostgreSQL server of its own (both stopped on the way out): the binary and
+    schema of `make tansu`."""
+    from loadtest import tansu_build
+    from streamshop import postgres
+
+    binary, schema = tansu_build.installed()
+    pg_dir = workdir / "postgres"
+    server = postgres.start(pg_dir)
+    try:
+        url = postgres.create_database(server, "tansu")
+        tansu_build.apply_schema(url, schema)
+        port = free_port()
+        listen = f"tcp://127.0.0.1:{port}"
+        storage = "postgres://" + url.split("://", 1)[1]  # the scheme Tansu's storage engines know
+        cmd = [str(binary), "broker", "--listener-url", listen, "--advertised-listener-url", listen]
+        log_path = workdir / "tansu-pg.log"
+        env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn"), "STORAGE_ENGINE": storage}
+        # The URL (it holds the password) goes by the environment, not the command line; the work
+        # directory as cwd, so that Tansu reads no `.env` of the project's.
+        with child_process(cmd, log_path, env, cwd=workdir) as proc:
+            _wait_for_metadata(proc, log_path, "127.0.0.1", port)
+            yield BrokerProcess("tansu-pg", f"127.0.0.1:{port}", proc, log_path=log_path, data_dir=pg_dir / "data")
+    finally:
+        postgres.stop(pg_dir)
+
+
+@contextlib.contextmanager
+def apache_kafka_broker(workdir: Path, *, fsync: bool = False) -> Iterator[BrokerProcess]:
     from streamshop import kafka_cluster
 
-    cluster = kafka_cluster.start(workdir / "kafka", nodes=1, heap_mb=1024, timeout=STARTUP_TIMEOUT * 2)
+    settings = {"log.flush.interval.messages": "1"} if fsync else None
+    cluster = kafka_cluster.start(
+        workdir / "kafka", nodes=1, heap_mb=1024, settings=settings, timeout=STARTUP_TIMEOUT * 2
+    )
     try:
         node = cluster.nodes[0]
-        yield BrokerProcess("apache-kafka", node.bootstrap, None, started_pid=node.pid)
+        name = "kafka-fsync" if fsync else "apache-kafka"
+        yield BrokerProcess(name, node.bootstrap, None, started_pid=node.pid, data_dir=workdir / "kafka")
     finally:
         kafka_cluster.stop(workdir / "kafka", grace=30)
 
@@ -308,6 +350,10 @@ def start_broker(
         return streamshop_broker(workdir, baseline)
     if name == "apache-kafka":
         return apache_kafka_broker(workdir)
+    if name == "kafka-fsync":
+        return apache_kafka_broker(workdir, fsync=True)
+    if name == "tansu-pg":
+        return tansu_pg_broker(workdir)
     return streamshop_broker(workdir) if name == "streamshop" else tansu_broker(workdir, tansu_binary)
 
 
@@ -348,6 +394,15 @@ def started_brokers(
             print(f"{name}: {broker.bootstrap} (pid {broker.pid}), workdir {workdir}", flush=True)
             brokers.append(broker)
         yield brokers
+
+
+def durable_peers(text: str) -> list[str]:
+    """The argument of the benchmarks' `--peers`: a comma-separated list of DURABLE_PEERS."""
+    names = [name for name in text.split(",") if name]
+    unknown = sorted(set(names) - set(DURABLE_PEERS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown peer(s) {', '.join(unknown)}: of {', '.join(DURABLE_PEERS)}")
+    return names
 
 
 def exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
