@@ -220,3 +220,17 @@ def check_command(command: str, what: str) -> list[str]:
         else:
             raise SyntaxProblem(f"{what}: no check for {head!r}: add one to tests/support/doc_commands.py")
     return kinds
+
+
+def command_name(command: str) -> str:
+    """What a command line runs, without its options and values: `streamshop broker users`,
+    `make docker`, `.venv/bin/python -m pytest` (at most three words, and -m's module)."""
+    name: list[str] = []
+    argv = words(command)[0]
+    for i, token in enumerate(argv):
+        if token == "-m" and name and name[-1].endswith("python") and i + 1 < len(argv):
+            return " ".join([*name, "-m", argv[i + 1]])
+        if len(name) == 3 or token.startswith("-") or not re.fullmatch(r"[\w./-]+", token):
+            break
+        name.append(token)
+    return " ".join(name)
