@@ -12,7 +12,11 @@ The tansu crates ship the database schema only in SQLite's dialect (tansu-storag
 which its SQLite engine applies itself); the PostgreSQL engine expects the tables to exist.  The
 schema is written from those files here, with PostgreSQL's types: the column types follow the
 Kafka fields they hold (offsets and producer ids int64, epochs and attributes int16, partitions
-and sequences int32), as the engine binds and reads them.
+and sequences int32), as the engine binds and reads them.  Every statement the engine prepares
+was checked against it on PostgreSQL 15; one fails there: ListOffsets for the latest offset
+(tansu-storage's list_latest_offset_committed.sql has a subquery in FROM without an alias, which
+PostgreSQL accepts from 16 on).  No step with a durable figure asks for it; a group member
+without a committed offset does, to start at the end.
 """
 
 from __future__ import annotations
