@@ -23,10 +23,11 @@ from typing import Generic, Protocol, TypeVar
 
 from aiohttp import web
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
 from aiokafka.protocol.metadata import MetadataRequest
 
 from kit.logging import get_logger
+from kit.process import StartupError
 from schemas.catalog import Catalog
 from schemas.client import RegistryClient
 from schemas.serde import AvroSerializer
@@ -81,7 +82,15 @@ async def ensure_topics(config: ServiceConfig, topics: Mapping[str, int], replic
     admin = AIOKafkaAdminClient(
         **config.kafka_client_kwargs(), client_id=f"{config.service_name}-admin-{config.instance_id}"
     )
-    await admin.start()
+    try:
+        await admin.start()
+    except KafkaConnectionError:
+        await admin.close()
+        # One line naming the servers and the setting (kit.process.main), not aiokafka's traceback.
+        raise StartupError(
+            f"cannot reach the Kafka brokers at {config.bootstrap_servers} "
+            f"(set {config.env_name('bootstrap_servers')} to where they listen)"
+        ) from None
     try:
         existing = set(await admin.list_topics())
         brokers = len((await admin.describe_cluster())["brokers"]) if set(topics) - existing else 1

@@ -91,3 +91,25 @@ def test_a_signal_during_startup_stops_the_service_at_once(tmp_path: Path, stop:
     assert proc.returncode == 0, err[-3000:]
     assert "ready on" not in out
     assert "Traceback" not in err
+
+
+def test_a_service_whose_brokers_do_not_answer_exits_with_one_line_naming_them(tmp_path: Path) -> None:
+    with socket.socket() as unused:  # bound, never listening: connections to it are refused
+        unused.bind(("127.0.0.1", 0))
+        bootstrap = f"127.0.0.1:{unused.getsockname()[1]}"
+        done = subprocess.run(
+            [sys.executable, "-m", "streamshop.cli", "orders", "--port", "0"],
+            cwd=REPO,
+            env={**os.environ, "ORDERS_BOOTSTRAP_SERVERS": bootstrap, "ORDERS_DATABASE_PATH": str(tmp_path / "o.db")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (
+        f"streamshop orders: cannot reach the Kafka brokers at {bootstrap} "
+        "(set ORDERS_BOOTSTRAP_SERVERS to where they listen)"
+    )
