@@ -480,6 +480,9 @@ def _all_framed_as(values: list[bytes | None], header: bytes) -> bool:
 
 
 _NO_TIMESTAMP = pa.scalar(None, pa.int64())
+# Arrow scalars: a Python operand is converted on each call, with an import of dateutil tried.
+_ZERO_MS = pa.scalar(0, pa.int64())
+_US_PER_MS = pa.scalar(1000, pa.int64())
 _TIMESTAMP = itemgetter(1)  # Message.timestamp() -> (type, ms): the ms
 
 
@@ -487,8 +490,8 @@ def _timestamps(millis: list[int]) -> pa.Array:
     """Record timestamps (ms) -> timestamp(us, UTC); -1 (no timestamp) -> null."""
     array = pa.array(millis, pa.int64())
     if millis and min(millis) < 0:
-        array = pc.if_else(pc.less(array, 0), _NO_TIMESTAMP, array)
-    return pc.multiply(array, 1000).cast(pa.timestamp("us", tz="UTC"))
+        array = pc.if_else(pc.less(array, _ZERO_MS), _NO_TIMESTAMP, array)
+    return pc.multiply(array, _US_PER_MS).cast(pa.timestamp("us", tz="UTC"))
 
 
 def _keys(keys: list[bytes | None]) -> pa.Array:
