@@ -432,6 +432,12 @@ class Broker:
             logs = [*logs, meta]
         await self.flusher.sync(logs)
 
+    def answers_wait(self) -> bool:
+        """Whether an acknowledgement must await `sync`: always in fsync mode; in page-cache
+        mode only while the metadata log has records to fsync or the directory is offline
+        (`sync` then raises).  Otherwise a handler answers at once, without a task."""
+        return not self.page_cache or self.log_dir.offline or bool(self.store.meta_log.dirty_segments())
+
     # --- long-poll support -----------------------------------------------------------
 
     def notify_append(self, plog: PartitionLog, nbytes: int) -> None:

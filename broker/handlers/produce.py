@@ -320,7 +320,7 @@ def _finish(
             out.batch = out.opened = None  # the response does not need the records
     if acks == 0:
         return CLOSE_CONNECTION if failed else NO_RESPONSE
-    if acks == -1 and touched:
+    if acks == -1 and touched and broker.answers_wait():
 
         async def durable() -> RawResponse:
             try:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from kio.schema.errors import ErrorCode
 
 from tests.support.fault_clients import Fleet, confluent_delivery, read_back, wait_until
 from tests.support.harness import BrokerProcess
@@ -29,6 +30,7 @@ from tests.support.history import (
     redelivered_after_commit,
 )
 from tests.support.kafka_clients import create_topic
+from tests.support.kafka_wire import batch, connect
 from tests.support.lostwrites import Disk
 
 pytestmark = pytest.mark.fault
@@ -211,3 +213,37 @@ def test_power_loss_loses_what_page_cache_mode_acknowledged_since_the_last_fsync
     [later] = appended.of(Produced)
     assert later.offset == len(kept)
     disk.proc.stop()
+
+
+def _synced(disk: Disk, topic: str) -> bool:
+    """The device holds everything of the partition's segment that the OS holds."""
+    [log] = (disk.data / f"{topic}-0").glob("*.log")
+    kept = disk.shadow / log.relative_to(disk.data)
+    return kept.is_file() and kept.stat().st_size == log.stat().st_size > 0
+
+
+def test_flush_messages_bounds_the_page_cache_window_and_an_offline_directory_still_refuses(
+    disk_for: Callable[[str], Disk],
+) -> None:
+    """page-cache mode, a topic with flush.messages=1: each acks=all record is answered at once
+    and fsynced in the background, so once that fsync is done a power loss keeps them all.
+    Then fsyncs fail: the background fsync of the next record takes the directory offline, and
+    from then on produce is refused with KAFKA_STORAGE_ERROR though no answer waits for fsync."""
+    disk = disk_for("page-cache")
+    broker = disk.proc.start()
+    create_topic(broker.bootstrap, "flushed", 1, {"flush.messages": "1"})
+    with connect(broker.bootstrap) as c:
+        for i in range(20):
+            assert c.produce("flushed", 0, batch([b"f%d" % i])).error_code == ErrorCode.none
+    wait_until(lambda: _synced(disk, "flushed"), "flush.messages' background fsync")
+    disk.power_loss()
+    broker.start()
+    with connect(broker.bootstrap) as c:
+        assert [r.value for r in c.read_all("flushed", 0)] == [b"f%d" % i for i in range(20)]
+        disk.fail_fsync()
+        assert c.produce("flushed", 0, batch([b"doomed"])).error_code == ErrorCode.none  # not waiting for it
+        deadline = time.monotonic() + 60
+        while (code := c.produce("flushed", 0, batch([b"refused"])).error_code) == ErrorCode.none:
+            assert time.monotonic() < deadline, "the failed fsync did not take the directory offline"
+            time.sleep(0.05)
+        assert code == ErrorCode.kafka_storage_error
