@@ -26,6 +26,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.security.scram import ScramClient
+from kit.users import ITERATIONS
 from loadtest import http_attacks
 from loadtest.brokers import connect, recv_exactly, streamshop_broker
 from streamshop.broker_users import set_offline
@@ -238,6 +239,9 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--iterations", type=int, default=ITERATIONS, help="PBKDF2 iterations of the HTTP logins' users"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-attacks-") as tmp:
         broker = broker_attacks(Path(tmp))
@@ -254,7 +258,7 @@ def main() -> int:
         f" (control {broker['owner_control_s'] * 1000:.0f} ms)",
         flush=True,
     )
-    http = asyncio.run(http_attacks.measure_all())
+    http = asyncio.run(http_attacks.measure_all(args.iterations))
     for line in http_attacks.report(http):
         print(line)
     if args.json:
