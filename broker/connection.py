@@ -28,6 +28,7 @@ import collections
 import os
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeGuard, cast
 
@@ -63,6 +64,11 @@ def _in_memory(parts: Frames) -> TypeGuard[list[Buffer]]:
     return all(isinstance(p, _BUFFERS) for p in parts)
 
 
+def _size(parts: Sequence[Part]) -> int:
+    """Bytes of a response held in memory (its file regions are read as they are sent)."""
+    return sum(len(p) for p in parts if isinstance(p, _BUFFERS))
+
+
 @dataclass(slots=True)
 class Pending:
     """A dispatched request whose response is (or will be) written in order."""
@@ -75,6 +81,7 @@ class Pending:
     future: asyncio.Future[Outcome] | None = None  # or the handler's awaitable
     serial: bool = False  # later requests of the connection wait for this one
     size: int = 0  # bytes of the response held in memory, when known
+    frames: list[Buffer] | None = None  # the response as written, when rendered while queued
     streams: bool = False  # part of it is read from a file as it is sent
     throttle_ms: int = 0  # a quota's throttle, written into the response
 
@@ -276,22 +283,20 @@ class Connection(asyncio.BufferedProtocol):
                 self.barrier = pending.future
                 assert self.barrier is not None
                 self.barrier.add_done_callback(self._barrier_done)
-            if (
-                pending.future is None
-                and not pending.streams
-                and not self.queue
-                and self.sender is None
-                and self.writable
-                and self.direct_bytes < MAX_WRITE_BATCH
-            ):
-                rendered = server.render(pending, self)  # nothing ahead of it: answer now
+            if pending.future is None and not pending.streams:
+                # Complete: rendered now, so that its bytes count (in `direct_bytes` or
+                # `pending_bytes`) whatever kind of response it is, until it is sent.
+                rendered = server.render(pending, self)
                 if rendered is None:
                     self._close_after_responses()
                     break
                 assert _in_memory(rendered)  # `streams` is False
-                direct.extend(rendered)
-                self.direct_bytes += pending.size
-                continue
+                size = _size(rendered)
+                if not self.queue and self.sender is None and self.writable and self.direct_bytes < MAX_WRITE_BATCH:
+                    direct.extend(rendered)  # nothing ahead of it: written at the end of this pass
+                    self.direct_bytes += size
+                    continue
+                pending.frames, pending.size = rendered, size
             self._enqueue(pending)
         if direct and self.transport is not None:
             self.transport.writelines(direct)
@@ -508,13 +513,16 @@ class Connection(asyncio.BufferedProtocol):
                     continue
                 self.queue.popleft()
                 self.pending_bytes -= pending.size
-                rendered = server.render(pending, self)
+                rendered: Frames | None = list(pending.frames) if pending.frames is not None else None
+                if rendered is None:
+                    rendered = server.render(pending, self)
+                pending.frames = None
                 if rendered is None:  # the handler failed: Kafka closes the connection
                     if frames:
                         transport.writelines(frames)
                     self.close()
                     return
-                written += pending.size
+                written += _size(rendered)
                 if not _in_memory(rendered):
                     streamed = rendered
                     break

@@ -14,14 +14,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.list_groups.v4.request import ListGroupsRequest
 
+from broker.connection import MAX_PENDING_BYTES, MAX_WRITE_BATCH
 from broker.netlimits import MIN_CHUNK
 from loadtest import slow_readers
 from loadtest.brokers import gauge, rss_mib
 from streamshop.pki import LocalCA
 from tests.support.harness import BrokerProcess, ThreadBroker
+from tests.support.kafka_wire import encode_request
 from tests.support.secure import make_admin_user, secure_settings
 
 POOL = 8 * 1024 * 1024
@@ -213,3 +216,44 @@ def test_memory_of_hundreds_of_slow_tls_readers_is_given_back_when_they_leave(tm
                 sock.close()
         _wait_for_gauge(broker.admin_url, "streamshop_connections_open", lambda v: v == 0, "the readers to leave")
         _wait_for(lambda: rss_mib(broker.pid) - before < taken / 3, "their memory to be given back", timeout=30)
+
+
+def test_a_client_that_pipelines_requests_and_reads_nothing_holds_at_most_its_share(
+    broker_factory: Callable[..., ThreadBroker],
+) -> None:
+    """1,000 ListGroups in one write, each answer listing 300 groups (about 63 KB), and nothing
+    read.  Answers built as protocol objects used to count for nothing until they reached the
+    socket's transport, so all that one read held were encoded and handed over together (some
+    60 MB for this one client).  Now every answer counts from the moment it is built: the
+    connection stops at its share and other clients are still served."""
+    broker = broker_factory()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("committed", 1, 1)])["committed"].result(15)
+    names = [f"{i:03d}-" + "g" * 200 for i in range(300)]
+    for name in names:
+        offsets = ConsumerGroupTopicPartitions(name, [TopicPartition("committed", 0, 1)])
+        admin.alter_consumer_group_offsets([offsets])[name].result(15)
+    request = encode_request(ListGroupsRequest(states_filter=()), 1)
+    sock = slow_readers.open_reader(broker.bootstrap, request * 1000)
+    try:
+        held = _settled(lambda: broker.call(lambda: broker.server.responses.used))
+        answer = 300 * (len(names[0]) + 20)
+        assert 0 < held <= MAX_PENDING_BYTES + 2 * MAX_WRITE_BATCH + 2 * answer, f"{held / 2**20:.1f} MiB held"
+        listed = admin.list_consumer_groups().result(15)  # served meanwhile
+        assert {g.group_id for g in listed.valid} >= set(names)
+    finally:
+        sock.close()
+    _wait_for(lambda: broker.call(lambda: broker.server.responses.used) == 0, "response memory to be given back")
+
+
+def _settled(read: Callable[[], int], quiet: float = 1.5) -> int:
+    """`read()` once it has not changed for `quiet` seconds."""
+    value, since = read(), time.monotonic()
+    deadline = since + 60
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, "the value never settled"
+        time.sleep(0.1)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+    return value
