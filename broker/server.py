@@ -6,6 +6,7 @@ does: a frame that cannot be parsed (bad size, unknown API key, unsupported vers
 than ApiVersions, a body that does not match its schema) and a handler that fails close that
 one connection.  Nothing raised escapes; each failure is counted and logged with the client's
 address, rate-limited, with a traceback only the first time a failure is seen at one place.
+A request of many entries is decoded, and its answer encoded, off the event loop (offload.py).
 
 Limits, by Kafka's names: `max.connections` (also kept below the process's descriptor limit,
 so sockets cannot starve the log of files), `max.connections.per.ip` and its overrides,
@@ -25,6 +26,7 @@ from typing import Literal
 
 import structlog
 
+from broker import offload
 from broker.connection import Connection, Frames, Pending
 from broker.core import Broker
 from broker.handlers import APIS, BY_KEY
@@ -33,6 +35,7 @@ from broker.handlers.api_versions import unsupported_version_response
 from broker.handlers.base import (
     CLOSE_CONNECTION,
     NO_RESPONSE,
+    Api,
     Outcome,
     RequestContext,
     Serial,
@@ -246,6 +249,11 @@ class KafkaServer:
             self.broker.metrics.authentication_closed.labels(refused.split(" (")[0]).inc()
             self._warn.warning("closing connection: authentication", peer=str(conn.peer), reason=refused, api=api.name)
             return None
+        if api_key != API_VERSIONS and offload.is_large(frame, api_key, api_version):
+            # Served whole before the connection's next request is read (`serial`).
+            large = asyncio.ensure_future(self._serve_large(bytes(frame), conn, api, started))
+            large.add_done_callback(_retrieve)
+            return Pending(correlation_id, api, started, False, future=large, serial=True)
         try:
             header, request = decode_request(frame, conn.host, self.max_elements)
         except MalformedRequest as e:
@@ -288,6 +296,25 @@ class KafkaServer:
             return pending
         return Pending(correlation_id, api, started, header_v0, result=result, throttle_ms=throttle_ms)
 
+    async def _serve_large(self, frame: bytes, conn: Connection, api: Api, started: float) -> Outcome:
+        """`dispatch` for a request of many entries: decoded, and its answer encoded, in a
+        worker thread; the handler runs on the loop, for some APIs a chunk of entries at a
+        time (`offload`)."""
+        header, request = await offload.run(lambda: decode_request(frame, conn.host, self.max_elements))
+        ctx = RequestContext.of(header, conn.session)
+        outcome = await offload.handled(api.handler, self.broker, ctx, request)
+        if isinstance(outcome, Signal):
+            return outcome
+        if self.quotas.entities:
+            throttle_ms = self._charge(ctx, len(frame), started)
+            if isinstance(outcome, RawResponse):
+                outcome = outcome.with_throttle(throttle_ms) if throttle_ms else outcome
+            elif throttle_ms:
+                outcome = with_throttle(outcome, throttle_ms)
+        if isinstance(outcome, RawResponse):
+            return outcome
+        return await offload.encoded(outcome)
+
     def _charge(self, ctx: RequestContext, size: int, started: float) -> int:
         """Record a request against its client's produce and request quotas; the throttle."""
         if ctx.api_key in QUOTA_EXEMPT:
@@ -313,6 +340,9 @@ class KafkaServer:
             if future.cancelled():
                 return None
             error = future.exception()
+            if isinstance(error, MalformedRequest):  # a large request decoded off the loop
+                self.reject(conn, str(error))
+                return None
             if error is not None:
                 self.log_failure(conn, pending.api.name, error)
                 return None

@@ -153,10 +153,11 @@ def abandoned_polls(bootstrap: str, admin_url: str, count: int) -> dict[str, flo
 
 
 class Probe:
-    """ApiVersions every 5 ms on one connection; the slowest answer while it runs."""
+    """ApiVersions every `interval` seconds on one connection; the slowest answer while it runs."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, interval: float = 0.005) -> None:
         self.bootstrap = bootstrap
+        self.interval = interval
         self.worst = 0.0
         self.count = 0
         self._stop = threading.Event()
@@ -165,7 +166,7 @@ class Probe:
     def _run(self) -> None:
         request = struct.pack(">hhih", 18, 0, 1, 5) + b"probe"
         frame = struct.pack(">i", len(request)) + request
-        with connect(self.bootstrap) as s:
+        with connect(self.bootstrap, timeout=600) as s:
             while not self._stop.is_set():
                 started = time.perf_counter()
                 s.sendall(frame)
@@ -173,7 +174,7 @@ class Probe:
                 recv_exactly(s, size)
                 self.worst = max(self.worst, time.perf_counter() - started)
                 self.count += 1
-                time.sleep(0.005)
+                time.sleep(self.interval)
 
     def __enter__(self) -> Probe:
         self._thread.start()
@@ -183,7 +184,7 @@ class Probe:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(10)
+        self._thread.join(600)
 
 
 def _produce_raw(bootstrap: str, topic: str, batch: bytes) -> int:

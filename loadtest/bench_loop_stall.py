@@ -24,7 +24,6 @@ import socket
 import struct
 import sys
 import tempfile
-import threading
 import time
 import types
 import typing
@@ -35,21 +34,24 @@ from pathlib import Path
 from typing import Any
 
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
+from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.share_fetch.v1.request import FetchPartition, FetchTopic, ShareFetchRequest
-from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i8, i32
 from kio.static.protocol import Entity
 
 from broker.handlers import BY_KEY
 from broker.protocol.codec import request_type
-from loadtest.brokers import connect, streamshop_broker
+from loadtest.bench_limits import Probe
+from loadtest.brokers import connect, recv_exactly, streamshop_broker
+from tests.support.kafka_wire import connect as wire
 from tests.support.kafka_wire import encode_request, ms
+from tests.support.share_wire import heartbeat
 
 MAX_ELEMENTS = 100_000  # the broker's default request.max.elements
 _I32 = struct.Struct(">i")
-_PING = struct.pack(">hhih", 18, 0, 1, 5) + b"probe"
+_EVERY_MS = 0.001  # the probe's pause between round trips
 
 
 # --- requests built from the schema ----------------------------------------------------------
@@ -145,50 +147,8 @@ def generic_request(api_key: int, version: int, max_elements: int) -> tuple[Any,
 # --- measuring ------------------------------------------------------------------------------
 
 
-class Probe:
-    """ApiVersions every millisecond on its own connection; the slowest round trip."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
-        self.worst = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        frame = _I32.pack(len(_PING)) + _PING
-        with connect(self.bootstrap, timeout=600) as s:
-            while not self._stop.is_set():
-                started = time.perf_counter()
-                s.sendall(frame)
-                _read_frame(s)
-                self.worst = max(self.worst, time.perf_counter() - started)
-                time.sleep(0.001)
-
-    def __enter__(self) -> Probe:
-        self._thread.start()
-        time.sleep(0.2)
-        self.worst = 0.0  # the connection's first answer is not the loop's fault
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(600)
-
-
 def _read_frame(s: socket.socket) -> bytes:
-    head = _recv(s, 4)
-    return _recv(s, _I32.unpack(head)[0])
-
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
-    while got < n:
-        k = s.recv_into(view[got:])
-        if not k:
-            raise ConnectionError("closed")
-        got += k
-    return bytes(buf)
+    return recv_exactly(s, _I32.unpack(recv_exactly(s, 4))[0])
 
 
 @dataclass
@@ -206,9 +166,9 @@ class Row:
 def measure(bootstrap: str, api: str, request: Any, entries: int) -> Row:
     cls = type(request)
     frame = encode_request(request, 7)
-    with Probe(bootstrap) as idle:
+    with Probe(bootstrap, _EVERY_MS) as idle:
         time.sleep(1)
-    with Probe(bootstrap) as probe, connect(bootstrap, timeout=600) as s:
+    with Probe(bootstrap, _EVERY_MS) as probe, connect(bootstrap, timeout=600) as s:
         started = time.perf_counter()
         s.sendall(frame)
         try:
@@ -268,25 +228,19 @@ def named_rows(bootstrap: str) -> Iterator[Row]:
         ),
         500,
     )
-    yield measure(bootstrap, "ShareFetch (50,000 partitions)", _share_fetch(bootstrap), 50_000)
+    yield measure(bootstrap, "ShareFetch (50,000 partitions)", share_fetch_request(bootstrap), 50_000)
 
 
-def _share_fetch(bootstrap: str) -> ShareFetchRequest:
-    from tests.support.kafka_wire import connect as wire
-
+def share_fetch_request(bootstrap: str, partitions: int = 50_000) -> ShareFetchRequest:
+    """A ShareFetch naming `partitions` partitions of topic `orders` (which has fewer), from a
+    member that has just joined share group `pickers`."""
     member = str(uuid.uuid4())
     with wire(bootstrap) as conn:
         topic_id = conn.metadata(["orders"]).topics[0].topic_id
-        conn.request(
-            ShareGroupHeartbeatRequest(
-                group_id=GroupId("pickers"),
-                member_id=member,
-                member_epoch=i32(0),
-                rack_id=None,
-                subscribed_topic_names=(TopicName("orders"),),
-            )
-        )
-    partitions = tuple(FetchPartition(partition_index=i32(p), acknowledgement_batches=()) for p in range(50_000))
+        joined = heartbeat(conn, "pickers", member, 0, ["orders"])
+        if joined.error_code != ErrorCode.none:
+            raise RuntimeError(f"joining share group pickers: {joined.error_code}")
+    everything = tuple(FetchPartition(partition_index=i32(p), acknowledgement_batches=()) for p in range(partitions))
     return ShareFetchRequest(
         group_id=GroupId("pickers"),
         member_id=member,
@@ -295,7 +249,7 @@ def _share_fetch(bootstrap: str) -> ShareFetchRequest:
         min_bytes=i32(1),
         max_records=i32(500),
         batch_size=i32(500),
-        topics=(FetchTopic(topic_id=topic_id, partitions=partitions),),
+        topics=(FetchTopic(topic_id=topic_id, partitions=everything),),
         forgotten_topics_data=(),
     )
 
@@ -320,8 +274,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp, streamshop_broker(Path(tmp)) as started:
-        from tests.support.kafka_wire import connect as wire
-
         with wire(started.bootstrap) as conn:
             conn.create_topic("orders", 1)
         for row in generic_rows(started.bootstrap, args.elements, set(args.api)):

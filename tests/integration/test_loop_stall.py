@@ -1,25 +1,24 @@
 """No small request holds the broker's event loop for everyone: while one client's request
-naming a resource thousands of times, or auto-creating hundreds of topics, is served, another
-client's ApiVersions round trips stay within a bound taken from the same round trips on the
-idle broker (tests/support/loop_stall.py)."""
+naming a resource thousands of times, auto-creating hundreds of topics, or holding 100,000
+entries (request.max.elements) is served, another client's ApiVersions round trips stay
+within a bound taken from the same round trips on the idle broker (tests/support/loop_stall.py)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 
 import pytest
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.share_fetch.v1.request import FetchPartition, FetchTopic, ShareFetchRequest
-from kio.schema.types import GroupId, TopicName
-from kio.static.primitive import i8, i32
+from kio.schema.types import TopicName
+from kio.static.primitive import i8
 
+from broker.handlers import BY_KEY
+from loadtest.bench_loop_stall import MAX_ELEMENTS, generic_request, share_fetch_request
 from tests.support import loop_stall
 from tests.support.harness import BrokerProcess
-from tests.support.kafka_wire import connect, ms
-from tests.support.share_wire import heartbeat
+from tests.support.kafka_wire import connect
 
 pytestmark = pytest.mark.slow
 
@@ -93,23 +92,9 @@ def test_share_fetch_naming_50000_partitions_answers_each(broker_process_factory
     """Each partition is answered in order (all but the topic's one with
     UNKNOWN_TOPIC_OR_PARTITION), though alike answers share one encoding."""
     broker = broker_process_factory()
-    member = str(uuid.uuid4())
     with connect(broker.bootstrap) as conn:
         conn.create_topic("orders", 1)
-        topic_id = conn.metadata(["orders"]).topics[0].topic_id
-        assert heartbeat(conn, "pickers", member, 0, ["orders"]).error_code == ErrorCode.none
-    everything = tuple(FetchPartition(partition_index=i32(p), acknowledgement_batches=()) for p in range(50_000))
-    request = ShareFetchRequest(
-        group_id=GroupId("pickers"),
-        member_id=member,
-        share_session_epoch=i32(0),
-        max_wait=ms(0),
-        min_bytes=i32(1),
-        max_records=i32(500),
-        batch_size=i32(500),
-        topics=(FetchTopic(topic_id=topic_id, partitions=everything),),
-        forgotten_topics_data=(),
-    )
+    request = share_fetch_request(broker.bootstrap, 50_000)
     with connect(broker.bootstrap, timeout=300) as conn:
         response = conn.request(request)
     assert response.error_code == ErrorCode.none
@@ -117,3 +102,34 @@ def test_share_fetch_naming_50000_partitions_answers_each(broker_process_factory
     assert [p.partition_index for p in partitions] == list(range(50_000))
     assert partitions[0].error_code == ErrorCode.none
     assert {p.error_code for p in partitions[1:]} == {ErrorCode.unknown_topic_or_partition}
+
+
+# Requests of 100,000 entries (request.max.elements) as `python -m loadtest.bench_loop_stall`
+# builds them: each entry a distinct name `w0`, `w1`, ...; what names the entries in the
+# request and in the answer, which answers each in order.
+MANY = [
+    pytest.param(10, "coordinator_keys", "coordinators", "key", id="FindCoordinator"),
+    pytest.param(15, "groups", "groups", "group_id", id="DescribeGroups"),
+    pytest.param(9, "groups", "groups", "group_id", id="OffsetFetch"),
+    pytest.param(13, "members", "members", "member_id", id="LeaveGroup"),
+]
+
+
+@pytest.mark.parametrize(("api_key", "entries", "answers", "name"), MANY)
+def test_a_request_of_100000_entries_does_not_stall_other_clients(
+    broker_process_factory: Callable[..., BrokerProcess], api_key: int, entries: str, answers: str, name: str
+) -> None:
+    """Decoded and encoded in a worker thread, handled a chunk of entries at a time; every
+    entry answered, in order."""
+    broker = broker_process_factory()
+    request, _ = generic_request(api_key, BY_KEY[api_key].max_version, MAX_ELEMENTS)
+    asked = [_name(e) for e in getattr(request, entries)]
+    assert len(asked) >= 30_000
+    idle = loop_stall.control(broker.bootstrap)
+    response, stall = loop_stall.stall_of(broker.bootstrap, request)
+    assert [getattr(a, name) for a in getattr(response, answers)] == asked
+    assert stall < loop_stall.bound(idle), f"stalled {stall:.3f}s; idle round trips took at most {idle:.4f}s"
+
+
+def _name(entry: object) -> object:
+    return entry if isinstance(entry, str) else getattr(entry, "group_id", getattr(entry, "member_id", None))
