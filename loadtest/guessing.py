@@ -142,15 +142,15 @@ def _scram_open(bootstrap: str, password: str, source: str = "") -> tuple[socket
     sock.sendall(_request(17, 1, 1, struct.pack(">h", len(mechanism)) + mechanism))
     _answer_error(sock)
     client = ScramClient("SCRAM-SHA-512", USER, password)
-    _, server_first = _authenticate(sock, 2, client.first())
-    return sock, client.final(server_first)
+    error, server_first = _authenticate(sock, 2, client.first())
+    return sock, client.final(server_first) if error == 0 else b""  # refused at once: no proof
 
 
 def _scram_login(bootstrap: str, password: str, source: str) -> int:
     try:
         sock, final = _scram_open(bootstrap, password, source)
         with sock:
-            return _authenticate(sock, 3, final)[0]
+            return _authenticate(sock, 3, final)[0] if final else 58  # SASL_AUTHENTICATION_FAILED
     except ConnectionError:
         return -1
 
