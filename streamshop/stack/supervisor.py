@@ -663,6 +663,8 @@ def up(args: argparse.Namespace) -> int:
     if args.bootstrap:
         if "broker" in without:
             raise CommandError("--bootstrap names the broker; it cannot also be left --without")
+        if args.durability is not None:
+            raise CommandError("--durability sets the bundled broker's; --bootstrap uses another cluster")
         children = with_broker(children, external_broker(args.bootstrap))
     counts = parse_scale(args.scale) if args.scale else {}
     if any(n > 1 for n in counts.values()) and args.postgres is None:

@@ -11,9 +11,11 @@ import pytest
 from broker.settings import BrokerSettings
 from kit.settings import ConfigError
 from streamshop.cli import build_parser
+from streamshop.clients import CommandError
 from streamshop.commands.broker import broker_overrides
 from streamshop.commands.settings import markdown
 from streamshop.stack.plan import CHILDREN, Secrets, StackContext
+from streamshop.stack.supervisor import up
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -46,3 +48,10 @@ def test_the_durability_flags_and_settings_listing(tmp_path: Path) -> None:
     row = next(line for line in markdown(["broker"]).splitlines() if "BROKER_DURABILITY" in line)
     assert "one of fsync, page-cache" in row
     assert "`fsync`" in row
+
+
+def test_up_refuses_a_durability_for_a_cluster_it_does_not_run(tmp_path: Path) -> None:
+    args = _parse("up", "--data-dir", str(tmp_path), "--bootstrap", "127.0.0.1:9", "--durability", "page-cache")
+    with pytest.raises(CommandError, match="--durability sets the bundled broker's"):
+        up(args)
+    assert not any(tmp_path.iterdir())  # nothing started or written
