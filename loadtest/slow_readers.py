@@ -5,6 +5,13 @@ Each connection shrinks its receive buffer to 4 KiB (as a client on a slow link 
 sends two Fetches of the partition from offset 0 with every limit at its maximum (`max_bytes`
 and `partition_max_bytes` 2^31-1), and reads nothing.  What the broker holds for them shows in
 its resident memory and in its `streamshop_response_memory_bytes` gauge.
+
+    python -m loadtest.slow_readers [--answers 12] [--connections 1000] [--set KEY=VALUE]
+
+measures, each on a fresh broker with a PLAINTEXT and an SSL listener, the broker's resident
+memory before, while readers wait and after they left: `--answers` connections that each ask for
+DescribeConfigs of the broker resource 2,000 times (a 5 KB request, a 21.6 MB answer), over
+plaintext and over TLS, then `--connections` slow readers of a 20 MB partition over TLS.
 """
 
 from __future__ import annotations
