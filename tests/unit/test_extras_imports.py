@@ -23,6 +23,10 @@ from streamshop.commands._common import COMMAND_EXTRA, EXTRA_OF, OWN_PACKAGES
 from tests.support.harness import REPO
 from tests.support.imports import COMPONENTS, OWN, Component, component, project_modules
 
+# One worker: the source walk (project_modules, _components) is cached per process and is most of
+# the module's time; spread over the workers, each would walk the whole project again.
+pytestmark = pytest.mark.xdist_group("extras-imports")
+
 # Each extra's command modules: every command they register is that component's.
 COMMAND_MODULES: dict[str, tuple[ModuleType, ...]] = {
     "broker": (broker,),
