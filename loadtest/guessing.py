@@ -178,6 +178,9 @@ def broker_attacks(workdir: Path, *, exchanges: int = 500, owner_logins: int = 8
     out: dict[str, float] = {}
     with streamshop_broker(workdir / "attacks", admin=True, settings=settings) as broker:
         assert broker.admin_url is not None
+        began = time.monotonic()  # a control login, before any failure, from its own address
+        control_ok = _scram_login(broker.bootstrap, PASSWORD, "127.0.0.4") == 0
+        control_s = time.monotonic() - began
         opened = [_scram_open(broker.bootstrap, f"guess-{n}") for n in range(exchanges - 1)]
         opened.append(_scram_open(broker.bootstrap, PASSWORD))
         began = time.monotonic()
@@ -199,9 +202,6 @@ def broker_attacks(workdir: Path, *, exchanges: int = 500, owner_logins: int = 8
             "proofs_refused_unchecked": outcomes.get("throttled", 0.0),
             "right_proof_accepted": float(right == 0),
         }
-        began = time.monotonic()
-        assert _scram_login(broker.bootstrap, PASSWORD, "127.0.0.4") == 0
-        control_s = time.monotonic() - began
         stop = threading.Event()
 
         def guesser() -> None:
@@ -228,6 +228,7 @@ def broker_attacks(workdir: Path, *, exchanges: int = 500, owner_logins: int = 8
             "owner_logins": owner_logins,
             "owner_max_wait_s": max(waits),
             "owner_control_s": control_s,
+            "owner_control_admitted": float(control_ok),
         }
     return out
 
