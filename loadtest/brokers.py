@@ -11,9 +11,10 @@ where streamshop fsyncs before acknowledging acks=all.
 Two peers that also wait for the disk before they answer can run beside them (the benchmarks'
 `--peers`): `tansu-pg`, Tansu on PostgreSQL (a server of `streamshop.postgres` in the peer's
 work directory; Tansu built with its `postgres` feature by `make tansu`,
-loadtest/tansu_build.py), where every write is a committed PostgreSQL transaction, and
-`kafka-fsync`, the same Apache Kafka node with `log.flush.interval.messages=1`: it flushes each
-append, the offsets and transaction logs' included, before it answers.
+loadtest/tansu_build.py), where every write is a committed PostgreSQL transaction (its broker
+CPU figures are Tansu's alone, without PostgreSQL's), and `kafka-fsync`, the same Apache Kafka
+node with `log.flush.interval.messages=1`: it flushes each append, the offsets and transaction
+logs' included, before it answers.
 """
 
 from __future__ import annotations
