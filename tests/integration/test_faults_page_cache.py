@@ -247,3 +247,37 @@ def test_flush_messages_bounds_the_page_cache_window_and_an_offline_directory_st
             assert time.monotonic() < deadline, "the failed fsync did not take the directory offline"
             time.sleep(0.05)
         assert code == ErrorCode.kafka_storage_error
+
+
+def test_a_rolled_segment_is_fsynced_in_page_cache_mode_so_a_power_loss_takes_only_the_active_tail(
+    disk_for: Callable[[str], Disk],
+) -> None:
+    """page-cache mode, segment.bytes=4096, no flush.messages nor flush.ms: as Kafka flushes a
+    segment when it rolls, every rolled segment reaches the device in the background, and a
+    power loss loses at most what the active segment held."""
+    disk = disk_for("page-cache")
+    broker = disk.proc.start()
+    create_topic(broker.bootstrap, "rolled", 1, {"segment.bytes": "4096"})
+    sent = [b"r%03d-" % i + bytes(300) for i in range(60)]
+    with connect(broker.bootstrap) as c:
+        for value in sent:
+            assert c.produce("rolled", 0, batch([value])).error_code == ErrorCode.none
+    logs = sorted((disk.data / "rolled-0").glob("*.log"))
+    assert len(logs) > 3
+    active = int(logs[-1].stem)  # the first offset of the active segment
+
+    def rolled_synced() -> bool:
+        for log in logs[:-1]:
+            kept = disk.shadow / log.relative_to(disk.data)
+            if not kept.is_file() or kept.stat().st_size != log.stat().st_size:
+                return False
+        return True
+
+    wait_until(rolled_synced, "the rolled segments' background fsync")
+    disk.power_loss()
+    broker.start()
+    with connect(broker.bootstrap) as c:
+        kept = [r.value for r in c.read_all("rolled", 0)]
+    print(f"\n{len(kept)} of {len(sent)} records kept; the active segment began at {active}")
+    assert active <= len(kept) <= len(sent)
+    assert kept == sent[: len(kept)]
