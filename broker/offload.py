@@ -85,10 +85,12 @@ class Split:
 
 
 # Served a CHUNK of entries at a time, the loop free between chunks: Kafka gives no atomicity
-# across these entries either (each group, key or transactional id is looked up or changed on
-# its own).  APIs that answer repeated entries as one (DescribeConfigs, Metadata) or refuse
-# them together (CreateTopics, DeleteTopics, DescribeUserScramCredentials) are not split.
+# across these entries either (each group, key, topic or transactional id is looked up or
+# changed on its own).  APIs that answer repeated entries as one (DescribeConfigs, Metadata)
+# or refuse them together (CreateTopics, DeleteTopics, DescribeUserScramCredentials) are not
+# split.
 SPLITS: dict[int, Split] = {
+    2: Split("topics", "topics"),  # ListOffsets
     9: Split("groups", "groups", since=8),  # OffsetFetch
     10: Split("coordinator_keys", "coordinators", since=4),  # FindCoordinator
     13: Split("members", "members", since=3),  # LeaveGroup
