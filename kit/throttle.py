@@ -34,7 +34,8 @@ up to `max_s`; an attempt while a key is closed is refused unchecked and does no
 The trade-offs: while a distributed guesser keeps the fresh window closed, the owner's first
 login from a new address (neither known nor dirty) waits for it too, at most `max_s`; an
 address the owner shares with a guesser (a NAT, a stack's services on 127.0.0.1) is the
-guesser's address as far as the (user, address) window goes; and an owner who mistyped from an
+guesser's address as far as the (user, address) window goes, and as far as the address's
+window goes unless the owner has signed in from there before; and an owner who mistyped from an
 address that is not yet a known device shares the dirty window with guessers.  Nobody can be
 kept out for longer than `max_s` by someone else, and never from a known device.
 
