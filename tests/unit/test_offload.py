@@ -5,16 +5,26 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import inspect
+from pathlib import Path
 
 import pytest
 from kio.schema.find_coordinator.v6.request import FindCoordinatorRequest
 from kio.schema.produce.v11.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.types import TopicName
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta
+from kio.static.protocol import Entity
 
 from broker import offload
+from broker.app import start_broker
+from broker.config import BrokerConfig
+from broker.core import Broker
 from broker.handlers import BY_KEY
-from broker.protocol.codec import request_type, response_type
+from broker.handlers.base import Handler, Outcome, RequestContext, Serial, Signal
+from broker.protocol.codec import decode_request, encode_body, request_type, response_type
+from broker.protocol.fetch_codec import RawResponse
+from broker.security.session import Session
+from loadtest.bench_loop_stall import generic_request
 from tests.support.kafka_wire import encode_request
 
 
@@ -55,3 +65,31 @@ def test_each_split_names_arrays_its_messages_have(api_key: int) -> None:
     for version in range(max(split.since, api.min_version), api.max_version + 1):
         assert split.entries in {f.name for f in dataclasses.fields(request_type(api_key, version))}
         assert split.answers in {f.name for f in dataclasses.fields(response_type(api_key, version))}
+
+
+async def _whole(handler: Handler, broker: Broker, ctx: RequestContext, request: Entity) -> Outcome:
+    result = handler(broker, ctx, request)
+    if isinstance(result, Serial):
+        result = result.awaitable
+    return await result if inspect.isawaitable(result) else result
+
+
+async def test_an_answer_served_in_chunks_is_the_answer_served_whole(tmp_path: Path) -> None:
+    """Byte for byte, for each split API, with entries spanning several chunks (what the
+    handler answers whole for them, on a broker of its own)."""
+    running = await start_broker(BrokerConfig(data_dir=tmp_path, listen=("127.0.0.1", 0), admin_listen=None))
+    try:
+        listener = running.broker.security.listeners[0]
+        for api_key in sorted(offload.SPLITS):
+            api = BY_KEY[api_key]
+            built, count = generic_request(api_key, api.max_version, 3 * offload.CHUNK + 7)
+            assert count > offload.CHUNK
+            header, request = decode_request(_frame(built), "127.0.0.1")
+            ctx = RequestContext.of(header, Session.open(listener.name, listener.protocol, ""))
+            whole = await _whole(api.handler, running.broker, ctx, request)
+            chunked = await offload.handled(api.handler, running.broker, ctx, request)
+            assert not isinstance(whole, RawResponse | Signal)
+            assert not isinstance(chunked, RawResponse | Signal)
+            assert encode_body(chunked) == encode_body(whole), api.name
+    finally:
+        await running.stop()
