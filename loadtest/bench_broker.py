@@ -21,8 +21,8 @@ the median run is reported.  The steps:
 4. end-to-end latency: a producer paced at 2,000 records/s for ~10 s writes its send time
    into each value; a consumer (`fetch.wait.max.ms=10`) records receive time - send time;
 5. the acks=all round trip: one record at a time (produce, then wait for its delivery report),
-   300 times; the median, also as a multiple of the floor of a durable round trip measured at
-   the start of the run (loadtest.floor: a Heartbeat's round trip plus an fdatasync on
+   300 times; the median, also as a multiple of the floor of a durable round trip measured
+   before and after the steps (loadtest.floor: a Heartbeat's round trip plus an fdatasync on
    streamshop's data disk).
 
 With --peers, peers that also wait for the disk before acknowledging acks=all run beside them
@@ -314,7 +314,7 @@ class Options:
     repeat: int = 3
     baseline: Path | None = None  # the project at --baseline REF, run beside this checkout
     run_id: str = field(default_factory=lambda: time.strftime("%H%M%S"))
-    floor: Floor | None = None  # measured once the brokers run
+    floor: Floor | None = None  # measured before and after the steps
 
 
 @dataclass
@@ -415,13 +415,9 @@ def run_round_trips(bench: Bench) -> None:
     wait_idle(bench.broker.pid)
     latency = acks_all_round_trip(bench.broker.bootstrap, topic)
     bench.metrics["acksall_rt_p50_ms"], bench.metrics["acksall_rt_p99_ms"] = latency.p50_ms, latency.p99_ms
-    floor = bench.opts.floor
-    if floor is not None:
-        bench.metrics["acksall_rt_floors"] = latency.p50_ms / floor.ms
     print(
-        f"  {bench.broker.name:>10} acks=all, one record at a time  p50 {latency.p50_ms:.3f} ms"
-        + (f" ({floor.times(latency.p50_ms)})" if floor else "")
-        + f", p99 {latency.p99_ms:.3f} ms ({latency.samples} samples)",
+        f"  {bench.broker.name:>10} acks=all, one record at a time  p50 {latency.p50_ms:.3f} ms, "
+        f"p99 {latency.p99_ms:.3f} ms ({latency.samples} samples)",
         flush=True,
     )
 
@@ -450,9 +446,12 @@ def run_suite(benches: list[Bench], opts: Options) -> None:
 def run_all(names: list[str], opts: Options) -> dict[str, Metrics]:
     """Start the brokers (stopped again on the way out, whatever happens) and run the suite."""
     with started_brokers(names, opts.tansu_binary, opts.baseline) as brokers:
-        opts.floor = measure_beside(brokers)
+        before = measure_beside(brokers)
         benches = [Bench(broker, opts) for broker in brokers]
         run_suite(benches, opts)
+        opts.floor = measure_beside(brokers, before)
+        for bench in benches:
+            bench.metrics["acksall_rt_floors"] = bench.metrics["acksall_rt_p50_ms"] / opts.floor.ms
         return {bench.broker.name: bench.metrics for bench in benches}
 
 

@@ -65,8 +65,8 @@ run is reported.  Clients keep their default settings except where said.  The st
    answering (commits waiting at the same time share an fsync); Tansu keeps them in memory.
    Each is also shown as the mean time of one commit (one committer's commits/s inverted;
    with 8, 8 commits are in flight at once) and that as a multiple of the floor of a durable
-   round trip measured at the start of the run (loadtest.floor: a Heartbeat's round trip plus
-   an fdatasync on streamshop's data disk).
+   round trip measured before and after the steps (loadtest.floor: a Heartbeat's round trip
+   plus an fdatasync on streamshop's data disk).
 
 Each run uses a fresh topic and group.  A step that does not complete within
 BALANCE_TIMEOUT, or that a broker refuses, is reported as n/a with the reason.
@@ -398,11 +398,10 @@ def run_commits(bench: Bench, client: str, run: int) -> None:
     cpu = cpu_seconds(bench.broker.pid) - cpu_before
     bench.record(f"commit_{client}_per_s", rate.per_s)
     bench.record(f"commit_{client}_cpu_ms", cpu * 1000 / rate.commits)
-    latency = commit_ms(client, rate.per_s)
-    floor = f", {bench.opts.floor.times(latency)}" if bench.opts.floor else ""
     print(
         f"  {bench.broker.name:>12} commits, {CLIENT_TITLES[client]:15} {rate.per_s:>9,.0f} commits/s "
-        f"({rate.commits:,} x {PARTITIONS} partitions in {rate.seconds:.2f} s), {latency:.3f} ms/commit{floor}, "
+        f"({rate.commits:,} x {PARTITIONS} partitions in {rate.seconds:.2f} s), "
+        f"{commit_ms(client, rate.per_s):.3f} ms/commit, "
         f"broker CPU {cpu * 1000 / rate.commits:.3f} ms/commit",
         flush=True,
     )
@@ -458,15 +457,21 @@ STEP_NAMES = ("groups", "heartbeats", "commits")
 
 def summarise(bench: Bench) -> None:
     """The median of each metric over the runs that produced it, and the median commit rates as
-    the time of one commit, in ms and in floors."""
+    the time of one commit."""
     for key, values in bench.runs.items():
         bench.metrics[key] = statistics.median(values)
     for client in COMMIT_CLIENTS:
         per_s = bench.metrics.get(f"commit_{client}_per_s")
         if per_s:
             bench.metrics[f"commitms_{client}_ms"] = commit_ms(client, per_s)
-            if bench.opts.floor:
-                bench.metrics[f"commitfloor_{client}_x"] = commit_ms(client, per_s) / bench.opts.floor.ms
+
+
+def add_floors(bench: Bench, floor: Floor) -> None:
+    """Each commit time as a multiple of the run's floor of a durable round trip."""
+    for client in COMMIT_CLIENTS:
+        ms = bench.metrics.get(f"commitms_{client}_ms")
+        if ms is not None:
+            bench.metrics[f"commitfloor_{client}_x"] = ms / floor.ms
 
 
 def run_suite(benches: list[Bench], opts: Options) -> None:
@@ -484,10 +489,13 @@ def run_suite(benches: list[Bench], opts: Options) -> None:
 def run_all(names: list[str], opts: Options) -> list[Bench]:
     """Start the brokers (stopped again on the way out, whatever happens) and run the suite."""
     with started_brokers(names, opts.tansu_binary, opts.baseline) as brokers:
-        if "commits" in opts.steps:
-            opts.floor = measure_beside(brokers)
+        before = measure_beside(brokers) if "commits" in opts.steps else None
         benches = [Bench(broker, opts) for broker in brokers]
         run_suite(benches, opts)
+        if before is not None:
+            opts.floor = measure_beside(brokers, before)
+            for bench in benches:
+                add_floors(bench, opts.floor)
         return benches
 
 

@@ -13,7 +13,7 @@ librdkafka 2.16's share consumer fails there for member ids with '/' or '+' (doc
 Tansu 0.6 has no share groups (no ShareGroupHeartbeat, ShareFetch or ShareAcknowledge), on memory
 or PostgreSQL storage.  The broker writes each acknowledgement's state durably, but many ride on
 one ShareFetch or ShareAcknowledge: the time per record is shown beside the floor of a durable
-round trip measured at the start of the run (loadtest.floor: a Heartbeat's round trip plus an
+round trip measured before and after the steps (loadtest.floor: a Heartbeat's round trip plus an
 fdatasync on the broker's data disk), as the share of one floor a record costs.
 """
 
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         "share group, 3 members, ACCEPT per record": lambda b: share_step(b, args.records, 3),
     }
     with tempfile.TemporaryDirectory() as tmp, streamshop_broker(Path(tmp)) as broker:
-        floor = measure_beside([broker])
+        before = measure_beside([broker])
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in steps}
         for _ in range(args.runs):
             for name, step in steps.items():
@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                 cpu_before = cpu_seconds(broker.pid)
                 seconds, _ = step(broker.bootstrap)
                 results[name].append((seconds, cpu_seconds(broker.pid) - cpu_before))
+        floor = measure_beside([broker], before)
     print(f"{args.records:,} records of 100 B on one partition, median of {args.runs}")
     print(f"{'step':<48} {'records/s':>10} {'broker CPU s per 1M':>20} {'us/record':>10} {'floors/record':>14}")
     for name, runs in results.items():

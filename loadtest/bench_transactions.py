@@ -20,8 +20,8 @@ committed records of the last run, so a broker that drops or exposes records fai
 Streamshop fsyncs every transaction state change, marker and acks=all batch before answering;
 --peers adds peers that also wait for the disk (loadtest.brokers: Tansu on PostgreSQL, Apache
 Kafka flushing every append).  A transaction's time (transactions/s inverted: one at a time) is
-also shown as a multiple of the floor of a durable round trip measured at the start of the run
-(loadtest.floor: a Heartbeat's round trip plus an fdatasync on streamshop's data disk); a
+also shown as a multiple of the floor of a durable round trip measured before and after the
+steps (loadtest.floor: a Heartbeat's round trip plus an fdatasync on streamshop's data disk); a
 transaction of one producer takes several such round trips (AddPartitionsToTxn, the produce,
 EndTxn and its markers).
 """
@@ -176,7 +176,7 @@ class Options:
 
 def run_all(opts: Options) -> tuple[list[Bench], Floor]:
     with started_brokers(opts.names, opts.tansu_binary) as brokers:
-        floor = measure_beside(brokers)
+        before = measure_beside(brokers)
         benches = [Bench(b) for b in brokers]
         for step in STEPS:
             for run in range(opts.repeat):
@@ -184,6 +184,7 @@ def run_all(opts: Options) -> tuple[list[Bench], Floor]:
                     if step in bench.failures:
                         continue  # refused once: not retried
                     run_step(bench, step, opts.records, check=run == opts.repeat - 1)
+        floor = measure_beside(brokers, before)
         for bench in benches:
             bench.metrics = {k: statistics.median(v) for k, v in bench.runs.items()}
             for n in SIZES:

@@ -5,7 +5,9 @@ round trip plus one fdatasync.  Both are measured here: the median round trip of
 (v0, to a group that does not exist: the broker decodes it, looks the group up and answers
 with an error, so it is a full request without any storage work) on one connection, and the
 median fdatasync of a 100-byte append to a file in the broker's data directory (same disk,
-same file system).  A durable latency is then shown as a multiple of their sum.
+same file system).  A durable latency is then shown as a multiple of their sum.  The disk of a
+shared machine is slower when others write: the benchmarks measure the floor before and after
+their steps and take the medians of both samples together.
 """
 
 from __future__ import annotations
@@ -29,13 +31,27 @@ _SIZE = struct.Struct(">i")
 
 @dataclass(frozen=True)
 class Floor:
-    heartbeat_ms: float  # median request round trip
-    fdatasync_ms: float  # median fdatasync of a small append
+    heartbeat_samples: tuple[float, ...]  # request round trips, ms
+    sync_samples: tuple[float, ...]  # fdatasyncs of a small append, ms
     directory: Path
+
+    @property
+    def heartbeat_ms(self) -> float:
+        return statistics.median(self.heartbeat_samples)
+
+    @property
+    def fdatasync_ms(self) -> float:
+        return statistics.median(self.sync_samples)
 
     @property
     def ms(self) -> float:
         return self.heartbeat_ms + self.fdatasync_ms
+
+    def merged(self, other: Floor) -> Floor:
+        """Both measurements' samples together (the floor before and after a run)."""
+        return Floor(
+            self.heartbeat_samples + other.heartbeat_samples, self.sync_samples + other.sync_samples, self.directory
+        )
 
     def times(self, latency_ms: float) -> str:
         """`latency_ms` as a multiple of the floor, e.g. "3.2x floor"."""
@@ -44,8 +60,8 @@ class Floor:
     def describe(self) -> str:
         return (
             f"floor of a durable round trip: {self.ms:.3f} ms = Heartbeat round trip {self.heartbeat_ms:.3f} ms "
-            f"(median of {HEARTBEAT_SAMPLES}) + fdatasync of a {APPEND_BYTES}-byte append {self.fdatasync_ms:.3f} ms "
-            f"(median of {SYNC_SAMPLES}, in {self.directory})"
+            f"(median of {len(self.heartbeat_samples)}) + fdatasync of a {APPEND_BYTES}-byte append "
+            f"{self.fdatasync_ms:.3f} ms (median of {len(self.sync_samples)}, in {self.directory})"
         )
 
     def as_json(self) -> dict[str, float | str]:
@@ -73,8 +89,8 @@ def _heartbeat_request(correlation_id: int) -> bytes:
     return _SIZE.pack(len(body)) + body
 
 
-def heartbeat_round_trip_ms(bootstrap: str, samples: int = HEARTBEAT_SAMPLES) -> float:
-    """Median time from sending a Heartbeat to reading its whole answer, one request in flight."""
+def heartbeat_round_trips_ms(bootstrap: str, samples: int = HEARTBEAT_SAMPLES) -> list[float]:
+    """Times from sending a Heartbeat to reading its whole answer, one request in flight."""
     times = []
     with connect(bootstrap) as sock:
         for i in range(samples + 10):
@@ -88,11 +104,11 @@ def heartbeat_round_trip_ms(bootstrap: str, samples: int = HEARTBEAT_SAMPLES) ->
                 raise RuntimeError(f"Heartbeat answer to correlation id {i} carries another")
             if i >= 10:  # the first few warm the connection and the broker's code paths
                 times.append(elapsed * 1000)
-    return statistics.median(times)
+    return times
 
 
-def fdatasync_ms(directory: Path, samples: int = SYNC_SAMPLES) -> float:
-    """Median fdatasync after appending `APPEND_BYTES` to a fresh file in `directory`."""
+def fdatasyncs_ms(directory: Path, samples: int = SYNC_SAMPLES) -> list[float]:
+    """fdatasyncs, each after appending `APPEND_BYTES` to a fresh file in `directory`."""
     record = os.urandom(APPEND_BYTES)
     times = []
     with tempfile.NamedTemporaryFile(dir=directory, prefix="floor-", suffix=".probe") as f:
@@ -104,19 +120,20 @@ def fdatasync_ms(directory: Path, samples: int = SYNC_SAMPLES) -> float:
             elapsed = time.perf_counter() - started
             if i >= 5:  # the first syncs also allocate the file's first block
                 times.append(elapsed * 1000)
-    return statistics.median(times)
+    return times
 
 
 def measure(bootstrap: str, directory: Path) -> Floor:
-    return Floor(heartbeat_round_trip_ms(bootstrap), fdatasync_ms(directory), directory)
+    return Floor(tuple(heartbeat_round_trips_ms(bootstrap)), tuple(fdatasyncs_ms(directory)), directory)
 
 
-def measure_beside(brokers: list[BrokerProcess]) -> Floor:
-    """The floor on streamshop's broker and data directory (else the first broker's) of a run."""
+def measure_beside(brokers: list[BrokerProcess], before: Floor | None = None) -> Floor:
+    """The floor on streamshop's broker and data directory (else the first broker's) of a run;
+    with `before` (the start's), that and this one's samples together."""
     broker = next((b for b in brokers if b.name == "streamshop"), brokers[0])
     directory = (
         broker.data_dir if broker.data_dir is not None and broker.data_dir.is_dir() else Path(tempfile.gettempdir())
     )
     floor = measure(broker.bootstrap, directory)
-    print(floor.describe(), flush=True)
-    return floor
+    print(("at the start, " if before is None else "at the end, ") + floor.describe(), flush=True)
+    return floor if before is None else before.merged(floor)
