@@ -54,6 +54,7 @@ hypothesis.settings.load_profile("streamshop")
 
 def pytest_configure(config: pytest.Config) -> None:
     processes.mark_run()
+    processes.interrupt_on_sigterm()
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups

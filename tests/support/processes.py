@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RUN_MARK", "kill", "leftovers", "mark_run", "stop"]
+__all__ = ["RUN_MARK", "interrupt_on_sigterm", "kill", "leftovers", "mark_run", "stop"]
 
 RUN_MARK = "STREAMSHOP_TEST_RUN"
 
@@ -23,6 +23,18 @@ def mark_run() -> str:
     """The run's mark, set in this process's environment (kept when it is already set: the
     workers of a parallel run share their controller's)."""
     return os.environ.setdefault(RUN_MARK, uuid.uuid4().hex)
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM ends the run as Ctrl-C does: with KeyboardInterrupt, so that pytest still tears
+    the fixtures down and the end-of-run check kills what they left.  By default SIGTERM ends
+    the process at once, and the children started in sessions of their own (Kafka's JVMs, the
+    brokers) outlive an interrupted run (a CI job cancelled, `timeout`, a terminal closed)."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _marked(pid: int, needle: bytes) -> bool:
