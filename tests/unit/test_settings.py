@@ -63,7 +63,7 @@ def test_every_command_refuses_port_70000_at_start_with_status_2(argv: list[str]
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=110,  # a hang guard only (under the test's own 120 s): a loaded host took over 60 s
         check=False,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
     )
