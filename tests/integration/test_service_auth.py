@@ -11,12 +11,14 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+import structlog
 from aiohttp import web
 from structlog.testing import capture_logs
 
 from kit.api_keys import ApiKeys, ApiKeysError, key_line, new_key
 from kit.users import hash_password
 from services.catcher.config import CatcherConfig
+from services.dashboard import login
 from services.dashboard.app import create_app as create_dashboard
 from services.dashboard.config import DashboardConfig
 from services.dashboard.login import COOKIE, Sessions
@@ -196,7 +198,12 @@ async def test_the_session_cookie_is_secure_when_the_dashboard_serves_https(tmp_
             assert response.cookies[COOKIE]["secure"]
 
 
-async def test_sign_in_guessing_is_throttled_and_logged_with_the_client_address(tmp_path: Path) -> None:
+async def test_sign_in_guessing_is_throttled_and_logged_with_the_client_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kit caches a logger's processors on its first use, which an earlier test in this
+    # process may have made: a fresh logger takes capture_logs' processors.
+    monkeypatch.setattr(login, "log", structlog.get_logger(login.__name__))
     users = tmp_path / "dashboard.users"
     users.write_text(f"ops: {hash_password('ops-secret', iterations=1000)},read\n")
     config = DashboardConfig(
