@@ -20,9 +20,13 @@ RUN_MARK = "STREAMSHOP_TEST_RUN"
 
 
 def mark_run() -> str:
-    """The run's mark, set in this process's environment (kept when it is already set: the
-    workers of a parallel run share their controller's)."""
-    return os.environ.setdefault(RUN_MARK, uuid.uuid4().hex)
+    """The run's mark, set in this process's environment.  The workers of a parallel run keep
+    their controller's; any other pytest, one a test starts among them, makes its own: with the
+    inherited mark its end-of-run check would kill the outer run's processes (its workers)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and RUN_MARK in os.environ:
+        return os.environ[RUN_MARK]
+    os.environ[RUN_MARK] = uuid.uuid4().hex
+    return os.environ[RUN_MARK]
 
 
 def interrupt_on_sigterm() -> None:

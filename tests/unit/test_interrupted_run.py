@@ -55,6 +55,7 @@ def test_a_sigterm_to_the_run_tears_its_session_fixtures_down(tmp_path: Path) ->
         text=True,
     )
     child = 0
+    sibling = subprocess.Popen(["sleep", "600"], start_new_session=True)  # carries this run's mark
     try:
         while not pid_file.exists() or not pid_file.read_text():
             assert run.poll() is None, run.communicate()[0]
@@ -67,7 +68,12 @@ def test_a_sigterm_to_the_run_tears_its_session_fixtures_down(tmp_path: Path) ->
 
         assert not _alive(child), output
         assert "KeyboardInterrupt" in output
+        # The inner run marked its processes with a mark of its own: its end-of-run check spared
+        # this run's (with the inherited mark it killed the other workers of a parallel run).
+        assert _alive(sibling.pid), output
     finally:
+        sibling.kill()
+        sibling.wait()
         if run.poll() is None:
             run.kill()
             run.wait()
