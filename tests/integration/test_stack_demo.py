@@ -106,7 +106,7 @@ def test_make_demo_serves_before_the_analytics_job_is_ready_and_stops_cleanly_on
     lines = text.splitlines()
     # the job was slow, said so once, and was waited for
     assert re.search(rf"\| analytics was not ready within {JVM_START_TIMEOUT} s: .*; still waiting for it$", text, re.M)
-    assert re.search(r"\| analytics ready in [0-9.]+ s$", text, re.M)
+    assert re.search(r"\| analytics ready in [0-9.]+ s: local\[[0-9,]+\]$", text, re.M)  # and where it runs
     # a readable console: the supervisor's and the demo's lines, no child's own output
     others = [line for line in lines if not line.startswith(("up ", "demo ", "make: "))]
     assert others == [next(line for line in lines if "streamshop up --demo" in line)], others[:5]
