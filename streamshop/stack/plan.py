@@ -361,7 +361,9 @@ def _analytics_ready(line: str) -> Announced | None:
     the table says where it runs (its Spark master, and the application's web UI)."""
     if not line.startswith("streamshop analytics ready"):
         return None
-    urls = {role: m.group(1) for role in ("master", "ui") if (m := re.search(rf", {role} ([^,\s]+)", line))}
+    # A local master has commas inside its brackets (local[2,4]).
+    value = r"((?:\[[^\]]*\]|[^,\s\[])+)"
+    urls = {role: m.group(1) for role in ("master", "ui") if (m := re.search(f", {role} {value}", line))}
     return Announced(urls, {})
 
 

@@ -481,9 +481,9 @@ def test_analytics_ready_line_announces_where_the_job_runs_and_serves_nothing() 
     )
     assert ready is not None
     assert (ready.urls, ready.ports) == ({"master": "spark://127.0.0.1:7077", "ui": "http://127.0.0.1:4040"}, {})
-    bare = BY_NAME["analytics"].parse_ready("streamshop analytics ready: jobs orders, group analytics, master local[2]")
+    bare = BY_NAME["analytics"].parse_ready("streamshop analytics ready: jobs orders, group x, master local[2,4]")
     assert bare is not None
-    assert bare.urls == {"master": "local[2]"}
+    assert bare.urls == {"master": "local[2,4]"}
     assert BY_NAME["analytics"].parse_ready("streamshop orders ready on http://127.0.0.1:1") is None
 
 
