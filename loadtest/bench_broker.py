@@ -63,12 +63,12 @@ from loadtest.brokers import (
     PEERS,
     BrokerProcess,
     Metrics,
+    add_peers_option,
     baseline_tree,
     cell,
     cpu_seconds,
     create_topic,
     default_tansu_binary,
-    durable_peers,
     exit_on_sigterm,
     kernel_cpu_seconds,
     ratio,
@@ -583,13 +583,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m loadtest.bench_broker", description=__doc__.split("\n")[0])
     p.add_argument("--records", type=int, default=1_000_000, help="records per produce run (default 1,000,000)")
     p.add_argument("--only", choices=(*BROKERS, *DURABLE_PEERS), help="benchmark one broker only")
-    p.add_argument(
-        "--peers",
-        type=durable_peers,
-        default=[],
-        metavar="LIST",
-        help=f"also run these peers that wait for the disk, of {', '.join(DURABLE_PEERS)} (comma-separated)",
-    )
+    add_peers_option(p)
     p.add_argument("--skip-e2e", action="store_true", help="skip the end-to-end latency test")
     p.add_argument(
         "--repeat",

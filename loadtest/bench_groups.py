@@ -117,12 +117,12 @@ from loadtest.brokers import (
     PEERS,
     BrokerProcess,
     Metrics,
+    add_peers_option,
     baseline_tree,
     cell,
     cpu_seconds,
     create_topic,
     default_tansu_binary,
-    durable_peers,
     exit_on_sigterm,
     ratio,
     started_brokers,
@@ -681,13 +681,7 @@ def to_json(benches: list[Bench], opts: Options) -> dict[str, Any]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m loadtest.bench_groups", description=__doc__.split("\n")[0])
     p.add_argument("--only", choices=(*BROKERS, *DURABLE_PEERS), help="benchmark one broker only")
-    p.add_argument(
-        "--peers",
-        type=durable_peers,
-        default=[],
-        metavar="LIST",
-        help=f"also run these peers that wait for the disk, of {', '.join(DURABLE_PEERS)} (comma-separated)",
-    )
+    add_peers_option(p)
     p.add_argument(
         "--repeat", type=int, default=3, metavar="K", help="run each step K times and report the median (default 3)"
     )

@@ -44,11 +44,11 @@ from loadtest.brokers import (
     DURABLE_PEERS,
     BrokerProcess,
     Metrics,
+    add_peers_option,
     cell,
     cpu_seconds,
     create_topic,
     default_tansu_binary,
-    durable_peers,
     exit_on_sigterm,
     ratio,
     started_brokers,
@@ -240,13 +240,7 @@ def format_report(benches: list[Bench], opts: Options, floor: Floor) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", action="append", choices=(*NAMES, *DURABLE_PEERS), help="only this broker (repeatable)")
-    p.add_argument(
-        "--peers",
-        type=durable_peers,
-        default=[],
-        metavar="LIST",
-        help=f"also run these peers that wait for the disk, of {', '.join(DURABLE_PEERS)} (comma-separated)",
-    )
+    add_peers_option(p)
     p.add_argument("--records", type=int, default=10_000)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--tansu-binary", type=Path, default=None)

@@ -406,6 +406,17 @@ def durable_peers(text: str) -> list[str]:
     return names
 
 
+def add_peers_option(parser: argparse.ArgumentParser) -> None:
+    """The benchmarks' `--peers`: durable peers run beside the brokers they compare."""
+    parser.add_argument(
+        "--peers",
+        type=durable_peers,
+        default=[],
+        metavar="LIST",
+        help=f"also run these peers that wait for the disk, of {', '.join(DURABLE_PEERS)} (comma-separated)",
+    )
+
+
 def exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
     """A SIGTERM handler: unwinds the context managers, which stop the brokers."""
     raise SystemExit(128 + signum)
