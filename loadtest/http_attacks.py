@@ -41,7 +41,8 @@ KINDS = ("registry", "dashboard")
 _FAILED = {"registry": "registry authentication failed", "dashboard": "dashboard sign-in failed"}
 
 
-def _app(kind: str, users_file: Path) -> web.Application:
+def login_app(kind: str, users_file: Path) -> web.Application:
+    """A `kind` server's login in front of one page, as it runs (its own middlewares)."""
     if kind == "registry":  # the registry's own middlewares in front of a listing
         users = Users.load(users_file, LoginThrottle(max_s=30))
 
@@ -70,7 +71,7 @@ def served(kind: str, iterations: int) -> Iterator[str]:
         started, stop = threading.Event(), threading.Event()
 
         async def serve() -> None:
-            runner = web.AppRunner(_app(kind, users_file))
+            runner = web.AppRunner(login_app(kind, users_file))
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", 0).start()
             host, port = runner.addresses[0][:2]

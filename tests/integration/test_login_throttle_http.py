@@ -16,14 +16,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp import web
 
-from kit.throttle import LoginThrottle
-from kit.users import Users, hash_password
-from registry.auth import basic_auth
-from registry.http import confluent_errors
-from services.dashboard.app import create_app as create_dashboard
-from services.dashboard.config import DashboardConfig
+from kit.users import hash_password
+from loadtest.http_attacks import login_app
 from tests.support.services import serve_app
 
 USER, PASSWORD = "ops", "ops-secret"
@@ -65,21 +60,7 @@ async def serving(kind: str, tmp_path: Path, iterations: int = 1000) -> AsyncIte
         f"{USER}: {hash_password(PASSWORD, iterations=iterations)},read\n"
         f"{CONTROL}: {hash_password(PASSWORD, iterations=iterations)},read\n"
     )
-    app: web.Application
-    if kind == "registry":  # the registry's own middlewares in front of a listing
-        users = Users.load(users_file, LoginThrottle(max_s=30))
-
-        async def subjects(request: web.Request) -> web.Response:
-            return web.json_response([])
-
-        app = web.Application(middlewares=[confluent_errors, basic_auth(users)])
-        app.router.add_get("/subjects", subjects)
-    else:
-        config = DashboardConfig(
-            listen="127.0.0.1", port=0, bootstrap_servers="127.0.0.1:9", users_file=users_file, log_shipping=False
-        )
-        app = create_dashboard(config)
-    async with serve_app(app) as (url, _):
+    async with serve_app(login_app(kind, users_file)) as (url, _):
         yield Site(url, kind)
 
 
