@@ -27,6 +27,7 @@ from typing import TypeVar
 
 from kio.static.protocol import Entity
 
+from broker.cooperative import STEP
 from broker.core import Broker
 from broker.handlers.base import Handler, Outcome, RequestContext, Result, Serial, Signal
 from broker.protocol.codec import MalformedRequest, encode_body, parse_header, request_type
@@ -101,7 +102,7 @@ SPLITS: dict[int, Split] = {
     69: Split("group_ids", "groups"),  # ConsumerGroupDescribe
     77: Split("group_ids", "groups"),  # ShareGroupDescribe
 }
-CHUNK = 500
+CHUNK = STEP
 
 
 async def _outcome(result: Result) -> Outcome:

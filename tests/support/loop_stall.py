@@ -73,6 +73,20 @@ def stall_of(bootstrap: str, request: Any) -> tuple[Any, float]:
     return response, stall
 
 
+def within_bound(bootstrap: str, request: Callable[[int], Any], attempts: int = 3) -> tuple[Any, float, float]:
+    """The response to `request(n)`, the stall it caused and the idle control before it, of
+    the first of `attempts` tries whose stall is within `bound` of its control (else of the
+    last try).  A request that holds the loop does so every time; a busy machine that stops
+    the broker process for a moment does so once in a while, and a retry tells them apart.
+    `request(n)` builds the n-th try's request (fresh names where a try leaves state behind)."""
+    for attempt in range(attempts):
+        idle = control(bootstrap)
+        response, stall = stall_of(bootstrap, request(attempt))
+        if stall < bound(idle):
+            break
+    return response, stall, idle
+
+
 def bound(control_max: float) -> float:
     """What a request may cost another client: a few of its worst idle round trips, never
     less than a scheduler's slice of a busy machine."""
