@@ -14,9 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
+from broker.cooperative import STEP, each, pause
 from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext, throttled
 from broker.log.partition_log import PartitionLog
@@ -111,66 +115,96 @@ class _Slot:
         self.aborted: list[tuple[int, int]] | None = None
 
 
-def _resolve(broker: Broker, ctx: RequestContext, request: FetchRequest) -> list[_Slot]:
-    """One slot per partition named; a partition named twice is fetched once, as Kafka's
-    map of fetch data does (the later entry wins, in the first one's place)."""
-    # (name, topic id, the topic found, its error when missing, partitions), in request order
-    named: list[tuple[str | None, uuid.UUID | None, Topic | None, ErrorCode, Sequence[_Partition]]] = []
+# A topic as the request names it: its name, id, the topic found, its error when missing,
+# and the partitions asked.
+_Named: TypeAlias = tuple[str | None, uuid.UUID | None, Topic | None, ErrorCode, Sequence[_Partition]]
+
+
+def _named(broker: Broker, request: FetchRequest) -> Iterator[_Named]:
+    """Each topic of the request, in order, looked up when its turn comes."""
     if _by_topic_id(request):
         for by_id in request.topics:
             found = broker.store.by_id.get(by_id.topic_id) if by_id.topic_id is not None else None
-            named.append(
-                (found.name if found else None, by_id.topic_id, found, ErrorCode.unknown_topic_id, by_id.partitions)
-            )
+            yield found.name if found else None, by_id.topic_id, found, ErrorCode.unknown_topic_id, by_id.partitions
     else:
-        named.extend(
-            (t.topic, None, broker.store.get(t.topic), ErrorCode.unknown_topic_or_partition, t.partitions)
-            for t in request.topics
-        )
-    slots: dict[tuple[object, int], _Slot] = {}
-    security, session = broker.security, ctx.session
-    for name, topic_id, found, missing, partitions in named:
-        key: object = name if topic_id is None else topic_id
-        readable = name is not None and security.topic(session, Operation.READ, name)
-        for part in partitions:
-            slot = _Slot(name, topic_id, part.partition, part.fetch_offset, part.partition_max_bytes)
-            slot.plog = broker.store.partition_log(name, part.partition) if readable and name else None
-            if slot.plog is None:
-                slot.error = missing if found is None else ErrorCode.unknown_topic_or_partition
-                if name is not None and not readable:
-                    slot.error = ErrorCode.topic_authorization_failed
-            slots[(key, part.partition)] = slot
-    return list(slots.values())
+        for t in request.topics:
+            yield t.topic, None, broker.store.get(t.topic), ErrorCode.unknown_topic_or_partition, t.partitions
 
 
-def _gather(slots: list[_Slot], max_bytes: int, committed: bool) -> tuple[int, bool]:
-    """Read every partition (only below the last stable offset when `committed`, with the
-    aborted transactions the data spans); returns (bytes gathered, any error)."""
-    budget = max_bytes
-    total = 0
-    error = False
-    for slot in slots:
-        slot.records, slot.count = b"", 0
+class _Slots:
+    """One slot per partition named; a partition named twice is fetched once, as Kafka's
+    map of fetch data does (the later entry wins, in the first one's place)."""
+
+    def __init__(self, broker: Broker, ctx: RequestContext) -> None:
+        self.broker, self.session = broker, ctx.session
+        self.slots: dict[tuple[object, int], _Slot] = {}
+
+    def readable(self, name: str | None) -> bool:
+        return name is not None and self.broker.security.topic(self.session, Operation.READ, name)
+
+    def add(self, named: _Named, readable: bool, part: _Partition) -> None:
+        name, topic_id, found, missing, _ = named
+        slot = _Slot(name, topic_id, part.partition, part.fetch_offset, part.partition_max_bytes)
+        slot.plog = self.broker.store.partition_log(name, part.partition) if readable and name else None
         if slot.plog is None:
-            error = True
-            continue
+            slot.error = missing if found is None else ErrorCode.unknown_topic_or_partition
+            if name is not None and not readable:
+                slot.error = ErrorCode.topic_authorization_failed
+        self.slots[(name if topic_id is None else topic_id, part.partition)] = slot
+
+
+def _resolve(broker: Broker, ctx: RequestContext, request: FetchRequest) -> list[_Slot]:
+    resolved = _Slots(broker, ctx)
+    for named in _named(broker, request):
+        readable = resolved.readable(named[0])
+        for part in named[4]:
+            resolved.add(named, readable, part)
+    return list(resolved.slots.values())
+
+
+class _Reader:
+    """Reads the partitions of one fetch in turn within its byte budget (only below the
+    last stable offset when `committed`, with the aborted transactions the data spans)."""
+
+    def __init__(self, broker: Broker, max_bytes: int, committed: bool) -> None:
+        self.store, self.committed = broker.store, committed
+        self.budget = max_bytes
+        self.total = 0
+        self.error = False
+
+    def read(self, slot: _Slot) -> None:
+        slot.records, slot.count = b"", 0
+        plog = slot.plog
+        if plog is not None and self.store.partition_log(plog.topic, plog.partition) is not plog:
+            # Deleted while the fetch waited (long poll, or its turn on the loop): its log is closed.
+            slot.plog, slot.error = None, ErrorCode.unknown_topic_or_partition
+        if slot.plog is None:
+            self.error = True
+            return
         try:
-            limit = min(slot.max_bytes, budget)
-            upper = slot.plog.last_stable_offset if committed else None
-            read = slot.plog.read_for_fetch(slot.offset, limit, upper) if (limit > 0 or total == 0) else NOTHING
-            if total > 0 and read.size > limit:
+            limit = min(slot.max_bytes, self.budget)
+            upper = slot.plog.last_stable_offset if self.committed else None
+            read = slot.plog.read_for_fetch(slot.offset, limit, upper) if (limit > 0 or self.total == 0) else NOTHING
+            if self.total > 0 and read.size > limit:
                 read = NOTHING  # only the very first batch may exceed the limits
-            if committed:
+            if self.committed:
                 slot.aborted = _aborted(slot.plog, slot.offset, read)
         except KafkaError as e:
             slot.error = e.code
-            error = True
-            continue
+            self.error = True
+            return
         slot.error = ErrorCode.none
         slot.records, slot.count = read.data, read.records
-        total += read.size
-        budget -= read.size
-    return total, error
+        self.total += read.size
+        self.budget -= read.size
+
+
+def _gather(broker: Broker, slots: list[_Slot], max_bytes: int, committed: bool) -> tuple[int, bool]:
+    """Read every partition; returns (bytes gathered, any error)."""
+    reader = _Reader(broker, max_bytes, committed)
+    for slot in slots:
+        reader.read(slot)
+    return reader.total, reader.error
 
 
 def _aborted(plog: PartitionLog, offset: int, read: FetchRead) -> list[tuple[int, int]]:
@@ -179,20 +213,39 @@ def _aborted(plog: PartitionLog, offset: int, read: FetchRead) -> list[tuple[int
     return [(t.producer_id, t.first_offset) for t in plog.aborted_transactions(offset, read.end_offset)]
 
 
-def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> Answer[RawResponse]:
-    version = ctx.api_version
-    if not _without_sessions(request) and request.session_id != 0:
-        return _response(broker, version, [], ErrorCode.fetch_session_id_not_found)
-    slots = _resolve(broker, ctx, request)
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    max_bytes: int
+    committed: bool
+    max_wait: float  # seconds
+    min_bytes: int
+
+
+def _limits(broker: Broker, ctx: RequestContext, request: FetchRequest) -> _Limits:
     # fetch.max.bytes bounds the whole response whatever the client asks for.
     max_bytes = min(request.max_bytes, broker.config.get("fetch.max.bytes"))
     if broker.quotas.active:
         allowed = broker.quotas.window_bytes(CONSUMER_BYTE_RATE, quota_user(ctx.principal), ctx.client_id or "")
         max_bytes = max_bytes if allowed is None else min(max_bytes, allowed)
-    committed = request.isolation_level == READ_COMMITTED
-    total, error = _gather(slots, max_bytes, committed)
-    max_wait = min(timedelta_ms(request.max_wait), broker.config.get("fetch.max.wait.ms")) / 1000
-    min_bytes = max(request.min_bytes, 1)
+    return _Limits(
+        max_bytes,
+        request.isolation_level == READ_COMMITTED,
+        min(timedelta_ms(request.max_wait), broker.config.get("fetch.max.wait.ms")) / 1000,
+        max(request.min_bytes, 1),
+    )
+
+
+def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> Answer[RawResponse]:
+    """A fetch of more than STEP partitions is served STEP partitions at a time (`_in_steps`)."""
+    version = ctx.api_version
+    if not _without_sessions(request) and request.session_id != 0:
+        return _response(broker, version, [], ErrorCode.fetch_session_id_not_found)
+    if sum(len(t.partitions) for t in request.topics) > STEP:
+        return _in_steps(broker, ctx, request)
+    slots = _resolve(broker, ctx, request)
+    limits = _limits(broker, ctx, request)
+    max_bytes, committed, max_wait, min_bytes = limits.max_bytes, limits.committed, limits.max_wait, limits.min_bytes
+    total, error = _gather(broker, slots, max_bytes, committed)
     if error or total >= min_bytes or max_wait <= 0 or not slots:
         return _response(broker, version, slots, throttle_ms=_consumer_quota(broker, ctx, slots))
 
@@ -205,13 +258,58 @@ def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> Answer
         # deadline), not on every append.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(watch.future), max_wait)
-        _gather(slots, max_bytes, committed)
+        _gather(broker, slots, max_bytes, committed)
         return _response(broker, version, slots, throttle_ms=_consumer_quota(broker, ctx, slots))
 
     task = asyncio.ensure_future(long_poll())
     # Unregister however it ends: answered, timed out, or cancelled with its connection.
     task.add_done_callback(lambda _: broker.unwatch(watch))
     return task
+
+
+async def _in_steps(broker: Broker, ctx: RequestContext, request: FetchRequest) -> RawResponse:
+    """`handle` for a fetch of many partitions: named, read and answered STEP partitions at
+    a time, the loop free between steps, and the answer encoded in a worker thread.  A fetch
+    changes nothing, so the connection's next request need not wait for it (as a long poll)."""
+    resolved = _Slots(broker, ctx)
+    count = 0
+    for named in _named(broker, request):
+        readable = resolved.readable(named[0])
+        for part in named[4]:
+            resolved.add(named, readable, part)
+            count += 1
+            await pause(count)
+    slots = list(resolved.slots.values())
+    limits = _limits(broker, ctx, request)
+    may_wait = limits.max_wait > 0 and bool(slots) and all(s.plog is not None for s in slots)
+    # Registered before the partitions are read, so an append while they are is counted (an
+    # append to a partition read after it is counted twice, and may end the wait early).
+    watch = broker.watch_appends([s.plog for s in slots if s.plog], limits.min_bytes) if may_wait else None
+    try:
+        total, error = await _gather_in_steps(broker, slots, limits)
+        if watch is not None and not error and total < limits.min_bytes:
+            watch.needed -= total
+            if watch.needed > 0 and not watch.future.done():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(watch.future), limits.max_wait)
+            await _gather_in_steps(broker, slots, limits)
+    finally:
+        if watch is not None:
+            broker.unwatch(watch)
+    answer = _Answer(broker)
+    throttle_ms = _consumer_quota(broker, ctx, slots)
+    async for slot in each(slots):
+        answer.add(slot)
+    answer.count_errors()
+    encode = partial(answer.encoded, ctx.api_version, ErrorCode.none, throttle_ms)
+    return await asyncio.get_running_loop().run_in_executor(broker.workers, encode)
+
+
+async def _gather_in_steps(broker: Broker, slots: list[_Slot], limits: _Limits) -> tuple[int, bool]:
+    reader = _Reader(broker, limits.max_bytes, limits.committed)
+    async for slot in each(slots):
+        reader.read(slot)
+    return reader.total, reader.error
 
 
 def _consumer_quota(broker: Broker, ctx: RequestContext, slots: list[_Slot]) -> int:
@@ -230,21 +328,25 @@ def _consumer_quota(broker: Broker, ctx: RequestContext, slots: list[_Slot]) -> 
     return throttled(ctx, throttle_ms)
 
 
-def _response(
-    broker: Broker, version: int, slots: list[_Slot], top_error: ErrorCode = ErrorCode.none, throttle_ms: int = 0
-) -> RawResponse:
-    topics: dict[tuple[str | None, uuid.UUID | None], FetchTopic] = {}
-    for slot in slots:
+class _Answer:
+    """The answer's topics, each where its first partition is, and the errors it counts."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.topics: dict[tuple[str | None, uuid.UUID | None], FetchTopic] = {}
+        self.errors: Counter[ErrorCode] = Counter()
+
+    def add(self, slot: _Slot) -> None:
         plog = slot.plog
         hw = plog.high_watermark if plog else -1
         if slot.records and plog is not None:
-            broker.metrics.served(plog.topic, len(slot.records), slot.count)
+            self.broker.metrics.served(plog.topic, len(slot.records), slot.count)
         if slot.error != ErrorCode.none:
-            broker.metrics.errors.labels("Fetch", slot.error.name).inc()
+            self.errors[slot.error] += 1
         key = (slot.name, slot.topic_id)
-        topic = topics.get(key)
+        topic = self.topics.get(key)
         if topic is None:
-            topic = topics[key] = FetchTopic(slot.name or "", slot.topic_id)
+            topic = self.topics[key] = FetchTopic(slot.name or "", slot.topic_id)
         topic.partitions.append(
             FetchPartition(
                 index=slot.partition,
@@ -256,4 +358,21 @@ def _response(
                 aborted=slot.aborted,
             )
         )
-    return encode_fetch_response(version, list(topics.values()), error=int(top_error), throttle_ms=throttle_ms)
+
+    def count_errors(self) -> None:
+        """One metric update per error code answered."""
+        for code, n in self.errors.items():
+            self.broker.metrics.errors.labels("Fetch", code.name).inc(n)
+
+    def encoded(self, version: int, top_error: ErrorCode, throttle_ms: int) -> RawResponse:
+        return encode_fetch_response(version, list(self.topics.values()), error=int(top_error), throttle_ms=throttle_ms)
+
+
+def _response(
+    broker: Broker, version: int, slots: list[_Slot], top_error: ErrorCode = ErrorCode.none, throttle_ms: int = 0
+) -> RawResponse:
+    answer = _Answer(broker)
+    for slot in slots:
+        answer.add(slot)
+    answer.count_errors()
+    return answer.encoded(version, top_error, throttle_ms)

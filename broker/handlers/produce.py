@@ -16,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections import Counter
+from collections.abc import Coroutine, Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import structlog
 
+from broker.cooperative import STEP, pause
 from broker.core import INTERNAL_TOPICS, Broker
 from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE, Answer, Messages, RequestContext, Serial, Signal
 from broker.log.partition_log import OpenedBatch, PartitionLog
@@ -89,15 +91,16 @@ def _by_topic_id(request: ProduceRequest) -> TypeIs[produce_v13.ProduceRequest]:
 
 def _topics(
     broker: Broker, request: ProduceRequest
-) -> list[tuple[str | None, uuid.UUID | None, Sequence[_PartitionData]]]:
-    """Each topic of the request: its name (None: an id no topic has), its id (v13+), its partitions."""
-    if not _by_topic_id(request):
-        return [(t.name, None, t.partition_data) for t in request.topic_data]
-    out: list[tuple[str | None, uuid.UUID | None, Sequence[_PartitionData]]] = []
-    for t in request.topic_data:
-        topic = broker.store.by_id.get(t.topic_id) if t.topic_id is not None else None
-        out.append((topic.name if topic else None, t.topic_id, t.partition_data))
-    return out
+) -> Iterator[tuple[str | None, uuid.UUID | None, Sequence[_PartitionData]]]:
+    """Each topic of the request: its name (None: an id no topic has), its id (v13+), its
+    partitions; an id is looked up when its topic's turn comes."""
+    if _by_topic_id(request):
+        for t in request.topic_data:
+            topic = broker.store.by_id.get(t.topic_id) if t.topic_id is not None else None
+            yield topic.name if topic else None, t.topic_id, t.partition_data
+    else:
+        for named in request.topic_data:
+            yield named.name, None, named.partition_data
 
 
 # Each topic's name (None: unknown id) and id (v13+), with its partitions' outcomes.
@@ -185,6 +188,10 @@ def _append(broker: Broker, out: _Outcome, transactional_id: str | None, version
     assert out.batch is not None
     assert out.opened is not None
     plog = out.plog
+    if broker.store.partition_log(plog.topic, plog.partition) is not plog:
+        # Deleted (or deleted and made again) while the request waited for a worker thread,
+        # the coordinator or its turn on the loop: its log is closed.
+        raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{plog.topic}-{plog.partition} does not exist")
     header = out.opened.header
     if header.is_transactional:
         if transactional_id is None:
@@ -206,63 +213,97 @@ def _append(broker: Broker, out: _Outcome, transactional_id: str | None, version
     return not result.duplicate
 
 
+class _Opening:
+    """Checks each partition of one request and opens its batch: on the loop when small
+    enough (`ready`), else later in a worker thread (`later`)."""
+
+    def __init__(self, broker: Broker, ctx: RequestContext, request: ProduceRequest) -> None:
+        self.broker, self.session = broker, ctx.session
+        self.acks, self.transactional_id = request.acks, request.transactional_id
+        self.limit = broker.config.get("message.max.decompressed.bytes")
+        self.ready: list[_Outcome] = []
+        self.later: list[_Outcome] = []
+
+    def writable(self, name: str | None) -> bool:
+        return name is not None and self.broker.security.topic(self.session, Operation.WRITE, name)
+
+    def open(self, name: str | None, topic_id: uuid.UUID | None, writable: bool, pdata: _PartitionData) -> _Outcome:
+        out = _Outcome(pdata.index)
+        broker, security, session, acks = self.broker, self.broker.security, self.session, self.acks
+        try:
+            if name is None:
+                raise KafkaError(ErrorCode.unknown_topic_id, f"no topic has id {topic_id}")
+            if not writable:
+                raise KafkaError(ErrorCode.topic_authorization_failed, f"WRITE on topic {name} denied")
+            if acks not in (0, 1, -1):
+                raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, not {acks}")
+            if self.transactional_id is not None and not security.allowed(
+                session, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, self.transactional_id
+            ):
+                raise KafkaError(
+                    ErrorCode.transactional_id_authorization_failed,
+                    f"WRITE on transactional id {self.transactional_id} denied",
+                )
+            if name in INTERNAL_TOPICS:
+                # The broker's own records: a client's would be replayed at the next start.
+                raise KafkaError(
+                    ErrorCode.invalid_topic_exception, f"{name} is an internal topic: clients cannot produce to it"
+                )
+            plog = broker.store.partition_log(name, pdata.index)
+            if plog is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{name}-{pdata.index} does not exist")
+            out.plog = plog
+            out.batch = _single_batch(pdata.records)
+            try:
+                out.opened = plog.open_batch(out.batch, limit=self.limit, inline=True)
+                self.ready.append(out)
+            except PayloadTooLarge:
+                self.later.append(out)
+        except KafkaError as e:
+            out.fail(e)
+        return out
+
+    async def open_later(self) -> None:
+        """The batches too costly for the loop, opened in a worker thread, in request order."""
+        loop = asyncio.get_running_loop()
+        for out in self.later:
+            assert out.plog is not None
+            assert out.batch is not None
+            try:
+                out.opened = await loop.run_in_executor(
+                    self.broker.workers, partial(out.plog.open_batch, out.batch, limit=self.limit, inline=False)
+                )
+            except KafkaError as e:
+                out.fail(e)
+
+
+def _partitions(request: ProduceRequest) -> int:
+    return sum(len(t.partition_data) for t in request.topic_data)
+
+
 def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Answer[RawResponse | Signal] | Serial:
     """Validate every batch; those small enough are opened here, on the event loop.  If any
     needs more work (a large or highly compressed payload, recompression), every batch of
     the request is opened in a worker thread and appended afterwards, and the connection
-    dispatches nothing else meanwhile (`Serial`), so a producer's batches keep their order."""
-    acks = request.acks
+    dispatches nothing else meanwhile (`Serial`), so a producer's batches keep their order.
+    A request of more than STEP partitions is served STEP partitions at a time."""
+    if _partitions(request) > STEP:
+        return Serial(_in_steps(broker, ctx, request))
+    opening = _Opening(broker, ctx, request)
     results: _Results = []
-    ready: list[_Outcome] = []
-    later: list[_Outcome] = []
-    limit = broker.config.get("message.max.decompressed.bytes")
-    security, session = broker.security, ctx.session
     for name, topic_id, partitions in _topics(broker, request):
-        outcomes = []
-        writable = name is not None and security.topic(session, Operation.WRITE, name)
-        for pdata in partitions:
-            out = _Outcome(pdata.index)
-            outcomes.append(out)
-            try:
-                if name is None:
-                    raise KafkaError(ErrorCode.unknown_topic_id, f"no topic has id {topic_id}")
-                if not writable:
-                    raise KafkaError(ErrorCode.topic_authorization_failed, f"WRITE on topic {name} denied")
-                if acks not in (0, 1, -1):
-                    raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, not {acks}")
-                if request.transactional_id is not None and not security.allowed(
-                    session, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
-                ):
-                    raise KafkaError(
-                        ErrorCode.transactional_id_authorization_failed,
-                        f"WRITE on transactional id {request.transactional_id} denied",
-                    )
-                if name in INTERNAL_TOPICS:
-                    # The broker's own records: a client's would be replayed at the next start.
-                    raise KafkaError(
-                        ErrorCode.invalid_topic_exception, f"{name} is an internal topic: clients cannot produce to it"
-                    )
-                plog = broker.store.partition_log(name, pdata.index)
-                if plog is None:
-                    raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{name}-{pdata.index} does not exist")
-                out.plog = plog
-                out.batch = _single_batch(pdata.records)
-                try:
-                    out.opened = plog.open_batch(out.batch, limit=limit, inline=True)
-                    ready.append(out)
-                except PayloadTooLarge:
-                    later.append(out)
-            except KafkaError as e:
-                out.fail(e)
-        results.append((name, topic_id, outcomes))
+        writable = opening.writable(name)
+        results.append((name, topic_id, [opening.open(name, topic_id, writable, pdata) for pdata in partitions]))
+    version, acks, transactional_id = ctx.api_version, request.acks, request.transactional_id
+    ready, later = opening.ready, opening.later
     if not later:
-        adding = _add_partitions(broker, ctx.api_version, request.transactional_id, ready)
+        adding = _add_partitions(broker, version, transactional_id, ready)
         if adding is None:
-            return _finish(broker, ctx.api_version, acks, results, ready, transactional_id=request.transactional_id)
+            return _finish(broker, version, acks, results, ready, transactional_id=transactional_id)
 
         async def added() -> RawResponse | Signal:
             await adding
-            outcome = _finish(broker, ctx.api_version, acks, results, ready, transactional_id=request.transactional_id)
+            outcome = _finish(broker, version, acks, results, ready, transactional_id=transactional_id)
             return await outcome if inspect.isawaitable(outcome) else outcome
 
         # The coordinator is awaited: the connection's next request, maybe this producer's next
@@ -270,25 +311,89 @@ def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Answ
         return Serial(added())
 
     async def opened_in_worker() -> RawResponse | Signal:
-        loop = asyncio.get_running_loop()
-        for out in later:
-            assert out.plog is not None
-            assert out.batch is not None
-            try:
-                out.opened = await loop.run_in_executor(
-                    broker.workers, partial(out.plog.open_batch, out.batch, limit=limit, inline=False)
-                )
-            except KafkaError as e:
-                out.fail(e)
-        adding = _add_partitions(broker, ctx.api_version, request.transactional_id, [*ready, *later])
+        await opening.open_later()
+        opened = [*ready, *later]
+        adding = _add_partitions(broker, version, transactional_id, opened)
         if adding is not None:
             await adding
-        outcome = _finish(
-            broker, ctx.api_version, acks, results, [*ready, *later], transactional_id=request.transactional_id
-        )
+        outcome = _finish(broker, version, acks, results, opened, transactional_id=transactional_id)
         return await outcome if inspect.isawaitable(outcome) else outcome
 
     return Serial(opened_in_worker())
+
+
+async def _in_steps(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> RawResponse | Signal:
+    """`handle` for a request of many partitions: checked and opened, then appended, STEP
+    partitions at a time, the loop free between steps, and the answer encoded in a worker
+    thread.  Each partition's append is whole within a step, and appends keep request order."""
+    opening = _Opening(broker, ctx, request)
+    results: _Results = []
+    count = 0
+    for name, topic_id, partitions in _topics(broker, request):
+        writable = opening.writable(name)
+        outcomes = []
+        for pdata in partitions:
+            outcomes.append(opening.open(name, topic_id, writable, pdata))
+            count += 1
+            await pause(count)
+        results.append((name, topic_id, outcomes))
+    version, acks, transactional_id = ctx.api_version, request.acks, request.transactional_id
+    await opening.open_later()
+    opened = [*opening.ready, *opening.later] if opening.later else opening.ready
+    adding = _add_partitions(broker, version, transactional_id, opened)
+    if adding is not None:
+        await adding
+    touched: list[PartitionLog] = []
+    for count, out in enumerate(opened, 1):
+        _append_opened(broker, out, transactional_id, version, touched)
+        await pause(count)
+    failed = _settle(broker, results)
+    if acks == 0:
+        return CLOSE_CONNECTION if failed else NO_RESPONSE
+    if acks == -1 and touched and broker.answers_wait():
+        await _durable(broker, touched, results)
+    return await asyncio.get_running_loop().run_in_executor(broker.workers, _response, version, results)
+
+
+def _append_opened(
+    broker: Broker, out: _Outcome, transactional_id: str | None, version: int, touched: list[PartitionLog]
+) -> None:
+    """`_append` of a batch that passed its checks; its log joins `touched`, or it fails."""
+    if out.error != ErrorCode.none:
+        return
+    try:
+        _append(broker, out, transactional_id, version)
+        assert out.plog is not None
+        touched.append(out.plog)
+    except KafkaError as e:
+        out.fail(e)
+
+
+def _settle(broker: Broker, results: _Results) -> bool:
+    """Count the errors answered (one metric update per error code) and let go of the
+    records, which the response does not need; whether any partition failed."""
+    errors: Counter[ErrorCode] = Counter()
+    for _, _, outcomes in results:
+        for out in outcomes:
+            if out.error != ErrorCode.none:
+                errors[out.error] += 1
+            out.batch = out.opened = None
+    for code, n in errors.items():
+        broker.metrics.errors.labels("Produce", code.name).inc(n)
+    return bool(errors)
+
+
+async def _durable(broker: Broker, touched: list[PartitionLog], results: _Results) -> None:
+    """Wait until the appends are durable; if the fsync fails, every appended partition
+    answers KAFKA_STORAGE_ERROR."""
+    try:
+        await broker.sync(touched)
+    except OSError as e:
+        log.exception("fsync failed; failing acks=all produce", error=str(e))
+        for _, _, outcomes in results:
+            for out in outcomes:
+                if out.error == ErrorCode.none:
+                    out.error, out.message = ErrorCode.kafka_storage_error, str(e)
 
 
 def _finish(
@@ -303,34 +408,14 @@ def _finish(
     """Append the opened batches, then answer as `acks` says."""
     touched: list[PartitionLog] = []
     for out in opened:
-        if out.error != ErrorCode.none:
-            continue
-        try:
-            _append(broker, out, transactional_id, version)
-            assert out.plog is not None
-            touched.append(out.plog)
-        except KafkaError as e:
-            out.fail(e)
-    failed = False
-    for _, _, outcomes in results:
-        for out in outcomes:
-            if out.error != ErrorCode.none:
-                failed = True
-                broker.metrics.errors.labels("Produce", out.error.name).inc()
-            out.batch = out.opened = None  # the response does not need the records
+        _append_opened(broker, out, transactional_id, version, touched)
+    failed = _settle(broker, results)
     if acks == 0:
         return CLOSE_CONNECTION if failed else NO_RESPONSE
     if acks == -1 and touched and broker.answers_wait():
 
         async def durable() -> RawResponse:
-            try:
-                await broker.sync(touched)
-            except OSError as e:
-                log.exception("fsync failed; failing acks=all produce", error=str(e))
-                for _, _, outcomes in results:
-                    for out in outcomes:
-                        if out.error == ErrorCode.none:
-                            out.error, out.message = ErrorCode.kafka_storage_error, str(e)
+            await _durable(broker, touched, results)
             return _response(version, results)
 
         return durable()

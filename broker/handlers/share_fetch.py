@@ -22,8 +22,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from broker.cooperative import STEP, each, pause
 from broker.core import Broker
-from broker.handlers.base import Answer, Messages, RequestContext
+from broker.handlers.base import Answer, Messages, RequestContext, Serial
 from broker.log.partition_log import PartitionLog
 from broker.protocol.codec import build, encode_body, nested, timedelta_ms, uvarint
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -60,6 +61,14 @@ class _Batch(Protocol):
 
     @property
     def acknowledge_types(self) -> Sequence[int]: ...
+
+
+class _FetchPartition(Protocol):
+    @property
+    def partition_index(self) -> int: ...
+
+    @property
+    def acknowledgement_batches(self) -> Sequence[_Batch]: ...
 
 
 @dataclass(slots=True)
@@ -147,26 +156,54 @@ def _session(shares: ShareCoordinator, ctx: RequestContext, group_id: str, membe
 # --- ShareFetch ------------------------------------------------------------------------
 
 
-def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest) -> Answer[RawResponse]:
+def _fetch_session(broker: Broker, ctx: RequestContext, request: ShareFetchRequest) -> tuple[str, str, ShareSession]:
+    """The group, member and session a ShareFetch acts in (opened by one of the initial
+    epoch); raises KafkaError when the request is refused whole."""
+    epoch = request.share_session_epoch
+    group_id, member_id = _check(broker, ctx, request.group_id, request.member_id)
+    acks = any(p.acknowledgement_batches for t in request.topics for p in t.partitions)
+    if epoch == INITIAL_EPOCH and acks:
+        raise KafkaError(ErrorCode.invalid_request, "Acknowledge data present on initial fetch request.")
+    if any(t.topic_id is None for t in request.topics) or any(
+        t.topic_id is None for t in request.forgotten_topics_data
+    ):
+        raise KafkaError(ErrorCode.invalid_request, "a topic id is null")
+    shares: ShareCoordinator = broker.shares
+    if epoch == INITIAL_EPOCH:
+        session = shares.open_session(group_id, member_id, ctx.session)
+        opened = session
+        ctx.session.on_close[("share", group_id, member_id)] = lambda: shares.close_session(opened)
+    else:
+        session = _session(shares, ctx, group_id, member_id, epoch)
+    return group_id, member_id, session
+
+
+def _take(req: _Request, session: ShareSession, epoch: int, topic_id: uuid.UUID, part: _FetchPartition) -> None:
+    """One partition of the request: its acknowledgements applied, and its place in the session."""
+    if part.acknowledgement_batches:
+        req.acknowledge(topic_id, part.partition_index, part.acknowledgement_batches)
+    if epoch == INITIAL_EPOCH:
+        req.slot(topic_id, part.partition_index)  # a full session is answered in full
+    if epoch != FINAL_EPOCH:
+        session.partitions[(topic_id, part.partition_index)] = None
+
+
+def _entries(request: ShareFetchRequest) -> int:
+    return sum(len(t.partitions) for t in request.topics) + sum(
+        len(t.partitions) for t in request.forgotten_topics_data
+    )
+
+
+def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest) -> Answer[RawResponse] | Serial:
+    """A request of more than STEP partitions is served STEP partitions at a time (`_in_steps`)."""
+    if _entries(request) > STEP:
+        return Serial(_in_steps(broker, ctx, request))
     epoch = request.share_session_epoch
     try:
-        group_id, member_id = _check(broker, ctx, request.group_id, request.member_id)
-        acks = any(p.acknowledgement_batches for t in request.topics for p in t.partitions)
-        if epoch == INITIAL_EPOCH and acks:
-            raise KafkaError(ErrorCode.invalid_request, "Acknowledge data present on initial fetch request.")
-        if any(t.topic_id is None for t in request.topics) or any(
-            t.topic_id is None for t in request.forgotten_topics_data
-        ):
-            raise KafkaError(ErrorCode.invalid_request, "a topic id is null")
-        shares: ShareCoordinator = broker.shares
-        if epoch == INITIAL_EPOCH:
-            session = shares.open_session(group_id, member_id, ctx.session)
-            opened = session
-            ctx.session.on_close[("share", group_id, member_id)] = lambda: shares.close_session(opened)
-        else:
-            session = _session(shares, ctx, group_id, member_id, epoch)
+        group_id, member_id, session = _fetch_session(broker, ctx, request)
     except KafkaError as e:
         return _fetch_response(broker, ctx, [], e.code, e.message)
+    shares = broker.shares
     req = _Request(broker, ctx, group_id, member_id)
     for forgotten in request.forgotten_topics_data:
         for p in forgotten.partitions:
@@ -175,12 +212,7 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
     for topic in request.topics:
         assert topic.topic_id is not None
         for part in topic.partitions:
-            if part.acknowledgement_batches:
-                req.acknowledge(topic.topic_id, part.partition_index, part.acknowledgement_batches)
-            if epoch == INITIAL_EPOCH:
-                req.slot(topic.topic_id, part.partition_index)  # a full session is answered in full
-            if epoch != FINAL_EPOCH:
-                session.partitions[(topic.topic_id, part.partition_index)] = None
+            _take(req, session, epoch, topic.topic_id, part)
     lock_ms = shares.settings(group_id).lock_duration_ms
 
     def respond() -> RawResponse:
@@ -195,11 +227,9 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
         return _answer(req, respond, failed)
     if not shares.is_member(group_id, member_id):
         return _answer(req, respond, failed)  # it left: it may acknowledge on its way out, not acquire
-    max_records = max(request.max_records, 1)
-    max_bytes = min(request.max_bytes, broker.config.get("fetch.max.bytes"))
-    got = _acquire(req, session, max_records, max_bytes)
-    max_wait = min(timedelta_ms(request.max_wait), broker.config.get("fetch.max.wait.ms")) / 1000
-    if got or max_wait <= 0 or any(s.error for s in req.slots.values()):
+    limits = _Limits(broker, request)
+    got = _acquire(req, session, limits.budget())
+    if got or limits.max_wait <= 0 or any(s.error for s in req.slots.values()):
         return _answer(req, respond, failed)
     durable = req.durable()
     logs = [plog for tp in session.partitions if (plog := _quiet_log(req, tp)) is not None]
@@ -210,17 +240,15 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
         try:
             if durable is not None:
                 await durable
-            await asyncio.wait({watch.future, changed}, timeout=max_wait, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({watch.future, changed}, timeout=limits.max_wait, return_when=asyncio.FIRST_COMPLETED)
         except OSError as e:
             return failed(e)
         finally:
             broker.unwatch(watch)
             changed.cancel()
-        if broker.shares.sessions.sessions.get((group_id, member_id)) is session and shares.is_member(
-            group_id, member_id
-        ):
+        if _current(req, session):
             req.changed.clear()
-            _acquire(req, session, max_records, max_bytes)
+            _acquire(req, session, limits.budget())
         again = req.durable()
         if again is not None:
             try:
@@ -232,6 +260,110 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
     return long_poll(session)
 
 
+async def _in_steps(broker: Broker, ctx: RequestContext, request: ShareFetchRequest) -> RawResponse:
+    """`share_fetch` for a request of many partitions: its partitions taken, acquired from and
+    answered STEP at a time, the loop free between steps; the connection reads no further
+    request until it is answered (`Serial`), as Kafka serves one request of a connection at
+    a time.  Acquiring stops at a step where the member left or its session ended (records
+    acquired then would be held by no one until their locks ran out)."""
+    epoch = request.share_session_epoch
+    try:
+        group_id, member_id, session = _fetch_session(broker, ctx, request)
+    except KafkaError as e:
+        return _fetch_response(broker, ctx, [], e.code, e.message)
+    shares = broker.shares
+    req = _Request(broker, ctx, group_id, member_id)
+    count = 0
+    for forgotten in request.forgotten_topics_data:
+        assert forgotten.topic_id is not None
+        for p in forgotten.partitions:
+            session.partitions.pop((forgotten.topic_id, p), None)
+            count += 1
+            await pause(count)
+    for topic in request.topics:
+        assert topic.topic_id is not None
+        for part in topic.partitions:
+            _take(req, session, epoch, topic.topic_id, part)
+            count += 1
+            await pause(count)
+    lock_ms = shares.settings(group_id).lock_duration_ms
+
+    async def respond() -> RawResponse:
+        answer = _FetchAnswer(broker, ctx)
+        async for slot in each(list(req.slots.values())):
+            answer.add(slot)
+        return answer.response(lock_ms=lock_ms)
+
+    async def answered() -> RawResponse:
+        durable = req.durable()
+        try:
+            if durable is not None:
+                await durable
+        except OSError as e:
+            return _fetch_response(broker, ctx, [], ErrorCode.coordinator_not_available, f"not stored: {e}")
+        return await respond()
+
+    if epoch == FINAL_EPOCH:
+        shares.close_session(session)
+        ctx.session.on_close.pop(("share", group_id, member_id), None)
+        return await answered()
+    if not shares.is_member(group_id, member_id):
+        return await answered()
+    limits = _Limits(broker, request)
+    got = await _acquire_in_steps(req, session, limits.budget())
+    if got or limits.max_wait <= 0 or any(s.error for s in req.slots.values()):
+        return await answered()
+    durable = req.durable()
+    logs = [plog async for tp in each(list(session.partitions)) if (plog := _quiet_log(req, tp)) is not None]
+    watch = broker.watch_appends(logs, 1)
+    changed = shares.changed()
+    try:
+        if durable is not None:
+            await durable
+        await asyncio.wait({watch.future, changed}, timeout=limits.max_wait, return_when=asyncio.FIRST_COMPLETED)
+    except OSError as e:
+        return _fetch_response(broker, ctx, [], ErrorCode.coordinator_not_available, f"not stored: {e}")
+    finally:
+        broker.unwatch(watch)
+        changed.cancel()
+    if _current(req, session):
+        req.changed.clear()
+        await _acquire_in_steps(req, session, limits.budget())
+    return await answered()
+
+
+class _Limits:
+    """A ShareFetch's bounds: records and bytes acquired, and its wait in seconds."""
+
+    def __init__(self, broker: Broker, request: ShareFetchRequest) -> None:
+        self.max_records = max(request.max_records, 1)
+        self.max_bytes = min(request.max_bytes, broker.config.get("fetch.max.bytes"))
+        self.max_wait = min(timedelta_ms(request.max_wait), broker.config.get("fetch.max.wait.ms")) / 1000
+
+    def budget(self) -> _Budget:
+        return _Budget(self.max_records, self.max_bytes)
+
+
+@dataclass(slots=True)
+class _Budget:
+    """What is left to acquire, and whether anything was."""
+
+    records: int
+    bytes: int
+    got: bool = False
+
+    @property
+    def spent(self) -> bool:
+        return self.records <= 0 or self.bytes <= 0
+
+
+def _current(req: _Request, session: ShareSession) -> bool:
+    """Whether the member is still in its group, in this session."""
+    shares = req.shares
+    key = (req.group_id, req.member_id)
+    return shares.sessions.sessions.get(key) is session and shares.is_member(*key)
+
+
 def _quiet_log(req: _Request, tp: tuple[uuid.UUID, int]) -> PartitionLog | None:
     try:
         return req.log_of(*tp)
@@ -239,31 +371,47 @@ def _quiet_log(req: _Request, tp: tuple[uuid.UUID, int]) -> PartitionLog | None:
         return None
 
 
-def _acquire(req: _Request, session: ShareSession, max_records: int, max_bytes: int) -> bool:
+def _acquire_from(req: _Request, budget: _Budget, topic_id: uuid.UUID, partition: int) -> None:
+    slot = req.slot(topic_id, partition)
+    try:
+        plog = req.log_of(topic_id, partition)
+        key = (req.group_id, topic_id, partition)
+        part, new = req.shares.partition(req.group_id, topic_id, partition, plog)
+        if new:
+            req.changed.add(key)
+        fetched = req.shares.acquire(req.member_id, key, part, plog, max_records=budget.records, max_bytes=budget.bytes)
+    except KafkaError as e:
+        slot.error, slot.message = e.code, e.message
+        return
+    if fetched.acquired:
+        budget.got = True
+        slot.records += fetched.records
+        slot.acquired.extend(fetched.acquired)
+        budget.records -= sum(a.last_offset - a.first_offset + 1 for a in fetched.acquired)
+        budget.bytes -= len(fetched.records)
+
+
+def _acquire(req: _Request, session: ShareSession, budget: _Budget) -> bool:
     """Acquire from each partition of the session in turn, within the request's limits;
     True when anything was acquired."""
-    got = False
     for topic_id, partition in list(session.partitions):
-        if max_records <= 0 or max_bytes <= 0:
+        if budget.spent:
             break
-        slot = req.slot(topic_id, partition)
-        try:
-            plog = req.log_of(topic_id, partition)
-            key = (req.group_id, topic_id, partition)
-            part, new = req.shares.partition(req.group_id, topic_id, partition, plog)
-            if new:
-                req.changed.add(key)
-            fetched = req.shares.acquire(req.member_id, key, part, plog, max_records=max_records, max_bytes=max_bytes)
-        except KafkaError as e:
-            slot.error, slot.message = e.code, e.message
-            continue
-        if fetched.acquired:
-            got = True
-            slot.records += fetched.records
-            slot.acquired.extend(fetched.acquired)
-            max_records -= sum(a.last_offset - a.first_offset + 1 for a in fetched.acquired)
-            max_bytes -= len(fetched.records)
-    return got
+        _acquire_from(req, budget, topic_id, partition)
+    return budget.got
+
+
+async def _acquire_in_steps(req: _Request, session: ShareSession, budget: _Budget) -> bool:
+    """`_acquire` STEP partitions at a time, while the member holds this session."""
+    for count, (topic_id, partition) in enumerate(list(session.partitions)):
+        if budget.spent:
+            break
+        if count and count % STEP == 0:
+            await asyncio.sleep(0)
+            if not _current(req, session):
+                break
+        _acquire_from(req, budget, topic_id, partition)
+    return budget.got
 
 
 def _answer(req: _Request, respond: Callable[[], R], failed: Callable[[OSError], R]) -> Answer[R]:
@@ -282,36 +430,31 @@ def _answer(req: _Request, respond: Callable[[], R], failed: Callable[[OSError],
     return answer()
 
 
-def _fetch_response(
-    broker: Broker,
-    ctx: RequestContext,
-    slots: list[_Slot],
-    error: ErrorCode = ErrorCode.none,
-    message: str | None = None,
-    *,
-    lock_ms: int = 0,
-) -> RawResponse:
+class _FetchAnswer:
     """Encoded as kio encodes it, but a partition with nothing acquired is its answer's bytes
     with the partition index written over: a request naming 50,000 partitions costs one
     encoding per distinct error, not 50,000 (partition_index is the entry's first field)."""
-    cls = FETCH.response(ctx.api_version)
-    part_cls, leader_cls, acq_cls = (
-        nested(cls, "PartitionData"),
-        nested(cls, "LeaderIdAndEpoch"),
-        nested(cls, "AcquiredRecords"),
-    )
-    no_leader = build(leader_cls, leader_id=-1, leader_epoch=-1)
 
-    def encoded(s: _Slot, index: int) -> bytes:
+    def __init__(self, broker: Broker, ctx: RequestContext) -> None:
+        self.broker = broker
+        self.cls = FETCH.response(ctx.api_version)
+        self.part_cls, self.acq_cls = nested(self.cls, "PartitionData"), nested(self.cls, "AcquiredRecords")
+        self.no_leader = build(nested(self.cls, "LeaderIdAndEpoch"), leader_id=-1, leader_epoch=-1)
+        self.templates: dict[tuple[ErrorCode, str | None, ErrorCode, str | None], bytes] = {}
+        self.errors: Counter[ErrorCode] = Counter()
+        self.by_topic: dict[uuid.UUID, list[bytes]] = {}
+
+    def _encoded(self, s: _Slot, index: int) -> bytes:
+        acq_cls = self.acq_cls
         return encode_body(
             build(
-                part_cls,
+                self.part_cls,
                 partition_index=index,
                 error_code=s.error,
                 error_message=s.message,
                 acknowledge_error_code=s.ack_error,
                 acknowledge_error_message=s.ack_message,
-                current_leader=no_leader,
+                current_leader=self.no_leader,
                 records=s.records,
                 acquired_records=tuple(
                     build(
@@ -322,42 +465,56 @@ def _fetch_response(
             )
         )
 
-    templates: dict[tuple[ErrorCode, str | None, ErrorCode, str | None], bytes] = {}
-    errors: Counter[ErrorCode] = Counter()
-    by_topic: dict[uuid.UUID, list[bytes]] = {}
-    for s in slots:
+    def add(self, s: _Slot) -> None:
         if s.error:
-            errors[s.error] += 1
+            self.errors[s.error] += 1
         if s.records or s.acquired:
-            part = encoded(s, s.partition)
+            part = self._encoded(s, s.partition)
         else:
             key = (s.error, s.message, s.ack_error, s.ack_message)
-            template = templates.get(key)
+            template = self.templates.get(key)
             if template is None:
-                template = templates[key] = encoded(s, 0)
+                template = self.templates[key] = self._encoded(s, 0)
             part = _I32.pack(s.partition) + template[4:]
-        by_topic.setdefault(s.topic_id, []).append(part)
-    for code, count in errors.items():
-        broker.metrics.errors.labels("ShareFetch", code.name).inc(count)
-    # The envelope is the response without topics; they go where its empty array is, before
-    # the (empty) node endpoints and the tagged fields.
-    envelope = encode_body(
-        build(
-            cls,
-            throttle_time=0,
-            error_code=error,
-            error_message=message,
-            acquisition_lock_timeout=lock_ms,
-            responses=(),
-            node_endpoints=(),
+        self.by_topic.setdefault(s.topic_id, []).append(part)
+
+    def response(self, error: ErrorCode = ErrorCode.none, message: str | None = None, lock_ms: int = 0) -> RawResponse:
+        for code, count in self.errors.items():
+            self.broker.metrics.errors.labels("ShareFetch", code.name).inc(count)
+        # The envelope is the response without topics; they go where its empty array is,
+        # before the (empty) node endpoints and the tagged fields.
+        envelope = encode_body(
+            build(
+                self.cls,
+                throttle_time=0,
+                error_code=error,
+                error_message=message,
+                acquisition_lock_timeout=lock_ms,
+                responses=(),
+                node_endpoints=(),
+            )
         )
-    )
-    assert envelope[-3:] == b"\x01\x01\x00"
-    parts: list[Part] = [envelope[:-3], uvarint(len(by_topic) + 1)]
-    for topic_id, partitions in by_topic.items():
-        parts += [topic_id.bytes, uvarint(len(partitions) + 1), *partitions, b"\x00"]  # id, partitions, tags
-    parts.append(envelope[-2:])
-    return RawResponse(parts, flexible=True, throttled=True)
+        assert envelope[-3:] == b"\x01\x01\x00"
+        parts: list[Part] = [envelope[:-3], uvarint(len(self.by_topic) + 1)]
+        for topic_id, partitions in self.by_topic.items():
+            parts += [topic_id.bytes, uvarint(len(partitions) + 1), *partitions, b"\x00"]  # id, partitions, tags
+        parts.append(envelope[-2:])
+        return RawResponse(parts, flexible=True, throttled=True)
+
+
+def _fetch_response(
+    broker: Broker,
+    ctx: RequestContext,
+    slots: list[_Slot],
+    error: ErrorCode = ErrorCode.none,
+    message: str | None = None,
+    *,
+    lock_ms: int = 0,
+) -> RawResponse:
+    answer = _FetchAnswer(broker, ctx)
+    for s in slots:
+        answer.add(s)
+    return answer.response(error, message, lock_ms)
 
 
 # --- ShareAcknowledge ------------------------------------------------------------------
