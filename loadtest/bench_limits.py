@@ -1,7 +1,7 @@
 """What hostile and careless clients cost the broker: memory, release of abandoned work, and
 how long one request can hold the event loop.
 
-    python -m loadtest.bench_limits [--connections 10000] [--polls 1000] [--json PATH]
+    python -m loadtest.bench_limits [--connections 10000] [--polls 1000] [--loop-stall-elements N] [--json PATH]
 
 A `streamshop broker` child process (its descriptor limit raised to the hard limit) is
 measured from outside, through /proc and its own /metrics:
@@ -24,20 +24,24 @@ measured from outside, through /proc and its own /metrics:
    1 MB/s, measured from burst to burst over 66 s after 11;
 7. password guessing on a SASL listener (`loadtest.guessing`): eight threads guessing `admin`'s
    PLAIN password for 10 s, new connection each time, with the failure throttle on and off:
-   attempts answered and passwords checked per second, and how long the real user then waits.
+   attempts answered and passwords checked per second, and how long the real user then waits;
+   then SCRAM proofs of 500 exchanges opened first, and the owner's logins beside a guesser;
+8. the registry's and the dashboard's logins (`loadtest.http_attacks`): guesses checked from
+   100 addresses, the owner beside a guesser, the first login under a flood of unknown names;
+9. the longest event-loop stall of each API at request.max.elements (`loadtest.bench_loop_stall`;
+   `--loop-stall-elements 0` skips this step, the longest).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import resource
 import struct
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,8 +58,18 @@ from confluent_kafka.admin import (
 )
 
 from broker.protocol.records import Record, build_batch
-from loadtest import guessing, quota_accuracy, slow_readers
-from loadtest.brokers import connect, gauge, recv_exactly, rss_mib, streamshop_broker, wait_idle
+from loadtest import bench_loop_stall, guessing, http_attacks, quota_accuracy, slow_readers
+from loadtest.brokers import (
+    connect,
+    gauge,
+    lag_buckets,
+    recv_exactly,
+    rss_mib,
+    streamshop_broker,
+    wait_idle,
+    worst_lag_ms,
+)
+from loadtest.probe import Probe
 
 QUOTA = 1_000_000  # bytes/s, for the quota step
 LARGE_REQUEST = 16 << 20  # bytes per request of the quota step's large producer
@@ -152,41 +166,6 @@ def abandoned_polls(bootstrap: str, admin_url: str, count: int) -> dict[str, flo
 # --- event-loop stalls -------------------------------------------------------------------------
 
 
-class Probe:
-    """ApiVersions every `interval` seconds on one connection; the slowest answer while it runs."""
-
-    def __init__(self, bootstrap: str, interval: float = 0.005) -> None:
-        self.bootstrap = bootstrap
-        self.interval = interval
-        self.worst = 0.0
-        self.count = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        request = struct.pack(">hhih", 18, 0, 1, 5) + b"probe"
-        frame = struct.pack(">i", len(request)) + request
-        with connect(self.bootstrap, timeout=600) as s:
-            while not self._stop.is_set():
-                started = time.perf_counter()
-                s.sendall(frame)
-                size = struct.unpack(">i", recv_exactly(s, 4))[0]
-                recv_exactly(s, size)
-                self.worst = max(self.worst, time.perf_counter() - started)
-                self.count += 1
-                time.sleep(self.interval)
-
-    def __enter__(self) -> Probe:
-        self._thread.start()
-        time.sleep(0.2)
-        self.worst = 0.0  # the connection's first answer is not the loop's fault
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(600)
-
-
 def _produce_raw(bootstrap: str, topic: str, batch: bytes) -> int:
     """Produce v9 of one batch to partition 0 with acks=1; returns the error code."""
     name = topic.encode()
@@ -219,26 +198,6 @@ def _uvarint(value: int) -> bytes:
             return bytes(out)
 
 
-def lag_buckets(admin_url: str) -> dict[float, float]:
-    """The broker's own event-loop lag histogram: {upper bound in s: cumulative count}."""
-    out = {}
-    with urllib.request.urlopen(f"{admin_url}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("streamshop_event_loop_lag_seconds_bucket{"):
-                bound = line.split('le="', 1)[1].split('"', 1)[0]
-                out[float(bound)] = float(line.rsplit(" ", 1)[1])
-    return out
-
-
-def _worst_lag_ms(before: dict[float, float], after: dict[float, float]) -> float:
-    """The smallest bucket bound that holds every lag observed in between (ms; inf past 1 s)."""
-    total = after[float("inf")] - before[float("inf")]
-    for bound in sorted(after):
-        if after[bound] - before.get(bound, 0) >= total:
-            return bound * 1000
-    return float("inf")
-
-
 def stalls(bootstrap: str, admin_url: str) -> dict[str, float]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     out: dict[str, float] = {}
@@ -250,7 +209,7 @@ def stalls(bootstrap: str, admin_url: str) -> dict[str, float]:
             time.sleep(0.2)
         after = lag_buckets(admin_url)
         out[label] = probe.worst * 1000
-        out[label.replace("_ms", "_loop_lag_ms")] = _worst_lag_ms(before, after)
+        out[label.replace("_ms", "_loop_lag_ms")] = worst_lag_ms(before, after)
         out[label.replace("_ms", "_lags_over_50ms")] = (after[float("inf")] - before[float("inf")]) - (
             after[0.05] - before[0.05]
         )
@@ -306,8 +265,8 @@ def stalls(bootstrap: str, admin_url: str) -> dict[str, float]:
 # --- report ------------------------------------------------------------------------------------
 
 
-def run(connections: int, polls: int) -> dict[str, dict[str, float]]:
-    results: dict[str, dict[str, float]] = {}
+def run(connections: int, polls: int, loop_stall_elements: int) -> dict[str, Any]:
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-limits-") as tmp, broker(Path(tmp)) as (proc, bootstrap, admin):
         # Slow readers first: the later steps grow the heap, which would hide what they take.
         slow_readers.fill(bootstrap, megabytes=20)
@@ -331,10 +290,17 @@ def run(connections: int, polls: int) -> dict[str, dict[str, float]]:
             results[f"guessing_throttle_{throttle_ms}"] = guessing.measure(
                 Path(tmp), throttle_ms=throttle_ms, seconds=10, threads=8
             )
+        results["scram_attacks"] = guessing.broker_attacks(Path(tmp))
+    results["http_attacks"] = asyncio.run(http_attacks.measure_all())
+    if loop_stall_elements:
+        results["loop_stall_per_api"] = {
+            row.api: {"entries": row.entries, "stall_ms": row.stall_ms, "idle_ms": row.idle_ms}
+            for row in bench_loop_stall.run(loop_stall_elements)
+        }
     return results
 
 
-def report(results: dict[str, dict[str, float]]) -> list[str]:
+def report(results: dict[str, Any]) -> list[str]:
     idle, claims = results["idle_connections"], results["size_claims"]
     polls, loop = results["abandoned_polls"], results["loop_stalls"]
     quotas = results["quotas"]
@@ -392,6 +358,23 @@ def report(results: dict[str, dict[str, float]]) -> list[str]:
             f"{g['real_user_waited_s']:8.1f} s"
             for g in (results["guessing_throttle_30000"], results["guessing_throttle_0"])
         ),
+        *guessing.report(results["scram_attacks"]),
+        *http_attacks.report(results["http_attacks"]),
+        *_loop_stall_lines(results.get("loop_stall_per_api", {})),
+    ]
+
+
+def _loop_stall_lines(per_api: dict[str, dict[str, float]]) -> list[str]:
+    if not per_api:
+        return []
+    worst = sorted(per_api.items(), key=lambda item: -item[1]["stall_ms"])
+    return [
+        f"longest event-loop stall per API, request.max.elements entries ({len(per_api)} APIs;"
+        " the ten longest; idle: the probe's slowest round trip in the second before):",
+        *(
+            f"  {api:40}{row['stall_ms']:8.0f} ms (idle {row['idle_ms']:.0f} ms, {int(row['entries']):,} entries)"
+            for api, row in worst[:10]
+        ),
     ]
 
 
@@ -399,10 +382,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench_limits", description=__doc__.split("\n\n")[0])
     parser.add_argument("--connections", type=int, default=10_000, help="idle connections (default 10,000)")
     parser.add_argument("--polls", type=int, default=1_000, help="abandoned long polls (default 1,000)")
+    parser.add_argument(
+        "--loop-stall-elements",
+        type=int,
+        default=bench_loop_stall.MAX_ELEMENTS,
+        metavar="N",
+        help="entries per request of the per-API loop stall step (default request.max.elements; 0 skips it)",
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
     _raise_nofile()
-    results = run(args.connections, args.polls)
+    results = run(args.connections, args.polls, args.loop_stall_elements)
     for line in report(results):
         print(line)
     if args.json:

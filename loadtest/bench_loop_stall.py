@@ -28,7 +28,7 @@ import time
 import types
 import typing
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +43,8 @@ from kio.static.protocol import Entity
 
 from broker.handlers import BY_KEY
 from broker.protocol.codec import request_type
-from loadtest.bench_limits import Probe
 from loadtest.brokers import connect, recv_exactly, streamshop_broker
+from loadtest.probe import Probe
 from tests.support.kafka_wire import connect as wire
 from tests.support.kafka_wire import encode_request, ms
 from tests.support.share_wire import heartbeat
@@ -266,21 +266,29 @@ def report(rows: list[Row]) -> list[str]:
     return lines
 
 
+def run(elements: int = MAX_ELEMENTS, only: Collection[str] = (), *, progress: bool = False) -> list[Row]:
+    """A row per API (`only` these, by name; with none, the hand-built cases too), one request
+    after the other, served by one `streamshop broker` child process."""
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as tmp, streamshop_broker(Path(tmp)) as started:
+        with wire(started.bootstrap) as conn:
+            conn.create_topic("orders", 1)
+        for row in generic_rows(started.bootstrap, elements, set(only)):
+            rows.append(row)
+            if progress:
+                print(report([row])[1], flush=True)
+        if not only:
+            rows.extend(named_rows(started.bootstrap))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--elements", type=int, default=MAX_ELEMENTS, help="request.max.elements to build at")
     parser.add_argument("--api", action="append", default=[], help="only these APIs (by name; repeatable)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
-    rows: list[Row] = []
-    with tempfile.TemporaryDirectory() as tmp, streamshop_broker(Path(tmp)) as started:
-        with wire(started.bootstrap) as conn:
-            conn.create_topic("orders", 1)
-        for row in generic_rows(started.bootstrap, args.elements, set(args.api)):
-            rows.append(row)
-            print(report([row])[1], flush=True)
-        if not args.api:
-            rows.extend(named_rows(started.bootstrap))
+    rows = run(args.elements, set(args.api), progress=True)
     print("\n".join(report(rows)))
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=2))

@@ -278,6 +278,26 @@ def gauge(admin_url: str, name: str) -> float:
     raise KeyError(name)
 
 
+def lag_buckets(admin_url: str) -> dict[float, float]:
+    """The broker's own event-loop lag histogram: {upper bound in s: cumulative count}."""
+    out = {}
+    with urllib.request.urlopen(f"{admin_url}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("streamshop_event_loop_lag_seconds_bucket{"):
+                bound = line.split('le="', 1)[1].split('"', 1)[0]
+                out[float(bound)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def worst_lag_ms(before: dict[float, float], after: dict[float, float]) -> float:
+    """The smallest bucket bound that holds every lag observed in between (ms; inf past 1 s)."""
+    total = after[float("inf")] - before[float("inf")]
+    for bound in sorted(after):
+        if after[bound] - before.get(bound, 0) >= total:
+            return bound * 1000
+    return float("inf")
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

@@ -32,7 +32,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kit.settings import parse_host_port
-from loadtest.brokers import connect, recv_exactly, rss_mib, streamshop_broker
+from loadtest.brokers import connect, lag_buckets, recv_exactly, rss_mib, streamshop_broker, worst_lag_ms
 from loadtest.fuzz_seeds import Frame, Recorder, record_seeds, relabel
 
 CONTROL_TOPIC = "fuzz-control"
@@ -60,6 +60,7 @@ class Report:
     answers_after: bool = False
     broker_rss_mib: float = 0.0
     tracebacks: int = 0  # in the broker's log (one per failing place in the code, not per frame)
+    loop_lag_ms: float | None = None  # the broker's longest event-loop lag while fuzzed (bucket bound)
 
     @property
     def ok(self) -> bool:
@@ -75,6 +76,11 @@ class Report:
             f"{self.unanswered:,} frames without an answer within 50 ms",
             f"broker exits: {self.broker_exits}; answers afterwards: {self.answers_after}; "
             f"resident memory at the end: {self.broker_rss_mib:.0f} MiB; tracebacks logged: {self.tracebacks}",
+            *(
+                [f"longest event-loop stall in the broker while fuzzed: at most {self.loop_lag_ms:,.0f} ms"]
+                if self.loop_lag_ms is not None
+                else []
+            ),
             f"control: {self.acknowledged:,} acknowledged records, "
             + (
                 "all read back exactly once, in order"
@@ -315,12 +321,12 @@ def run(
     with (
         tempfile.TemporaryDirectory(prefix="fuzz-broker-") as tmp,
         Recorder() as recorder,
-        streamshop_broker(Path(tmp), settings=settings, advertise=f"127.0.0.1:{recorder.port}") as broker,
+        streamshop_broker(Path(tmp), admin=True, settings=settings, advertise=f"127.0.0.1:{recorder.port}") as broker,
     ):
         assert broker.proc is not None  # streamshop_broker starts it as our child
         server = parse_host_port(broker.bootstrap)
         recorder.upstream = (server.host, server.port)
-        _fuzz_and_check(broker.bootstrap, broker.proc, report, plan, recorder)
+        _fuzz_and_check(broker.bootstrap, broker.proc, report, plan, recorder, admin_url=broker.admin_url)
         if broker.proc.poll() is None:
             report.broker_rss_mib = rss_mib(broker.pid)
         assert broker.log_path is not None
@@ -342,6 +348,8 @@ def _fuzz_and_check(
     report: Report,
     plan: _Plan,
     recorder: Recorder | None = None,
+    *,
+    admin_url: str | None = None,
 ) -> None:
     advertised = advertised_versions(bootstrap)
     recorded = record_seeds(bootstrap, recorder)
@@ -352,6 +360,7 @@ def _fuzz_and_check(
     control = Control(bootstrap)
     control.start()
     server = parse_host_port(bootstrap)
+    lags = lag_buckets(admin_url) if admin_url else None
     started = time.monotonic()
     deadline = started + plan.seconds if plan.seconds else float("inf")  # 0: bounded by frames alone
     target = _Target(server.host, server.port, seeds, advertised, report, deadline, [plan.frames])
@@ -361,6 +370,8 @@ def _fuzz_and_check(
     if proc is not None and proc.poll() is not None:
         report.broker_exits = 1
         return
+    if admin_url and lags is not None:
+        report.loop_lag_ms = worst_lag_ms(lags, lag_buckets(admin_url))
     try:
         advertised_versions(bootstrap)
         report.answers_after = True

@@ -233,6 +233,19 @@ def broker_attacks(workdir: Path, *, exchanges: int = 500, owner_logins: int = 8
     return out
 
 
+def report(broker: dict[str, float]) -> list[str]:
+    """`broker_attacks`' figures, a line per attack."""
+    return [
+        f"broker SCRAM: {broker['proofs_sent']:.0f} exchanges opened first, then every proof"
+        f" ({broker['proofs_sent_s']:.2f} s to send): {broker['proofs_checked']:.0f} checked,"
+        f" {broker['proofs_refused_unchecked']:.0f} refused unchecked, the right one"
+        f" {'accepted' if broker['right_proof_accepted'] else 'refused'}",
+        f"broker SCRAM: a guesser on 127.0.0.2, the owner on 127.0.0.3: {broker['owner_admitted']:.0f} of"
+        f" {broker['owner_logins']:.0f} logins admitted, longest {broker['owner_max_wait_s'] * 1000:.0f} ms"
+        f" (control {broker['owner_control_s'] * 1000:.0f} ms)",
+    ]
+
+
 def main() -> int:
     import argparse
     import json
@@ -246,19 +259,8 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-attacks-") as tmp:
         broker = broker_attacks(Path(tmp))
-    print(
-        f"broker SCRAM: {broker['proofs_sent']:.0f} exchanges opened first, then every proof"
-        f" ({broker['proofs_sent_s']:.2f} s to send): {broker['proofs_checked']:.0f} checked,"
-        f" {broker['proofs_refused_unchecked']:.0f} refused unchecked, the right one"
-        f" {'accepted' if broker['right_proof_accepted'] else 'refused'}",
-        flush=True,
-    )
-    print(
-        f"broker SCRAM: a guesser on 127.0.0.2, the owner on 127.0.0.3: {broker['owner_admitted']:.0f} of"
-        f" {broker['owner_logins']:.0f} logins admitted, longest {broker['owner_max_wait_s'] * 1000:.0f} ms"
-        f" (control {broker['owner_control_s'] * 1000:.0f} ms)",
-        flush=True,
-    )
+    for line in report(broker):
+        print(line, flush=True)
     http = asyncio.run(http_attacks.measure_all(args.iterations))
     for line in http_attacks.report(http):
         print(line)

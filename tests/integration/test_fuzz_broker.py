@@ -25,3 +25,4 @@ def test_20000_mutated_frames_neither_crash_the_broker_nor_cost_an_acknowledged_
     assert report.control_problems == []
     assert report.closed_by_broker > 1_000  # the mutations do reach the decoder
     assert report.tracebacks <= 10  # failures are logged once per place, not per frame
+    assert report.loop_lag_ms is not None  # read from the broker's lag histogram, printed above
