@@ -25,8 +25,10 @@ from collections.abc import Callable
 from typing import Literal
 
 import structlog
+from kio.static.protocol import Entity
 
 from broker import offload
+from broker.collector import CollectorPause
 from broker.connection import Connection, Frames, Pending
 from broker.core import Broker
 from broker.handlers import APIS, BY_KEY
@@ -93,6 +95,7 @@ class KafkaServer:
         )
         self.connections: set[Connection] = set()
         self.heap = HeapTrimmer()
+        self.collector = CollectorPause()  # off while a large request is served
         self._servers: dict[str, asyncio.Server] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._warn = ThrottledLog(log)
@@ -300,20 +303,24 @@ class KafkaServer:
         """`dispatch` for a request of many entries: decoded, and its answer encoded, in a
         worker thread; the handler runs on the loop, for some APIs a chunk of entries at a
         time (`offload`)."""
-        header, request = await offload.run(lambda: decode_request(frame, conn.host, self.max_elements))
-        ctx = RequestContext.of(header, conn.session)
-        outcome = await offload.handled(api.handler, self.broker, ctx, request)
-        if isinstance(outcome, Signal):
+        with self.collector.held():
+            header, request = await offload.run(lambda: decode_request(frame, conn.host, self.max_elements))
+            ctx = RequestContext.of(header, conn.session)
+            owned: list[Entity] = [request]  # the only references, for `offload.release`
+            del request
+            outcome = await offload.handled(api.handler, self.broker, ctx, owned[0])
+            if not isinstance(outcome, Signal):
+                if self.quotas.entities:
+                    throttle_ms = self._charge(ctx, len(frame), started)
+                    if isinstance(outcome, RawResponse):
+                        outcome = outcome.with_throttle(throttle_ms) if throttle_ms else outcome
+                    elif throttle_ms:
+                        outcome = with_throttle(outcome, throttle_ms)
+                if not isinstance(outcome, RawResponse):
+                    owned.append(outcome)
+                    outcome = await offload.encoded(outcome)
+            await offload.release(owned)
             return outcome
-        if self.quotas.entities:
-            throttle_ms = self._charge(ctx, len(frame), started)
-            if isinstance(outcome, RawResponse):
-                outcome = outcome.with_throttle(throttle_ms) if throttle_ms else outcome
-            elif throttle_ms:
-                outcome = with_throttle(outcome, throttle_ms)
-        if isinstance(outcome, RawResponse):
-            return outcome
-        return await offload.encoded(outcome)
 
     def _charge(self, ctx: RequestContext, size: int, started: float) -> int:
         """Record a request against its client's produce and request quotas; the throttle."""

@@ -3,15 +3,18 @@ entries at a time (broker/offload.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import inspect
+import sys
 from pathlib import Path
 
 import pytest
 from kio.schema.find_coordinator.v6.request import FindCoordinatorRequest
+from kio.schema.leave_group.v5.request import LeaveGroupRequest, MemberIdentity
 from kio.schema.produce.v11.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.schema.types import TopicName
+from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta
 from kio.static.protocol import Entity
 
@@ -93,3 +96,32 @@ async def test_an_answer_served_in_chunks_is_the_answer_served_whole(tmp_path: P
             assert encode_body(chunked) == encode_body(whole), api.name
     finally:
         await running.stop()
+
+
+def test_release_frees_every_entry_of_a_large_request_a_step_at_a_time() -> None:
+    """The big arrays are emptied CHUNK entries at a time, the loop free between the steps;
+    afterwards nothing keeps an entry alive."""
+    members = tuple(
+        MemberIdentity(member_id=f"m{n}", group_instance_id=None, reason=None) for n in range(3 * offload.CHUNK + 7)
+    )
+    kept = members[-1]
+    owned: list[Entity] = [LeaveGroupRequest(group_id=GroupId("g"), members=members)]
+    del members
+    steps = 0
+
+    async def count_steps() -> None:
+        nonlocal steps
+        while True:
+            steps += 1
+            await asyncio.sleep(0)
+
+    async def run() -> None:
+        counter = asyncio.ensure_future(count_steps())
+        await asyncio.sleep(0)
+        await offload.release(owned)
+        counter.cancel()
+
+    asyncio.run(run())
+    assert owned == []
+    assert steps >= 4  # a step per CHUNK of entries freed
+    assert sys.getrefcount(kept) == 2  # `kept` and getrefcount's argument: the request is gone
