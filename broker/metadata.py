@@ -84,6 +84,8 @@ class MetadataStore:
             log_dir=self.log_dir,
         )
         self._replay()
+        # Kept as topics come, go and grow: max.partitions is checked once per CreateTopics entry.
+        self._partitions = sum(t.partitions for t in self.topics.values())
         self.normalized = {_normal(name): name for name in self.topics}  # '.' and '_' collide
         self._open_logs()
 
@@ -215,6 +217,7 @@ class MetadataStore:
         self.topics[topic.name] = topic
         self.by_id[topic.topic_id] = topic
         self.normalized[_normal(topic.name)] = topic.name
+        self._partitions += topic.partitions
         self.version += 1
         log.info("topic created", topic=topic.name, partitions=topic.partitions, configs=topic.configs)
 
@@ -231,6 +234,7 @@ class MetadataStore:
         topic = self.topics.pop(name)
         self.by_id.pop(topic.topic_id, None)
         self.normalized.pop(_normal(name), None)
+        self._partitions -= topic.partitions
         self._write(topic, delete=True)
         self.version += 1
         log.info("topic deleted", topic=name)
@@ -250,10 +254,11 @@ class MetadataStore:
                 plog.delete()
             raise
         topic.logs.extend(logs)
+        self._partitions += len(logs)
         self.version += 1
 
     def partition_count(self) -> int:
-        return sum(t.partitions for t in self.topics.values())
+        return self._partitions
 
     def set_configs(self, name: str, configs: dict[str, str]) -> None:
         topic = self.topics[name]

@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import struct
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeAlias
 
 from kio.static.protocol import Entity
 
 from broker.config import validate_topic_name
 from broker.core import Broker
-from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext
+from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext, Serial
+from broker.handlers.stepped import Steps, at_once, in_steps, stepped
 from broker.metadata import Topic
 from broker.protocol.codec import build, encode_body, encode_string, nested, uvarint
 from broker.protocol.errors import ErrorCode
@@ -85,11 +86,22 @@ def _by_topic_id(
     return request.__version__ >= 10  # KIP-516
 
 
-def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Answer[RawResponse]:
+def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Answer[RawResponse] | Serial:
     version = ctx.api_version
     requested = request.topics
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     all_topics = requested is None or (version == 0 and not requested)
+    entries = len(broker.store.topics) if all_topics else len(requested or ())
+    return stepped(_answer(broker, ctx, request, all_topics), entries)
+
+
+def _answer(
+    broker: Broker, ctx: RequestContext, request: MetadataRequest, all_topics: bool
+) -> Steps[Answer[RawResponse]]:
+    """Each topic looked up (and auto-created) on its own, the loop free between topics, as
+    Kafka's metadata cache gives no snapshot across a request's topics either."""
+    version = ctx.api_version
+    requested = request.topics
     allow_auto = True if _always_auto_creates(request) else request.allow_auto_topic_creation
     include_ops = _asks_operations(request) and request.include_topic_authorized_operations
     include_cluster_ops = _asks_cluster_operations(request) and request.include_cluster_authorized_operations
@@ -100,19 +112,23 @@ def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Ans
     security, session = broker.security, ctx.session
     if all_topics:
         # Kafka lists only the topics the principal may describe.
-        entries = [
-            (t.name, t.topic_id, ErrorCode.none, t)
-            for t in broker.visible_topics()
-            if security.topic(session, Operation.DESCRIBE, t.name)
-        ]
+        for t in broker.visible_topics():
+            yield
+            if security.topic(session, Operation.DESCRIBE, t.name):
+                entries.append((t.name, t.topic_id, ErrorCode.none, t))
     else:
-        asked: list[tuple[str | None, uuid.UUID | None]] = (
-            [(t.name, t.topic_id) for t in request.topics or ()]
+        asked: Iterable[tuple[str | None, uuid.UUID | None]] = (
+            ((t.name, t.topic_id) for t in request.topics or ())
             if _by_topic_id(request)
-            else [(t.name, None) for t in requested or ()]
+            else ((t.name, None) for t in requested or ())
         )
-        asked = list(dict.fromkeys(asked))  # as Kafka, which takes them as a set: each answered once
+        seen: set[object] = set()
         for name, topic_id in asked:
+            yield
+            key = name if topic_id is None else (name, topic_id)  # a name alone: no tuple kept
+            if key in seen:  # as Kafka, which takes them as a set: each answered once, where first asked
+                continue
+            seen.add(key)
             if name is None and version < 12:
                 # As Kafka: a topic asked by id (a null name) only from v12, whose answer's name
                 # may be null; before it the name cannot even be encoded.
@@ -155,12 +171,12 @@ def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Ans
             else:
                 entries.append((name, topic.topic_id, ErrorCode.none, topic))
 
-    def respond() -> RawResponse:
+    def respond() -> Steps[RawResponse]:
         cluster_ops = NOT_REQUESTED_OPERATIONS
         if include_cluster_ops:
             cluster_ops = security.operations(session, ResourceType.CLUSTER, CLUSTER_NAME)
         ops = (lambda name: security.operations(session, ResourceType.TOPIC, name)) if include_ops else None
-        return _response(broker, version, ctx.listener, entries, ops=ops, cluster_ops=cluster_ops)
+        return (yield from _response_steps(broker, version, ctx.listener, entries, ops=ops, cluster_ops=cluster_ops))
 
     if creations:
 
@@ -170,10 +186,10 @@ def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Ans
                 if topic is not None:
                     entries[at] = (name, topic.topic_id, ErrorCode.none, topic)
             await broker.sync_metadata()
-            return respond()
+            return await in_steps(respond())
 
         return durable()
-    return respond()
+    return (yield from respond())
 
 
 _EMPTY_ARRAY = {False: b"\x00\x00\x00\x00", True: b"\x01"}
@@ -190,6 +206,18 @@ def _response(
     ops: Callable[[str], int] | None,
     cluster_ops: int,
 ) -> RawResponse:
+    return at_once(_response_steps(broker, version, listener, entries, ops=ops, cluster_ops=cluster_ops))
+
+
+def _response_steps(
+    broker: Broker,
+    version: int,
+    listener: str,
+    entries: list[_Entry],
+    *,
+    ops: Callable[[str], int] | None,
+    cluster_ops: int,
+) -> Steps[RawResponse]:
     """Encoded as kio encodes it, but each topic's bytes come from a cache: a topic of
     100,000 partitions is encoded once, not on every Metadata request.  The envelope is
     kio's encoding of the response without topics, with the topics spliced in where its
@@ -218,10 +246,12 @@ def _response(
     at = len(envelope) - tail - len(_EMPTY_ARRAY[flexible])
     assert envelope[at : len(envelope) - tail] == _EMPTY_ARRAY[flexible]
     count = uvarint(len(entries) + 1) if flexible else _I32.pack(len(entries))
-    topics = [
-        _topic_bytes(broker, cls, entry, NOT_REQUESTED_OPERATIONS if ops is None else ops(entry[0] or ""))
-        for entry in entries
-    ]
+    topics = []
+    for entry in entries:
+        yield
+        topics.append(
+            _topic_bytes(broker, cls, entry, NOT_REQUESTED_OPERATIONS if ops is None else ops(entry[0] or ""))
+        )
     parts: list[Part] = [envelope[:at], count, *topics, envelope[len(envelope) - tail :]]
     return RawResponse(parts, flexible, throttled=version >= 3)  # v3 put throttle_time_ms first
 

@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from broker.core import Broker
-from broker.handlers.base import Messages, RequestContext
+from broker.handlers.base import Messages, RequestContext, Serial
+from broker.handlers.stepped import Steps, stepped
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
 from broker.security.acls import Operation
@@ -55,42 +56,51 @@ def _partition_error(broker: Broker, topic: str, partition: int) -> tuple[ErrorC
     return None
 
 
-def elect_leaders(broker: Broker, ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
+def elect_leaders(broker: Broker, ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse | Serial:
     """Every partition already has its preferred leader, and a leader: ELECTION_NOT_NEEDED.  Asked
     for every partition (a null list), Kafka answers every topic and leaves out the partitions
     that need no election: here, all of them."""
+    asked = request.topic_partitions
+    entries = len(broker.store.topics) if asked is None else sum(1 + len(t.partitions) for t in asked)
+    return stepped(_elections(broker, ctx, request), entries)
+
+
+def _elections(broker: Broker, ctx: RequestContext, request: ElectLeadersRequest) -> Steps[ElectLeadersResponse]:
+    """Each partition looked up on its own, the loop free between steps of them."""
     cls = ELECT_LEADERS.response(ctx.api_version)
     topic_cls = nested(cls, "ReplicaElectionResult")
     part_cls = nested(cls, "PartitionResult")
     election = getattr(request, "election_type", PREFERRED)  # v0 has only preferred elections
     asked = request.topic_partitions
-
-    def refused(code: ErrorCode) -> ElectLeadersResponse:
-        topics = tuple(
-            build(
-                topic_cls,
-                topic=t.topic,
-                partition_result=tuple(
-                    build(part_cls, partition_id=p, error_code=code, error_message=None) for p in t.partitions
-                ),
-            )
-            for t in asked or ()
-        )
-        return build(cls, throttle_time=0, error_code=code, replica_election_results=topics)
-
+    code: ErrorCode | None = None
     if not broker.security.cluster(ctx.session, Operation.ALTER):
-        return refused(ErrorCode.cluster_authorization_failed)
-    if election not in (PREFERRED, UNCLEAN):
-        return refused(ErrorCode.invalid_request)
+        code = ErrorCode.cluster_authorization_failed
+    elif election not in (PREFERRED, UNCLEAN):
+        code = ErrorCode.invalid_request
+    if code is not None:  # refused: each partition asked answered with the error
+        refused = []
+        for t in asked or ():
+            partitions = []
+            for p in t.partitions:
+                yield
+                partitions.append(build(part_cls, partition_id=p, error_code=code, error_message=None))
+            yield
+            refused.append(build(topic_cls, topic=t.topic, partition_result=tuple(partitions)))
+        return build(cls, throttle_time=0, error_code=code, replica_election_results=tuple(refused))
     if asked is None:
-        every = tuple(build(topic_cls, topic=t.name, partition_result=()) for t in broker.visible_topics())
-        return build(cls, throttle_time=0, error_code=ErrorCode.none, replica_election_results=every)
+        every = []
+        for topic in broker.visible_topics():
+            yield
+            every.append(build(topic_cls, topic=topic.name, partition_result=()))
+        return build(cls, throttle_time=0, error_code=ErrorCode.none, replica_election_results=tuple(every))
     results = []
     for t in asked:
         partitions = []
         for p in t.partitions:
+            yield
             code, message = _partition_error(broker, t.topic, p) or (ErrorCode.election_not_needed, _NOT_NEEDED)
             partitions.append(build(part_cls, partition_id=p, error_code=code, error_message=message))
+        yield
         results.append(build(topic_cls, topic=t.topic, partition_result=tuple(partitions)))
     return build(cls, throttle_time=0, error_code=ErrorCode.none, replica_election_results=tuple(results))
 
@@ -125,7 +135,15 @@ def _reassignment_error(
 
 def alter_partition_reassignments(
     broker: Broker, ctx: RequestContext, request: AlterPartitionReassignmentsRequest
-) -> AlterPartitionReassignmentsResponse:
+) -> AlterPartitionReassignmentsResponse | Serial:
+    entries = sum(1 + len(t.partitions) for t in request.topics)
+    return stepped(_reassignments(broker, ctx, request), entries)
+
+
+def _reassignments(
+    broker: Broker, ctx: RequestContext, request: AlterPartitionReassignmentsRequest
+) -> Steps[AlterPartitionReassignmentsResponse]:
+    """Each partition judged on its own, the loop free between steps of them."""
     cls = ALTER_REASSIGNMENTS.response(ctx.api_version)
     topic_cls = nested(cls, "ReassignableTopicResponse")
     part_cls = nested(cls, "ReassignablePartitionResponse")
@@ -135,12 +153,14 @@ def alter_partition_reassignments(
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
+            yield
             code, message = (
                 _reassignment_error(broker, topic.name, p.partition_index, p.replicas) if allowed else (top, None)
             )
             partitions.append(
                 build(part_cls, partition_index=p.partition_index, error_code=code, error_message=message)
             )
+        yield
         responses.append(build(topic_cls, name=topic.name, partitions=tuple(partitions)))
     return build(
         cls,

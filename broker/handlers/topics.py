@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import structlog
@@ -14,6 +14,7 @@ from kio.static.protocol import Entity
 from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext, Serial, throttled
 from broker.handlers.configs import topic_config_entries
+from broker.handlers.stepped import Steps, in_steps, stepped
 from broker.metadata import Topic
 from broker.protocol.codec import build, nested, nested_or_none
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -157,9 +158,9 @@ def _requested_partitions(broker: Broker, item: _NewTopic) -> int:
     return max(int(item.num_partitions), 0)
 
 
-def _validate_creation(broker: Broker, c: _Creation, names: list[str], budget_used: int) -> None:
+def _validate_creation(broker: Broker, c: _Creation, repeated: set[Hashable], budget_used: int) -> None:
     item = c.item
-    if names.count(item.name) > 1:
+    if item.name in repeated:
         raise KafkaError(ErrorCode.invalid_request, f"topic {item.name!r} appears more than once")
     partitions = item.num_partitions
     if item.assignments:
@@ -186,37 +187,57 @@ def _validate_creation(broker: Broker, c: _Creation, names: list[str], budget_us
 def create_topics(
     broker: Broker, ctx: RequestContext, request: CreateTopicsRequest
 ) -> Answer[CreateTopicsResponse] | Serial:
+    return stepped(_creations(broker, ctx, request), len(request.topics))
+
+
+def _creations(
+    broker: Broker, ctx: RequestContext, request: CreateTopicsRequest
+) -> Steps[Answer[CreateTopicsResponse] | Serial]:
+    """Each entry validated and its name reserved on its own (the loop may serve others
+    between entries: a name reserved here is refused to them); what concerns the whole
+    request, the partition cap and repeated names, is judged first."""
     validate_only = request.validate_only
     creations = [_Creation(item) for item in request.topics]
+    requested = 0
+    for c in creations:
+        yield
+        requested += _requested_partitions(broker, c.item)
     # As Kafka's controller: more partitions than the cap in one request fails every entry.
-    if sum(_requested_partitions(broker, c.item) for c in creations) > broker.config.get("max.partitions.per.request"):
+    if requested > broker.config.get("max.partitions.per.request"):
         for c in creations:
             c.fail(KafkaError(ErrorCode.policy_violation, _TOO_MANY))
-        return _creation_response(broker, ctx, creations)
-    names = [c.item.name for c in creations]
+        return (yield from _creation_response(broker, ctx, creations))
+    repeated = yield from _repeats(c.item.name for c in creations)
     planned = 0
     security, session = broker.security, ctx.session
     charge = MutationCharge(broker.quotas, ctx.principal, ctx.client_id, strict=ctx.api_version >= 6)
     cluster_create = security.cluster(session, Operation.CREATE)
-    for c in creations:
-        try:
-            if not (cluster_create or security.topic(session, Operation.CREATE, c.item.name)):
-                raise KafkaError(ErrorCode.topic_authorization_failed, f"CREATE on topic {c.item.name} denied")
-            _validate_creation(broker, c, names, planned)
-            if charge.exceeded():
-                raise KafkaError(ErrorCode.throttling_quota_exceeded, THROTTLED)
-        except KafkaError as e:
-            c.fail(e)
-            continue
-        if not validate_only:
-            charge.take(c.partitions)
-        planned += c.partitions
-        if not validate_only:
-            broker.reserve_topic(c.item.name, c.partitions)
-            c.reserved = True
+    try:
+        for c in creations:
+            yield
+            try:
+                if not (cluster_create or security.topic(session, Operation.CREATE, c.item.name)):
+                    raise KafkaError(ErrorCode.topic_authorization_failed, f"CREATE on topic {c.item.name} denied")
+                _validate_creation(broker, c, repeated, planned)
+                if charge.exceeded():
+                    raise KafkaError(ErrorCode.throttling_quota_exceeded, THROTTLED)
+            except KafkaError as e:
+                c.fail(e)
+                continue
+            if not validate_only:
+                charge.take(c.partitions)
+            planned += c.partitions
+            if not validate_only:
+                broker.reserve_topic(c.item.name, c.partitions)
+                c.reserved = True
+    except BaseException:  # the connection went away between entries: nothing is created
+        for c in creations:
+            if c.reserved:
+                broker.release_topic(c.item.name, c.partitions)
+        raise
     throttle_ms = throttled(ctx, charge.throttle_ms())
     if validate_only:
-        return _creation_response(broker, ctx, creations)
+        return (yield from _creation_response(broker, ctx, creations))
     todo = [c for c in creations if c.reserved]
     if planned <= broker.INLINE_PARTITIONS:
         for c in todo:
@@ -226,7 +247,7 @@ def create_topics(
                 c.fail(e)
             finally:
                 broker.release_topic(c.item.name, c.partitions)
-        return _durable(broker, _creation_response(broker, ctx, creations, throttle_ms))
+        return _durable(broker, (yield from _creation_response(broker, ctx, creations, throttle_ms)))
 
     async def create_off_loop() -> CreateTopicsResponse:
         try:
@@ -242,7 +263,7 @@ def create_topics(
             for c in todo:
                 if c.reserved:  # cancelled before its turn
                     broker.release_topic(c.item.name, c.partitions)
-        return await _durable(broker, _creation_response(broker, ctx, creations, throttle_ms))
+        return await _durable(broker, await in_steps(_creation_response(broker, ctx, creations, throttle_ms)))
 
     # Later requests of this connection (a produce to the new topic, say) wait for it.
     return Serial(create_off_loop())
@@ -250,12 +271,13 @@ def create_topics(
 
 def _creation_response(
     broker: Broker, ctx: RequestContext, creations: list[_Creation], throttle_ms: int = 0
-) -> CreateTopicsResponse:
+) -> Steps[CreateTopicsResponse]:
     cls = CREATE_TOPICS.response(ctx.api_version)
     result_cls = nested(cls, "CreatableTopicResult")
     config_cls = nested_or_none(cls, "CreatableTopicConfigs")
     results = []
     for c in creations:
+        yield
         ok = c.error == ErrorCode.none
         configs_out: tuple[Entity, ...] = ()
         # The created topic's configs are shown only to who may describe them.
@@ -264,17 +286,20 @@ def _creation_response(
             config_error = ErrorCode.topic_authorization_failed
         if ok and config_cls is not None and config_error == ErrorCode.none:
             values = {**broker.config.topic_defaults(), **c.configs}
-            configs_out = tuple(
-                build(
-                    config_cls,
-                    name=e.name,
-                    value=e.value,
-                    read_only=False,
-                    config_source=e.source,
-                    is_sensitive=False,
+            described = []
+            for e in topic_config_entries(broker, values, set(c.configs)):
+                yield  # a topic's configs are dozens of entries of the answer
+                described.append(
+                    build(
+                        config_cls,
+                        name=e.name,
+                        value=e.value,
+                        read_only=False,
+                        config_source=e.source,
+                        is_sensitive=False,
+                    )
                 )
-                for e in topic_config_entries(broker, values, set(c.configs))
-            )
+            configs_out = tuple(described)
         results.append(
             build(
                 result_cls,
@@ -291,14 +316,50 @@ def _creation_response(
     return build(cls, throttle_time=throttle_ms, topics=tuple(results))
 
 
-def delete_topics(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequest) -> Answer[DeleteTopicsResponse]:
+def _repeats(keys: Iterable[Hashable]) -> Steps[set[Hashable]]:
+    """The keys that come more than once (a pass over the request only: the loop may serve
+    others meanwhile)."""
+    seen: set[Hashable] = set()
+    repeated: set[Hashable] = set()
+    for key in keys:
+        yield
+        if key in seen:
+            repeated.add(key)
+        else:
+            seen.add(key)
+    return repeated
+
+
+def _deleted_key(name: str | None, topic_id: uuid.UUID | None) -> Hashable:
+    """What makes two DeleteTopics entries the same topic, as Kafka's controller tells them
+    apart: the name, else the id (None when neither is given, never a repeat)."""
+    if name is not None:
+        return name
+    return topic_id if topic_id not in (None, _ZERO_UUID) else None
+
+
+def delete_topics(
+    broker: Broker, ctx: RequestContext, request: DeleteTopicsRequest
+) -> Answer[DeleteTopicsResponse] | Serial:
+    entries = len(request.topics) if _by_topic_id(request) else len(request.topic_names)
+    return stepped(_deletions(broker, ctx, request), entries)
+
+
+def _wanted(request: DeleteTopicsRequest) -> Iterator[tuple[str | None, uuid.UUID | None]]:
+    if _by_topic_id(request):
+        return ((t.name, t.topic_id) for t in request.topics)
+    return ((name, None) for name in request.topic_names)
+
+
+def _deletions(
+    broker: Broker, ctx: RequestContext, request: DeleteTopicsRequest
+) -> Steps[Answer[DeleteTopicsResponse]]:
+    """Names (and ids) given more than once are refused first, once each, as Kafka's
+    controller does; then each entry is looked up, checked and deleted on its own, as Kafka
+    gives no atomicity across a request's topics either, the loop free between steps."""
+    repeated = yield from _repeats(key for key in (_deleted_key(*w) for w in _wanted(request)) if key is not None)
     cls = DELETE_TOPICS.response(ctx.api_version)
     result_cls = nested(cls, "DeletableTopicResult")
-    wanted: list[tuple[str | None, uuid.UUID | None]]
-    if _by_topic_id(request):
-        wanted = [(t.name, t.topic_id) for t in request.topics]
-    else:
-        wanted = [(name, None) for name in request.topic_names]
     results = []
     deleted: list[str] = []
     security, session = broker.security, ctx.session
@@ -309,7 +370,17 @@ def delete_topics(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequ
             build(result_cls, name=name, topic_id=topic_id or _ZERO_UUID, error_code=code, error_message=message)
         )
 
-    for name, topic_id in wanted:
+    answered: set[Hashable] = set()
+    for name, topic_id in _wanted(request):
+        yield
+        if repeated and (key := _deleted_key(name, topic_id)) in repeated:
+            if key not in answered:  # once, where the name (or id) first appears
+                answered.add(key)
+                if name is not None:
+                    refuse(name, None, ErrorCode.invalid_request, "Duplicate topic name.")
+                else:
+                    refuse(None, topic_id, ErrorCode.invalid_request, "Duplicate topic id.")
+            continue
         if name is None and topic_id not in (None, _ZERO_UUID):
             topic = broker.store.by_id.get(topic_id)
             missing = ErrorCode.unknown_topic_id
@@ -366,71 +437,100 @@ def delete_topics(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequ
 def create_partitions(
     broker: Broker, ctx: RequestContext, request: CreatePartitionsRequest
 ) -> Answer[CreatePartitionsResponse] | Serial:
+    return stepped(_growths(broker, ctx, request), len(request.topics))
+
+
+def _grow_now(broker: Broker, name: str, count: int) -> None:
+    if broker.store.get(name) is None:  # deleted while the request's other entries were checked
+        raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} was deleted meanwhile")
+    broker.add_partitions(name, count)
+
+
+def _growths(
+    broker: Broker, ctx: RequestContext, request: CreatePartitionsRequest
+) -> Steps[Answer[CreatePartitionsResponse] | Serial]:
+    """Each entry checked and its topic reserved on its own, the loop free between entries;
+    the per-request partition cap is judged first, on the whole request."""
     cls = CREATE_PARTITIONS.response(ctx.api_version)
     result_cls = nested(cls, "CreatePartitionsTopicResult")
     outcomes: list[tuple[str, ErrorCode, str | None]] = []
     growths: list[tuple[int, str, int, int]] = []  # (outcome index, topic, new count, added)
     added_total = 0
-    new_partitions = sum(
-        max(0, item.count - t.partitions) for item in request.topics if (t := broker.store.get(item.name)) is not None
-    )
+    new_partitions = 0
+    for item in request.topics:
+        yield
+        if (t := broker.store.get(item.name)) is not None:
+            new_partitions += max(0, item.count - t.partitions)
     too_many = new_partitions > broker.config.get("max.partitions.per.request")
     charge = MutationCharge(broker.quotas, ctx.principal, ctx.client_id, strict=ctx.api_version >= 3)
-    for item in request.topics:
-        try:
-            if too_many:
-                raise KafkaError(ErrorCode.policy_violation, _TOO_MANY)
-            if not broker.security.topic(ctx.session, Operation.ALTER, item.name):
-                raise KafkaError(ErrorCode.topic_authorization_failed, f"ALTER on topic {item.name} denied")
-            topic = broker.store.get(item.name)
-            if topic is None:
-                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {item.name!r} does not exist")
-            if item.count <= topic.partitions:
-                raise KafkaError(
-                    ErrorCode.invalid_partitions,
-                    f"topic currently has {topic.partitions} partitions, which is higher than or "
-                    f"equal to the requested {item.count}",
-                )
-            if item.assignments is not None:
-                if len(item.assignments) != item.count - topic.partitions:
-                    raise KafkaError(ErrorCode.invalid_replica_assignment, "one assignment is needed per new partition")
-                for assignment in item.assignments:
-                    if list(assignment.broker_ids) != [broker.node_id]:
-                        raise KafkaError(ErrorCode.invalid_replica_assignment, f"the only broker is {broker.node_id}")
-            if item.name in broker.pending_topics:
-                raise KafkaError(ErrorCode.invalid_request, f"topic {item.name!r} is being changed; retry")
-            added = item.count - topic.partitions
-            broker.check_partition_budget(added_total + added)
-            if charge.exceeded():
-                raise KafkaError(ErrorCode.throttling_quota_exceeded, THROTTLED)
-            if not request.validate_only:
-                charge.take(added)
-            added_total += added
-            if not request.validate_only:
-                broker.reserve_topic(item.name, added)
-                growths.append((len(outcomes), item.name, item.count, added))
-            outcomes.append((item.name, ErrorCode.none, None))
-        except KafkaError as e:
-            outcomes.append((item.name, e.code, e.message))
+    try:
+        for item in request.topics:
+            yield
+            try:
+                if too_many:
+                    raise KafkaError(ErrorCode.policy_violation, _TOO_MANY)
+                if not broker.security.topic(ctx.session, Operation.ALTER, item.name):
+                    raise KafkaError(ErrorCode.topic_authorization_failed, f"ALTER on topic {item.name} denied")
+                topic = broker.store.get(item.name)
+                if topic is None:
+                    raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {item.name!r} does not exist")
+                if item.count <= topic.partitions:
+                    raise KafkaError(
+                        ErrorCode.invalid_partitions,
+                        f"topic currently has {topic.partitions} partitions, which is higher than or "
+                        f"equal to the requested {item.count}",
+                    )
+                if item.assignments is not None:
+                    if len(item.assignments) != item.count - topic.partitions:
+                        raise KafkaError(
+                            ErrorCode.invalid_replica_assignment, "one assignment is needed per new partition"
+                        )
+                    for assignment in item.assignments:
+                        if list(assignment.broker_ids) != [broker.node_id]:
+                            raise KafkaError(
+                                ErrorCode.invalid_replica_assignment, f"the only broker is {broker.node_id}"
+                            )
+                if item.name in broker.pending_topics:
+                    raise KafkaError(ErrorCode.invalid_request, f"topic {item.name!r} is being changed; retry")
+                added = item.count - topic.partitions
+                broker.check_partition_budget(added_total + added)
+                if charge.exceeded():
+                    raise KafkaError(ErrorCode.throttling_quota_exceeded, THROTTLED)
+                if not request.validate_only:
+                    charge.take(added)
+                added_total += added
+                if not request.validate_only:
+                    broker.reserve_topic(item.name, added)
+                    growths.append((len(outcomes), item.name, item.count, added))
+                outcomes.append((item.name, ErrorCode.none, None))
+            except KafkaError as e:
+                outcomes.append((item.name, e.code, e.message))
+    except BaseException:  # the connection went away between entries: nothing grows
+        for _, name, _, added in growths:
+            broker.release_topic(name, added)
+        raise
 
     throttle_ms = throttled(ctx, charge.throttle_ms())
 
-    def respond() -> CreatePartitionsResponse:
-        results = tuple(build(result_cls, name=n, error_code=code, error_message=m) for n, code, m in outcomes)
-        return build(cls, throttle_time=throttle_ms, results=results)
+    def respond() -> Steps[CreatePartitionsResponse]:
+        results = []
+        for n, code, m in outcomes:
+            yield
+            results.append(build(result_cls, name=n, error_code=code, error_message=m))
+        return build(cls, throttle_time=throttle_ms, results=tuple(results))
 
     if request.validate_only:
-        return respond()
+        return (yield from respond())
 
     if added_total <= broker.INLINE_PARTITIONS:
         for i, name, count, added in growths:
             try:
-                broker.add_partitions(name, count)
+                _grow_now(broker, name, count)
             except KafkaError as e:
                 outcomes[i] = (name, e.code, e.message)
             finally:
                 broker.release_topic(name, added)
-        return _durable(broker, respond())
+        return _durable(broker, (yield from respond()))
 
     async def grow_off_loop() -> CreatePartitionsResponse:
         todo = list(growths)
@@ -446,6 +546,6 @@ def create_partitions(
         finally:
             for _, name, _, added in todo:  # cancelled before their turn
                 broker.release_topic(name, added)
-        return await _durable(broker, respond())
+        return await _durable(broker, await in_steps(respond()))
 
     return Serial(grow_off_loop())
