@@ -49,7 +49,7 @@ from schemas.blocking_registry import shown
 __all__ = ["AnalyticsConfig", "replay", "run", "run_jobs"]
 
 # Seconds a stop waits for the batch in progress to finish: within the grace a supervisor gives
-# before SIGKILL (Docker's 10 s, `streamshop up`'s 15 s), leaving time for Spark's own shutdown.
+# before SIGKILL (Docker's 10 s, `streamshop up`'s 30 s), leaving time for Spark's own shutdown.
 STOP_GRACE = 5.0
 # Seconds a query may take to its first batch before the next query starts anyway.
 FIRST_BATCH_WAIT = 120.0
