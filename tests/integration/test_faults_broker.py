@@ -10,9 +10,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Producer
 
-from tests.support.fault_clients import Fleet, confluent_delivery, read_back, wait_until
+from tests.support.fault_clients import Fleet, KeyedProducer, read_back, wait_until
 from tests.support.harness import BrokerProcess
 from tests.support.history import (
     Fault,
@@ -30,20 +29,6 @@ from tests.support.kafka_clients import create_topic
 pytestmark = pytest.mark.fault
 
 
-def _producer(bootstrap: str, **extra: object) -> Producer:
-    return Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 2,
-            "reconnect.backoff.ms": 50,
-            "reconnect.backoff.max.ms": 200,
-            **extra,
-        }
-    )
-
-
 def _acked(history: History) -> int:
     return sum(1 for p in history.of(Produced) if p.outcome == "acked")
 
@@ -59,29 +44,20 @@ def test_broker_sigkilled_three_times_under_idempotent_acks_all_loses_and_duplic
     topic, partitions = "faults-kill", 4
     create_topic(broker.bootstrap, topic, partitions)
     history = History()
-    producer = _producer(broker.bootstrap, **{"message.timeout.ms": 60_000})
-    report = confluent_delivery(history, "producer")
-    sent = 0
-
-    def send(n: int) -> None:
-        nonlocal sent
-        for _ in range(n):
-            producer.produce(topic, key=b"%d" % (sent % 64), value=b"m%06d" % sent, on_delivery=report)
-            sent += 1
-            producer.poll(0)
-
+    producer = KeyedProducer(broker.bootstrap, topic, history, b"m", **{"message.timeout.ms": 60_000})
     for round_ in range(1, 4):
         target = round_ * 1500
         deadline = time.monotonic() + 60
         while _acked(history) < target:  # stream until well under way
             assert time.monotonic() < deadline, f"round {round_}: {_acked(history)} of {target} acknowledged"
-            send(50)
-            producer.poll(0.01)
-        send(400)  # in flight at the kill
+            producer.send(50)
+            producer.producer.poll(0.01)
+        producer.send(400)  # in flight at the kill
         history.add(Fault(what="SIGKILL", target="broker", at=time.monotonic()))
         broker.kill()
         broker.start()
     assert producer.flush(60) == 0
+    sent = producer.sent
     outcomes = [p.outcome for p in history.of(Produced)]
     assert len(outcomes) == sent
 
@@ -106,46 +82,31 @@ def test_broker_sigstopped_longer_than_client_timeouts_keeps_acks_and_commits(
     history = History()
     for name in ("c1", "c2"):
         fleet.start("consume", name, bootstrap=broker.bootstrap, topic=topic, group=group, member=name)
-    producer = _producer(broker.bootstrap, **{"message.timeout.ms": 3000, "request.timeout.ms": 2000})
-    report = confluent_delivery(history, "producer")
-    sent = 0
-
-    def stream(seconds: float) -> None:
-        nonlocal sent
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            for _ in range(20):
-                producer.produce(topic, key=b"%d" % (sent % 64), value=b"m%06d" % sent, on_delivery=report)
-                sent += 1
-            producer.poll(0.02)
+    producer = KeyedProducer(
+        broker.bootstrap, topic, history, b"m", **{"message.timeout.ms": 3000, "request.timeout.ms": 2000}
+    )
 
     def group_read() -> int:
         return sum(1 for name in ("c1", "c2") for e in fleet.history(name) if isinstance(e, Read))
 
-    stream(1.0)
+    producer.stream(1.0)
     wait_until(lambda: group_read() > 0, "the group to read")
     assert broker.proc is not None
     pid = broker.proc.pid
     history.add(Fault(what="SIGSTOP", target="broker", at=time.monotonic()))
     os.kill(pid, signal.SIGSTOP)
     try:
-        stream(8.0)  # past the 3 s message timeout and the 6 s session timeout
+        producer.stream(8.0)  # past the 3 s message timeout and the 6 s session timeout
     finally:
         history.add(Fault(what="SIGCONT", target="broker", at=time.monotonic()))
         os.kill(pid, signal.SIGCONT)
-    stream(2.0)
+    producer.stream(2.0)
     assert producer.flush(30) == 0
+    sent = producer.sent
     assert len(list(history.of(Produced))) == sent
     produced_history = History(list(history.events))
     stored = read_back(produced_history, broker.bootstrap, topic, partitions)
-
-    def group_read_all() -> bool:
-        h = History(list(produced_history.events))
-        for name in ("c1", "c2"):
-            h.extend(fleet.history(name))
-        return lost_to_group(h, group) == []
-
-    wait_until(group_read_all, "the group to read every stored record")
+    fleet.wait_for_group(produced_history, group, ["c1", "c2"])
     for name in ("c1", "c2"):
         fleet.stop(name)
     history = produced_history

@@ -15,14 +15,13 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
-from tests.support.fault_clients import Fleet, confluent_delivery, read_back, wait_until
+from tests.support.fault_clients import Fleet, KeyedProducer, read_back, wait_until
 from tests.support.harness import BrokerProcess
 from tests.support.history import (
     Committed,
     Fault,
     History,
     Produced,
-    Read,
     Stored,
     Transaction,
     duplicated_in_log,
@@ -65,41 +64,17 @@ def test_power_loss_keeps_every_acks_all_record_commit_and_committed_transaction
     fleet.start(
         "transact", "tx", bootstrap=broker.bootstrap, topic=txn_topic, transactional_id="tx", partitions=2, records=4
     )
-    producer = Producer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 2,
-            "message.timeout.ms": 60_000,
-            "reconnect.backoff.ms": 50,
-            "reconnect.backoff.max.ms": 200,
-        }
-    )
-    report = confluent_delivery(history, "producer")
-    sent = 0
-
-    def stream(seconds: float) -> None:
-        nonlocal sent
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            for _ in range(20):
-                producer.produce(topic, key=b"%d" % (sent % 64), value=b"p%06d" % sent, on_delivery=report)
-                sent += 1
-            producer.poll(0.02)
-
-    def progress(kind: type[Read] | type[Committed] | type[Transaction], name: str) -> int:
-        return sum(1 for e in fleet.history(name) if isinstance(e, kind))
+    producer = KeyedProducer(broker.bootstrap, topic, history, b"p", **{"message.timeout.ms": 60_000})
 
     acks_one = "power-acks1"
     create_topic(broker.bootstrap, acks_one, 1)
     unsynced: list[bytes] = []
     losses: list[tuple[int, int]] = []
     for _ in range(2):
-        commits, txns = progress(Committed, "c1"), progress(Transaction, "tx")
-        stream(1.0)
-        wait_until(lambda c=commits: progress(Committed, "c1") > c, "the group to commit")  # type: ignore[misc]
-        wait_until(lambda t=txns: progress(Transaction, "tx") > t + 2, "transactions to end")  # type: ignore[misc]
+        commits, txns = fleet.count("c1", Committed), fleet.count("tx", Transaction)
+        producer.stream(1.0)
+        wait_until(lambda c=commits: fleet.count("c1", Committed) > c, "the group to commit")  # type: ignore[misc]
+        wait_until(lambda t=txns: fleet.count("tx", Transaction) > t + 2, "transactions to end")  # type: ignore[misc]
         with connect(broker.bootstrap) as c:  # acks=1: in the OS, not on the device
             for i in range(10):
                 value = b"one-%d-%d" % (len(losses), i)
@@ -108,19 +83,14 @@ def test_power_loss_keeps_every_acks_all_record_commit_and_committed_transaction
         history.add(Fault(what="power loss", target="broker", at=time.monotonic()))
         losses.append(disk.power_loss())
         broker.start()
-    stream(1.0)
+    producer.stream(1.0)
     assert producer.flush(60) == 0
+    sent = producer.sent
     assert len(list(history.of(Produced))) == sent
 
     produced = History(list(history.events))
     stored = read_back(produced, broker.bootstrap, topic, partitions)
-
-    def group_read_all() -> bool:
-        h = History(list(produced.events))
-        h.extend(fleet.history("c1"))
-        return lost_to_group(h, group) == []
-
-    wait_until(group_read_all, "the group to read every stored record")
+    fleet.wait_for_group(produced, group, ["c1"])
     fleet.stop("c1")
     fleet.stop("tx")
     history = produced

@@ -55,6 +55,7 @@ from tests.support.history import (
     Transaction,
     TxnOutcome,
     append_jsonl,
+    lost_to_group,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -453,6 +454,48 @@ def confluent_delivery(history: History, client: str) -> Callable[[KafkaError | 
     return report
 
 
+class KeyedProducer:
+    """The fault tests' producer: confluent-kafka, idempotent, acks=all, retrying fast after a
+    restart; records `prefix` + a counter on 64 keys, each outcome in `history` (client
+    "producer")."""
+
+    def __init__(self, bootstrap: str, topic: str, history: History, prefix: bytes, **extra: object) -> None:
+        self.topic = topic
+        self.prefix = prefix
+        self.sent = 0
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 2,
+                "reconnect.backoff.ms": 50,
+                "reconnect.backoff.max.ms": 200,
+                **extra,
+            }
+        )
+        self._report = confluent_delivery(history, "producer")
+
+    def send(self, count: int) -> None:
+        """`count` more records handed to the client (some still in flight when a fault strikes)."""
+        for _ in range(count):
+            value = self.prefix + b"%06d" % self.sent
+            self.producer.produce(self.topic, key=b"%d" % (self.sent % 64), value=value, on_delivery=self._report)
+            self.sent += 1
+            self.producer.poll(0)
+
+    def stream(self, seconds: float) -> None:
+        """Records for `seconds`, 20 at a time, delivery reports read between."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.send(20)
+            self.producer.poll(0.02)
+
+    def flush(self, timeout: float) -> int:
+        """`Producer.flush`: the records still undelivered after `timeout` seconds."""
+        return int(self.producer.flush(timeout))
+
+
 class Fleet:
     """The client processes of one test, each with its history file; `close` stops them all,
     also when the test failed (SIGTERM, then SIGKILL after a grace)."""
@@ -488,6 +531,21 @@ class Fleet:
         h = History()
         h.load(self.path(name))
         return h.events
+
+    def count(self, name: str, kind: type[Event]) -> int:
+        """How many events of `kind` client `name` has recorded so far."""
+        return sum(1 for e in self.history(name) if isinstance(e, kind))
+
+    def wait_for_group(self, produced: History, group: str, members: Sequence[str]) -> None:
+        """Wait until `members` of `group` have read every record `produced` holds as stored."""
+
+        def read_all() -> bool:
+            h = History(list(produced.events))
+            for name in members:
+                h.extend(self.history(name))
+            return lost_to_group(h, group) == []
+
+        wait_until(read_all, "the group to read every stored record")
 
     def load_into(self, history: History) -> None:
         for name in self.procs:
