@@ -2,8 +2,9 @@
 them on `__consumer_offsets` (Kafka keeps this apart from group membership too, in its
 OffsetMetadataManager).
 
-The state here and the records it returns always agree: each change is made in memory and
-handed back as the records (commits or tombstones) the coordinator appends.  A group with no
+The state here and the records always agree: each change is made in memory and handed back
+as the records (tombstones) the coordinator appends, or, for a commit, made in memory in the
+step that appends the records `commit_records` built for it.  A group with no
 committed offset has no entry at all, so an emptied group is never mistaken for one that
 still holds offsets (ListGroups, retention, DeleteGroups all ask `group_id in by_group`).
 """
@@ -32,6 +33,15 @@ def _key(group_id: str, topic: str, partition: int) -> list[object]:
     return ["o", group_id, topic, partition]
 
 
+def commit_records(group_id: str, offsets: Mapping[TopicPartition, tuple[int, int, str]], now: int) -> list[Rec]:
+    """The records of a commit that `CommittedOffsets.apply` makes (pure: may be built off
+    the event loop)."""
+    return [
+        (_key(group_id, topic, partition), {"o": offset, "e": epoch, "m": metadata, "t": now})
+        for (topic, partition), (offset, epoch, metadata) in offsets.items()
+    ]
+
+
 class CommittedOffsets:
     def __init__(self) -> None:
         self.by_group: dict[str, dict[TopicPartition, CommittedOffset]] = {}
@@ -39,16 +49,14 @@ class CommittedOffsets:
     def of(self, group_id: str) -> Mapping[TopicPartition, CommittedOffset]:
         return self.by_group.get(group_id, {})
 
-    def commit(self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, int, str]], now: int) -> list[Rec]:
-        """Store (topic, partition) -> (offset, epoch, metadata); returns their records."""
+    def apply(self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, int, str]], now: int) -> None:
+        """Store (topic, partition) -> (offset, epoch, metadata) in memory; `commit_records`
+        are their records, which the coordinator appends in the same step."""
         stored = self.by_group.setdefault(group_id, {})
-        records: list[Rec] = []
-        for (topic, partition), (offset, epoch, metadata) in offsets.items():
-            stored[(topic, partition)] = CommittedOffset(offset, epoch, metadata, now)
-            records.append((_key(group_id, topic, partition), {"o": offset, "e": epoch, "m": metadata, "t": now}))
+        for tp, (offset, epoch, metadata) in offsets.items():
+            stored[tp] = CommittedOffset(offset, epoch, metadata, now)
         if not stored:
             del self.by_group[group_id]
-        return records
 
     def remove(self, group_id: str, partitions: Iterable[TopicPartition]) -> list[Rec]:
         """Forget those of `partitions` the group has offsets for; returns their tombstones."""

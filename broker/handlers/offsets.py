@@ -5,18 +5,21 @@ know is UNKNOWN_TOPIC_ID, a topic re-created under the same name is another topi
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kio.static.protocol import Entity
 
+from broker.cooperative import STEP
 from broker.core import Broker
-from broker.handlers.base import Answer, Messages, RequestContext
+from broker.handlers.base import Answer, Messages, RequestContext, Serial
+from broker.handlers.entry_steps import EntrySteps, Steps, at_once, stepped
+from broker.handlers.topics_seen import TopicsSeen
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.fetch_codec import RawResponse
-from broker.protocol.offsets_codec import encode_offset_commit_response
+from broker.protocol.offsets_codec import encode_commit_topics, offset_commit_response
 from broker.security.acls import Operation
 
 if TYPE_CHECKING:
@@ -105,6 +108,22 @@ def _may_require_stable(
     return request.__version__ >= 7  # KIP-447
 
 
+class _CommitPartition(Protocol):
+    """A partition's offset to commit, in any version's request."""
+
+    @property
+    def partition_index(self) -> int: ...
+    @property
+    def committed_offset(self) -> int: ...
+    @property
+    def committed_metadata(self) -> str | None: ...
+
+
+class _CommitTopic(Protocol):
+    @property
+    def partitions(self) -> Sequence[_CommitPartition]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class _Topic:
     """A requested topic by name and id; `name` is None for an id the broker does not know."""
@@ -127,69 +146,115 @@ def _by_id(broker: Broker, topic_id: uuid.UUID | None, partitions: Sequence[int]
 # --- OffsetCommit ------------------------------------------------------------------------
 
 
-def offset_commit(broker: Broker, ctx: RequestContext, request: OffsetCommitRequest) -> Answer[RawResponse]:
+def _topics(request: OffsetCommitRequest) -> Sequence[_CommitTopic]:
+    return request.topics
+
+
+def offset_commit(broker: Broker, ctx: RequestContext, request: OffsetCommitRequest) -> Answer[RawResponse] | Serial:
+    """The partitions checked a step at a time (a request may name 100,000); the offsets
+    accepted are then validated against the group again and stored in one step, one batch
+    on `__consumer_offsets` as in Kafka."""
     coordinator = broker.coordinator
     generation = request.generation_id_or_member_epoch
     instance_id = request.group_instance_id if _commits_as_instance(request) else None
-    if _commits_by_id(request):
-        topics = [_by_id(broker, t.topic_id, [p.partition_index for p in t.partitions]) for t in request.topics]
-    else:
-        topics = [_by_name(broker, t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
-    # (offset, leader epoch the offset was read at, metadata) per partition, in request order
-    offered: list[list[tuple[int, int, str | None]]]
-    if _with_leader_epochs(request):
-        offered = [
-            [(p.committed_offset, p.committed_leader_epoch, p.committed_metadata) for p in t.partitions]
-            for t in request.topics
-        ]
-    else:
-        offered = [[(p.committed_offset, -1, p.committed_metadata) for p in t.partitions] for t in request.topics]
-    top_error = ErrorCode.none
-    try:
-        if not broker.security.group(ctx.session, Operation.READ, request.group_id):
-            raise KafkaError(ErrorCode.group_authorization_failed)
-        coordinator.validate_commit(request.group_id, generation, request.member_id or "", instance_id)
-    except KafkaError as e:
-        top_error = e.code
-        if top_error == ErrorCode.group_id_not_found and ctx.api_version < 9:
-            top_error = ErrorCode.illegal_generation  # Kafka's answer before OffsetCommit v9
+    # Each topic's id (v10+) or name: one cheap pass, the look-ups are the steps'.
+    keys: Sequence[uuid.UUID | None] | Sequence[str] = (
+        [t.topic_id for t in request.topics] if _commits_by_id(request) else [t.name for t in request.topics]
+    )
+    leader_epochs = _with_leader_epochs(request)
+    entries = sum(1 + len(t.partitions) for t in request.topics)
+    many = entries > STEP
+
+    def validated() -> ErrorCode:
+        try:
+            if not broker.security.group(ctx.session, Operation.READ, request.group_id):
+                raise KafkaError(ErrorCode.group_authorization_failed)
+            coordinator.validate_commit(request.group_id, generation, request.member_id or "", instance_id)
+        except KafkaError as e:
+            if e.code == ErrorCode.group_id_not_found and ctx.api_version < 9:
+                return ErrorCode.illegal_generation  # Kafka's answer before OffsetCommit v9
+            return e.code
+        return ErrorCode.none
+
+    top_error = validated()
     accepted: dict[tuple[str, int], tuple[int, int, str]] = {}
     results: list[tuple[_Topic, list[tuple[int, ErrorCode]]]] = []
-    for topic, values in zip(topics, offered, strict=True):
-        parts: list[tuple[int, ErrorCode]] = []
-        readable = topic.name is not None and broker.security.topic(ctx.session, Operation.READ, topic.name)
-        for index, (offset, epoch, metadata) in zip(topic.partitions, values, strict=True):
-            error = top_error
-            if error == ErrorCode.none:
-                if topic.name is None:
-                    error = ErrorCode.unknown_topic_id
-                elif not readable:
-                    error = ErrorCode.topic_authorization_failed
-                elif broker.store.partition_log(topic.name, index) is None:
-                    error = ErrorCode.unknown_topic_or_partition
-                elif len((metadata or "").encode()) > coordinator.config.max_metadata_bytes:
-                    error = ErrorCode.offset_metadata_too_large
-                else:
-                    accepted[(topic.name, index)] = (offset, epoch, metadata or "")
-            parts.append((index, error))
-        results.append((topic, parts))
+    seen = TopicsSeen(broker)
 
-    def respond() -> RawResponse:
-        return encode_offset_commit_response(
-            ctx.api_version, [(topic.name or "", topic.topic_id, parts) for topic, parts in results]
-        )
+    def check() -> Steps[Answer[RawResponse]]:
+        for n, t in enumerate(_topics(request)):
+            yield
+            key = keys[n]
+            indexes = [p.partition_index for p in t.partitions]
+            topic = _by_name(broker, key, indexes) if isinstance(key, str) else _by_id(broker, key, indexes)
+            parts: list[tuple[int, ErrorCode]] = []
+            readable = topic.name is not None and broker.security.topic(ctx.session, Operation.READ, topic.name)
+            if topic.name is not None:
+                seen.see(topic.name)
+            for p in t.partitions:
+                yield
+                index, metadata = p.partition_index, p.committed_metadata
+                error = top_error
+                if error == ErrorCode.none:
+                    if topic.name is None:
+                        error = ErrorCode.unknown_topic_id
+                    elif not readable:
+                        error = ErrorCode.topic_authorization_failed
+                    elif broker.store.partition_log(topic.name, index) is None:
+                        error = ErrorCode.unknown_topic_or_partition
+                    elif len((metadata or "").encode()) > coordinator.config.max_metadata_bytes:
+                        error = ErrorCode.offset_metadata_too_large
+                    else:
+                        # (offset, leader epoch the offset was read at, metadata)
+                        epoch = int(getattr(p, "committed_leader_epoch", -1)) if leader_epochs else -1
+                        accepted[(topic.name, index)] = (p.committed_offset, epoch, metadata or "")
+                parts.append((index, error))
+            results.append((topic, parts))
+        return durable() if accepted else answered()
+
+    def respond() -> Steps[RawResponse]:
+        """The answer encoded a slice of about STEP entries at a time."""
+        encoded: list[bytes] = []
+        start = weight = 0
+        for n, (_, parts) in enumerate(results, 1):
+            yield
+            weight += 1 + len(parts)
+            if weight >= STEP or n == len(results):
+                done = [(topic.name or "", topic.topic_id, parts) for topic, parts in results[start:n]]
+                encoded.append(encode_commit_topics(ctx.api_version, done))
+                start, weight = n, 0
+        return offset_commit_response(ctx.api_version, len(results), encoded)
+
+    def fail(error: ErrorCode, partitions: Collection[tuple[str, int]] | None = None) -> None:
+        """`error` for the accepted partitions (those of `partitions` only, when given)."""
+        for topic, parts in results:
+            parts[:] = [
+                (i, error if e == ErrorCode.none and (partitions is None or (topic.name, i) in partitions) else e)
+                for i, e in parts
+            ]
 
     async def durable() -> RawResponse:
+        if many:  # the group and topics may have changed while the partitions were checked
+            gone = seen.gone(accepted)
+            for tp in gone:
+                del accepted[tp]
+            fail(ErrorCode.unknown_topic_or_partition, set(gone))
+            error = validated()
+            if error != ErrorCode.none:
+                accepted.clear()
+                fail(error)
         try:
             await coordinator.commit(request.group_id, accepted)
         except OSError:
             # The offsets log could not be written (its directory is offline): Kafka's answer,
             # NOT_COORDINATOR, sends the client to find the coordinator again.
-            for _, parts in results:
-                parts[:] = [(i, ErrorCode.not_coordinator if e == ErrorCode.none else e) for i, e in parts]
-        return respond()
+            fail(ErrorCode.not_coordinator)
+        return await EntrySteps().run(respond()) if many else at_once(respond())
 
-    return durable() if accepted else respond()
+    def answered() -> Answer[RawResponse]:
+        return EntrySteps().run(respond()) if many else at_once(respond())
+
+    return stepped(check(), entries)
 
 
 # --- OffsetFetch -------------------------------------------------------------------------

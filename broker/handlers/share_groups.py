@@ -7,8 +7,10 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from broker.cooperative import STEP
 from broker.core import Broker
-from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext
+from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext, Serial
+from broker.handlers.entry_steps import Steps, stepped
 from broker.handlers.group_describe import assignment_describer, undescribed
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -32,7 +34,10 @@ ASSIGNOR = "simple"
 
 def heartbeat(
     broker: Broker, ctx: RequestContext, request: ShareGroupHeartbeatRequest
-) -> Answer[ShareGroupHeartbeatResponse]:
+) -> Answer[ShareGroupHeartbeatResponse] | Serial:
+    """A member may subscribe to 100,000 topic names: each distinct name is authorized and
+    looked up a step at a time; the group then changes in one step, which finds the names
+    looked up already."""
     cls = HEARTBEAT.response(ctx.api_version)
     shares = broker.shares
 
@@ -46,60 +51,84 @@ def heartbeat(
     if not broker.security.group(ctx.session, Operation.READ, request.group_id):
         return failed(ErrorCode.group_authorization_failed)
     names = request.subscribed_topic_names
-    if names is not None:
-        denied = sorted(n for n in set(names) if not broker.security.topic(ctx.session, Operation.DESCRIBE, n))
-        if denied:
-            return failed(ErrorCode.topic_authorization_failed, f"Unauthorized topics: {', '.join(denied)}.")
+    distinct = set(names) if names is not None else set()
 
-    def resolve(name: str) -> tuple[uuid.UUID, int] | None:
+    def describable(name: str) -> bool:
+        return broker.security.topic(ctx.session, Operation.DESCRIBE, name)
+
+    def lookup(name: str) -> tuple[uuid.UUID, int] | None:
         topic = broker.store.get(name)
-        if topic is None or topic.internal or not broker.security.topic(ctx.session, Operation.DESCRIBE, name):
+        if topic is None or topic.internal or not describable(name):
             return None
         return topic.topic_id, topic.partitions
 
-    beat = ShareHeartbeat(
-        group_id=request.group_id,
-        member_id=request.member_id,
-        member_epoch=request.member_epoch,
-        rack_id=request.rack_id,
-        topic_names=tuple(names) if names is not None else None,
-        client_id=ctx.client_id or "",
-        client_host=ctx.client_host,
-    )
-    try:
-        result, durable = shares.heartbeat(beat, resolve)
-    except KafkaError as e:
-        return failed(e.code, e.message)
-    assignment = None
-    if result.assignment is not None:
-        tp_cls = nested(cls, "TopicPartitions")
-        assignment = build(
-            nested(cls, "Assignment"),
-            topic_partitions=tuple(
-                build(tp_cls, topic_id=topic, partitions=tuple(sorted(parts)))
-                for topic, parts in sorted(result.assignment.items(), key=lambda tp: str(tp[0]))
-            ),
+    looked_up: dict[str, tuple[uuid.UUID, int] | None] = {}
+
+    def resolve(name: str) -> tuple[uuid.UUID, int] | None:
+        # The request's names as looked up by its steps (a topic created or deleted meanwhile
+        # is seen at the group's next heartbeat, as a change of the metadata is); others now.
+        return looked_up[name] if name in looked_up else lookup(name)
+
+    def work() -> Steps[Answer[ShareGroupHeartbeatResponse]]:
+        denied = []
+        for n in distinct:
+            yield
+            if not describable(n):
+                denied.append(n)
+        if denied:
+            return failed(ErrorCode.topic_authorization_failed, f"Unauthorized topics: {', '.join(sorted(denied))}.")
+        if len(distinct) > STEP:
+            for n in distinct:
+                yield
+                looked_up[n] = lookup(n)
+        return beat()
+
+    def beat() -> Answer[ShareGroupHeartbeatResponse]:
+        heartbeat = ShareHeartbeat(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+            rack_id=request.rack_id,
+            topic_names=tuple(names) if names is not None else None,
+            client_id=ctx.client_id or "",
+            client_host=ctx.client_host,
         )
-    response = build(
-        cls,
-        throttle_time=0,
-        error_code=ErrorCode.none,
-        member_id=request.member_id,
-        member_epoch=result.member_epoch,
-        heartbeat_interval=shares.settings(request.group_id).heartbeat_interval_ms,
-        assignment=assignment,
-    )
-    if durable is None:
-        return response
-
-    async def answer() -> ShareGroupHeartbeatResponse:
         try:
-            await durable
-        except OSError as e:
-            return failed(ErrorCode.coordinator_not_available, f"the group's state could not be stored: {e}")
-        return response
+            result, durable = shares.heartbeat(heartbeat, resolve)
+        except KafkaError as e:
+            return failed(e.code, e.message)
+        assignment = None
+        if result.assignment is not None:
+            tp_cls = nested(cls, "TopicPartitions")
+            assignment = build(
+                nested(cls, "Assignment"),
+                topic_partitions=tuple(
+                    build(tp_cls, topic_id=topic, partitions=tuple(sorted(parts)))
+                    for topic, parts in sorted(result.assignment.items(), key=lambda tp: str(tp[0]))
+                ),
+            )
+        response = build(
+            cls,
+            throttle_time=0,
+            error_code=ErrorCode.none,
+            member_id=request.member_id,
+            member_epoch=result.member_epoch,
+            heartbeat_interval=shares.settings(request.group_id).heartbeat_interval_ms,
+            assignment=assignment,
+        )
+        if durable is None:
+            return response
 
-    return answer()
+        async def answer() -> ShareGroupHeartbeatResponse:
+            try:
+                await durable
+            except OSError as e:
+                return failed(ErrorCode.coordinator_not_available, f"the group's state could not be stored: {e}")
+            return response
+
+        return answer()
+
+    return stepped(work(), 2 * len(distinct))
 
 
 def describe(broker: Broker, ctx: RequestContext, request: ShareGroupDescribeRequest) -> ShareGroupDescribeResponse:

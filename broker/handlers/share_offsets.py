@@ -12,8 +12,11 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from broker.cooperative import STEP
 from broker.core import Broker
-from broker.handlers.base import Answer, Messages, RequestContext
+from broker.handlers.base import Answer, Messages, RequestContext, Serial
+from broker.handlers.entry_steps import EntrySteps, Steps, at_once, stepped
+from broker.handlers.topics_seen import TopicsSeen
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation
@@ -65,7 +68,9 @@ def _empty_share_group(broker: Broker, group_id: str) -> None:
 
 def describe_offsets(
     broker: Broker, ctx: RequestContext, request: DescribeShareGroupOffsetsRequest
-) -> DescribeShareGroupOffsetsResponse:
+) -> Answer[DescribeShareGroupOffsetsResponse] | Serial:
+    """Answered a step of entries at a time (a request may name 100,000): each group, topic
+    and partition is looked up on its own, as in Kafka."""
     cls = DESCRIBE_OFFSETS.response(ctx.api_version)
     group_cls, topic_cls, part_cls = (
         nested(cls, "DescribeShareGroupOffsetsResponseGroup"),
@@ -86,52 +91,72 @@ def describe_offsets(
     def topic(name: str, topic_id: uuid.UUID | None, partitions: Iterable[Entity]) -> Entity:
         return build(topic_cls, topic_name=name, topic_id=topic_id, partitions=tuple(partitions))
 
-    def described(group_id: str, asked: tuple[DescribeShareGroupOffsetsRequestTopic, ...] | None) -> Entity:
+    def may(name: str) -> bool:
+        return broker.security.topic(ctx.session, Operation.DESCRIBE, name)
+
+    def every(group_id: str) -> Steps[list[Entity]]:
+        """All the group's partitions with state, on topics it may describe."""
+        starts = broker.shares.start_offsets(group_id)
+        by_topic: dict[uuid.UUID, list[int]] = {}
+        for topic_id, index in starts:
+            by_topic.setdefault(topic_id, []).append(index)
+        named = [(t.name, t.topic_id) for i in by_topic if (t := broker.store.by_id.get(i)) is not None]
+        topics: list[Entity] = []
+        for name, tid in sorted(named):
+            yield
+            if may(name):
+                parts = []
+                for p in sorted(by_topic[tid]):
+                    parts.append(partition(p, starts[(tid, p)]))
+                    yield
+                topics.append(topic(name, tid, parts))
+        return topics
+
+    def asked(group_id: str, wanted: tuple[DescribeShareGroupOffsetsRequestTopic, ...]) -> Steps[list[Entity]]:
+        topics: list[Entity] = []
+        for t in wanted:
+            yield
+            name, indexes = t.topic_name, t.partitions
+            parts = []
+            if not may(name):
+                for p in indexes:
+                    parts.append(partition(p, NO_OFFSET, ErrorCode.topic_authorization_failed, TOPIC_DENIED))
+                    yield
+                topics.append(topic(name, None, parts))
+                continue
+            found = broker.store.get(name)
+            # As Kafka: an unknown topic, or a partition without state, has no start offset.
+            known = found.topic_id if found is not None else None
+            for p in indexes:
+                start = broker.shares.start_offset(group_id, known, p) if known else None
+                parts.append(partition(p, NO_OFFSET if start is None else start))
+                yield
+            topics.append(topic(name, known, parts))
+        return topics
+
+    def described(group_id: str, wanted: tuple[DescribeShareGroupOffsetsRequestTopic, ...] | None) -> Steps[Entity]:
         if not group_id:
             raise KafkaError(ErrorCode.invalid_group_id, "GroupId can't be empty.")
         if not broker.security.group(ctx.session, Operation.DESCRIBE, group_id):
             raise KafkaError(ErrorCode.group_authorization_failed)
         # As Kafka 4.1: the group itself is not looked up; what has no share state has no offset.
-        starts = broker.shares.start_offsets(group_id)
-
-        def may(name: str) -> bool:
-            return broker.security.topic(ctx.session, Operation.DESCRIBE, name)
-
-        topics: list[Entity] = []
-        if asked is None:  # all the group's partitions with state, on topics it may describe
-            by_topic: dict[uuid.UUID, list[int]] = {}
-            for topic_id, index in starts:
-                by_topic.setdefault(topic_id, []).append(index)
-            named = [(t.name, t.topic_id) for i in by_topic if (t := broker.store.by_id.get(i)) is not None]
-            for name, tid in sorted(named):
-                if may(name):
-                    parts = sorted(by_topic[tid])
-                    topics.append(topic(name, tid, (partition(p, starts[(tid, p)]) for p in parts)))
-        else:
-            for wanted in asked:
-                name, indexes = wanted.topic_name, wanted.partitions
-                if not may(name):
-                    denied = (
-                        partition(p, NO_OFFSET, ErrorCode.topic_authorization_failed, TOPIC_DENIED) for p in indexes
-                    )
-                    topics.append(topic(name, None, denied))
-                    continue
-                found = broker.store.get(name)
-                # As Kafka: an unknown topic, or a partition without state, has no start offset.
-                known = found.topic_id if found is not None else None
-                offsets = (partition(p, starts.get((known, p), NO_OFFSET) if known else NO_OFFSET) for p in indexes)
-                topics.append(topic(name, known, offsets))
+        topics = yield from (every(group_id) if wanted is None else asked(group_id, wanted))
         return build(group_cls, group_id=group_id, topics=tuple(topics), error_code=ErrorCode.none)
 
-    groups = []
-    for wanted in request.groups:
-        try:
-            groups.append(described(wanted.group_id, wanted.topics))
-        except KafkaError as e:
-            groups.append(
-                build(group_cls, group_id=wanted.group_id, topics=(), error_code=e.code, error_message=e.message)
-            )
-    return build(cls, throttle_time=0, groups=tuple(groups))
+    def work() -> Steps[DescribeShareGroupOffsetsResponse]:
+        groups = []
+        for wanted in request.groups:
+            yield
+            try:
+                groups.append((yield from described(wanted.group_id, wanted.topics)))
+            except KafkaError as e:
+                groups.append(
+                    build(group_cls, group_id=wanted.group_id, topics=(), error_code=e.code, error_message=e.message)
+                )
+        return build(cls, throttle_time=0, groups=tuple(groups))
+
+    entries = sum(1 + sum(1 + len(t.partitions) for t in g.topics or ()) for g in request.groups)
+    return stepped(work(), entries)
 
 
 # --- AlterShareGroupOffsets ----------------------------------------------------------------
@@ -139,7 +164,9 @@ def describe_offsets(
 
 def alter_offsets(
     broker: Broker, ctx: RequestContext, request: AlterShareGroupOffsetsRequest
-) -> Answer[AlterShareGroupOffsetsResponse]:
+) -> Answer[AlterShareGroupOffsetsResponse] | Serial:
+    """The partitions checked a step at a time (a request may name 100,000); then the group
+    found empty and its offsets altered in one step; the answer built a step at a time."""
     cls = ALTER_OFFSETS.response(ctx.api_version)
     topic_cls, part_cls = (
         nested(cls, "AlterShareGroupOffsetsResponseTopic"),
@@ -150,65 +177,87 @@ def alter_offsets(
     # error, or None while it is to be altered.
     results: dict[str, tuple[uuid.UUID | None, dict[int, tuple[ErrorCode, str | None] | None]]] = {}
     offsets: dict[tuple[uuid.UUID, int], int] = {}
+    seen = TopicsSeen(broker)
+    entries = sum(1 + len(t.partitions) for t in request.topics)
+    many = entries > STEP
 
-    def respond(error: ErrorCode = ErrorCode.none, message: str | None = None) -> AlterShareGroupOffsetsResponse:
+    def respond(error: ErrorCode = ErrorCode.none, message: str | None = None) -> Steps[AlterShareGroupOffsetsResponse]:
         """A top-level error also marks every partition not failed already: Kafka 4.1's Admin
         client reads the partitions' errors only."""
-        topics = tuple(
-            build(
-                topic_cls,
-                topic_name=name,
-                topic_id=topic_id,
-                partitions=tuple(
-                    build(part_cls, partition_index=p, error_code=e[0], error_message=e[1])
-                    for p, got in parts.items()
-                    for e in [got or (error, message)]
-                ),
-            )
-            for name, (topic_id, parts) in results.items()
-        )
-        return build(cls, throttle_time=0, error_code=error, error_message=message, responses=topics)
+        topics = []
+        for name, (topic_id, parts) in results.items():
+            built = []
+            for p, got in parts.items():
+                e = got or (error, message)
+                built.append(build(part_cls, partition_index=p, error_code=e[0], error_message=e[1]))
+                yield
+            topics.append(build(topic_cls, topic_name=name, topic_id=topic_id, partitions=tuple(built)))
+        return build(cls, throttle_time=0, error_code=error, error_message=message, responses=tuple(topics))
+
+    async def later(error: ErrorCode = ErrorCode.none, message: str | None = None) -> AlterShareGroupOffsetsResponse:
+        return await EntrySteps().run(respond(error, message)) if many else at_once(respond(error, message))
+
+    def answered(
+        error: ErrorCode = ErrorCode.none, message: str | None = None
+    ) -> Answer[AlterShareGroupOffsetsResponse]:
+        return later(error, message) if many else at_once(respond(error, message))
+
+    def check() -> Steps[Answer[AlterShareGroupOffsetsResponse]]:
+        for wanted in request.topics:
+            yield
+            name = wanted.topic_name
+            found = broker.store.get(name)
+            seen.see(name)
+            parts = results.setdefault(name, (found.topic_id if found is not None else None, {}))[1]
+            readable = broker.security.topic(ctx.session, Operation.READ, name)
+            for p in wanted.partitions:
+                yield
+                index, start = int(p.partition_index), int(p.start_offset)
+                if found is not None:
+                    offsets.pop((found.topic_id, index), None)  # a partition named twice: its last entry decides
+                if not readable:
+                    parts[index] = (ErrorCode.topic_authorization_failed, TOPIC_DENIED)
+                elif found is None or not 0 <= index < found.partitions:
+                    parts[index] = (ErrorCode.unknown_topic_or_partition, UNKNOWN_PARTITION)
+                elif start < 0:
+                    parts[index] = (ErrorCode.invalid_request, f"start offset {start} is negative")
+                else:
+                    parts[index] = None
+                    offsets[(found.topic_id, index)] = start
+        return alter()
+
+    def alter() -> Answer[AlterShareGroupOffsetsResponse]:
+        gone = {name for name, _ in seen.gone((name, 0) for name in results)}
+        for name in gone:  # deleted while the request was checked: as if before it
+            topic_id, parts = results[name]
+            for index, got in parts.items():
+                if got is None and topic_id is not None:
+                    parts[index] = (ErrorCode.unknown_topic_or_partition, UNKNOWN_PARTITION)
+                    offsets.pop((topic_id, index), None)
+        if not offsets:
+            return answered()
+        try:
+            _empty_share_group(broker, group_id)
+        except KafkaError as e:
+            return answered(e.code, e.message)
+        altering = broker.shares.alter_start_offsets(group_id, offsets)
+
+        async def answer() -> AlterShareGroupOffsetsResponse:
+            try:
+                await altering
+            except KafkaError as e:
+                return await later(e.code, e.message)
+            except OSError as e:
+                return await later(ErrorCode.kafka_storage_error, f"the share group's state could not be stored: {e}")
+            return await later()
+
+        return answer()
 
     if not broker.security.group(ctx.session, Operation.READ, group_id):
         return _alter_failed(cls, ErrorCode.group_authorization_failed, None)
     if not group_id:
         return _alter_failed(cls, ErrorCode.invalid_group_id, "GroupId can't be empty.")
-    for wanted in request.topics:
-        name = wanted.topic_name
-        found = broker.store.get(name)
-        parts = results.setdefault(name, (found.topic_id if found is not None else None, {}))[1]
-        readable = broker.security.topic(ctx.session, Operation.READ, name)
-        for p in wanted.partitions:
-            index, start = int(p.partition_index), int(p.start_offset)
-            if found is not None:
-                offsets.pop((found.topic_id, index), None)  # a partition named twice: its last entry decides
-            if not readable:
-                parts[index] = (ErrorCode.topic_authorization_failed, TOPIC_DENIED)
-            elif found is None or not 0 <= index < found.partitions:
-                parts[index] = (ErrorCode.unknown_topic_or_partition, UNKNOWN_PARTITION)
-            elif start < 0:
-                parts[index] = (ErrorCode.invalid_request, f"start offset {start} is negative")
-            else:
-                parts[index] = None
-                offsets[(found.topic_id, index)] = start
-    if not offsets:
-        return respond()
-    try:
-        _empty_share_group(broker, group_id)
-    except KafkaError as e:
-        return respond(e.code, e.message)
-    altering = broker.shares.alter_start_offsets(group_id, offsets)
-
-    async def answer() -> AlterShareGroupOffsetsResponse:
-        try:
-            await altering
-        except KafkaError as e:
-            return respond(e.code, e.message)
-        except OSError as e:
-            return respond(ErrorCode.kafka_storage_error, f"the share group's state could not be stored: {e}")
-        return respond()
-
-    return answer()
+    return stepped(check(), entries)
 
 
 def _alter_failed(

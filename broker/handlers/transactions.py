@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import re2
 from kio.static.protocol import Entity
 
+from broker.cooperative import STEP
 from broker.core import INTERNAL_TOPICS, Broker
-from broker.handlers.base import Answer, Messages, RequestContext
+from broker.handlers.base import Answer, Messages, RequestContext, Serial
+from broker.handlers.entry_steps import EntrySteps, Steps, at_once, stepped
+from broker.handlers.topics_seen import TopicsSeen
 from broker.protocol.codec import build, ms_to_datetime, nested
 from broker.protocol.control import ControlType
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -53,6 +56,8 @@ if TYPE_CHECKING:
         WriteTxnMarkersRequest,
         WriteTxnMarkersResponse,
     )
+
+T = TypeVar("T")
 
 INIT_PRODUCER_ID: Messages[InitProducerIdRequest, InitProducerIdResponse] = Messages(22, 0, 5)
 ADD_PARTITIONS_TO_TXN: Messages[AddPartitionsToTxnRequest, AddPartitionsToTxnResponse] = Messages(24, 0, 5)
@@ -176,37 +181,53 @@ def init_transactional(
     return init()
 
 
+def _answered(response: Steps[T], many: bool) -> Answer[T]:
+    """A response built now, or a step of entries at a time for a request of many."""
+    return EntrySteps().run(response) if many else at_once(response)
+
+
+def _entries(request: AddPartitionsToTxnRequest) -> int:
+    if not _batched(request):
+        return sum(1 + len(t.partitions) for t in request.v3_and_below_topics)
+    return sum(1 + len(t.topics) + sum(len(x.partitions) for x in t.topics) for t in request.transactions)
+
+
 # --- AddPartitionsToTxn --------------------------------------------------------------
 
 
 def add_partitions_to_txn(
     broker: Broker, ctx: RequestContext, request: AddPartitionsToTxnRequest
-) -> Answer[AddPartitionsToTxnResponse]:
+) -> Answer[AddPartitionsToTxnResponse] | Serial:
+    """Served a step of partitions at a time (a request may name 100,000): the checks of the
+    topics, then the transaction's change in one step under its lock (so an EndTxn of the
+    same producer sees all the partitions added or none), then the answer."""
     cls = ADD_PARTITIONS_TO_TXN.response(ctx.api_version)
     topic_cls = nested(cls, "AddPartitionsToTxnTopicResult")
     part_cls = nested(cls, "AddPartitionsToTxnPartitionResult")
+    steps = EntrySteps()
 
-    def topic_results(errors: dict[str, dict[int, ErrorCode]]) -> tuple[Entity, ...]:
-        return tuple(
-            build(
-                topic_cls,
-                name=name,
-                results_by_partition=tuple(
-                    build(part_cls, partition_index=p, partition_error_code=e) for p, e in parts.items()
-                ),
-            )
-            for name, parts in errors.items()
-        )
+    async def topic_results(errors: dict[str, dict[int, ErrorCode]]) -> tuple[Entity, ...]:
+        topics = []
+        for name, parts in errors.items():
+            results = []
+            for p, e in parts.items():
+                results.append(build(part_cls, partition_index=p, partition_error_code=e))
+                await steps.done()
+            topics.append(build(topic_cls, name=name, results_by_partition=tuple(results)))
+            await steps.done()
+        return tuple(topics)
 
     async def one(
         transactional_id: str, producer_id: int, epoch: int, topics: Sequence[_Topic], verify_only: bool
     ) -> tuple[Entity, ...]:
-        wanted = {t.name: list(t.partitions) for t in topics}
+        wanted = {t.name: list(t.partitions) for t in topics}  # a topic named twice: its last entry
         errors: dict[str, dict[int, ErrorCode]] = {n: {} for n in wanted}
         refused = False
         for name, partitions in wanted.items():
+            await steps.done()
             writable = broker.security.topic(ctx.session, Operation.WRITE, name)
             for p in partitions:
+                await steps.done()
                 if not writable:
                     errors[name][p] = ErrorCode.topic_authorization_failed
                 elif broker.store.partition_log(name, p) is None or name in INTERNAL_TOPICS:
@@ -232,7 +253,7 @@ def add_partitions_to_txn(
         for name, partitions in wanted.items():
             for p in partitions:
                 errors[name].setdefault(p, verified.get((name, p), error))
-        return topic_results(errors)
+        return await topic_results(errors)
 
     async def answer() -> AddPartitionsToTxnResponse:
         if not _batched(request):
@@ -254,9 +275,12 @@ def add_partitions_to_txn(
         for txn in request.transactions:
             results = await one(txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only)
             out.append(build(result_cls, transactional_id=txn.transactional_id, topic_results=results))
+            await steps.done()
         return build(cls, throttle_time=0, error_code=ErrorCode.none, results_by_transaction=tuple(out))
 
-    return answer()
+    # Many entries: answered before the connection's next request is dispatched, which the
+    # steps would otherwise let run first.
+    return Serial(answer()) if _entries(request) > STEP else answer()
 
 
 # --- AddOffsetsToTxn / TxnOffsetCommit -----------------------------------------------
@@ -299,7 +323,9 @@ def add_offsets_to_txn(
 
 def txn_offset_commit(
     broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRequest
-) -> Answer[TxnOffsetCommitResponse]:
+) -> Answer[TxnOffsetCommitResponse] | Serial:
+    """Checked and answered a step of partitions at a time; the offsets join the transaction
+    in one step under its lock."""
     cls = TXN_OFFSET_COMMIT.response(ctx.api_version)
     topic_cls = nested(cls, "TxnOffsetCommitResponseTopic")
     part_cls = nested(cls, "TxnOffsetCommitResponsePartition")
@@ -318,64 +344,72 @@ def txn_offset_commit(
                 broker.coordinator.validate_commit(group_id, generation, member_id, request.group_instance_id)
             except KafkaError as e:
                 top = e.code
-    # v2+ carries the leader epoch each offset was read at
-    epochs = (
-        {(t.name, p.partition_index): p.committed_leader_epoch for t in request.topics for p in t.partitions}
-        if _with_leader_epochs(request)
-        else {}
-    )
+    with_epochs = _with_leader_epochs(request)  # v2+ carries the leader epoch each offset was read at
     limit = broker.coordinator.config.max_metadata_bytes
     errors: dict[str, dict[int, ErrorCode]] = {}
     accepted: PendingOffsets = {}
-    for topic in request.topics:
-        parts = errors.setdefault(topic.name, {})
-        readable = broker.security.topic(ctx.session, Operation.READ, topic.name)
-        for p in topic.partitions:
-            metadata = p.committed_metadata or ""
-            if top != ErrorCode.none:
-                parts[p.partition_index] = top
-            elif not readable:
-                parts[p.partition_index] = ErrorCode.topic_authorization_failed
-            elif broker.store.partition_log(topic.name, p.partition_index) is None:
-                parts[p.partition_index] = ErrorCode.unknown_topic_or_partition
-            elif len(metadata.encode()) > limit:
-                parts[p.partition_index] = ErrorCode.offset_metadata_too_large
-            else:
-                epoch = epochs.get((topic.name, p.partition_index), -1)
-                accepted[(topic.name, p.partition_index)] = (p.committed_offset, epoch, metadata)
+    checked = TopicsSeen(broker)
+    entries = sum(1 + len(t.partitions) for t in request.topics)
+    many = entries > STEP
 
-    def respond() -> TxnOffsetCommitResponse:
-        return build(
-            cls,
-            throttle_time=0,
-            topics=tuple(
-                build(
-                    topic_cls,
-                    name=name,
-                    partitions=tuple(build(part_cls, partition_index=i, error_code=e) for i, e in parts.items()),
-                )
-                for name, parts in errors.items()
-            ),
-        )
+    def check() -> Steps[Answer[TxnOffsetCommitResponse]]:
+        for topic in request.topics:
+            yield
+            parts = errors.setdefault(topic.name, {})
+            readable = broker.security.topic(ctx.session, Operation.READ, topic.name)
+            checked.see(topic.name)
+            for p in topic.partitions:
+                yield
+                metadata = p.committed_metadata or ""
+                if top != ErrorCode.none:
+                    parts[p.partition_index] = top
+                elif not readable:
+                    parts[p.partition_index] = ErrorCode.topic_authorization_failed
+                elif broker.store.partition_log(topic.name, p.partition_index) is None:
+                    parts[p.partition_index] = ErrorCode.unknown_topic_or_partition
+                elif len(metadata.encode()) > limit:
+                    parts[p.partition_index] = ErrorCode.offset_metadata_too_large
+                else:
+                    epoch = int(getattr(p, "committed_leader_epoch", -1)) if with_epochs else -1
+                    accepted[(topic.name, p.partition_index)] = (p.committed_offset, epoch, metadata)
+        if accepted:
+            return commit()
+        return _answered(respond(), many)
+
+    def respond() -> Steps[TxnOffsetCommitResponse]:
+        topics = []
+        for name, parts in errors.items():
+            results = []
+            for i, e in parts.items():
+                results.append(build(part_cls, partition_index=i, error_code=e))
+                yield
+            topics.append(build(topic_cls, name=name, partitions=tuple(results)))
+            yield
+        return build(cls, throttle_time=0, topics=tuple(topics))
 
     async def commit() -> TxnOffsetCommitResponse:
-        error = await _outcome(
-            broker.transactions.commit_offsets(
-                request.transactional_id,
-                request.producer_id,
-                request.producer_epoch,
-                group_id,
-                accepted,
-                add_group=request.__version__ >= 5,  # transactions v2: no AddOffsetsToTxn before
+        for t, p in checked.gone(accepted):  # deleted while the request was checked
+            del accepted[(t, p)]
+            errors[t][p] = ErrorCode.unknown_topic_or_partition
+        error = ErrorCode.none
+        if accepted:
+            error = await _outcome(
+                broker.transactions.commit_offsets(
+                    request.transactional_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    group_id,
+                    accepted,
+                    add_group=request.__version__ >= 5,  # transactions v2: no AddOffsetsToTxn before
+                )
             )
-        )
         if error == ErrorCode.producer_fenced:  # Kafka's group coordinator says it so, in every version
             error = ErrorCode.invalid_producer_epoch
         for t, p in accepted:
             errors[t][p] = error
-        return respond()
+        return await EntrySteps().run(respond()) if many else at_once(respond())
 
-    return commit() if accepted else respond()
+    return stepped(check(), entries)
 
 
 # --- EndTxn --------------------------------------------------------------------------
@@ -548,50 +582,59 @@ def describe_producers(
 
 def write_txn_markers(
     broker: Broker, ctx: RequestContext, request: WriteTxnMarkersRequest
-) -> Answer[WriteTxnMarkersResponse]:
+) -> Answer[WriteTxnMarkersResponse] | Serial:
     """Markers written on request: Kafka's inter-broker call, which its admin client also uses
-    to abort a hanging transaction partition by partition (`kafka-transactions abort`)."""
+    to abort a hanging transaction partition by partition (`kafka-transactions abort`).  Each
+    partition's marker is its own step (Kafka writes them partition by partition too)."""
     cls = WRITE_TXN_MARKERS.response(ctx.api_version)
     result_cls, topic_cls, part_cls = (
         nested(cls, n)
         for n in ("WritableTxnMarkerResult", "WritableTxnMarkerTopicResult", "WritableTxnMarkerPartitionResult")
     )
     allowed = broker.security.cluster(ctx.session, Operation.CLUSTER_ACTION)
-    touched = []
-    results = []
-    for marker in request.markers:
-        control = ControlType.COMMIT if marker.transaction_result else ControlType.ABORT
-        topics = []
-        for topic in marker.topics:
-            parts = []
-            for index in topic.partition_indexes:
-                plog = broker.store.partition_log(topic.name, index)
-                error = ErrorCode.none
-                if not allowed:
-                    error = ErrorCode.cluster_authorization_failed
-                elif plog is None or topic.name in INTERNAL_TOPICS:
-                    error = ErrorCode.unknown_topic_or_partition
-                else:
-                    try:
-                        written = plog.append_marker(
-                            marker.producer_id,
-                            marker.producer_epoch,
-                            control,
-                            coordinator_epoch=marker.coordinator_epoch,
-                        )
-                        broker.notify_append(plog, written.last_offset - written.base_offset + 1)
-                        touched.append(plog)
-                    except KafkaError as e:
-                        error = e.code
-                parts.append(build(part_cls, partition_index=index, error_code=error))
-            topics.append(build(topic_cls, name=topic.name, partitions=tuple(parts)))
-        results.append(build(result_cls, producer_id=marker.producer_id, topics=tuple(topics)))
-    response = build(cls, markers=tuple(results))
-    if not touched:
-        return response
 
-    async def durable() -> WriteTxnMarkersResponse:
-        await broker.sync(touched)
-        return response
+    def write() -> Steps[Answer[WriteTxnMarkersResponse]]:
+        touched = []
+        results = []
+        for marker in request.markers:
+            yield
+            control = ControlType.COMMIT if marker.transaction_result else ControlType.ABORT
+            topics = []
+            for topic in marker.topics:
+                yield
+                parts = []
+                for index in topic.partition_indexes:
+                    yield
+                    plog = broker.store.partition_log(topic.name, index)
+                    error = ErrorCode.none
+                    if not allowed:
+                        error = ErrorCode.cluster_authorization_failed
+                    elif plog is None or topic.name in INTERNAL_TOPICS:
+                        error = ErrorCode.unknown_topic_or_partition
+                    else:
+                        try:
+                            written = plog.append_marker(
+                                marker.producer_id,
+                                marker.producer_epoch,
+                                control,
+                                coordinator_epoch=marker.coordinator_epoch,
+                            )
+                            broker.notify_append(plog, written.last_offset - written.base_offset + 1)
+                            touched.append(plog)
+                        except KafkaError as e:
+                            error = e.code
+                    parts.append(build(part_cls, partition_index=index, error_code=error))
+                topics.append(build(topic_cls, name=topic.name, partitions=tuple(parts)))
+            results.append(build(result_cls, producer_id=marker.producer_id, topics=tuple(topics)))
+        response = build(cls, markers=tuple(results))
+        if not touched:
+            return response
 
-    return durable()
+        async def durable() -> WriteTxnMarkersResponse:
+            await broker.sync(touched)
+            return response
+
+        return durable()
+
+    entries = sum(1 + len(m.topics) + sum(len(t.partition_indexes) for t in m.topics) for m in request.markers)
+    return stepped(write(), entries)

@@ -28,11 +28,24 @@ CommitResult = tuple[str, uuid.UUID | None, Sequence[tuple[int, int]]]
 
 
 def encode_offset_commit_response(version: int, topics: Sequence[CommitResult], throttle_ms: int = 0) -> RawResponse:
+    return offset_commit_response(version, len(topics), [encode_commit_topics(version, topics)], throttle_ms)
+
+
+def offset_commit_response(version: int, count: int, topics: list[bytes], throttle_ms: int = 0) -> RawResponse:
+    """The response whose `count` topics are encoded in `topics` (`encode_commit_topics` of
+    consecutive slices: a long answer is encoded a slice at a time)."""
+    flexible = version >= FIRST_FLEXIBLE
+    head = bytearray()
+    if version >= FIRST_THROTTLED:
+        head += _I32.pack(throttle_ms)
+    head += encode_count(count, flexible)
+    tail = [b"\x00"] if flexible else []  # response tagged fields
+    return RawResponse([bytes(head), *topics, *tail], flexible, throttled=version >= FIRST_THROTTLED)
+
+
+def encode_commit_topics(version: int, topics: Sequence[CommitResult]) -> bytes:
     flexible = version >= FIRST_FLEXIBLE
     out = bytearray()
-    if version >= FIRST_THROTTLED:
-        out += _I32.pack(throttle_ms)
-    out += encode_count(len(topics), flexible)
     for name, topic_id, partitions in topics:
         if version >= FIRST_BY_ID:
             out += topic_id.bytes if topic_id is not None else _NO_TOPIC_ID
@@ -45,6 +58,4 @@ def encode_offset_commit_response(version: int, topics: Sequence[CommitResult], 
                 out += b"\x00"  # partition tagged fields
         if flexible:
             out += b"\x00"  # topic tagged fields
-    if flexible:
-        out += b"\x00"  # response tagged fields
-    return RawResponse([bytes(out)], flexible, throttled=version >= FIRST_THROTTLED)
+    return bytes(out)

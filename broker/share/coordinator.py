@@ -392,6 +392,11 @@ class ShareCoordinator:
     def start_offsets(self, group_id: str) -> dict[tuple[uuid.UUID, int], int]:
         return {(t, p): part.start for (g, t, p), part in self.partitions.items() if g == group_id}
 
+    def start_offset(self, group_id: str, topic_id: uuid.UUID, index: int) -> int | None:
+        """One partition's start offset (None: no state), without a scan of every group's."""
+        part = self.partitions.get((group_id, topic_id, index))
+        return None if part is None else part.start
+
     def _require_empty(self, group_id: str) -> ShareGroup | None:
         group = self.groups.get(group_id)
         if group is not None and group.members:

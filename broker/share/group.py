@@ -120,9 +120,11 @@ def join_or_beat(
     else:
         changed = False
     member.client_id, member.client_host, member.rack_id = req.client_id, req.client_host, req.rack_id
-    if req.topic_names is not None and tuple(sorted(set(req.topic_names))) != member.topic_names:
-        member.topic_names = tuple(sorted(set(req.topic_names)))
-        changed = True
+    if req.topic_names is not None:
+        names = tuple(sorted(set(req.topic_names)))  # once: a member may name 100,000
+        if names != member.topic_names:
+            member.topic_names = names
+            changed = True
     member.session_deadline_ms = now + session_timeout_ms
     return member, changed
 
