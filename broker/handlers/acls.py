@@ -7,11 +7,14 @@ log before they are acknowledged and apply to the next request of every connecti
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from broker.cooperative import each
 from broker.core import Broker
 from broker.handlers.base import Messages, RequestContext
+from broker.handlers.weighted_steps import WeightedSteps
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
 from broker.security.acls import (
@@ -67,6 +70,31 @@ class _FilterFields(Protocol):
     def permission_type(self) -> int: ...
 
 
+class _CreationFields(Protocol):
+    """One CreateAcls entry (v1+)."""
+
+    @property
+    def resource_type(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+    @property
+    def resource_pattern_type(self) -> int: ...
+
+    @property
+    def principal(self) -> str: ...
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def operation(self) -> int: ...
+
+    @property
+    def permission_type(self) -> int: ...
+
+
 def _enum(kind: type[_E], value: int) -> _E:
     try:
         return kind(value)
@@ -100,15 +128,17 @@ def _filter(f: _FilterFields) -> AclFilter:
 
 
 async def create_acls(broker: Broker, ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
+    """As Kafka, the valid ACLs are added in one metadata batch, durable before the answer.
+    Each entry is checked on its own (which reads nothing of the broker's state), a step at a
+    time, the loop free between steps; the batch is then written in one go."""
     cls = CREATE_ACLS.response(ctx.api_version)
-    result = nested(cls, "AclCreationResult")
     refused = _refusal(broker, ctx, Operation.ALTER)
     if refused is not None:
-        results = [build(result, error_code=refused[0], error_message=refused[1]) for _ in request.creations]
-        return build(cls, throttle_time=0, results=tuple(results))
+        return await _created(cls, [refused] * len(request.creations))
     outcomes: list[tuple[ErrorCode, str | None]] = []
     valid: list[AclBinding] = []
-    for c in request.creations:
+    creations: Sequence[_CreationFields] = request.creations
+    async for c in each(creations):
         binding = AclBinding(
             _enum(ResourceType, c.resource_type),
             c.resource_name,
@@ -129,7 +159,12 @@ async def create_acls(broker: Broker, ctx: RequestContext, request: CreateAclsRe
         broker.security.store.add_acls(valid)
         broker.security.acls_changed()
         await broker.sync_metadata()
-    results = [build(result, error_code=code, error_message=message) for code, message in outcomes]
+    return await _created(cls, outcomes)
+
+
+async def _created(cls: type[CreateAclsResponse], outcomes: list[tuple[ErrorCode, str | None]]) -> CreateAclsResponse:
+    result = nested(cls, "AclCreationResult")
+    results = [build(result, error_code=code, error_message=message) async for code, message in each(outcomes)]
     return build(cls, throttle_time=0, results=tuple(results))
 
 
@@ -167,53 +202,109 @@ def describe_acls(broker: Broker, ctx: RequestContext, request: DescribeAclsRequ
 
 
 async def delete_acls(broker: Broker, ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
+    """As Kafka, every filter is matched against the same ACLs, those before the request, and
+    what they match is removed in one metadata batch, durable before the answer.  The filters
+    are read and matched a step at a time, the loop free between steps, against a copy of the
+    ACLs taken first; should the ACLs change meanwhile, they are matched again, in one go,
+    against the ACLs as they are then, before anything is removed."""
     cls = DELETE_ACLS.response(ctx.api_version)
-    filter_result, matching = nested(cls, "DeleteAclsFilterResult"), nested(cls, "DeleteAclsMatchingAcl")
     refused = _refusal(broker, ctx, Operation.ALTER)
     if refused is not None:
-        results = [
-            build(filter_result, error_code=refused[0], error_message=refused[1], matching_acls=())
-            for _ in request.filters
-        ]
-        return build(cls, throttle_time=0, filter_results=tuple(results))
-    store = broker.security.store
-    out = []
-    doomed: list[AclBinding] = []
-    for f in request.filters:
+        return await _deleted(cls, [refused] * len(request.filters))
+    filters: list[AclFilter | InvalidAcl] = []
+    asked: Sequence[_FilterFields] = request.filters
+    async for f in each(asked):
         acl_filter = _filter(f)
         try:
             acl_filter.validate()
         except InvalidAcl as e:
-            out.append(
-                build(filter_result, error_code=ErrorCode.invalid_request, error_message=str(e), matching_acls=())
-            )
+            filters.append(e)
             continue
-        found = [b for b in store.acls if acl_filter.matches(b)]
-        doomed.extend(found)
-        out.append(
-            build(
-                filter_result,
-                error_code=ErrorCode.none,
-                error_message=None,
-                matching_acls=tuple(
-                    build(
-                        matching,
-                        error_code=ErrorCode.none,
-                        error_message=None,
-                        resource_type=b.resource_type,
-                        resource_name=b.name,
-                        pattern_type=b.pattern,
-                        principal=b.principal,
-                        host=b.host,
-                        operation=b.operation,
-                        permission_type=b.permission,
-                    )
-                    for b in found
-                ),
-            )
-        )
+        filters.append(acl_filter)
+    store = broker.security.store
+    before = frozenset(store.acls)
+    matched = await _matched(filters, _AclsByName(store.acls))
+    if store.acls != before:  # changed by another request while this one was matching
+        matched = _matched_now(filters, _AclsByName(store.acls))
+    doomed = [b for found in matched if not isinstance(found, InvalidAcl) for b in found]
     if doomed:
         store.remove_acls(doomed)
         broker.security.acls_changed()
         await broker.sync_metadata()
-    return build(cls, throttle_time=0, filter_results=tuple(out))
+    return await _deleted(cls, matched)
+
+
+_Matched = list[AclBinding] | InvalidAcl
+
+
+class _AclsByName:
+    """ACLs in the store's order, and those of each resource name, for filters naming one."""
+
+    def __init__(self, acls: Iterable[AclBinding]) -> None:
+        self.every = list(acls)
+        self.by_name: dict[str, list[AclBinding]] = {}
+        for b in self.every:
+            self.by_name.setdefault(b.name, []).append(b)
+
+    def matching(self, acl_filter: AclFilter) -> list[AclBinding]:
+        """What `acl_filter` matches, in the store's order.  A filter that names a resource and
+        is not MATCH only matches ACLs of that very name; others are tried on every ACL."""
+        candidates = self.every
+        if acl_filter.name is not None and acl_filter.pattern != PatternType.MATCH:
+            candidates = self.by_name.get(acl_filter.name, [])
+        return [b for b in candidates if acl_filter.matches(b)]
+
+
+async def _matched(filters: list[AclFilter | InvalidAcl], acls: _AclsByName) -> list[_Matched]:
+    steps = WeightedSteps()
+    matched: list[_Matched] = []
+    for f in filters:
+        found = f if isinstance(f, InvalidAcl) else acls.matching(f)
+        matched.append(found)
+        await steps.done(1 + (0 if isinstance(found, InvalidAcl) else len(found)))
+    return matched
+
+
+def _matched_now(filters: list[AclFilter | InvalidAcl], acls: _AclsByName) -> list[_Matched]:
+    return [f if isinstance(f, InvalidAcl) else acls.matching(f) for f in filters]
+
+
+async def _deleted(
+    cls: type[DeleteAclsResponse], matched: Sequence[_Matched | tuple[ErrorCode, str]]
+) -> DeleteAclsResponse:
+    """Each filter's result: refused, invalid, or the ACLs it matched (weighed by how many)."""
+    filter_result, matching = nested(cls, "DeleteAclsFilterResult"), nested(cls, "DeleteAclsMatchingAcl")
+    steps = WeightedSteps()
+    results = []
+    for found in matched:
+        if isinstance(found, tuple):
+            results.append(build(filter_result, error_code=found[0], error_message=found[1], matching_acls=()))
+        elif isinstance(found, InvalidAcl):
+            results.append(
+                build(filter_result, error_code=ErrorCode.invalid_request, error_message=str(found), matching_acls=())
+            )
+        else:
+            results.append(
+                build(
+                    filter_result,
+                    error_code=ErrorCode.none,
+                    error_message=None,
+                    matching_acls=tuple(
+                        build(
+                            matching,
+                            error_code=ErrorCode.none,
+                            error_message=None,
+                            resource_type=b.resource_type,
+                            resource_name=b.name,
+                            pattern_type=b.pattern,
+                            principal=b.principal,
+                            host=b.host,
+                            operation=b.operation,
+                            permission_type=b.permission,
+                        )
+                        for b in found
+                    ),
+                )
+            )
+        await steps.done(1 + (len(found) if isinstance(found, list) else 0))
+    return build(cls, throttle_time=0, filter_results=tuple(results))

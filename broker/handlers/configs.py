@@ -24,9 +24,11 @@ from kio.static.protocol import Entity
 
 from broker.config import BROKER_SETTINGS, TOPIC_CONFIGS, check_combination, validate_topic_configs
 from broker.config_values import LIST
+from broker.cooperative import each
 from broker.core import Broker
 from broker.group_configs import GROUP_CONFIGS, group_config, validate_overrides
-from broker.handlers.base import Answer, Messages, RequestContext
+from broker.handlers.base import Messages, RequestContext
+from broker.handlers.weighted_steps import WeightedSteps
 from broker.protocol.codec import build, encode_body, encode_count, nested
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.fetch_codec import Part, RawResponse
@@ -151,11 +153,11 @@ def static_settings(broker: Broker) -> dict[str, str]:
     return settings
 
 
-def _broker_synonyms(broker: Broker, name: str, default: str, *, with_default: bool) -> list[Synonym]:
-    """A broker setting's synonyms: its static value when set, then its default (which Kafka
-    leaves out when it has none, or derives it from another setting)."""
+def _broker_synonyms(settings: dict[str, str], name: str, default: str, *, with_default: bool) -> list[Synonym]:
+    """A broker setting's synonyms (`settings` are the static ones): its static value when set,
+    then its default (which Kafka leaves out when it has none, or derives it from another
+    setting)."""
     synonyms: list[Synonym] = []
-    settings = static_settings(broker)
     if name in CLUSTER_DEFAULTS:
         synonyms.append((name, settings.get(name, default), DYNAMIC_DEFAULT_BROKER_CONFIG))
     if name in settings:
@@ -167,13 +169,14 @@ def _broker_synonyms(broker: Broker, name: str, default: str, *, with_default: b
 
 def topic_config_entries(broker: Broker, values: dict[str, str], overrides: set[str]) -> list[ConfigEntry]:
     entries = []
+    settings = static_settings(broker)
     for name, definition in TOPIC_CONFIGS.items():
         synonyms: list[Synonym] = []
         if name in overrides:
             synonyms.append((name, values[name], DYNAMIC_TOPIC_CONFIG))
         if definition.broker_name is not None:
             synonyms += _broker_synonyms(
-                broker, definition.broker_name, definition.default, with_default=definition.default_synonym
+                settings, definition.broker_name, definition.default, with_default=definition.default_synonym
             )
         entries.append(ConfigEntry(name, values[name], synonyms, definition.doc, definition.config_type))
     return entries
@@ -187,7 +190,7 @@ def _broker_entries(broker: Broker) -> list[ConfigEntry]:
     for name, setting in BROKER_SETTINGS.items():
         given = name in settings
         value: str | None = settings.get(name, setting.default)
-        synonyms = _broker_synonyms(broker, name, setting.default, with_default=not setting.null_default)
+        synonyms = _broker_synonyms(settings, name, setting.default, with_default=not setting.null_default)
         if name == "cluster.id":
             value, synonyms = broker.cluster_id, synonyms if given else []
         elif setting.null_default and not given:
@@ -200,7 +203,7 @@ def _broker_entries(broker: Broker) -> list[ConfigEntry]:
         default_name = definition.broker_name
         if default_name is None:
             continue
-        synonyms = _broker_synonyms(broker, default_name, definition.default, with_default=definition.default_synonym)
+        synonyms = _broker_synonyms(settings, default_name, definition.default, with_default=definition.default_synonym)
         default = broker.config.settings.get(default_name, definition.default)
         entries.append(ConfigEntry(default_name, default, synonyms, definition.doc, definition.config_type))
     return entries
@@ -240,21 +243,29 @@ def _group_entries(broker: Broker, group_id: str) -> list[ConfigEntry]:
     return entries
 
 
-def describe_configs(broker: Broker, ctx: RequestContext, request: DescribeConfigsRequest) -> RawResponse:
+async def describe_configs(broker: Broker, ctx: RequestContext, request: DescribeConfigsRequest) -> RawResponse:
     """As Kafka, every resource named is answered, a repeated one as often as it is named;
     but each distinct resource is described and encoded once and its bytes repeated, so a
     small request naming one resource thousands of times costs one description, not
-    thousands, on the event loop."""
+    thousands.  The distinct resources are found first, in one pass over the request, then
+    described a step at a time, the loop free between steps (a resource changed meanwhile
+    is described as it is then, as Kafka describes each resource on its own)."""
     cls = DESCRIBE_CONFIGS.response(ctx.api_version)
-    encoded: dict[tuple[int, str, tuple[str, ...] | None], bytes] = {}
-    parts: list[Part] = []
-    for resource in request.resources:
-        keys = resource.configuration_keys
-        key = (resource.resource_type, resource.resource_name, tuple(keys) if keys is not None else None)
-        body = encoded.get(key)
-        if body is None:
-            body = encoded[key] = encode_body(_describe(broker, ctx, request, cls, resource))
-        parts.append(body)
+    resources: Sequence[_Described] = request.resources
+    named: list[_DescribeKey] = []
+    distinct: dict[_DescribeKey, _Described] = {}
+    async for resource in each(resources):
+        named.append(key := _key(resource))
+        distinct.setdefault(key, resource)
+    encoded: dict[_DescribeKey, bytes] = {}
+    steps = WeightedSteps()
+    for key, resource in distinct.items():
+        described = _describe(broker, ctx, request, cls, resource)
+        encoded[key] = encode_body(described)
+        # A resource costs about four configs' worth of work of its own (described and encoded
+        # apart); a topic has some 35 configs, the broker over 200, a failed resource none.
+        await steps.done(4 + len(getattr(described, "configs", ())))
+    parts: list[Part] = [encoded[key] for key in named]
     # The envelope is the response without results, the results spliced in where its
     # empty array is (just before the tagged fields of v4).
     flexible = bool(cls.__flexible__)
@@ -262,6 +273,15 @@ def describe_configs(broker: Broker, ctx: RequestContext, request: DescribeConfi
     head = envelope[:4]  # throttle_time_ms
     tail = envelope[4 + len(encode_count(0, flexible)) :]
     return RawResponse([head, encode_count(len(parts), flexible), *parts, tail], flexible, throttled=True)
+
+
+_DescribeKey = tuple[int, str, tuple[str, ...] | None]
+
+
+def _key(resource: _Described) -> _DescribeKey:
+    """What makes two DescribeConfigs resources the same question."""
+    keys = resource.configuration_keys
+    return resource.resource_type, resource.resource_name, tuple(keys) if keys is not None else None
 
 
 def _describe(
@@ -459,20 +479,20 @@ def _authorize(broker: Broker, ctx: RequestContext, resource: _Resource, op: Ope
         raise KafkaError(ErrorCode.cluster_authorization_failed, f"{op.name} on the cluster denied")
 
 
-def incremental_alter_configs(
+async def incremental_alter_configs(
     broker: Broker, ctx: RequestContext, request: IncrementalAlterConfigsRequest
-) -> Answer[IncrementalAlterConfigsResponse]:
+) -> IncrementalAlterConfigsResponse:
     cls = INCREMENTAL_ALTER_CONFIGS.response(ctx.api_version)
     resources: Sequence[_Changes] = request.resources
-    return _alter(
+    return await _alter(
         broker, ctx, cls, resources, validate_only=request.validate_only, change=_apply, group_change=_apply_group
     )
 
 
-def alter_configs(broker: Broker, ctx: RequestContext, request: AlterConfigsRequest) -> Answer[AlterConfigsResponse]:
+async def alter_configs(broker: Broker, ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
     cls = ALTER_CONFIGS.response(ctx.api_version)
     resources: Sequence[_Settings] = request.resources
-    return _alter(
+    return await _alter(
         broker, ctx, cls, resources, validate_only=request.validate_only, change=_replace, group_change=_replace_group
     )
 
@@ -481,7 +501,7 @@ _R = TypeVar("_R", bound=Entity)
 _Res = TypeVar("_Res", bound=_Resource)
 
 
-def _alter(
+async def _alter(
     broker: Broker,
     ctx: RequestContext,
     cls: type[_R],
@@ -490,30 +510,18 @@ def _alter(
     validate_only: bool,
     change: Callable[[dict[str, str], _Res], dict[str, str]],
     group_change: Callable[[dict[str, str], _Res], dict[str, str]],
-) -> Answer[_R]:
+) -> _R:
     """AlterConfigs and IncrementalAlterConfigs: `change` makes a topic's new configs from its
-    current ones and the resource's entry, `group_change` a group's."""
+    current ones and the resource's entry, `group_change` a group's.  Each resource is read,
+    checked and written in one go, as Kafka checks each on its own; the loop is free between
+    steps of resources, and the answer waits until every change is durable."""
     result_cls = nested(cls, "AlterConfigsResourceResponse")
     results = []
     changed = False
-    for resource in resources:
+    async for resource in each(resources):
         error, message = ErrorCode.none, None
         try:
-            _authorize(broker, ctx, resource, Operation.ALTER_CONFIGS)
-            if resource.resource_type == BROKER and change is _apply and _deletes_only(resource):
-                # No dynamic broker config is ever set here, so deleting one finds nothing to
-                # delete and succeeds, as on Kafka (`kafka-reassign-partitions --verify` clears
-                # the replication throttles of every broker this way).
-                pass
-            elif resource.resource_type == GROUP:
-                changed |= _changed_group(broker, resource, group_change, validate_only=validate_only)
-            elif resource.resource_type != TOPIC:
-                raise KafkaError(
-                    ErrorCode.invalid_request,
-                    "only topic and group configs can be altered; broker settings are set at start (--set)",
-                )
-            elif _changed_topic(broker, resource, change, validate_only=validate_only):
-                changed = True
+            changed |= _altered(broker, ctx, resource, validate_only=validate_only, change=change, group=group_change)
         except KafkaError as e:
             error, message = e.code, e.message
         results.append(
@@ -525,12 +533,32 @@ def _alter(
                 resource_name=resource.resource_name,
             )
         )
-    response = build(cls, throttle_time=0, responses=tuple(results))
-    if not changed:
-        return response
-
-    async def durable() -> _R:
+    if changed:
         await broker.sync_metadata()
-        return response
+    return build(cls, throttle_time=0, responses=tuple(results))
 
-    return durable()
+
+def _altered(
+    broker: Broker,
+    ctx: RequestContext,
+    resource: _Res,
+    *,
+    validate_only: bool,
+    change: Callable[[dict[str, str], _Res], dict[str, str]],
+    group: Callable[[dict[str, str], _Res], dict[str, str]],
+) -> bool:
+    """One resource altered (unless `validate_only`); whether it changed what is stored."""
+    _authorize(broker, ctx, resource, Operation.ALTER_CONFIGS)
+    if resource.resource_type == BROKER and change is _apply and _deletes_only(resource):
+        # No dynamic broker config is ever set here, so deleting one finds nothing to
+        # delete and succeeds, as on Kafka (`kafka-reassign-partitions --verify` clears
+        # the replication throttles of every broker this way).
+        return False
+    if resource.resource_type == GROUP:
+        return _changed_group(broker, resource, group, validate_only=validate_only)
+    if resource.resource_type != TOPIC:
+        raise KafkaError(
+            ErrorCode.invalid_request,
+            "only topic and group configs can be altered; broker settings are set at start (--set)",
+        )
+    return _changed_topic(broker, resource, change, validate_only=validate_only)

@@ -10,8 +10,10 @@ the others are applied (or, with `validate_only`, only checked).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
+from broker.cooperative import STEP, each
 from broker.core import Broker
 from broker.handlers.base import Messages, RequestContext
 from broker.protocol.codec import build, nested
@@ -31,6 +33,39 @@ DESCRIBE: Messages[DescribeClientQuotasRequest, DescribeClientQuotasResponse] = 
 ALTER: Messages[AlterClientQuotasRequest, AlterClientQuotasResponse] = Messages(49, 0, 1)
 
 EXACT, DEFAULT, SPECIFIED = 0, 1, 2
+
+
+class _Part(Protocol):
+    """One component of an AlterClientQuotas entity."""
+
+    @property
+    def entity_type(self) -> str: ...
+
+    @property
+    def entity_name(self) -> str | None: ...
+
+
+class _Op(Protocol):
+    """One AlterClientQuotas key change."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def value(self) -> float: ...
+
+    @property
+    def remove(self) -> bool: ...
+
+
+class _Entry(Protocol):
+    """One AlterClientQuotas entry."""
+
+    @property
+    def entity(self) -> Sequence[_Part]: ...
+
+    @property
+    def ops(self) -> Sequence[_Op]: ...
 
 
 def _matches(entity: Entity, filters: list[tuple[str, int, str | None]], strict: bool) -> bool:
@@ -82,31 +117,24 @@ def describe_client_quotas(
     return build(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, entries=tuple(entries))
 
 
-def alter_client_quotas(
+async def alter_client_quotas(
     broker: Broker, ctx: RequestContext, request: AlterClientQuotasRequest
 ) -> AlterClientQuotasResponse:
+    """Each entry is checked on its own (which reads nothing of the quotas set), a step at a
+    time, the loop free between steps; the checked changes are then applied in one go."""
     cls = ALTER.response(ctx.api_version)
     entry_cls, entity_cls = nested(cls, "EntryData"), nested(cls, "EntityData")
     allowed = broker.security.allowed(ctx.session, Operation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME)
     results = []
     changes: list[tuple[Entity, dict[str, float | None]]] = []
-    for entry in request.entries:
+    entries: Sequence[_Entry] = request.entries
+    async for entry in each(entries, STEP // 2):  # an entry costs twice a typical one
         code, message = ErrorCode.none, None
         if not allowed:
             code, message = ErrorCode.cluster_authorization_failed, "ALTER_CONFIGS on the cluster is required"
         else:
             try:
-                entity = entity_of((e.entity_type, e.entity_name) for e in entry.entity)
-                ops: dict[str, float | None] = {}
-                for op in entry.ops:
-                    if op.key in ops:
-                        raise QuotaError(f"configuration key {op.key} is altered twice")
-                    if not op.remove:
-                        check_value(entity, op.key, float(op.value))
-                    else:
-                        check_value(entity, op.key, 1.0)  # the key must exist
-                    ops[op.key] = None if op.remove else float(op.value)
-                changes.append((entity, ops))
+                changes.append(_checked(entry))
             except QuotaError as e:
                 code, message = ErrorCode.invalid_request, str(e)
         results.append(
@@ -122,3 +150,18 @@ def alter_client_quotas(
     if changes and not request.validate_only:
         broker.quotas.alter(changes)
     return build(cls, throttle_time=0, entries=tuple(results))
+
+
+def _checked(entry: _Entry) -> tuple[Entity, dict[str, float | None]]:
+    """An entry's entity and its keys' new values (None: removed), checked."""
+    entity = entity_of((e.entity_type, e.entity_name) for e in entry.entity)
+    ops: dict[str, float | None] = {}
+    for op in entry.ops:
+        if op.key in ops:
+            raise QuotaError(f"configuration key {op.key} is altered twice")
+        if not op.remove:
+            check_value(entity, op.key, float(op.value))
+        else:
+            check_value(entity, op.key, 1.0)  # the key must exist
+        ops[op.key] = None if op.remove else float(op.value)
+    return entity, ops

@@ -7,8 +7,11 @@ ServerKey derived from it.  Describing needs DESCRIBE on the cluster, altering n
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import itertools
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
 
+from broker.cooperative import each
 from broker.core import Broker
 from broker.handlers.base import Messages, RequestContext
 from broker.protocol.codec import build, nested
@@ -31,11 +34,22 @@ if TYPE_CHECKING:
         DescribeUserScramCredentialsResponse,
     )
 
+
+class _Named(Protocol):
+    """A deletion or an upsertion: which user, which mechanism."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def mechanism(self) -> int: ...
+
+
 DESCRIBE: Messages[DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse] = Messages(50, 0, 0)
 ALTER: Messages[AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse] = Messages(51, 0, 0)
 
 
-def describe(
+async def describe(
     broker: Broker, ctx: RequestContext, request: DescribeUserScramCredentialsRequest
 ) -> DescribeUserScramCredentialsResponse:
     cls = DESCRIBE.response(ctx.api_version)
@@ -51,10 +65,17 @@ def describe(
     users = broker.security.store.users
     # As Kafka: no list (null) and an empty list both ask for every user.
     names = [u.name for u in request.users or ()] or sorted(users)
+    # The repeats are found first, over the whole request (which reads nothing of the store,
+    # so it too frees the loop between steps); then each user is looked up and answered a
+    # step at a time.
     seen: set[str] = set()
+    repeated: list[bool] = []
+    async for name in each(names):
+        repeated.append(name in seen)
+        seen.add(name)
     results = []
-    for name in names:
-        if name in seen:
+    async for name, again in each(zip(names, repeated, strict=True)):
+        if again:
             results.append(
                 build(
                     result,
@@ -65,7 +86,6 @@ def describe(
                 )
             )
             continue
-        seen.add(name)
         creds = users.get(name)
         if not creds:
             results.append(
@@ -88,47 +108,39 @@ def describe(
 async def alter(
     broker: Broker, ctx: RequestContext, request: AlterUserScramCredentialsRequest
 ) -> AlterUserScramCredentialsResponse:
+    """As Kafka: one answer per user, in the order first named; a user with any failing entry
+    has none of its entries applied; the others are applied in one metadata batch, durable
+    before the answer.  Checking the entries (users named twice among them) and deriving the
+    new credentials (hashing) read the request alone and are done a step at a time, the loop
+    free between steps; whether a credential to delete exists is read from the store just
+    before the batch is written, with no step between."""
     cls = ALTER.response(ctx.api_version)
-    result = nested(cls, "AlterUserScramCredentialsResult")
     store = broker.security.store
-    users = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
-    if not broker.security.allowed(ctx.session, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        results = [
-            build(
-                result,
-                user=u,
-                error_code=ErrorCode.cluster_authorization_failed,
-                error_message="ALTER on the cluster is required",
-            )
-            for u in dict.fromkeys(users)
-        ]
-        return build(cls, throttle_time=0, results=tuple(results))
+    allowed = broker.security.allowed(ctx.session, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
+    users: list[str] = []  # in the order first named
     errors: dict[str, tuple[ErrorCode, str]] = {}
     touched: set[str] = set()
-    for name, code in [(d.name, d.mechanism) for d in request.deletions] + [
-        (u.name, u.mechanism) for u in request.upsertions
-    ]:
+    named: Iterable[_Named] = itertools.chain(request.deletions, request.upsertions)
+    async for entry in each(named):
+        name, code = entry.name, entry.mechanism
         # As Kafka: one entry per user and request, whatever the mechanisms.
         if name in touched:
             errors.setdefault(
                 name, (ErrorCode.duplicate_resource, "A user credential cannot be altered twice in the same request")
             )
+        else:
+            users.append(name)
         touched.add(name)
         if not name:
             errors.setdefault(name, (ErrorCode.unacceptable_credential, "user name is empty"))
         elif code not in MECHANISM_CODES:
             errors.setdefault(name, (ErrorCode.unsupported_sasl_mechanism, f"unknown SCRAM mechanism {code}"))
-    deletions: list[tuple[str, str]] = []
-    for d in request.deletions:
-        if d.name in errors:
-            continue
-        mechanism = MECHANISM_CODES[d.mechanism]
-        if store.credential(d.name, mechanism) is None:
-            errors[d.name] = (ErrorCode.resource_not_found, f"no {mechanism} credential for user {d.name}")
-            continue
-        deletions.append((d.name, mechanism))
+    if not allowed:
+        refused = (ErrorCode.cluster_authorization_failed, "ALTER on the cluster is required")
+        return await _answer(cls, users, dict.fromkeys(users, refused))
+    # Each user left is named once in the request: its entry's checks decide for it alone.
     upserts: list[tuple[str, str, ScramCredential]] = []
-    for u in request.upsertions:
+    async for u in each(request.upsertions):
         if u.name in errors:
             continue
         mechanism = MECHANISM_CODES[u.mechanism]
@@ -142,19 +154,28 @@ async def alter(
             errors[u.name] = (ErrorCode.unacceptable_credential, "salt and salted password must be 1 to 1024 bytes")
             continue
         upserts.append((u.name, mechanism, credential_from_salted(mechanism, u.salted_password, u.salt, u.iterations)))
-    # A user with any failing entry has none of its entries applied.
-    deletions = [(n, m) for n, m in deletions if n not in errors]
-    upserts = [(n, m, c) for n, m, c in upserts if n not in errors]
+    deletions: list[tuple[str, str]] = []
+    for d in request.deletions:
+        if d.name in errors:
+            continue
+        mechanism = MECHANISM_CODES[d.mechanism]
+        if store.credential(d.name, mechanism) is None:
+            errors[d.name] = (ErrorCode.resource_not_found, f"no {mechanism} credential for user {d.name}")
+            continue
+        deletions.append((d.name, mechanism))
     if deletions or upserts:
         store.change_credentials(upserts, deletions)
         await broker.sync_metadata()
-    results = [
-        build(
-            result,
-            user=u,
-            error_code=errors.get(u, (ErrorCode.none, None))[0],
-            error_message=errors.get(u, (ErrorCode.none, None))[1],
-        )
-        for u in dict.fromkeys(users)
-    ]
+    return await _answer(cls, users, errors)
+
+
+async def _answer(
+    cls: type[AlterUserScramCredentialsResponse], users: list[str], errors: dict[str, tuple[ErrorCode, str]]
+) -> AlterUserScramCredentialsResponse:
+    """One result per user, the loop free between steps of them."""
+    result = nested(cls, "AlterUserScramCredentialsResult")
+    results = []
+    async for u in each(users):
+        code, message = errors.get(u, (ErrorCode.none, None))
+        results.append(build(result, user=u, error_code=code, error_message=message))
     return build(cls, throttle_time=0, results=tuple(results))
