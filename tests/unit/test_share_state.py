@@ -20,7 +20,7 @@ from broker.log.partition_log import PartitionLog
 from broker.metadata import MetadataStore
 from broker.protocol.records import Record, build_batch
 from broker.share.coordinator import SNAPSHOT_EVERY, STATE_TOPIC, Key, ShareConfig
-from tests.unit.test_share_groups import Env, durable, stored
+from tests.support.share_coordinator import Env, durable, stored
 
 
 @pytest.fixture
