@@ -1,8 +1,8 @@
 """Share groups (KIP-932) in `streamshop groups`.  librdkafka 2.16's admin client neither lists
-nor describes them, so they are read through aiokafka with the dashboard's request structs:
-ListGroups v5 finds them, ShareGroupDescribe v1 gives the members and their assignments,
-DescribeShareGroupOffsets v0 each partition's start offset.  That is the Kafka protocol, so an
-Apache Kafka cluster with share groups enabled answers as the bundled broker does.
+nor describes them, so they are read through aiokafka with the dashboard's requests (kio's
+message classes): ListGroups v5 finds them, ShareGroupDescribe v1 gives the members and their
+assignments, DescribeShareGroupOffsets v0 each partition's start offset.  That is the Kafka
+protocol, so an Apache Kafka cluster with share groups enabled answers as the bundled broker does.
 
 A share group has no committed offset: per partition it has a start offset, the first record
 it is not done with; records past it finish out of order.  Over Kafka 4.1's protocol its lag is
@@ -98,7 +98,8 @@ def list_share(args: argparse.Namespace) -> list[dict[str, Any]]:
     try:
         from aiokafka.errors import IncompatibleBrokerVersion
 
-        from services.dashboard.kafka_reader import ListGroupTypesRequest
+        from kit.kafka_requests import ask
+        from services.dashboard.kafka_reader import LIST_GROUP_TYPES
     except ImportError as e:
         warn("groups", f"share groups not listed: {e.name} is missing (the tools extra brings it)")
         return []
@@ -107,12 +108,12 @@ def list_share(args: argparse.Namespace) -> list[dict[str, Any]]:
         found: dict[str, str] = {}
         for node_id in _node_ids(admin):
             try:
-                answer = (await admin._send_request(ListGroupTypesRequest(), node_id)).to_object()
+                answer = await ask(admin._send_request, LIST_GROUP_TYPES, node_id)
             except IncompatibleBrokerVersion:
                 continue
-            for g in answer["groups"]:
-                if g["group_type"] == "share":
-                    found[g["group_id"]] = g["group_state"]
+            for g in answer.groups:
+                if g.group_type == "share":
+                    found[g.group_id] = g.group_state
         return [
             {"group": g, "state": state, "type": "share", "protocol_type": "share"}
             for g, state in sorted(found.items())

@@ -7,14 +7,16 @@ FindCoordinator + DescribeGroups + OffsetFetch per group.
 
 ListGroups is asked in v5 where a broker speaks it, the first version that says each group's
 type: "classic" (JoinGroup/SyncGroup) or "consumer" (the consumer group protocol of KIP-848).
-aiokafka 0.14 stops at v2, so v5 is defined here; a broker without it (an older Kafka) is asked
-v0-v2 as before, and its groups' type is unknown.
+aiokafka 0.14 stops at v2, so v5 is kio's (kit/kafka_requests.py sends kio's message classes
+through aiokafka's connections); a broker without it (an older Kafka) is asked v0-v2 through
+aiokafka's own request as before, and its groups' type is unknown.
 
-aiokafka 0.14 has no DescribeLogDirs at all, and its DescribeGroups v3 parses the answer with
-the v2 layout (the trailing authorized_operations field of each group is not read, which
-garbles every group after the first): both requests are defined here with aiokafka's own
-protocol types.  A broker that does not implement DescribeLogDirs (older brokers, or one that
-leaves it out) makes sizes unknown, never the observation fail.
+aiokafka 0.14 has no DescribeLogDirs, DescribeQuorum, ListTransactions or DescribeTransactions at
+all, and its DescribeGroups v3 parses the answer with the v2 layout (the trailing
+authorized_operations field of each group is not read, which garbles every group after the
+first): the first four are kio's, DescribeGroups stays at aiokafka's v0-v2.  A broker that does
+not implement DescribeLogDirs (older brokers, or one that leaves it out) makes sizes unknown,
+never the observation fail.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Iterable
+from datetime import timedelta
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -35,24 +38,28 @@ from aiokafka.protocol.admin import (
     DescribeGroupsRequest_v0,
     DescribeGroupsRequest_v1,
     DescribeGroupsRequest_v2,
-    ListGroupsRequest,
 )
-from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.types import (
-    Array,
-    Boolean,
-    CompactArray,
-    CompactString,
-    Int16,
-    Int32,
-    Int64,
-    Schema,
-    String,
-    TaggedFields,
-)
+from aiokafka.protocol.admin import ListGroupsRequest as AiokafkaListGroupsRequest
+from aiokafka.protocol.api import Request
 from aiokafka.structs import TopicPartition
+from kio.schema.describe_log_dirs.v1.request import DescribeLogDirsRequest
+from kio.schema.describe_log_dirs.v1.response import DescribeLogDirsResponse
+from kio.schema.describe_quorum.v0.request import DescribeQuorumRequest
+from kio.schema.describe_quorum.v0.request import PartitionData as QuorumPartition
+from kio.schema.describe_quorum.v0.request import TopicData as QuorumTopic
+from kio.schema.describe_quorum.v0.response import DescribeQuorumResponse
+from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+from kio.schema.describe_transactions.v0.response import DescribeTransactionsResponse
+from kio.schema.describe_transactions.v0.response import TransactionState as DescribedTransaction
+from kio.schema.list_groups.v5.request import ListGroupsRequest
+from kio.schema.list_groups.v5.response import ListGroupsResponse
+from kio.schema.list_transactions.v0.request import ListTransactionsRequest
+from kio.schema.list_transactions.v0.response import ListTransactionsResponse
+from kio.schema.types import TopicName, TransactionalId
+from kio.static.primitive import i32
 
 from contracts import commit_note
+from kit.kafka_requests import KioRequest, UndecodableResponse, ask
 from kit.logging import get_logger
 from services.dashboard.model import (
     BrokerInfo,
@@ -67,273 +74,59 @@ from services.dashboard.share_groups import describe_share_groups
 
 DURABILITY = "log.durability"  # the bundled broker's setting; Apache Kafka has none
 
-__all__ = ["ClusterReader", "DescribeLogDirsRequest", "ListGroupTypesRequest", "decode_assignment"]
+__all__ = [
+    "DESCRIBE_LOG_DIRS",
+    "DESCRIBE_QUORUM",
+    "LIST_GROUP_TYPES",
+    "LIST_TRANSACTIONS",
+    "ClusterReader",
+    "decode_assignment",
+    "describe_transactions",
+]
 
 log = get_logger(__name__)
 
-_DESCRIBE_LOG_DIRS = 35
 _DESCRIBE_GROUPS = 15
 _DEAD_STATES = frozenset({"Dead"})
-
-
-# -- protocol pieces aiokafka lacks ------------------------------------------------------------
-
-
-class DescribeLogDirsResponse_v0(Response):  # type: ignore[misc]  # Kafka's version naming
-    API_KEY = _DESCRIBE_LOG_DIRS
-    API_VERSION = 0
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        (
-            "results",
-            Array(
-                ("error_code", Int16),
-                ("log_dir", String("utf-8")),
-                (
-                    "topics",
-                    Array(
-                        ("name", String("utf-8")),
-                        (
-                            "partitions",
-                            Array(
-                                ("partition_index", Int32),
-                                ("partition_size", Int64),
-                                ("offset_lag", Int64),
-                                ("is_future_key", Boolean),
-                            ),
-                        ),
-                    ),
-                ),
-            ),
-        ),
-    )
-
-
-class DescribeLogDirsResponse_v1(Response):  # type: ignore[misc]
-    API_KEY = _DESCRIBE_LOG_DIRS
-    API_VERSION = 1
-    SCHEMA = DescribeLogDirsResponse_v0.SCHEMA
-
-
-class DescribeLogDirsRequest_v0(RequestStruct):  # type: ignore[misc]
-    API_KEY = _DESCRIBE_LOG_DIRS
-    API_VERSION = 0
-    RESPONSE_TYPE = DescribeLogDirsResponse_v0
-    # topics: null asks for every partition of every topic.
-    SCHEMA = Schema(("topics", Array(("topic", String("utf-8")), ("partitions", Array(Int32)))))
-
-
-class DescribeLogDirsRequest_v1(RequestStruct):  # type: ignore[misc]
-    API_KEY = _DESCRIBE_LOG_DIRS
-    API_VERSION = 1
-    RESPONSE_TYPE = DescribeLogDirsResponse_v1
-    SCHEMA = DescribeLogDirsRequest_v0.SCHEMA
-
-
-# v1 is the oldest version Kafka 4 still speaks (KIP-896) and the newest without flexible
-# encoding; v0 is the same message for brokers older than Kafka 2.0.
-class DescribeLogDirsRequest(Request[DescribeLogDirsRequest_v0 | DescribeLogDirsRequest_v1]):  # type: ignore[misc]
-    API_KEY = _DESCRIBE_LOG_DIRS
-
-    def build(self, request_struct_class: Any) -> Any:
-        return request_struct_class(None)
-
-
-_DESCRIBE_QUORUM = 55
-_REPLICA_STATE = (("replica_id", Int32), ("log_end_offset", Int64), ("tags", TaggedFields))
-
-
-class DescribeQuorumResponse_v0(Response):  # type: ignore[misc]
-    API_KEY = _DESCRIBE_QUORUM
-    API_VERSION = 0
-    SCHEMA = Schema(
-        ("error_code", Int16),
-        (
-            "topics",
-            CompactArray(
-                ("topic_name", CompactString("utf-8")),
-                (
-                    "partitions",
-                    CompactArray(
-                        ("partition_index", Int32),
-                        ("error_code", Int16),
-                        ("leader_id", Int32),
-                        ("leader_epoch", Int32),
-                        ("high_watermark", Int64),
-                        ("current_voters", CompactArray(*_REPLICA_STATE)),
-                        ("observers", CompactArray(*_REPLICA_STATE)),
-                        ("tags", TaggedFields),
-                    ),
-                ),
-                ("tags", TaggedFields),
-            ),
-        ),
-        ("tags", TaggedFields),
-    )
-
-
-class DescribeQuorumRequest_v0(RequestStruct):  # type: ignore[misc]
-    FLEXIBLE_VERSION = True
-    API_KEY = _DESCRIBE_QUORUM
-    API_VERSION = 0
-    RESPONSE_TYPE = DescribeQuorumResponse_v0
-    SCHEMA = Schema(
-        (
-            "topics",
-            CompactArray(
-                ("topic_name", CompactString("utf-8")),
-                ("partitions", CompactArray(("partition_index", Int32), ("tags", TaggedFields))),
-                ("tags", TaggedFields),
-            ),
-        ),
-        ("tags", TaggedFields),
-    )
-
-
-class DescribeQuorumRequest(Request[DescribeQuorumRequest_v0]):  # type: ignore[misc]
-    """DescribeMetadataQuorum of KRaft's metadata log (`__cluster_metadata`, partition 0)."""
-
-    API_KEY = _DESCRIBE_QUORUM
-
-    def build(self, request_struct_class: Any) -> Any:
-        return request_struct_class([("__cluster_metadata", [(0, {})], {})], {})
-
-
-_LIST_TRANSACTIONS, _DESCRIBE_TRANSACTIONS = 66, 65
 OPEN_TRANSACTION_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort")
+_MS = timedelta(milliseconds=1)
 
 
-class ListTransactionsResponse_v0(Response):  # type: ignore[misc]
-    API_KEY = _LIST_TRANSACTIONS
-    API_VERSION = 0
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        ("error_code", Int16),
-        ("unknown_state_filters", CompactArray(CompactString("utf-8"))),
-        (
-            "transaction_states",
-            CompactArray(
-                ("transactional_id", CompactString("utf-8")),
-                ("producer_id", Int64),
-                ("transaction_state", CompactString("utf-8")),
-                ("tags", TaggedFields),
+# -- requests aiokafka lacks, as kio's message classes -----------------------------------------
+
+# topics: null asks for every partition of every topic.  v1 is the oldest version Kafka 4 still
+# speaks (KIP-896) and the newest without flexible encoding; v0, for brokers older than Kafka 2.0,
+# is the same message (kio, generated from Kafka 4's schemas, has no v0 class of its own).
+DESCRIBE_LOG_DIRS = KioRequest(DescribeLogDirsRequest(topics=None), DescribeLogDirsResponse, versions=(0, 1))
+
+# DescribeMetadataQuorum of KRaft's metadata log (`__cluster_metadata`, partition 0).
+DESCRIBE_QUORUM = KioRequest(
+    DescribeQuorumRequest(
+        topics=(
+            QuorumTopic(
+                topic_name=TopicName("__cluster_metadata"), partitions=(QuorumPartition(partition_index=i32(0)),)
             ),
-        ),
-        ("tags", TaggedFields),
+        )
+    ),
+    DescribeQuorumResponse,
+)
+
+# The transactional ids a broker coordinates whose transaction is open.
+LIST_TRANSACTIONS = KioRequest(
+    ListTransactionsRequest(state_filters=OPEN_TRANSACTION_STATES, producer_id_filters=()), ListTransactionsResponse
+)
+
+
+def describe_transactions(transactional_ids: Iterable[str]) -> KioRequest[DescribeTransactionsResponse]:
+    return KioRequest(
+        DescribeTransactionsRequest(transactional_ids=tuple(TransactionalId(t) for t in transactional_ids)),
+        DescribeTransactionsResponse,
     )
 
 
-class ListTransactionsRequest_v0(RequestStruct):  # type: ignore[misc]
-    FLEXIBLE_VERSION = True
-    API_KEY = _LIST_TRANSACTIONS
-    API_VERSION = 0
-    RESPONSE_TYPE = ListTransactionsResponse_v0
-    SCHEMA = Schema(
-        ("state_filters", CompactArray(CompactString("utf-8"))),
-        ("producer_id_filters", CompactArray(Int64)),
-        ("tags", TaggedFields),
-    )
-
-
-class ListTransactionsRequest(Request[ListTransactionsRequest_v0]):  # type: ignore[misc]
-    """The transactional ids a broker coordinates whose transaction is open."""
-
-    API_KEY = _LIST_TRANSACTIONS
-
-    def build(self, request_struct_class: Any) -> Any:
-        return request_struct_class(list(OPEN_TRANSACTION_STATES), [], {})
-
-
-class DescribeTransactionsResponse_v0(Response):  # type: ignore[misc]
-    API_KEY = _DESCRIBE_TRANSACTIONS
-    API_VERSION = 0
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        (
-            "transaction_states",
-            CompactArray(
-                ("error_code", Int16),
-                ("transactional_id", CompactString("utf-8")),
-                ("transaction_state", CompactString("utf-8")),
-                ("transaction_timeout_ms", Int32),
-                ("transaction_start_time_ms", Int64),
-                ("producer_id", Int64),
-                ("producer_epoch", Int16),
-                (
-                    "topics",
-                    CompactArray(
-                        ("topic", CompactString("utf-8")),
-                        ("partitions", CompactArray(Int32)),
-                        ("tags", TaggedFields),
-                    ),
-                ),
-                ("tags", TaggedFields),
-            ),
-        ),
-        ("tags", TaggedFields),
-    )
-
-
-class DescribeTransactionsRequest_v0(RequestStruct):  # type: ignore[misc]
-    FLEXIBLE_VERSION = True
-    API_KEY = _DESCRIBE_TRANSACTIONS
-    API_VERSION = 0
-    RESPONSE_TYPE = DescribeTransactionsResponse_v0
-    SCHEMA = Schema(("transactional_ids", CompactArray(CompactString("utf-8"))), ("tags", TaggedFields))
-
-
-class DescribeTransactionsRequest(Request[DescribeTransactionsRequest_v0]):  # type: ignore[misc]
-    API_KEY = _DESCRIBE_TRANSACTIONS
-
-    def __init__(self, transactional_ids: list[str]) -> None:
-        self.transactional_ids = transactional_ids
-
-    def build(self, request_struct_class: Any) -> Any:
-        return request_struct_class(self.transactional_ids, {})
-
-
-_LIST_GROUPS = 16
-
-
-class ListGroupsResponse_v5(Response):  # type: ignore[misc]
-    API_KEY = _LIST_GROUPS
-    API_VERSION = 5
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        ("error_code", Int16),
-        (
-            "groups",
-            CompactArray(
-                ("group_id", CompactString("utf-8")),
-                ("protocol_type", CompactString("utf-8")),
-                ("group_state", CompactString("utf-8")),
-                ("group_type", CompactString("utf-8")),
-                ("tags", TaggedFields),
-            ),
-        ),
-        ("tags", TaggedFields),
-    )
-
-
-class ListGroupsRequest_v5(RequestStruct):  # type: ignore[misc]
-    FLEXIBLE_VERSION = True
-    API_KEY = _LIST_GROUPS
-    API_VERSION = 5
-    RESPONSE_TYPE = ListGroupsResponse_v5
-    SCHEMA = Schema(
-        ("states_filter", CompactArray(CompactString("utf-8"))),
-        ("types_filter", CompactArray(CompactString("utf-8"))),
-        ("tags", TaggedFields),
-    )
-
-
-# Only v5: v3 and v4 say no more than aiokafka's v2 does (no group type), so a broker without
-# v5 is asked v0-v2 through aiokafka's own request instead.
-class ListGroupTypesRequest(Request[ListGroupsRequest_v5]):  # type: ignore[misc]
-    API_KEY = _LIST_GROUPS
-
-    def build(self, request_struct_class: Any) -> Any:
-        return request_struct_class([], [], {})  # empty filters: every state, every type
+# Only v5, with empty filters (every state, every type): v3 and v4 say no more than aiokafka's v2
+# does (no group type), so a broker without v5 is asked v0-v2 through aiokafka's own request.
+LIST_GROUP_TYPES = KioRequest(ListGroupsRequest(states_filter=(), types_filter=()), ListGroupsResponse)
 
 
 # DescribeGroups up to v2, whose answer aiokafka parses right (see the module docstring).
@@ -367,7 +160,7 @@ def decode_assignment(protocol_type: str, raw: bytes | None) -> tuple[tuple[str,
 
 
 class _Admin(AIOKafkaAdminClient):  # type: ignore[misc]
-    """The admin client with the two requests above."""
+    """The admin client with the requests above."""
 
     async def send(self, request: Any, node_id: int) -> Any:
         """Any request to one broker (the share-group requests of services/dashboard/share_groups.py)."""
@@ -385,22 +178,22 @@ class _Admin(AIOKafkaAdminClient):  # type: ignore[misc]
         answered = False
         for node_id in node_ids:
             try:
-                response = await self._send_request(DescribeLogDirsRequest(), node_id)
+                response = await ask(self._send_request, DESCRIBE_LOG_DIRS, node_id)
             except (IncompatibleBrokerVersion, NotImplementedError):
                 continue  # the broker does not implement it (or no version we speak)
             except KafkaError as e:  # one broker of several unreachable: its replicas stay unknown
                 log.debug("describe log dirs failed", node_id=node_id, error=str(e))
                 continue
             answered = True
-            for result in response.to_object()["results"]:
-                if result["error_code"]:
+            for result in response.results:
+                if result.error_code:
                     continue  # an offline log dir: its partitions stay unknown
-                for topic in result["topics"]:
-                    for p in topic["partitions"]:
-                        if p["is_future_key"]:
+                for topic in result.topics:
+                    for p in topic.partitions:
+                        if p.is_future_key:
                             continue  # a replica being moved between log dirs, not the live one
-                        key = (topic["name"], p["partition_index"])
-                        sizes[key] = max(sizes.get(key, 0), p["partition_size"])
+                        key = (str(topic.name), int(p.partition_index))
+                        sizes[key] = max(sizes.get(key, 0), int(p.partition_size))
         return sizes if answered else None
 
     async def quorum_leader(self, node_ids: Iterable[int]) -> int | None:
@@ -408,16 +201,15 @@ class _Admin(AIOKafkaAdminClient):  # type: ignore[misc]
         DescribeMetadataQuorum to the controllers); None where no broker implements it."""
         for node_id in node_ids:
             try:
-                response = await self._send_request(DescribeQuorumRequest(), node_id)
+                answer = await ask(self._send_request, DESCRIBE_QUORUM, node_id)
             except (IncompatibleBrokerVersion, NotImplementedError):
                 return None  # a cluster without KRaft's API (the bundled broker): none to ask
             except KafkaError as e:
                 log.debug("describe quorum failed", node_id=node_id, error=str(e))
                 continue
-            answer = response.to_object()
-            partitions = [p for t in answer["topics"] for p in t["partitions"]]
-            if answer["error_code"] == 0 and partitions and partitions[0]["error_code"] == 0:
-                leader = int(partitions[0]["leader_id"])
+            partitions = [p for t in answer.topics for p in t.partitions]
+            if answer.error_code == 0 and partitions and partitions[0].error_code == 0:
+                leader = int(partitions[0].leader_id)
                 return leader if leader >= 0 else None
         return None
 
@@ -442,25 +234,38 @@ class _Admin(AIOKafkaAdminClient):  # type: ignore[misc]
             return None
         return None
 
-    async def open_transactions(self, node_ids: Iterable[int]) -> list[dict[str, Any]] | None:
+    async def open_transactions(self, node_ids: Iterable[int]) -> list[DescribedTransaction] | None:
         """Every open transaction (ListTransactions on each broker, then DescribeTransactions on
         the one that listed it); None when the cluster does not implement the APIs."""
-        found: list[dict[str, Any]] = []
+        found: list[DescribedTransaction] = []
         for node_id in node_ids:
             try:
-                listed = (await self._send_request(ListTransactionsRequest(), node_id)).to_object()
+                listed = await ask(self._send_request, LIST_TRANSACTIONS, node_id)
             except (IncompatibleBrokerVersion, NotImplementedError):
                 return None
-            ids = [t["transactional_id"] for t in listed["transaction_states"]]
-            if listed["error_code"] != 0 or not ids:
+            ids = [str(t.transactional_id) for t in listed.transaction_states]
+            if listed.error_code != 0 or not ids:
                 continue
-            described = (await self._send_request(DescribeTransactionsRequest(ids), node_id)).to_object()
             found.extend(
                 t
-                for t in described["transaction_states"]
-                if t["error_code"] == 0 and t["transaction_state"] in OPEN_TRANSACTION_STATES
+                for t in await self._describe_transactions(ids, node_id)
+                if t.error_code == 0 and t.transaction_state in OPEN_TRANSACTION_STATES
             )
         return found
+
+    async def _describe_transactions(self, ids: list[str], node_id: int) -> list[DescribedTransaction]:
+        """DescribeTransactions of `ids`.  A transaction that ended since it was listed (or an id
+        the broker no longer knows) may be described with no start time, -1, which kio cannot
+        read as the timestamp the field is: the ids are then described one by one, and those
+        whose answer cannot be read left out (none of them is open: an open transaction has
+        started)."""
+        try:
+            return list((await ask(self._send_request, describe_transactions(ids), node_id)).transaction_states)
+        except UndecodableResponse:
+            if len(ids) == 1:
+                log.debug("describe transactions unreadable", node_id=node_id, transactional_id=ids[0])
+                return []
+        return [t for one in ids for t in await self._describe_transactions([one], node_id)]
 
     async def list_groups(self, node_ids: Iterable[int]) -> dict[str, str | None]:
         """Every group id, with its type ("classic", "consumer", ...) where the broker says it
@@ -473,13 +278,15 @@ class _Admin(AIOKafkaAdminClient):  # type: ignore[misc]
 
     async def _list_groups(self, node_id: int) -> list[tuple[str, str | None]]:
         try:
-            answer = (await self._send_request(ListGroupTypesRequest(), node_id)).to_object()
-            groups = [(g["group_id"], g["group_type"] or None) for g in answer["groups"]]
+            answer = await ask(self._send_request, LIST_GROUP_TYPES, node_id)
+            error_code = int(answer.error_code)
+            groups = [(str(g.group_id), g.group_type or None) for g in answer.groups]
         except (IncompatibleBrokerVersion, NotImplementedError):  # no v5 on this broker
-            answer = (await self._send_request(ListGroupsRequest(), node_id)).to_object()
-            groups = [(g["group"], None) for g in answer["groups"]]
-        if answer["error_code"]:
-            raise for_code(answer["error_code"])("Error listing consumer groups")
+            older = (await self._send_request(AiokafkaListGroupsRequest(), node_id)).to_object()
+            error_code = older["error_code"]
+            groups = [(g["group"], None) for g in older["groups"]]
+        if error_code:
+            raise for_code(error_code)("Error listing consumer groups")
         return groups
 
     async def describe_groups_by_node(self, groups_by_node: dict[int, list[str]]) -> list[dict[str, Any]]:
@@ -606,32 +413,32 @@ class ClusterReader:
         )
 
     async def _transactions(
-        self, described: list[dict[str, Any]], ends: dict[TopicPartition, int]
+        self, described: list[DescribedTransaction], ends: dict[TopicPartition, int]
     ) -> tuple[TransactionInfo, ...]:
         """Each open transaction with its partitions' high watermark and last stable offset
         (ListOffsets at read_committed, asked only for those partitions)."""
         assert self._stable is not None
         wanted = {
-            TopicPartition(t["topic"], p)
+            TopicPartition(str(t.topic), int(p))
             for d in described
-            for t in d["topics"]
-            if not t["topic"].startswith("__")
-            for p in t["partitions"]
+            for t in d.topics
+            if not t.topic.startswith("__")
+            for p in t.partitions
         }
         stable = await self._stable.end_offsets(sorted(wanted)) if wanted else {}
         return tuple(
             TransactionInfo(
-                transactional_id=d["transactional_id"],
-                producer_id=d["producer_id"],
-                producer_epoch=d["producer_epoch"],
-                state=d["transaction_state"],
-                timeout_ms=d["transaction_timeout_ms"],
-                start_ms=d["transaction_start_time_ms"],
+                transactional_id=str(d.transactional_id),
+                producer_id=int(d.producer_id),
+                producer_epoch=int(d.producer_epoch),
+                state=d.transaction_state,
+                timeout_ms=d.transaction_timeout // _MS,
+                start_ms=round(d.transaction_start_time.timestamp() * 1000),
                 partitions=tuple(
-                    (t["topic"], p, ends.get(TopicPartition(t["topic"], p)), stable.get(TopicPartition(t["topic"], p)))
-                    for t in sorted(d["topics"], key=lambda t: t["topic"])
-                    if not t["topic"].startswith("__")
-                    for p in sorted(t["partitions"])
+                    (str(t.topic), int(p), ends.get(TopicPartition(t.topic, p)), stable.get(TopicPartition(t.topic, p)))
+                    for t in sorted(d.topics, key=lambda t: t.topic)
+                    if not t.topic.startswith("__")
+                    for p in sorted(t.partitions)
                 ),
             )
             for d in described

@@ -21,6 +21,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import (
+    Array,
     Boolean,
     CompactArray,
     CompactString,
@@ -28,6 +29,7 @@ from aiokafka.protocol.types import (
     Int32,
     Int64,
     Schema,
+    String,
     TaggedFields,
 )
 from kio.schema.describe_log_dirs.v1.request import DescribableLogDirTopic as TopicV1
@@ -42,7 +44,6 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import TopicName
 from kio.static.primitive import i32
 
-from services.dashboard.kafka_reader import DescribeLogDirsRequest_v1, DescribeLogDirsResponse_v1
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import aiokafka_produce
 from tests.support.kafka_wire import connect, frame, header_bytes
@@ -52,9 +53,41 @@ API_KEY = 35
 # --- DescribeLogDirs for aiokafka, from DescribeLogDirsRequest/Response.json ----------------
 
 
-# v1, the classic encoding, is declared by the dashboard, which reads sizes this way.
-_ResponseV1 = DescribeLogDirsResponse_v1
-_RequestV1 = DescribeLogDirsRequest_v1
+class _ResponseV1(Response):
+    API_KEY = API_KEY
+    API_VERSION = 1
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "results",
+            Array(
+                ("error_code", Int16),
+                ("log_dir", String("utf-8")),
+                (
+                    "topics",
+                    Array(
+                        ("name", String("utf-8")),
+                        (
+                            "partitions",
+                            Array(
+                                ("partition_index", Int32),
+                                ("partition_size", Int64),
+                                ("offset_lag", Int64),
+                                ("is_future_key", Boolean),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+class _RequestV1(RequestStruct):
+    API_KEY = API_KEY
+    API_VERSION = 1
+    RESPONSE_TYPE = _ResponseV1
+    SCHEMA = Schema(("topics", Array(("topic", String("utf-8")), ("partitions", Array(Int32)))))
 
 
 class _ResponseV4(Response):
