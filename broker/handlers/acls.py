@@ -202,11 +202,12 @@ def describe_acls(broker: Broker, ctx: RequestContext, request: DescribeAclsRequ
 
 
 async def delete_acls(broker: Broker, ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
-    """As Kafka, every filter is matched against the same ACLs, those before the request, and
-    what they match is removed in one metadata batch, durable before the answer.  The filters
-    are read and matched a step at a time, the loop free between steps, against a copy of the
-    ACLs taken first; should the ACLs change meanwhile, they are matched again, in one go,
-    against the ACLs as they are then, before anything is removed."""
+    """As Kafka, every filter is matched against the same ACLs (one filter does not hide from
+    the next what it deletes), and what they match is removed in one metadata batch, durable
+    before the answer.  The filters are read, then matched, a step at a time, the loop free
+    between steps, against a copy of the ACLs taken once they are read; should the ACLs
+    change meanwhile, they are matched again, in one go, against the ACLs as they are then,
+    before anything is removed."""
     cls = DELETE_ACLS.response(ctx.api_version)
     refused = _refusal(broker, ctx, Operation.ALTER)
     if refused is not None:
