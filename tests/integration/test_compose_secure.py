@@ -34,7 +34,7 @@ from registry.config import RegistryConfig
 from streamshop.broker_process import parse_ready_line, parse_registry_ready_line
 from streamshop.env_file import ENV_FILE, read_env_file
 from streamshop.stack.secure import ACCESS, ADMIN, HTTP_SERVICES, LOADTEST
-from tests.integration.test_compose import (
+from tests.support.compose_file import (
     SECURE_DIR,
     SERVICE_CONFIGS,
     SERVICES,
