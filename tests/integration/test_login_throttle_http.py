@@ -114,6 +114,7 @@ async def test_a_guesser_on_one_address_does_not_keep_the_owner_out_on_another(k
     assert "ok" not in seen
 
 
+@pytest.mark.slow  # hundreds of deliberately slow password hashes from 200 clients: CPU for many seconds
 @KINDS
 async def test_a_flood_of_unknown_names_from_200_addresses_does_not_hold_a_first_login(
     kind: str, tmp_path: Path

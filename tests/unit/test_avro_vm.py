@@ -181,6 +181,7 @@ def test_mutated_records_give_the_same_rows_and_errors(case: int, mutations: lis
     assert not {row for row, _ in errors} & set(range(0, len(payloads), 2))  # its neighbours decode
 
 
+@pytest.mark.slow  # thousands of payloads per schema, each decoded both ways: minutes of CPU in all
 @pytest.mark.parametrize(("writer", "reader", "record"), _CASES, ids=[c[0].name for c in _CASES])
 def test_every_byte_replaced_and_every_cut_gives_the_same_rows_and_errors(
     writer: AvroSchema, reader: AvroSchema, record: Any

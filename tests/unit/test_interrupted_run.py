@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support.harness import REPO
 
 _INNER = """
@@ -41,6 +43,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow  # a pytest run of its own started, then ended by SIGTERM
 def test_a_sigterm_to_the_run_tears_its_session_fixtures_down(tmp_path: Path) -> None:
     (tmp_path / "test_inner.py").write_text(_INNER)
     pid_file = tmp_path / "child.pid"

@@ -110,6 +110,7 @@ def test_valid_records_pass_and_a_missing_key_is_invalid_only_where_keys_are_nee
     frame_records(data, len(recs), need_keys=False)
 
 
+@pytest.mark.slow  # 300 damaged batches read three ways; the compiled walk's agreement stays in the fast tier
 @SETTINGS
 @given(case=damaged(), need_keys=st.booleans())
 def test_the_inline_reading_agrees_with_the_general_reader(case: tuple[bytes, int], need_keys: bool) -> None:
@@ -117,6 +118,7 @@ def test_the_inline_reading_agrees_with_the_general_reader(case: tuple[bytes, in
     assert outcome(data, count, need_keys, python_check_records) == general_reader(data, count, need_keys)
 
 
+@pytest.mark.slow  # 300 damaged batches, each also read by aiokafka's pure-Python reader
 @SETTINGS
 @given(case=damaged(), need_keys=st.booleans())
 def test_the_walk_agrees_with_aiokafkas_reader_but_where_that_reader_is_wrong(
