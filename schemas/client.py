@@ -29,6 +29,15 @@ from urllib.parse import quote
 import aiohttp
 from yarl import URL
 
+from schemas.registry_errors import (
+    ERROR_SCHEMA_NOT_FOUND,
+    ERROR_SUBJECT_NOT_FOUND,
+    ERROR_VERSION_NOT_FOUND,
+    RegisteredSchema,
+    RegistryError,
+    RegistryUnavailableError,
+)
+
 __all__ = [
     "CONTENT_TYPE",
     "ERROR_SCHEMA_NOT_FOUND",
@@ -43,58 +52,12 @@ __all__ = [
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 _ACCEPT = f"{CONTENT_TYPE}, application/vnd.schemaregistry+json; qs=0.9, application/json; qs=0.5"
 
-# Confluent error codes the callers of this client branch on.
-ERROR_SUBJECT_NOT_FOUND = 40401
-ERROR_VERSION_NOT_FOUND = 40402
-ERROR_SCHEMA_NOT_FOUND = 40403
-
 _T = TypeVar("_T")
 
 
 def basic_authorization(user: str, password: str) -> str:
     """The ``Authorization`` header value of HTTP basic auth (RFC 7617, UTF-8)."""
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-
-
-class RegistryError(Exception):
-    """The registry refused a request, answered something unreadable, or could not be reached.
-
-    `status` is the HTTP status (None when no answer came back); `error_code` is Confluent's error
-    code from the body (None when the body carried none); `message` says what went wrong.
-    """
-
-    def __init__(self, status: int | None, error_code: int | None, message: str) -> None:
-        super().__init__(status, error_code, message)
-        self.status = status
-        self.error_code = error_code
-        self.message = message
-
-    def __str__(self) -> str:
-        where = "no HTTP response" if self.status is None else f"HTTP {self.status}"
-        code = "" if self.error_code is None else f", error_code {self.error_code}"
-        return f"schema registry error ({where}{code}): {self.message}"
-
-    @property
-    def not_found(self) -> bool:
-        """True for a 404: unknown subject, version or schema id."""
-        return self.status == 404
-
-
-class RegistryUnavailableError(RegistryError):
-    """No HTTP answer: connection refused or reset, DNS failure, timeout.  Retry later."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(None, None, message)
-
-
-@dataclass(frozen=True, slots=True)
-class RegisteredSchema:
-    """A schema as registered under a subject."""
-
-    subject: str
-    version: int
-    schema_id: int
-    schema: str
 
 
 class RegistryClient:

@@ -43,7 +43,7 @@ from fastavro.read import SchemaResolutionError
 from fastavro.types import Schema
 from fastavro.validation import validate
 
-from schemas.client import ERROR_SCHEMA_NOT_FOUND, RegisteredSchema, RegistryError
+from schemas.registry_errors import ERROR_SCHEMA_NOT_FOUND, RegisteredSchema, RegistryError
 
 __all__ = [
     "HEADER_SIZE",
