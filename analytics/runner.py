@@ -44,6 +44,7 @@ from analytics.settings import AnalyticsConfig
 from analytics.sinks import ParquetOutputs, ResultsTopic, now
 from kit import process
 from kit.process import StartupError
+from kit.start_phases import StartPhases
 from schemas.blocking_registry import shown
 
 __all__ = ["AnalyticsConfig", "replay", "run", "run_jobs"]
@@ -61,6 +62,9 @@ FIRST_BATCH_WAIT = 120.0
 START_ATTEMPTS = 6
 START_PAUSES = (5.0, 10.0, 20.0, 30.0, 30.0)
 MISSED_CONNECT_BACK = "to connect back"
+# The line printed before the ready line: the start's phases (kit.start_phases), e.g.
+# `streamshop analytics start: python 0.4 s, imports 2.1 s, ..., total 31.0 s`.
+START_LINE = "streamshop analytics start"
 
 # -- progress ----------------------------------------------------------------------------------
 
@@ -250,13 +254,16 @@ def run_jobs(
     stop: threading.Event | None = None,
     out: IO[str] | None = None,
     empty: bool = False,
+    clock: StartPhases | None = None,
 ) -> int:
     """Run the configured jobs until they finish (`once`) or `stop` is set; the exit status:
     0, or 1 when a query failed (its error is printed).  Uses `spark` if given (tests share
     one session), else starts a local one and stops it at the end.  `empty`: start from an
-    empty data directory (replays)."""
+    empty data directory (replays).  `clock`: the start's phases so far (`_run`'s), which the
+    line printed before the ready line continues; by default, phases from this call."""
     out = out if out is not None else sys.stdout
     stop = stop if stop is not None else threading.Event()
+    clock = clock if clock is not None else StartPhases(time.monotonic(), process_start=False)
     if spark is None and config.python_env is not None and not config.python_env.is_file():
         # Before anything starts: Spark would fail its context's start on it with a stack trace.
         raise StartupError(
@@ -281,18 +288,20 @@ def run_jobs(
                 f"cannot set up the results topic {config.results_topic} (broker {config.bootstrap_servers}, "
                 f"registry {shown(config.registry_url)}): {detail}"
             ) from e
+        clock.mark("topics")
         own_session = spark is None
-        session = spark if spark is not None else _session(config)
+        session = spark if spark is not None else _timed_session(config, clock)
         progress = Progress(out)
         session.streams.addListener(progress)
         sinks = [JobSink(JOBS[name], config, progress, topics[name]) for name in config.jobs]
         queries: list[tuple[JobSink, StreamingQuery]] = []
         try:
             for sink in sinks:
-                queries.append((sink, _started(session, sink, config, stop, out)))
+                queries.append((sink, _started(session, sink, config, stop, out, clock=None if queries else clock)))
                 if len(queries) == 1:
                     # Ready once the first query is past its first batch (it commits from now on);
                     # the others start one at a time after it, each waiting for its own.
+                    print(clock.line(START_LINE), file=out, flush=True)
                     print(
                         f"streamshop analytics ready: jobs {','.join(config.jobs)}, group {config.group_id}, "
                         f"data {config.data_dir}, results topic {config.results_topic}"
@@ -316,15 +325,32 @@ def run_jobs(
 
 
 def _started(
-    session: SparkSession, sink: JobSink, config: AnalyticsConfig, stop: threading.Event, out: IO[str]
+    session: SparkSession,
+    sink: JobSink,
+    config: AnalyticsConfig,
+    stop: threading.Event,
+    out: IO[str],
+    *,
+    clock: StartPhases | None = None,
 ) -> StreamingQuery:
     """The job's query, started and past its first batch (or failed, or stopped): a start that
-    failed because Spark's Python process missed its connect-back is tried again."""
+    failed because Spark's Python process missed its connect-back is tried again.  `clock`: marks
+    the last attempt's start and first batch, and the attempts before it as one phase."""
+    name = sink.job.name
     for attempt in range(1, START_ATTEMPTS + 1):
+        attempt_began = time.monotonic()
         query = _start_query(session, sink.job, config, sink)
+        query_started = time.monotonic()
         _first_batch(query, stop)
         error = query.exception()
         if error is None or MISSED_CONNECT_BACK not in str(error) or attempt == START_ATTEMPTS or stop.is_set():
+            if clock is not None:
+                if attempt > 1:
+                    clock.mark(f"query {name} failed starts", at=attempt_began)
+                clock.mark(f"query {name} started", at=query_started)
+                # A stop (or a failure, or the wait's limit) before any batch is no first batch.
+                done = query.lastProgress is not None
+                clock.mark(f"query {name} first batch" if done else f"query {name} no first batch")
             break
         pause = START_PAUSES[min(attempt, len(START_PAUSES)) - 1]
         print(
@@ -377,6 +403,28 @@ def _where(session: SparkSession) -> str:
     return f", master {context.master}" + (f", ui {ui}" if ui else "")
 
 
+def _timed_session(config: AnalyticsConfig, clock: StartPhases) -> SparkSession:
+    """`_session`, its time told apart as the JVM recorded it: until the driver's JVM started
+    (`spark-submit`'s scripts and its launcher JVM), until its SparkContext began (the JVM's own
+    start, the Py4J gateway, the Python side's conf), and the context and session up.  One phase
+    when the JVM's times do not fall within the call (a JVM already running)."""
+    from analytics.spark import jvm_start_times
+
+    began = time.monotonic()
+    session = _session(config)
+    ended = time.monotonic()
+    # Wall-clock times to this process's monotonic clock; the JVM's are in whole milliseconds.
+    offset = time.time() - ended
+    jvm, context = (t - offset for t in jvm_start_times(session))
+    if began - 0.01 <= jvm <= context <= ended + 0.01:
+        clock.mark("spark launch", at=jvm)
+        clock.mark("jvm start", at=context)
+        clock.mark("spark context", at=ended)
+    else:
+        clock.mark("spark session", at=ended)
+    return session
+
+
 def _session(config: AnalyticsConfig) -> SparkSession:
     from analytics.spark import spark_session
 
@@ -423,12 +471,17 @@ def _run(args: argparse.Namespace, jobs: Callable[..., int]) -> int:
     """Settings (2 when one cannot be used), logging, then `jobs` until done or SIGTERM/SIGINT."""
 
     def body() -> int:
+        # From the stamp `streamshop.cli` took: the project's modules (PySpark's among them) and
+        # the command line.
+        clock = StartPhases()
+        clock.mark("imports")
         config = AnalyticsConfig.from_args(args)
         process.start_logging(config, "analytics")
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
-        return jobs(config, stop=stop)
+        clock.mark("settings")
+        return jobs(config, stop=stop, clock=clock)
 
     return process.main("streamshop analytics", body)
 
@@ -449,12 +502,13 @@ def replay_jobs(
     spark: SparkSession | None = None,
     stop: threading.Event | None = None,
     out: IO[str] | None = None,
+    clock: StartPhases | None = None,
 ) -> int:
     """`config.replay()` run once from an empty data directory; then its consumer group is
     deleted: it only carried the replay's progress, and left behind it would show as a group
     falling ever further behind."""
     replayed = config.replay()
-    status = run_jobs(replayed, spark=spark, stop=stop, out=out, empty=True)
+    status = run_jobs(replayed, spark=spark, stop=stop, out=out, empty=True, clock=clock)
     if status == 0:
         from confluent_kafka.admin import AdminClient
 

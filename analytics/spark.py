@@ -28,6 +28,7 @@ __all__ = [
     "PROJECT_ROOT",
     "driver_class_data",
     "driver_inputs",
+    "jvm_start_times",
     "spark_session",
     "stop_spark_session",
     "worker_python",
@@ -214,6 +215,16 @@ def driver_class_data(conf: Mapping[str, str]) -> ClassData | None:
 # Seconds a driver JVM that writes its class-data archive as it exits may take to exit: the dump
 # of ~185 MB took 40 s on an idle 2-core host and takes minutes on a saturated one.
 ARCHIVE_EXIT_WAIT = 600.0
+
+
+def jvm_start_times(session: SparkSession) -> tuple[float, float]:
+    """When (epoch seconds) the driver's JVM started and when its SparkContext began, as the JVM
+    recorded them: two Py4J calls, no Spark job."""
+    context = session.sparkContext
+    jvm = context._jvm
+    assert jvm is not None
+    runtime = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    return int(runtime.getStartTime()) / 1000, int(context.startTime) / 1000
 
 
 def stop_spark_session(session: SparkSession, timeout: float = 120) -> None:

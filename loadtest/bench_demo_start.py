@@ -1,6 +1,8 @@
 """How `make demo` (`streamshop up --demo`) comes up on a busy machine, run after run: the time
 until the stack serves, until the analytics job is ready and until it has committed the demo's
-orders, and how Ctrl-C goes (the stop's length and how many children needed SIGKILL).
+orders, and how Ctrl-C goes (the stop's length and how many children needed SIGKILL); and where
+the analytics job's start goes, from the phases it prints before its ready line
+(`streamshop analytics start: python 0.3 s, imports 2.1 s, ...`, kit.start_phases).
 
     python -m loadtest.bench_demo_start [--runs 10] [--busy 2]
 
@@ -20,11 +22,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
+
+from analytics.runner import START_LINE
+from kit.start_phases import format_line, last_line
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_ORDERS = 20
@@ -39,6 +44,7 @@ class Run:
     killed: int = 0
     restarts: int = 0
     connect_back: int = 0  # Spark's "Python worker failed to connect back" in the job's log
+    phases: dict[str, float] = field(default_factory=dict)  # the job's start, as it printed it
 
     @property
     def ok(self) -> bool:
@@ -102,7 +108,9 @@ def one_run(limit: float) -> Run:
         run.killed = len(re.findall(r"did not stop within", text))
         job_log = data / "output" / "analytics.log"
         if job_log.exists():
-            run.connect_back = job_log.read_text(errors="replace").count("failed to connect back")
+            text = job_log.read_text(errors="replace")
+            run.connect_back = text.count("failed to connect back")
+            run.phases = last_line(START_LINE, text) or {}
     return run
 
 
@@ -111,6 +119,14 @@ def _figure(values: list[float | None]) -> str:
     if not known:
         return "-"
     return f"median {statistics.median(known):6.1f} s, max {max(known):6.1f} s ({len(known)}/{len(values)})"
+
+
+def _phase_figures(runs: list[Run]) -> list[str]:
+    """One line per phase of the analytics job's start (in the order the runs printed them): its
+    median and max over the runs that printed it."""
+    names = list(dict.fromkeys(name for r in runs for name in r.phases))
+    width = max((len(n) for n in names), default=0)
+    return [f"  {name:<{width}}  {_figure([r.phases.get(name) for r in runs])}" for name in names]
 
 
 def main() -> int:
@@ -132,6 +148,8 @@ def main() -> int:
                 f"connect-back failures {run.connect_back}",
                 flush=True,
             )
+            if run.phases:
+                print(f"  {format_line(START_LINE, run.phases)}", flush=True)
     finally:
         for loop in loops:
             loop.kill()
@@ -144,6 +162,8 @@ def main() -> int:
     print(f"children SIGKILLed  {sum(r.killed for r in runs)}; child restarts {sum(r.restarts for r in runs)}")
     print(f"Spark connect-back failures {sum(r.connect_back for r in runs)}")
     print(f"runs complete       {sum(r.ok for r in runs)}/{len(runs)}")
+    print("analytics job's start, by phase (from its own process start):")
+    print("\n".join(_phase_figures(runs)) or "  - (no start line in the job's log)")
     return 0 if all(r.ok for r in runs) else 1
 
 

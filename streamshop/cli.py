@@ -10,6 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+# Before the project's other modules: the stamp the analytics job's start phases are timed from.
+import kit.start_phases  # noqa: F401
 from kit.logging import LEVELS, configure_logging, get_logger
 from kit.settings import ConfigError
 
