@@ -347,7 +347,7 @@ async def _in_steps(broker: Broker, ctx: RequestContext, request: ProduceRequest
     for count, out in enumerate(opened, 1):
         _append_opened(broker, out, transactional_id, version, touched)
         await pause(count)
-    failed = _settle(broker, results)
+    failed = await _settle_in_steps(broker, results)
     if acks == 0:
         return CLOSE_CONNECTION if failed else NO_RESPONSE
     if acks == -1 and touched and broker.answers_wait():
@@ -375,9 +375,29 @@ def _settle(broker: Broker, results: _Results) -> bool:
     errors: Counter[ErrorCode] = Counter()
     for _, _, outcomes in results:
         for out in outcomes:
-            if out.error != ErrorCode.none:
-                errors[out.error] += 1
-            out.batch = out.opened = None
+            _release(out, errors)
+    return _count_errors(broker, errors)
+
+
+async def _settle_in_steps(broker: Broker, results: _Results) -> bool:
+    """`_settle`, STEP partitions at a time."""
+    errors: Counter[ErrorCode] = Counter()
+    count = 0
+    for _, _, outcomes in results:
+        for out in outcomes:
+            _release(out, errors)
+            count += 1
+            await pause(count)
+    return _count_errors(broker, errors)
+
+
+def _release(out: _Outcome, errors: Counter[ErrorCode]) -> None:
+    if out.error != ErrorCode.none:
+        errors[out.error] += 1
+    out.batch = out.opened = None
+
+
+def _count_errors(broker: Broker, errors: Counter[ErrorCode]) -> bool:
     for code, n in errors.items():
         broker.metrics.errors.labels("Produce", code.name).inc(n)
     return bool(errors)
