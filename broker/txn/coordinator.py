@@ -49,6 +49,7 @@ log = structlog.get_logger(__name__)
 
 TRANSACTION_TOPIC = "__transaction_state"
 COORDINATOR_EPOCH = 0  # one broker: the coordinator never moves
+MANY_HELD = 1_000  # offsets and partitions of a transaction whose record is built off the loop
 
 Sync = Callable[[Iterable[PartitionLog]], Awaitable[None]]
 Notify = Callable[[PartitionLog, int], None]
@@ -125,8 +126,16 @@ class TransactionCoordinator:
         """Make `meta` durable, then current.  Raises KafkaError when the disk refuses.  A
         completion need not wait for its fsync (`durable=False`): lost, it leaves the decision
         stored before it, which the next start completes again (markers and offsets are
-        idempotent), and the next durable write of the partition carries it anyway."""
-        key, value = record_of(meta, transactional_id)
+        idempotent), and the next durable write of the partition carries it anyway.
+
+        The record of a transaction holding many offsets or partitions is built in a worker
+        thread, the loop free meanwhile: every caller holds the id's lock, so `meta` is still
+        the state to store when it is done."""
+        held = 0 if meta is None else len(meta.partitions) + sum(len(o) for o in meta.offsets.values())
+        if held > MANY_HELD:
+            key, value = await asyncio.to_thread(record_of, meta, transactional_id)
+        else:
+            key, value = record_of(meta, transactional_id)
         batch = build_batch([Record(0, self.clock.now_ms(), key, value)])
         try:
             plog = self._log_for(transactional_id)

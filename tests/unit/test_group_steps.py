@@ -155,3 +155,32 @@ async def test_a_commit_of_many_offsets_leaves_the_loop_then_changes_memory_with
         assert "standalone" in again.broker.coordinator.groups
     finally:
         await again.stop()
+
+
+async def test_a_transaction_holding_many_offsets_is_stored_off_the_loop(tmp_path: Path) -> None:
+    """TxnOffsetCommit of 3,000 offsets: the transaction's record is built in a worker
+    thread, under the id's lock, then appended, and the state changes once it is stored; after a restart
+    the open transaction holds every offset."""
+    offsets = {(f"topic-{i % 7}", i): (i, -1, "") for i in range(3_000)}
+    broker = await start_broker(_config(tmp_path))
+    txns = broker.broker.transactions
+    try:
+        pid, epoch = await txns.init_producer_id("payments", 60_000)
+        await txns.add_offsets("payments", pid, epoch, "ledger")
+        state_log = broker.broker.store.partition_log("__transaction_state", txns.partition_for("payments"))
+        assert state_log is not None
+        stored = state_log.next_offset
+        commit = asyncio.ensure_future(txns.commit_offsets("payments", pid, epoch, "ledger", offsets))
+        await asyncio.sleep(0)  # the commit's first step has run
+        assert not commit.done()
+        assert state_log.next_offset == stored  # nothing appended yet: the record is being built
+        assert txns.txns["payments"].offsets["ledger"] == {}
+        await commit
+        assert txns.txns["payments"].offsets["ledger"] == offsets
+    finally:
+        await broker.stop()
+    again = await start_broker(_config(tmp_path))
+    try:
+        assert again.broker.transactions.txns["payments"].offsets["ledger"] == offsets
+    finally:
+        await again.stop()
