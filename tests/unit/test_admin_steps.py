@@ -6,7 +6,7 @@ event loop free to others between steps."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,8 +47,8 @@ def _ctx(api_key: int, version: int) -> RequestContext:
     return RequestContext(session, session.principal, "PLAINTEXT", "test", "127.0.0.1", api_key, version, 1)
 
 
-async def _counting_turns(work: Awaitable[T]) -> tuple[T, int]:
-    """`work`'s result and how many times another task ran while it did."""
+async def _counting_turns(work: Awaitable[T], when: Callable[[], bool] = lambda: True) -> tuple[T, int]:
+    """`work`'s result and how many times another task ran while it did (and `when()` held)."""
     turns = 0
     done = False
 
@@ -56,7 +56,7 @@ async def _counting_turns(work: Awaitable[T]) -> tuple[T, int]:
         nonlocal turns
         while not done:
             await asyncio.sleep(0)
-            turns += 1
+            turns += when()
 
     task = asyncio.create_task(other())
     await asyncio.sleep(0)  # the other task starts
@@ -152,8 +152,10 @@ async def test_delete_acls_matches_every_filter_against_the_same_acls(broker: Br
     ]
     expected.append([(b.name, int(b.operation)) for b in store.acls if b.name in ("t10", "*")])
     expected.append([])
+    every = len(store.acls)
     answer, turns = await _counting_turns(
-        acls.delete_acls(broker, _ctx(31, 3), DeleteAclsRequest(filters=tuple(filters)))
+        acls.delete_acls(broker, _ctx(31, 3), DeleteAclsRequest(filters=tuple(filters))),
+        when=lambda: len(store.acls) == every,  # others are served while the filters are matched
     )
     assert _matched(answer) == expected
     assert [r.error_code for r in answer.filter_results[-2:]] == [ErrorCode.none, ErrorCode.invalid_request]
