@@ -321,6 +321,20 @@ def add_offsets_to_txn(
     )
 
 
+def _member_error(broker: Broker, request: TxnOffsetCommitRequest) -> ErrorCode:
+    """KIP-447: a member commits for its generation, which must be the group's."""
+    if not _from_member(request):
+        return ErrorCode.none
+    generation, member_id = request.generation_id, request.member_id or ""
+    if generation < 0 and not member_id:
+        return ErrorCode.none
+    try:
+        broker.coordinator.validate_commit(request.group_id, generation, member_id, request.group_instance_id)
+    except KafkaError as e:
+        return e.code
+    return ErrorCode.none
+
+
 def txn_offset_commit(
     broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRequest
 ) -> Answer[TxnOffsetCommitResponse] | Serial:
@@ -337,13 +351,8 @@ def txn_offset_commit(
         top = ErrorCode.invalid_group_id
     elif not broker.security.group(ctx.session, Operation.READ, group_id):
         top = ErrorCode.group_authorization_failed
-    elif _from_member(request):
-        generation, member_id = request.generation_id, request.member_id or ""
-        if generation >= 0 or member_id:  # KIP-447: a member commits for its generation
-            try:
-                broker.coordinator.validate_commit(group_id, generation, member_id, request.group_instance_id)
-            except KafkaError as e:
-                top = e.code
+    else:
+        top = _member_error(broker, request)
     with_epochs = _with_leader_epochs(request)  # v2+ carries the leader epoch each offset was read at
     limit = broker.coordinator.config.max_metadata_bytes
     errors: dict[str, dict[int, ErrorCode]] = {}
@@ -391,8 +400,9 @@ def txn_offset_commit(
         for t, p in checked.gone(accepted):  # deleted while the request was checked
             del accepted[(t, p)]
             errors[t][p] = ErrorCode.unknown_topic_or_partition
-        error = ErrorCode.none
-        if accepted:
+        # The group may have moved to another generation while the request was checked.
+        error = _member_error(broker, request) if many else ErrorCode.none
+        if accepted and error == ErrorCode.none:
             error = await _outcome(
                 broker.transactions.commit_offsets(
                     request.transactional_id,
