@@ -14,7 +14,8 @@ from kio.static.protocol import Entity
 from broker.cooperative import STEP
 from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext, Serial
-from broker.handlers.entry_steps import EntrySteps, Steps, at_once, stepped
+from broker.handlers.entry_steps import EntrySteps
+from broker.handlers.stepped import Steps, at_once, stepped
 from broker.handlers.topics_seen import TopicsSeen
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from broker.cooperative import STEP
 from broker.core import Broker
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext, Serial
-from broker.handlers.entry_steps import Steps, stepped
 from broker.handlers.group_describe import assignment_describer, undescribed
+from broker.handlers.stepped import Steps, stepped
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation, ResourceType

@@ -13,7 +13,8 @@ from kio.static.protocol import Entity
 from broker.cooperative import STEP
 from broker.core import INTERNAL_TOPICS, Broker
 from broker.handlers.base import Answer, Messages, RequestContext, Serial
-from broker.handlers.entry_steps import EntrySteps, Steps, at_once, stepped
+from broker.handlers.entry_steps import EntrySteps
+from broker.handlers.stepped import Steps, at_once, stepped
 from broker.handlers.topics_seen import TopicsSeen
 from broker.protocol.codec import build, ms_to_datetime, nested
 from broker.protocol.control import ControlType
