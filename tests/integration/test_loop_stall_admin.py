@@ -249,21 +249,21 @@ def _deletions(names: list[str]) -> DeleteAclsRequest:
     )
 
 
-ACLS, NEW = 50_000, 1_000  # entries of each request; ACLs each creates or deletes (one batch)
+ACLS, NEW = 50_000, 1_000  # filters of DeleteAcls; ACLs a request creates or deletes (one batch)
 
 
-def test_create_acls_of_50000_entries_does_not_stall_other_clients(
+def test_create_acls_of_100000_entries_does_not_stall_other_clients(
     broker_process_factory: Callable[..., BrokerProcess],
 ) -> None:
     """Every entry answered; the ACLs that exist already are kept as they are, the others
     created (in one batch, as Kafka writes them, so few of them here)."""
     broker = broker_process_factory(AUTHORIZER)
-    names = [f"c{i}" for i in range(ACLS)]
+    names = [f"c{i}" for i in range(MAX_ELEMENTS)]
     with connect(broker.bootstrap, timeout=300) as conn:
-        made = conn.request(_creations(names[: ACLS - NEW]))
+        made = conn.request(_creations(names[:-NEW]))
     assert {r.error_code for r in made.results} == {ErrorCode.none}
     created, stall, idle = loop_stall.within_bound(broker.bootstrap, lambda _: _creations(names))
-    assert [r.error_code for r in created.results] == [ErrorCode.none] * ACLS
+    assert [r.error_code for r in created.results] == [ErrorCode.none] * MAX_ELEMENTS
     with connect(broker.bootstrap, timeout=300) as conn:  # the new ones exist
         deleted = conn.request(_deletions(names[-2:]))
     assert [[m.resource_name for m in r.matching_acls] for r in deleted.filter_results] == [[n] for n in names[-2:]]
