@@ -218,7 +218,8 @@ def _creations(
             try:
                 if not (cluster_create or security.topic(session, Operation.CREATE, c.item.name)):
                     raise KafkaError(ErrorCode.topic_authorization_failed, f"CREATE on topic {c.item.name} denied")
-                _validate_creation(broker, c, repeated, planned)
+                # Reserved entries count against max.partitions already; validate_only reserves none.
+                _validate_creation(broker, c, repeated, planned if validate_only else 0)
                 if charge.exceeded():
                     raise KafkaError(ErrorCode.throttling_quota_exceeded, THROTTLED)
             except KafkaError as e:
@@ -493,7 +494,8 @@ def _growths(
                 if item.name in broker.pending_topics:
                     raise KafkaError(ErrorCode.invalid_request, f"topic {item.name!r} is being changed; retry")
                 added = item.count - topic.partitions
-                broker.check_partition_budget(added_total + added)
+                # Reserved growths count against max.partitions already; validate_only reserves none.
+                broker.check_partition_budget((added_total if request.validate_only else 0) + added)
                 if charge.exceeded():
                     raise KafkaError(ErrorCode.throttling_quota_exceeded, THROTTLED)
                 if not request.validate_only:

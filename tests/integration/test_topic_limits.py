@@ -21,7 +21,7 @@ from tests.support.harness import BrokerProcess, ThreadBroker
 from tests.support.kafka_wire import batch, connect, ms
 
 
-def _create(*topics: tuple[str, int]) -> CreateTopicsRequest:
+def _create(*topics: tuple[str, int], validate_only: bool = False) -> CreateTopicsRequest:
     return CreateTopicsRequest(
         topics=tuple(
             CreatableTopic(
@@ -30,13 +30,19 @@ def _create(*topics: tuple[str, int]) -> CreateTopicsRequest:
             for name, n in topics
         ),
         timeout=ms(60_000),
-        validate_only=False,
+        validate_only=validate_only,
     )
 
 
 def _grow(name: str, count: int) -> CreatePartitionsRequest:
+    return _grow_many((name, count))
+
+
+def _grow_many(*topics: tuple[str, int]) -> CreatePartitionsRequest:
     return CreatePartitionsRequest(
-        topics=(CreatePartitionsTopic(name=TopicName(name), count=i32(count), assignments=None),),
+        topics=tuple(
+            CreatePartitionsTopic(name=TopicName(name), count=i32(count), assignments=None) for name, count in topics
+        ),
         timeout=ms(60_000),
         validate_only=False,
     )
@@ -95,6 +101,21 @@ def test_max_partitions_bounds_the_total_and_auto_creation(broker_factory: Calla
         topic = c.metadata(["auto"], allow_auto_create=True).topics[0]
         assert topic.error_code == ErrorCode.unknown_topic_or_partition
         assert [t.name for t in c.metadata(None).topics] == ["a"]
+
+
+def test_max_partitions_counts_each_topic_of_one_request_once(broker_factory: Callable[..., ThreadBroker]) -> None:
+    """Topics created, and partitions added, by one request reach max.partitions exactly: an
+    entry's reserved partitions are not counted a second time for the entries after it."""
+    broker = broker_factory(settings={"max.partitions": "10"})
+    with connect(broker.bootstrap) as c:
+        for validate_only in (True, False):
+            answer = c.request(_create(("a", 4), ("b", 4), ("c", 2), validate_only=validate_only))
+            assert [t.error_code for t in answer.topics] == [ErrorCode.none] * 3
+        assert c.request(_create(("d", 1))).topics[0].error_code == ErrorCode.policy_violation
+        gone = DeleteTopicState(name=TopicName("c"), topic_id=uuid.UUID(int=0))
+        assert c.request(DeleteTopicsRequest(topics=(gone,), timeout=ms(30_000))).responses[0].error_code == 0
+        grown = c.request(_grow_many(("a", 5), ("b", 5)))
+        assert [r.error_code for r in grown.results] == [ErrorCode.none] * 2
 
 
 def test_a_topic_whose_partitions_cannot_be_made_is_not_recorded(
