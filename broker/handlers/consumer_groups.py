@@ -13,7 +13,7 @@ from broker.coordinator.consumer_group import ConsumerGroup
 from broker.coordinator.consumer_groups import Heartbeat
 from broker.core import Broker
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext
-from broker.handlers.group_describe import assignment_describer, undescribed
+from broker.handlers.group_describe import assignment_describer, heartbeat_assignment, undescribed
 from broker.protocol.codec import build, nested, timedelta_ms
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation, ResourceType
@@ -57,16 +57,7 @@ def heartbeat(
         result, durable = coordinator.consumer_heartbeat(_heartbeat(broker, ctx, request))
     except KafkaError as e:
         return failed(e.code, e.message)
-    assignment = None
-    if result.assignment is not None:
-        tp_cls = nested(cls, "TopicPartitions")
-        assignment = build(
-            nested(cls, "Assignment"),
-            topic_partitions=tuple(
-                build(tp_cls, topic_id=topic, partitions=tuple(sorted(parts)))
-                for topic, parts in sorted(result.assignment.items(), key=lambda tp: str(tp[0]))
-            ),
-        )
+    assignment = heartbeat_assignment(cls, result.assignment)
     response = build(
         cls,
         throttle_time=0,

@@ -1,5 +1,6 @@
-"""What ConsumerGroupDescribe and ShareGroupDescribe answer alike: a group that could not be
-described, and a member's assignment with its topics named."""
+"""What the consumer and share group APIs answer alike: a group that could not be described, a
+member's assignment with its topics named (the Describe APIs), and the assignment a heartbeat
+hands a member."""
 
 from __future__ import annotations
 
@@ -50,3 +51,18 @@ def assignment_describer(broker: Broker, cls: type[Entity]) -> Callable[[Assignm
         )
 
     return described
+
+
+def heartbeat_assignment(cls: type[Entity], assignment: Assignment | None) -> Entity | None:
+    """The Assignment of a ConsumerGroupHeartbeat or ShareGroupHeartbeat answer (`cls`): the
+    member's partitions by topic id, in id order; None when it is unchanged."""
+    if assignment is None:
+        return None
+    tp_cls = nested(cls, "TopicPartitions")
+    return build(
+        nested(cls, "Assignment"),
+        topic_partitions=tuple(
+            build(tp_cls, topic_id=topic, partitions=tuple(sorted(parts)))
+            for topic, parts in sorted(assignment.items(), key=lambda tp: str(tp[0]))
+        ),
+    )

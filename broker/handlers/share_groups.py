@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from broker.cooperative import STEP
 from broker.core import Broker
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext, Serial
-from broker.handlers.group_describe import assignment_describer, undescribed
+from broker.handlers.group_describe import assignment_describer, heartbeat_assignment, undescribed
 from broker.handlers.stepped import Steps, stepped
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -97,16 +97,7 @@ def heartbeat(
             result, durable = shares.heartbeat(heartbeat, resolve)
         except KafkaError as e:
             return failed(e.code, e.message)
-        assignment = None
-        if result.assignment is not None:
-            tp_cls = nested(cls, "TopicPartitions")
-            assignment = build(
-                nested(cls, "Assignment"),
-                topic_partitions=tuple(
-                    build(tp_cls, topic_id=topic, partitions=tuple(sorted(parts)))
-                    for topic, parts in sorted(result.assignment.items(), key=lambda tp: str(tp[0]))
-                ),
-            )
+        assignment = heartbeat_assignment(cls, result.assignment)
         response = build(
             cls,
             throttle_time=0,
