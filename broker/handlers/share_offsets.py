@@ -272,7 +272,14 @@ def _alter_failed(
 
 def delete_offsets(
     broker: Broker, ctx: RequestContext, request: DeleteShareGroupOffsetsRequest
-) -> Answer[DeleteShareGroupOffsetsResponse]:
+) -> Answer[DeleteShareGroupOffsetsResponse] | Serial:
+    """A request naming more than STEP topics is checked and answered STEP topics at a time."""
+    return stepped(_deletion(broker, ctx, request), len(request.topics))
+
+
+def _deletion(
+    broker: Broker, ctx: RequestContext, request: DeleteShareGroupOffsetsRequest
+) -> Steps[Answer[DeleteShareGroupOffsetsResponse]]:
     cls = DELETE_OFFSETS.response(ctx.api_version)
     topic_cls = nested(cls, "DeleteShareGroupOffsetsResponseTopic")
     group_id = request.group_id
@@ -290,30 +297,46 @@ def delete_offsets(
     if not group_id:
         return failed(ErrorCode.invalid_group_id, "GroupId can't be empty.")
     names = list(dict.fromkeys(t.topic_name for t in request.topics))
-    denied = {n for n in names if not broker.security.topic(ctx.session, Operation.READ, n)}
-    allowed = [n for n in names if n not in denied]
-    refused = [entry(n, None, ErrorCode.topic_authorization_failed, TOPIC_DENIED) for n in names if n in denied]
+    allowed: list[str] = []
+    refused: list[Entity] = []
+    for name in names:
+        yield
+        if broker.security.topic(ctx.session, Operation.READ, name):
+            allowed.append(name)
+        else:
+            refused.append(entry(name, None, ErrorCode.topic_authorization_failed, TOPIC_DENIED))
     if not allowed:  # as Kafka: the group is not looked at
         return build(cls, throttle_time=0, error_code=ErrorCode.none, responses=tuple(refused))
     try:
         _empty_share_group(broker, group_id)
     except KafkaError as e:
         return failed(e.code, e.message)  # as Kafka: a group's error drops the topics' results
-    starts = broker.shares.start_offsets(group_id)
+    by_topic: dict[uuid.UUID, list[tuple[uuid.UUID, int]]] = {}
+    for key in broker.shares.start_offsets(group_id):
+        by_topic.setdefault(key[0], []).append(key)
     results: list[Entity] = []
     doomed: list[tuple[uuid.UUID, int]] = []
-    for name in allowed:
-        found = broker.store.get(name)
+    for topic_name in allowed:
+        yield
+        found = broker.store.get(topic_name)
         if found is None:
-            results.append(entry(name, None, ErrorCode.unknown_topic_or_partition, UNKNOWN_PARTITION))
+            results.append(entry(topic_name, None, ErrorCode.unknown_topic_or_partition, UNKNOWN_PARTITION))
             continue
-        mine = [key for key in starts if key[0] == found.topic_id]
+        mine = by_topic.get(found.topic_id)
         if not mine:
             message = "There is no offset information to delete."
-            results.append(entry(name, found.topic_id, ErrorCode.unknown_topic_or_partition, message))
+            results.append(entry(topic_name, found.topic_id, ErrorCode.unknown_topic_or_partition, message))
             continue
         doomed.extend(mine)
-        results.append(entry(name, found.topic_id))
+        results.append(entry(topic_name, found.topic_id))
+    # What the steps saw may have changed meanwhile: the group is checked again, and the
+    # deletion takes the partitions whose start offsets are still there.
+    try:
+        _empty_share_group(broker, group_id)
+    except KafkaError as e:
+        return failed(e.code, e.message)
+    current = broker.shares.start_offsets(group_id)
+    doomed = [key for key in doomed if key in current]
     response = build(cls, throttle_time=0, error_code=ErrorCode.none, responses=(*results, *refused))
     if not doomed:
         return response

@@ -123,3 +123,21 @@ def test_a_share_member_subscribing_to_100000_topics_does_not_stall_other_client
     assert [m.member_id for m in members] == [request.member_id]
     assert sorted(members[0].subscribed_topic_names) == sorted(request.subscribed_topic_names)
     assert stall < loop_stall.bound(idle), f"stalled {stall:.3f}s; idle round trips took at most {idle:.4f}s"
+
+
+def test_deleting_the_start_offsets_of_100000_topics_of_an_empty_share_group_does_not_stall_other_clients(
+    broker_process_factory: Callable[..., BrokerProcess],
+) -> None:
+    """The group is looked at (it exists and is empty), so every name is answered: with this
+    request's names, none a topic of the broker, UNKNOWN_TOPIC_OR_PARTITION each, in order."""
+    broker = broker_process_factory()
+    delete, count = generic_request(92, BY_KEY[92].max_version, MAX_ELEMENTS)
+    assert count == MAX_ELEMENTS
+    with connect(broker.bootstrap) as conn:
+        assert heartbeat(conn, delete.group_id, "leaver", 0, ["orders"]).error_code == ErrorCode.none
+        assert heartbeat(conn, delete.group_id, "leaver", -1, ["orders"]).error_code == ErrorCode.none
+    response, stall, idle = loop_stall.within_bound(broker.bootstrap, lambda _: delete)
+    assert response.error_code == ErrorCode.none
+    assert [t.topic_name for t in response.responses] == [t.topic_name for t in delete.topics]
+    assert {t.error_code for t in response.responses} == {UNKNOWN}
+    assert stall < loop_stall.bound(idle), f"stalled {stall:.3f}s; idle round trips took at most {idle:.4f}s"
