@@ -98,8 +98,8 @@ def list_share(args: argparse.Namespace) -> list[dict[str, Any]]:
     try:
         from aiokafka.errors import IncompatibleBrokerVersion
 
-        from kit.kafka_requests import ask
         from services.dashboard.kafka_reader import LIST_GROUP_TYPES
+        from services.dashboard.kafka_requests import ask
     except ImportError as e:
         warn("groups", f"share groups not listed: {e.name} is missing (the tools extra brings it)")
         return []

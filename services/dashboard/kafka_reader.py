@@ -7,7 +7,7 @@ FindCoordinator + DescribeGroups + OffsetFetch per group.
 
 ListGroups is asked in v5 where a broker speaks it, the first version that says each group's
 type: "classic" (JoinGroup/SyncGroup) or "consumer" (the consumer group protocol of KIP-848).
-aiokafka 0.14 stops at v2, so v5 is kio's (kit/kafka_requests.py sends kio's message classes
+aiokafka 0.14 stops at v2, so v5 is kio's (services/dashboard/kafka_requests.py sends kio's message classes
 through aiokafka's connections); a broker without it (an older Kafka) is asked v0-v2 through
 aiokafka's own request as before, and its groups' type is unknown.
 
@@ -59,8 +59,8 @@ from kio.schema.types import TopicName, TransactionalId
 from kio.static.primitive import i32
 
 from contracts import commit_note
-from kit.kafka_requests import KioRequest, UndecodableResponse, ask
 from kit.logging import get_logger
+from services.dashboard.kafka_requests import KioRequest, UndecodableResponse, ask
 from services.dashboard.model import (
     BrokerInfo,
     GroupInfo,

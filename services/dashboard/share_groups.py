@@ -3,7 +3,7 @@ their assignments, DescribeShareGroupOffsets v0 for each partition's start offse
 record the group is not done with), through the Kafka protocol like the rest of the reader.
 
 aiokafka declares neither request: both are kio's message classes, sent through aiokafka's
-connections (kit/kafka_requests.py).  A broker that does not serve them (an Apache Kafka cluster
+connections (services/dashboard/kafka_requests.py).  A broker that does not serve them (an Apache Kafka cluster
 without the `share.version` feature) gets its share groups listed without details, and the reason
 said.
 """
@@ -22,7 +22,7 @@ from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
 from kio.schema.share_group_describe.v1.response import ShareGroupDescribeResponse
 from kio.schema.types import GroupId
 
-from kit.kafka_requests import KioRequest, Send, ask
+from services.dashboard.kafka_requests import KioRequest, Send, ask
 from services.dashboard.model import GroupInfo, MemberInfo
 
 __all__ = ["describe_share_group_offsets", "describe_share_groups", "share_group_describe"]

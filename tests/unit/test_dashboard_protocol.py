@@ -1,4 +1,4 @@
-"""The requests the dashboard adds to aiokafka, as kio's message classes (kit/kafka_requests.py):
+"""The requests the dashboard adds to aiokafka, as kio's message classes (services/dashboard/kafka_requests.py):
 the version each picks from what a broker advertises (none: unsupported, which the reader answers
 with unknown sizes, or with aiokafka's older ListGroups and unknown group types), each request's
 frame as aiokafka's connection writes it read back by the broker's own decoder, and answers read
@@ -23,7 +23,6 @@ from kio.serial import entity_reader
 from kio.static.primitive import i16, i32Timedelta
 
 from broker.protocol.codec import decode_request
-from kit.kafka_requests import KioRequest, RawAnswer, UndecodableResponse, encode_entity
 from services.dashboard.kafka_reader import (
     DESCRIBE_LOG_DIRS,
     DESCRIBE_QUORUM,
@@ -32,6 +31,7 @@ from services.dashboard.kafka_reader import (
     _Admin,
     describe_transactions,
 )
+from services.dashboard.kafka_requests import KioRequest, RawAnswer, UndecodableResponse, encode_entity
 from services.dashboard.share_groups import describe_share_group_offsets, share_group_describe
 
 # Each request as the dashboard sends it, the versions its broker advertises, and the frame (size
