@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from broker.coordinator.assignors import Assignment
@@ -51,7 +51,11 @@ class ShareGroup:
     def state(self) -> ShareGroupState:
         return ShareGroupState.STABLE if self.members else ShareGroupState.EMPTY
 
-    def subscribed(self) -> set[str]:
+    def subscribed(self) -> Collection[str]:
+        """Every topic name a member subscribes to, once (a lone member's own names, without
+        copying its 100,000 of them into a set)."""
+        if len(self.members) == 1:
+            return next(iter(self.members.values())).topic_names
         return {t for m in self.members.values() for t in m.topic_names}
 
 
@@ -64,6 +68,7 @@ class ShareHeartbeat:
     topic_names: tuple[str, ...] | None  # None: unchanged
     client_id: str
     client_host: str
+    names_sorted: bool = False  # topic_names sorted and distinct already (the handler did it in steps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +126,8 @@ def join_or_beat(
         changed = False
     member.client_id, member.client_host, member.rack_id = req.client_id, req.client_host, req.rack_id
     if req.topic_names is not None:
-        names = tuple(sorted(set(req.topic_names)))  # once: a member may name 100,000
+        # once: a member may name 100,000
+        names = req.topic_names if req.names_sorted else tuple(sorted(set(req.topic_names)))
         if names != member.topic_names:
             member.topic_names = names
             changed = True

@@ -73,7 +73,7 @@ def test_join_and_beat() -> None:
     _, changed = join_or_beat(group, hb(epoch=3, topics=("t",)), 400, 5_000, 10)
     assert changed
     assert member.topic_names == ("t",)
-    assert group.subscribed() == {"t"}
+    assert sorted(group.subscribed()) == ["t"]  # each name once
     _, changed = join_or_beat(group, hb(epoch=0, topics=("t",)), 500, 5_000, 10)
     assert not changed  # a rejoin under the same id: no fencing
     assert member.epoch == 3
@@ -190,3 +190,13 @@ def test_simple_assignor_examples() -> None:
     }
     assert simple({"a": frozenset()}, {t: 3}) == {"a": {}}
     assert simple({}, {t: 3}) == {}
+
+
+def test_a_subscription_sorted_in_steps_is_the_names_sorted_once_each() -> None:
+    """ShareGroupHeartbeat sorts a large subscription in runs, merged a name a step, before
+    the group's one step: the member holds the same names as sorting them at once gives."""
+    from broker.handlers.share_groups import _sorted_in_steps
+    from broker.handlers.stepped import at_once
+
+    names = {f"topic-{n * 7919 % 10_007}" for n in range(3_000)}
+    assert at_once(_sorted_in_steps(names)) == tuple(sorted(names))
