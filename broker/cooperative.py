@@ -11,20 +11,12 @@ merging repeated resources) is done first, over the whole request, in one cheap 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from typing import TypeVar
 
 STEP = 500  # entries handled between two yields: about 5 to 35 ms of handler work
 
 T = TypeVar("T")
-
-
-async def chunks(items: Sequence[T], step: int = STEP) -> AsyncIterator[Sequence[T]]:
-    """`items` a step at a time, the loop free before every step but the first."""
-    for start in range(0, len(items), step):
-        if start:
-            await asyncio.sleep(0)
-        yield items[start : start + step]
 
 
 async def each(items: Iterable[T], step: int = STEP) -> AsyncIterator[T]:
@@ -40,3 +32,23 @@ async def pause(count: int, step: int = STEP) -> None:
     that cannot be written over `each` (a comprehension's state, two arrays at once)."""
     if count % step == 0:
         await asyncio.sleep(0)
+
+
+class WorkSteps:
+    """A count of work done across a handler's loops, freeing the loop each time it reaches
+    a step: for entries at several depths (a pause per array would let 300 topics of 300
+    partitions each run in one go) or of unequal cost (a DescribeConfigs resource that failed
+    costs one unit, a topic's 35 configs 36)."""
+
+    __slots__ = ("_done", "_step")
+
+    def __init__(self, step: int = STEP) -> None:
+        self._done = 0
+        self._step = step
+
+    async def done(self, units: int = 1) -> None:
+        """`units` more of work done: the loop is freed if they end a step."""
+        self._done += units
+        if self._done >= self._step:
+            self._done = 0
+            await asyncio.sleep(0)

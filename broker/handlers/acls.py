@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from kio.static.protocol import Entity
 
-from broker.cooperative import each
+from broker.cooperative import WorkSteps, each
 from broker.core import Broker
 from broker.handlers.base import Messages, RequestContext
-from broker.handlers.weighted_steps import WeightedSteps
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
 from broker.security.acls import (
@@ -267,7 +266,7 @@ class _AclsByName:
 
 
 async def _matched(filters: list[AclFilter | InvalidAcl], acls: _AclsByName) -> list[_Matched]:
-    steps = WeightedSteps()
+    steps = WorkSteps()
     matched: list[_Matched] = []
     for f in filters:
         found = f if isinstance(f, InvalidAcl) else acls.matching(f)
@@ -285,7 +284,7 @@ async def _deleted(
 ) -> DeleteAclsResponse:
     """Each filter's result: refused, invalid, or the ACLs it matched (weighed by how many)."""
     filter_result, matching = nested(cls, "DeleteAclsFilterResult"), nested(cls, "DeleteAclsMatchingAcl")
-    steps = WeightedSteps()
+    steps = WorkSteps()
     results = []
     failed: dict[tuple[ErrorCode, str], Entity] = {}  # alike failures share one result
     for found in matched:

@@ -24,11 +24,10 @@ from kio.static.protocol import Entity
 
 from broker.config import BROKER_SETTINGS, TOPIC_CONFIGS, check_combination, validate_topic_configs
 from broker.config_values import LIST
-from broker.cooperative import each
+from broker.cooperative import WorkSteps, each
 from broker.core import Broker
 from broker.group_configs import GROUP_CONFIGS, group_config, validate_overrides
 from broker.handlers.base import Messages, RequestContext
-from broker.handlers.weighted_steps import WeightedSteps
 from broker.protocol.codec import build, encode_body, encode_count, nested
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.fetch_codec import Part, RawResponse
@@ -258,7 +257,7 @@ async def describe_configs(broker: Broker, ctx: RequestContext, request: Describ
         named.append(key := _key(resource))
         distinct.setdefault(key, resource)
     encoded: dict[_DescribeKey, bytes] = {}
-    steps = WeightedSteps()
+    steps = WorkSteps()
     for key, resource in distinct.items():
         described = _describe(broker, ctx, request, cls, resource)
         encoded[key] = encode_body(described)

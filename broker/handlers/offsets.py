@@ -14,8 +14,7 @@ from kio.static.protocol import Entity
 from broker.cooperative import STEP
 from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext, Serial
-from broker.handlers.entry_steps import EntrySteps
-from broker.handlers.stepped import Steps, at_once, stepped
+from broker.handlers.stepped import Steps, at_once, in_steps, stepped
 from broker.handlers.topics_seen import TopicsSeen
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -250,10 +249,10 @@ def offset_commit(broker: Broker, ctx: RequestContext, request: OffsetCommitRequ
             # The offsets log could not be written (its directory is offline): Kafka's answer,
             # NOT_COORDINATOR, sends the client to find the coordinator again.
             fail(ErrorCode.not_coordinator)
-        return await EntrySteps().run(respond()) if many else at_once(respond())
+        return await in_steps(respond()) if many else at_once(respond())
 
     def answered() -> Answer[RawResponse]:
-        return EntrySteps().run(respond()) if many else at_once(respond())
+        return in_steps(respond()) if many else at_once(respond())
 
     return stepped(check(), entries)
 

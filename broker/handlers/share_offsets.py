@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 from broker.cooperative import STEP
 from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext, Serial
-from broker.handlers.entry_steps import EntrySteps
-from broker.handlers.stepped import Steps, at_once, stepped
+from broker.handlers.stepped import Steps, at_once, in_steps, stepped
 from broker.handlers.topics_seen import TopicsSeen
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -196,7 +195,7 @@ def alter_offsets(
         return build(cls, throttle_time=0, error_code=error, error_message=message, responses=tuple(topics))
 
     async def later(error: ErrorCode = ErrorCode.none, message: str | None = None) -> AlterShareGroupOffsetsResponse:
-        return await EntrySteps().run(respond(error, message)) if many else at_once(respond(error, message))
+        return await in_steps(respond(error, message)) if many else at_once(respond(error, message))
 
     def answered(
         error: ErrorCode = ErrorCode.none, message: str | None = None

@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import re2
 from kio.static.protocol import Entity
 
-from broker.cooperative import STEP
+from broker.cooperative import STEP, WorkSteps
 from broker.core import INTERNAL_TOPICS, Broker
 from broker.handlers.base import Answer, Messages, RequestContext, Serial
-from broker.handlers.entry_steps import EntrySteps
-from broker.handlers.stepped import Steps, at_once, stepped
+from broker.handlers.stepped import Steps, at_once, in_steps, stepped
 from broker.handlers.topics_seen import TopicsSeen
 from broker.protocol.codec import build, ms_to_datetime, nested
 from broker.protocol.control import ControlType
@@ -184,7 +183,7 @@ def init_transactional(
 
 def _answered(response: Steps[T], many: bool) -> Answer[T]:
     """A response built now, or a step of entries at a time for a request of many."""
-    return EntrySteps().run(response) if many else at_once(response)
+    return in_steps(response) if many else at_once(response)
 
 
 def _entries(request: AddPartitionsToTxnRequest) -> int:
@@ -205,7 +204,7 @@ def add_partitions_to_txn(
     cls = ADD_PARTITIONS_TO_TXN.response(ctx.api_version)
     topic_cls = nested(cls, "AddPartitionsToTxnTopicResult")
     part_cls = nested(cls, "AddPartitionsToTxnPartitionResult")
-    steps = EntrySteps()
+    steps = WorkSteps()
 
     async def topic_results(errors: dict[str, dict[int, ErrorCode]]) -> tuple[Entity, ...]:
         topics = []
@@ -418,7 +417,7 @@ def txn_offset_commit(
             error = ErrorCode.invalid_producer_epoch
         for t, p in accepted:
             errors[t][p] = error
-        return await EntrySteps().run(respond()) if many else at_once(respond())
+        return await in_steps(respond()) if many else at_once(respond())
 
     return stepped(check(), entries)
 

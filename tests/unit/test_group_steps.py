@@ -1,5 +1,5 @@
 """The transaction, offset-commit and share-offset APIs served a step of entries at a time
-(broker/handlers/entry_steps.py) answer what the same entries answer in requests small
+(broker/handlers/stepped.py) answer what the same entries answer in requests small
 enough to be served at once; what must see the whole request (a topic named twice) is still
 answered as one; a commit of many offsets is stored as memory holds it."""
 
