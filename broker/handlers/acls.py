@@ -130,14 +130,15 @@ def _filter(f: _FilterFields) -> AclFilter:
 
 async def create_acls(broker: Broker, ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
     """As Kafka, the valid ACLs are added in one metadata batch, durable before the answer.
-    Each entry is checked on its own (which reads nothing of the broker's state), a step at a
-    time, the loop free between steps; the batch is then written in one go."""
+    Each entry is checked on its own, and against the ACLs there already, a step at a time,
+    the loop free between steps; the batch of those still missing is then written in one go."""
     cls = CREATE_ACLS.response(ctx.api_version)
     refused = _refusal(broker, ctx, Operation.ALTER)
     if refused is not None:
         return await _created(cls, [refused] * len(request.creations))
     outcomes: list[tuple[ErrorCode, str | None]] = []
-    valid: list[AclBinding] = []
+    missing: dict[AclBinding, None] = {}  # valid, not there yet, each once
+    existing = broker.security.store.acls
     creations: Sequence[_CreationFields] = request.creations
     async for c in each(creations):
         binding = AclBinding(
@@ -154,11 +155,12 @@ async def create_acls(broker: Broker, ctx: RequestContext, request: CreateAclsRe
         except InvalidAcl as e:
             outcomes.append((ErrorCode.invalid_request, str(e)))
             continue
-        valid.append(binding)
+        if binding not in existing:
+            missing[binding] = None
         outcomes.append((ErrorCode.none, None))
-    if valid:
-        broker.security.store.add_acls(valid)
-        broker.security.acls_changed()
+    if missing:  # `add_acls` skips any another request added meanwhile
+        added = broker.security.store.add_acls(list(missing))
+        broker.security.acls_changed(added=added)
         await broker.sync_metadata()
     return await _created(cls, outcomes)
 
@@ -238,8 +240,7 @@ async def delete_acls(broker: Broker, ctx: RequestContext, request: DeleteAclsRe
         matched = _matched_now(filters, _AclsByName(store.acls))
     doomed = [b for found in matched if not isinstance(found, InvalidAcl) for b in found]
     if doomed:
-        store.remove_acls(doomed)
-        broker.security.acls_changed()
+        broker.security.acls_changed(removed=store.remove_acls(doomed))
         await broker.sync_metadata()
     return await _deleted(cls, matched)
 

@@ -9,6 +9,7 @@ change, so Produce and Fetch pay a dictionary lookup per topic.
 from __future__ import annotations
 
 import ssl
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -16,7 +17,7 @@ import structlog
 from broker.config import BrokerConfig
 from broker.listeners import Listener, parse_endpoints, resolve
 from broker.security import salt_secret
-from broker.security.acls import ANONYMOUS, CLUSTER_NAME, OPERATIONS_OF, AclIndex, Operation, ResourceType
+from broker.security.acls import ANONYMOUS, CLUSTER_NAME, OPERATIONS_OF, AclBinding, AclIndex, Operation, ResourceType
 from broker.security.scram import MECHANISMS
 from broker.security.session import Session
 from broker.security.store import SecurityStore
@@ -99,8 +100,11 @@ class Security:
     def _build_index(self) -> AclIndex:
         return AclIndex(self.store.acls, self.super_users, self.allow_if_no_acl)
 
-    def acls_changed(self) -> None:
-        self._index = self._build_index()
+    def acls_changed(self, added: Iterable[AclBinding] = (), removed: Iterable[AclBinding] = ()) -> None:
+        """The store gained `added` and lost `removed`: the index follows, and the decisions
+        cached from the old ACLs go."""
+        self._index.remove(removed)
+        self._index.add(added)
         self._cache.clear()
 
     def allowed(self, session: Session | None, op: Operation, rtype: ResourceType, name: str) -> bool:

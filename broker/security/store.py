@@ -111,14 +111,18 @@ class SecurityStore:
         for user, mech, c in upserts:
             self.users.setdefault(user, {})[mech] = c
 
-    def add_acls(self, bindings: list[AclBinding]) -> None:
+    def add_acls(self, bindings: list[AclBinding]) -> list[AclBinding]:
+        """Adds those of `bindings` not there yet, and returns them."""
         new = [b for b in dict.fromkeys(bindings) if b not in self.acls]
         if new:
             self.meta.write_records([(["acl", b.as_list()], 1) for b in new])
             self.acls.update(new)
+        return new
 
-    def remove_acls(self, bindings: list[AclBinding]) -> None:
+    def remove_acls(self, bindings: list[AclBinding]) -> list[AclBinding]:
+        """Removes those of `bindings` that are there, and returns them."""
         gone = [b for b in dict.fromkeys(bindings) if b in self.acls]
         if gone:
             self.meta.write_records([(["acl", b.as_list()], None) for b in gone])
             self.acls.difference_update(gone)
+        return gone
