@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lock browser kafka tansu postgres docker docker-tools docker-images faults demo test test-compose test-fast lint bench load clean
+.PHONY: setup lock browser kafka zipkin prometheus tansu postgres docker docker-tools docker-images faults demo test test-compose test-fast lint bench load clean
 
 # requirements.lock pins every package (with the dev tools) to the version the lower bounds in
 # pyproject.toml resolved to when it was last refreshed (`make lock`), each with the sha256 of
@@ -56,6 +56,29 @@ kafka: setup
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends maven openjdk-17-jre-headless; }
 	$(VENV)/bin/streamshop kafka-cluster fetch
+
+# Zipkin's server (the runnable jar zipkin/pom.xml pins, from Maven Central), the trace viewer of
+# `streamshop up --observability`, copied once into .cache/zipkin; Maven and Java 17 through
+# apt-get when missing.
+zipkin: setup
+	@command -v mvn >/dev/null && command -v java >/dev/null || { \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends maven openjdk-17-jre-headless; }
+	$(PY) -m streamshop.zipkin_jar
+
+# Debian's Prometheus (the server alone: its exporters are Recommends), for `streamshop up
+# --observability`; through apt-get when missing.  The package's maintainer script starts its
+# service: a policy-rc.d of the install's own (when the host has none; exit 101: no start) stops
+# that, so the install leaves no Prometheus running.
+prometheus:
+	@command -v prometheus >/dev/null || { \
+		policy=/usr/sbin/policy-rc.d; own=; \
+		if [ ! -e $$policy ]; then \
+			printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee $$policy >/dev/null && $(SUDO) chmod 755 $$policy && own=1; \
+		fi; \
+		trap '[ -z "$$own" ] || $(SUDO) rm -f '$$policy EXIT INT TERM; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus; }
 
 # Tansu (the pinned release, from crates.io) built with its PostgreSQL storage into .cache/tansu,
 # once, for the benchmarks' durable peer `--peers tansu-pg` (loadtest/tansu_build.py): cargo
@@ -116,7 +139,7 @@ CACHE_BYTECODE := PYTHONDONTWRITEBYTECODE=
 # it), with the 25 slowest tests; the compose tier on its own.  PYTEST_ARGS adds to the suite,
 # e.g. PYTEST_ARGS='-k stack'.
 TEST_WORKERS ?= 4
-test: setup browser kafka postgres docker-tools faults
+test: setup browser kafka zipkin prometheus postgres docker-tools faults
 	$(CACHE_BYTECODE) $(PY) -m tests.tiers \
 		"lint=$(MAKE) --no-print-directory lint" \
 		"suite=$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 -m 'not compose' $(PYTEST_ARGS)" \

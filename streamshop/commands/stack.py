@@ -97,8 +97,8 @@ def _up(sub: SubParsers) -> None:
         type=float,
         default=300.0,
         metavar="S",
-        help="seconds a child that starts a JVM (the analytics job) may take to be ready before it is reported as "
-        "slow (300); the stack serves without it meanwhile and waits on for it unless it exits",
+        help="seconds a child that starts a JVM (the analytics job, Zipkin) may take to be ready before it is "
+        "reported as slow (300); the stack serves without it meanwhile and waits on for it unless it exits",
     )
     p.add_argument(
         "--verbose",
@@ -118,6 +118,12 @@ def _up(sub: SubParsers) -> None:
         help="a local CA and certificates, one SCRAM user per child with least-privilege ACLs, every Kafka "
         "connection over SASL_SSL, the registry on HTTPS with basic auth, API keys on the services and a "
         "sign-in on the dashboard; everything made once under DIR/secure",
+    )
+    p.add_argument(
+        "--observability",
+        action="store_true",
+        help="two more children, started first: Zipkin (traces; every other child exports its spans there) and "
+        "Prometheus (scraping every child's metrics every 2 s, its data in DIR/prometheus), both on 127.0.0.1",
     )
     p.add_argument(
         "--demo",

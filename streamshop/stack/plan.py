@@ -152,7 +152,8 @@ class LaunchError(Exception):
 class ChildDef:
     """One child of the stack.  `ports` are its defaults by role; `launch` builds the command
     from the ports to bind (0: any); `readyz`: after its ready line, wait for GET /readyz 200
-    on its ``http`` URL."""
+    on its ``http`` URL.  A child that prints no ready line (a program not of the project) has
+    `announce` instead, its URLs from its ports, and is ready once GET `health` there answers 200."""
 
     name: str
     needs: tuple[str, ...]
@@ -166,6 +167,8 @@ class ChildDef:
     optional: bool = False
     jvm: bool = False  # starts a JVM: its start may take `StackOptions.jvm_start_timeout`
     stop_grace: float = 5.0  # seconds from SIGTERM to SIGKILL (`up --stop-timeout` overrides)
+    announce: Callable[[Mapping[str, int]], Announced] | None = None
+    health: str = "/readyz"
 
 
 def external_broker(bootstrap: str) -> ChildDef:

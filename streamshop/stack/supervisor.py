@@ -40,6 +40,7 @@ from streamshop import postgres
 from streamshop.broker_users import set_offline
 from streamshop.clients import CommandError
 from streamshop.spark_cluster import master_url_of
+from streamshop.stack import observability
 from streamshop.stack.console import Console, use_color
 from streamshop.stack.plan import (
     CHILDREN,
@@ -372,13 +373,18 @@ class Child:
             ready_line.set_result(None)
 
     async def _become_ready(self, ready_line: asyncio.Future[Announced | None]) -> None:
-        announced = await ready_line
-        if announced is None:
-            raise StartError("closed its output without a ready line")
+        if self.spec.announce is not None:  # no ready line: ready once its health check answers
+            announced = self.spec.announce(self.ports)
+            await self._poll_readyz(announced.urls["http"].rstrip("/") + self.spec.health)
+        else:
+            line = await ready_line
+            if line is None:
+                raise StartError("closed its output without a ready line")
+            announced = line
         self.announced = announced
         self.ports.update(announced.ports)
         if self.spec.readyz:
-            await self._poll_readyz(announced.urls["http"].rstrip("/") + "/readyz")
+            await self._poll_readyz(announced.urls["http"].rstrip("/") + self.spec.health)
 
     async def _poll_readyz(self, url: str) -> None:
         while True:
@@ -477,6 +483,9 @@ class Supervisor:
         self.preexec = _die_with_parent()
         self.http = aiohttp.ClientSession()
         self.stack_file = options.data_dir / FILE_NAME
+        # --observability: Prometheus's targets follow the URLs the children announce.
+        prometheus = observability.PROMETHEUS in self.children
+        self.targets = observability.targets_file(options.data_dir) if prometheus else None
 
     def endpoints(self) -> Endpoints:
         """Each child's announced urls, by child name."""
@@ -507,6 +516,8 @@ class Supervisor:
                 "children": {name: child.as_json() for name, child in self.children.items()},
             },
         )
+        if self.targets is not None:
+            observability.write_targets(self.targets, self.endpoints())
 
     def _set_state(self, state: str) -> None:
         self.state = state
@@ -672,6 +683,10 @@ def up(args: argparse.Namespace) -> int:
     if args.postgres is not None:
         children = with_postgres(children, external_postgres(args.postgres) if args.postgres else POSTGRES)
     children = scaled(children, counts)
+    if args.observability:
+        if args.secure:
+            raise CommandError("--observability scrapes and collects over plain HTTP without keys: not with --secure")
+        children = observability.with_observability(children, observability.backends())
     data_dir.mkdir(parents=True, exist_ok=True)
     secrets = Secrets.load_or_create(data_dir / "secrets.json")
     secure = _secure_stack(data_dir, args, children) if args.secure else None
