@@ -3,8 +3,9 @@ for a person when the stream is a terminal.
 
 structlog renders through the standard library's logging, so the lines of libraries that log
 with `logging` (aiohttp, asyncio, aiokafka, the Kafka clients) come out in the same format with
-the same bound context (``request_id``, ``trace_id``).  A `tap` (a structlog processor: the
-services' log shipper) sees every rendered line, from structlog and from stdlib loggers alike.
+the same context (``request_id``; the current span's ``trace_id`` and ``span_id``).  A `tap` (a
+structlog processor: the services' log shipper) sees every rendered line, from structlog and
+from stdlib loggers alike.
 
 Events are a short constant name and fields, never a formatted sentence::
 
@@ -15,10 +16,12 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import IO, Any
 
 import orjson
 import structlog
+from opentelemetry import trace
 from structlog.typing import Processor
 
 __all__ = ["ACCESS_LOGGER", "LEVELS", "configure_logging", "dumps_json", "get_logger"]
@@ -46,10 +49,20 @@ def _json_line(event: Any, **_: Any) -> str:
     return dumps_json(event).decode()
 
 
+def _trace_ids(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """The current span's trace and span ids (OpenTelemetry's context), on every line."""
+    span = trace.get_current_span().get_span_context()
+    if span.is_valid:
+        event.setdefault("trace_id", f"{span.trace_id:032x}")
+        event.setdefault("span_id", f"{span.span_id:016x}")
+    return event
+
+
 def _shared_processors() -> list[Processor]:
     # Run for structlog loggers and (as foreign_pre_chain) for stdlib records alike.
     return [
         structlog.contextvars.merge_contextvars,
+        _trace_ids,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),

@@ -1,9 +1,10 @@
 """The two middlewares of every service: request context (outermost) and errors.
 
-`request_context_middleware` makes the request's `RequestContext` current (ids bound into every
-log line and into `tracing.kafka_headers()`), records the request's metrics and writes the access
-log line (logger ``services.common.access`` -> topic ``logs.ingress``).  Because it is outermost
-it sees the status the error middleware chose.
+`request_context_middleware` makes the request's id current (bound into every log line and into
+`tracing.kafka_headers()`, beside the server span OpenTelemetry's aiohttp instrumentation made
+current around it), records the request's metrics and writes the access log line (logger
+``services.common.access`` -> topic ``logs.ingress``).  Because it is outside the error
+middleware it sees the status that one chose.
 
 `error_middleware` is the one place that turns failures into the JSON shape
 ``{"error": code, "message": ..., "details": ...}``: domain errors (`errors.ServiceError`),
@@ -15,6 +16,7 @@ traceback goes to the log, with the request id the client also got in ``X-Reques
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Iterable
@@ -23,11 +25,13 @@ from typing import Any
 import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
+from opentelemetry.trace import Span
 
+from kit import http_tracing
 from kit.errors import InvalidJSON, ServiceError, ValidationError
 from kit.logging import ACCESS_LOGGER
 from kit.metrics import HttpMetrics
-from kit.tracing import context_from_http, current_context, use_context
+from kit.tracing import current_context, request_id_for, request_scope
 from kit.validation import NUL_MESSAGE, nul_problems
 
 __all__ = [
@@ -92,23 +96,34 @@ def request_context_middleware(metrics: HttpMetrics, quiet_paths: Iterable[str] 
 
     @web.middleware
     async def request_context(request: web.Request, handler: Handler) -> web.StreamResponse:
-        ctx = context_from_http(request.headers)
+        route = _route(request)
+        quiet = request.path in quiet_set
+        with contextlib.ExitStack() as scope:
+            span = None if quiet else scope.enter_context(http_tracing.server_span(request, route))
+            return await _serve(request, handler, route, quiet, span)
+
+    async def _serve(
+        request: web.Request, handler: Handler, route: str, quiet: bool, span: Span | None
+    ) -> web.StreamResponse:
+        request_id = request_id_for(request.headers.get("X-Request-ID"))
         start = time.perf_counter()
         status = 500  # if the handler is cancelled (client gone) this is what gets recorded
-        with use_context(ctx):
+        with request_scope(request_id):
             try:
                 response = await handler(request)
                 status = response.status
                 if not response.prepared:  # else echo_request_id already set it
-                    response.headers["X-Request-ID"] = ctx.request_id
+                    response.headers["X-Request-ID"] = request_id
                 return response
             except web.HTTPException as e:  # 2xx/3xx raised by handlers pass the error middleware
                 status = e.status
-                e.headers["X-Request-ID"] = ctx.request_id
+                e.headers["X-Request-ID"] = request_id
                 raise
             finally:
                 seconds = time.perf_counter() - start
-                metrics.observe(request.method, _route(request), status, seconds)
+                metrics.observe(request.method, route, status, seconds)
+                if span is not None:
+                    http_tracing.finish(span, status)
                 # What needs a look stands out in the log: ours (5xx) as errors, refusals that
                 # may be abuse or a misconfigured client (401, 403, 413, 429) as warnings, so
                 # `?level=warning` shows them.  A 404, 409 or 422 is an answer the API gives by
@@ -118,7 +133,7 @@ def request_context_middleware(metrics: HttpMetrics, quiet_paths: Iterable[str] 
                 elif status in _WARN_STATUSES:
                     write = access_log.warning
                 else:  # a probe or a polled path at debug, unless it was refused
-                    write = access_log.debug if request.path in quiet_set and status < 400 else access_log.info
+                    write = access_log.debug if quiet and status < 400 else access_log.info
                 write(
                     "http request",
                     method=request.method,

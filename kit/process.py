@@ -31,6 +31,7 @@ import uvloop
 from aiohttp import web
 from structlog.typing import Processor
 
+from kit import telemetry
 from kit.logging import configure_logging, get_logger
 from kit.settings import ConfigError, HttpSettings, ProcessSettings, Settings
 from kit.tls import TlsConfigError
@@ -153,7 +154,11 @@ def serve_app(
     and serve the app until SIGINT/SIGTERM, HTTPS when the settings have a certificate."""
     start_logging(config, f"{config.service_name}.main", tap=tap)
     ssl_context = config.server_ssl_context()  # a bad certificate fails here, before the app starts
-    run(_serve(create_app(), config, ssl_context))
+    telemetry.configure(config.service_name)  # before the app: the HTTP instrumentation wraps it
+    try:
+        run(_serve(create_app(), config, ssl_context))
+    finally:
+        telemetry.shutdown()
     return 0
 
 

@@ -1,49 +1,74 @@
-"""Request ids and W3C trace context, carried in contextvars and in Kafka headers.
+"""Request ids and traces with OpenTelemetry's API, across HTTP and Kafka.
 
-One HTTP request gets one `RequestContext`: its request id (the incoming ``X-Request-ID`` when
-it is a sane token, else the trace id of an incoming ``traceparent``, else a new id) and its
-trace (a child span of an incoming ``traceparent``, else a new trace).  While it is current,
-every log line carries ``request_id`` / ``trace_id`` and `kafka_headers()` gives the headers
-to put on every event the request causes; a consumer restores the context from those headers
-with `context_from_headers` and `use_context`, so the trace continues across the topic.
+One HTTP request has one server span (OpenTelemetry's aiohttp instrumentation: a child of an
+incoming ``traceparent``, else a new trace) and one request id (the incoming ``X-Request-ID``
+when it is a sane token, else the trace id).  While they are current, every log line carries
+``request_id``, ``trace_id`` and ``span_id`` (kit.logging), and `kafka_headers()` gives the
+headers to store with the events the request causes.
+
+Kafka is traced here rather than by a contrib instrumentation, which gives a consumer span that
+ends before the handler runs: a ``send {topic}`` PRODUCER span per record (`send_span`), whose
+context travels in the record's ``traceparent`` header, and a ``process {topic}`` CONSUMER span
+per record (`process_span`), a child of the producer's span and current while the handler runs,
+so one order's whole story is one trace.  A consumer that handles a batch at once gets a span
+linked to (a bounded sample of) its records' producers (`batch_span`).  Attributes follow
+OpenTelemetry's messaging conventions.  A missing or malformed ``traceparent`` (from another
+tool, or hostile) starts a new trace: never an error.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 __all__ = [
     "REQUEST_ID_HEADER",
     "TRACEPARENT_HEADER",
     "RequestContext",
     "TraceContext",
-    "context_from_headers",
-    "context_from_http",
+    "batch_span",
     "current_context",
     "kafka_headers",
     "new_request_id",
+    "parent_from_headers",
     "parse_traceparent",
+    "process_span",
+    "request_id_for",
+    "request_scope",
+    "send_span",
     "use_context",
 ]
 
 TRACEPARENT_HEADER = "traceparent"
+TRACESTATE_HEADER = "tracestate"
 REQUEST_ID_HEADER = "x-request-id"  # Kafka header names are case-sensitive: lower case like traceparent
+BATCH_LINKS = 32  # links a batch's span keeps: a sample, so a batch of 10,000 is not 10,000 links
 
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
 # A client-chosen id ends up in logs and response headers: accept only a short, plain token.
+_TRACE_ID = re.compile(r"(?!0{32})[0-9a-f]{32}")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=@-]{1,128}$")
+_MAX_HEADER = 512  # a traceparent is 55 bytes; a longer value is not read at all
+_PROPAGATOR = TraceContextTextMapPropagator()
+_tracer = trace.get_tracer("streamshop")
+_request_id: ContextVar[str | None] = ContextVar("streamshop_request_id", default=None)
 
 
 @dataclass(frozen=True, slots=True)
 class TraceContext:
-    """A W3C trace context: our span `span_id` in trace `trace_id`."""
+    """A W3C trace context: span `span_id` in trace `trace_id` (hex)."""
 
     trace_id: str
     span_id: str
@@ -53,18 +78,22 @@ class TraceContext:
     def new(cls) -> TraceContext:
         return cls(secrets.token_hex(16), secrets.token_hex(8))
 
-    def child(self) -> TraceContext:
-        """A new span in the same trace (our span when the incoming one is the parent)."""
-        return TraceContext(self.trace_id, secrets.token_hex(8), self.sampled)
+    @classmethod
+    def of(cls, span: SpanContext) -> TraceContext:
+        return cls(f"{span.trace_id:032x}", f"{span.span_id:016x}", span.trace_flags.sampled)
+
+    def span_context(self) -> SpanContext:
+        flags = TraceFlags(TraceFlags.SAMPLED if self.sampled else TraceFlags.DEFAULT)
+        return SpanContext(int(self.trace_id, 16), int(self.span_id, 16), is_remote=True, trace_flags=flags)
 
     def traceparent(self) -> str:
         return f"00-{self.trace_id}-{self.span_id}-{'01' if self.sampled else '00'}"
 
 
 def parse_traceparent(value: str | None) -> TraceContext | None:
-    """The trace context of a ``traceparent`` header, or None when absent or invalid (an
-    invalid header starts a new trace, as the W3C spec asks, rather than failing the request)."""
-    if not value:
+    """The trace context of a ``traceparent`` value, or None when absent or invalid (an
+    invalid one starts a new trace, as the W3C spec asks, rather than failing anything)."""
+    if not value or len(value) > _MAX_HEADER:
         return None
     m = _TRACEPARENT.match(value.strip())
     if m is None:
@@ -83,6 +112,8 @@ def new_request_id() -> str:
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
+    """The current request id and span."""
+
     request_id: str
     trace: TraceContext
 
@@ -96,49 +127,195 @@ class RequestContext:
         ]
 
 
-_current: ContextVar[RequestContext | None] = ContextVar("streamshop_request_context", default=None)
+def _current_span_context() -> SpanContext | None:
+    found = trace.get_current_span().get_span_context()
+    return found if found.is_valid else None
 
 
 def current_context() -> RequestContext | None:
-    return _current.get()
+    """The request id and span in effect; None outside any request, record or span."""
+    span = _current_span_context()
+    request_id = _request_id.get()
+    if span is None:
+        return None if request_id is None else RequestContext(request_id, TraceContext.new())
+    trace_context = TraceContext.of(span)
+    return RequestContext(request_id or trace_context.trace_id, trace_context)
 
 
-def _from(request_id: str | None, traceparent: str | None) -> RequestContext:
-    parent = parse_traceparent(traceparent)
-    trace = parent.child() if parent is not None else TraceContext.new()
-    if request_id is None or not _REQUEST_ID.match(request_id):
-        request_id = parent.trace_id if parent is not None else new_request_id()
-    return RequestContext(request_id, trace)
+def request_id_for(asked: str | None) -> str:
+    """The request id of a request that asked for `asked` (``X-Request-ID``): that when it is a
+    sane token, else the current trace's id, else a new one."""
+    if asked is not None and _REQUEST_ID.match(asked):
+        return asked
+    span = _current_span_context()
+    return f"{span.trace_id:032x}" if span is not None else new_request_id()
 
 
-def context_from_http(headers: Mapping[str, str]) -> RequestContext:
-    """The context of an incoming HTTP request (headers looked up case-insensitively by aiohttp)."""
-    return _from(headers.get("X-Request-ID"), headers.get(TRACEPARENT_HEADER))
-
-
-def context_from_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> RequestContext:
-    """The context of a consumed Kafka record: its trace continues in a child span; a record
-    without headers (e.g. written by another tool) starts a new trace."""
-    found: dict[str, str] = {}
-    for key, value in headers or ():
-        if key in (TRACEPARENT_HEADER, REQUEST_ID_HEADER) and value is not None:
-            found[key] = value.decode("utf-8", "replace")
-    return _from(found.get(REQUEST_ID_HEADER), found.get(TRACEPARENT_HEADER))
+@contextmanager
+def request_scope(request_id: str) -> Iterator[str]:
+    """Make `request_id` current: log lines and `kafka_headers()` carry it."""
+    token = _request_id.set(request_id)
+    try:
+        with structlog.contextvars.bound_contextvars(request_id=request_id):
+            yield request_id
+    finally:
+        _request_id.reset(token)
 
 
 @contextmanager
 def use_context(ctx: RequestContext) -> Iterator[RequestContext]:
-    """Make `ctx` current: `kafka_headers()` uses it and log lines carry its ids."""
-    token = _current.set(ctx)
+    """Make `ctx` current, its trace as a remote parent (for code handed a context that no span
+    of this process started)."""
+    parent = trace.set_span_in_context(NonRecordingSpan(ctx.trace.span_context()))
+    token = otel_context.attach(parent)
     try:
-        with structlog.contextvars.bound_contextvars(**ctx.log_fields()):
+        with request_scope(ctx.request_id):
             yield ctx
     finally:
-        _current.reset(token)
+        otel_context.detach(token)
 
 
 def kafka_headers() -> list[tuple[str, bytes]]:
-    """Headers for an event caused by the current request or consumed record (`traceparent`,
-    `x-request-id`); empty outside any context, so background jobs publish plain events."""
-    ctx = _current.get()
-    return ctx.kafka_headers() if ctx is not None else []
+    """Headers for an event the current request or record causes (``traceparent``,
+    ``x-request-id``), to store with it (an outbox row) or send; empty outside any."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier)
+    headers = [(k, v.encode()) for k, v in carrier.items()]
+    request_id = _request_id.get()
+    if request_id is not None:
+        headers.append((REQUEST_ID_HEADER, request_id.encode()))
+    return headers
+
+
+# -- Kafka -----------------------------------------------------------------------------------------
+
+Headers = Iterable[tuple[str, bytes | None]]
+
+
+def _last(headers: Headers | None, name: str) -> str | None:
+    found = None
+    for key, value in headers or ():
+        if key == name and value is not None and len(value) <= _MAX_HEADER:
+            found = value.decode("utf-8", "replace")
+    return found
+
+
+def parent_from_headers(headers: Headers | None, fallback_trace_id: str | None = None) -> Context:
+    """The context a record's producer left in its headers; without a valid ``traceparent``,
+    a span in `fallback_trace_id` (a trace id the event itself carries), else none (a new trace)."""
+    parent = parse_traceparent(_last(headers, TRACEPARENT_HEADER))
+    if parent is None and fallback_trace_id is not None and _TRACE_ID.fullmatch(fallback_trace_id):
+        parent = TraceContext(fallback_trace_id, secrets.token_hex(8))
+    if parent is None:
+        return Context()
+    return trace.set_span_in_context(NonRecordingSpan(parent.span_context()), Context())
+
+
+def _messaging(topic: str, operation: str, **more: Any) -> dict[str, Any]:
+    attributes = {
+        "messaging.system": "kafka",
+        "messaging.operation.type": operation,
+        "messaging.operation.name": operation,
+        "messaging.destination.name": topic,
+    }
+    attributes.update({k: v for k, v in more.items() if v is not None})
+    return attributes
+
+
+def send_span(
+    topic: str, key: str | None, stored: Headers | None = None, *, keep: bool = False
+) -> tuple[Span, list[tuple[str, bytes]]]:
+    """A started ``send {topic}`` span and the headers to send the record with: `stored` (the
+    headers kept with an outbox row) with the span's ``traceparent`` in place of the one there.
+    The span's parent is the context in `stored`, else the current one; end it with `sent`.
+    With `keep` (a dead letter: the record as it first was), the span is the current one's
+    child and `stored` goes unchanged, its producer's context with it."""
+    has_parent = not keep and _last(stored, TRACEPARENT_HEADER) is not None
+    parent = parent_from_headers(stored) if has_parent else None
+    span = _tracer.start_span(
+        f"send {topic}",
+        context=parent,
+        kind=SpanKind.PRODUCER,
+        attributes=_messaging(topic, "send", **{"messaging.kafka.message.key": key}),
+    )
+    if keep:
+        return span, [(k, v) for k, v in stored or () if v is not None]
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+    kept = [(k, v) for k, v in stored or () if k not in (TRACEPARENT_HEADER, TRACESTATE_HEADER) and v is not None]
+    if _last(kept, REQUEST_ID_HEADER) is None and (request_id := _request_id.get()) is not None:
+        kept.append((REQUEST_ID_HEADER, request_id.encode()))
+    return span, [*kept, *((k, v.encode()) for k, v in carrier.items())]
+
+
+def sent(
+    span: Span, partition: int | None = None, offset: int | None = None, error: BaseException | None = None
+) -> None:
+    """End a `send_span`: where the record went, or why it did not."""
+    if partition is not None:
+        span.set_attribute("messaging.destination.partition.id", str(partition))
+    if offset is not None:
+        span.set_attribute("messaging.kafka.offset", offset)
+    if error is not None:
+        span.record_exception(error)
+        span.set_status(trace.Status(trace.StatusCode.ERROR, type(error).__name__))
+        span.set_attribute("error.type", type(error).__name__)
+    span.end()
+
+
+@contextmanager
+def process_span(
+    topic: str,
+    *,
+    group: str | None,
+    headers: Headers | None,
+    partition: int | None = None,
+    offset: int | None = None,
+    key: str | None = None,
+    delivery_count: int | None = None,
+    fallback_trace_id: str | None = None,
+) -> Iterator[Span]:
+    """A ``process {topic}`` span for one record, current (with the record's request id) while
+    the handler runs; its parent is the record's producer.  An exception marks it failed."""
+    attributes = _messaging(
+        topic,
+        "process",
+        **{
+            "messaging.consumer.group.name": group,
+            "messaging.destination.partition.id": None if partition is None else str(partition),
+            "messaging.kafka.offset": offset,
+            "messaging.kafka.message.key": key,
+            "messaging.kafka.message.delivery_count": delivery_count,
+        },
+    )
+    parent = parent_from_headers(headers, fallback_trace_id)
+    with (
+        _tracer.start_as_current_span(
+            f"process {topic}", context=parent, kind=SpanKind.CONSUMER, attributes=attributes
+        ) as span,
+        request_scope(_last(headers, REQUEST_ID_HEADER) or request_id_for(None)),
+    ):
+        yield span
+
+
+@contextmanager
+def batch_span(
+    topic: str, *, group: str | None, records: Sequence[Headers | None], **attributes: Any
+) -> Iterator[Span]:
+    """A ``process {topic}`` span for a batch handled at once, a new trace linked to the
+    producers of up to `BATCH_LINKS` of its records (evenly spread)."""
+    step = max(1, len(records) // BATCH_LINKS)
+    links = []
+    for headers in records[::step][:BATCH_LINKS]:
+        producer = trace.get_current_span(parent_from_headers(headers)).get_span_context()
+        if producer.is_valid:
+            links.append(Link(producer))
+    more = {"messaging.consumer.group.name": group, "messaging.batch.message_count": len(records), **attributes}
+    with _tracer.start_as_current_span(
+        f"process {topic}",
+        context=Context(),
+        kind=SpanKind.CONSUMER,
+        links=links,
+        attributes=_messaging(topic, "process", **more),
+    ) as span:
+        yield span

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import hypothesis
 import pytest
 
+from kit import telemetry
 from registry.app import RunningRegistry
 from streamshop import kafka_cluster, postgres
 from streamshop.kafka_cluster import Cluster
@@ -36,6 +37,11 @@ from tests.support.registry import registry
 # inherit the environment) is short-lived and small: C1 alone starts one with about a third less
 # CPU, on 2 cores shared with Kafka's JVMs. The job's behaviour is the same; only the JIT differs.
 os.environ.setdefault("ANALYTICS_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+
+# OpenTelemetry's SDK in the test process, as `serve_app` installs it in a service (no exporter):
+# the in-process apps trace as the processes do (tests/support/spans.py records).  The aiohttp
+# client is left alone: the tests' clients send the trace headers a test gives them.
+telemetry.configure("tests", http_client=False)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -60,6 +60,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from kit import tracing
 from kit.health import Check
 from kit.logging import get_logger
 from schemas.client import RegistryError
@@ -420,7 +421,8 @@ class ConsumerRunner:
             return
         self._positions[tp] = run[0][0].offset
         try:
-            await batch_handler([message for _, message in run])
+            with tracing.batch_span(tp.topic, group=self.group_id, records=[r.headers for r, _ in run]):
+                await batch_handler([message for _, message in run])
         except Exception as e:
             self._count(e)
             log.warning(
@@ -439,7 +441,21 @@ class ConsumerRunner:
         if self._uncommitted >= self.commit_every:
             await self._commit()
 
-    async def _process(self, record: ConsumerRecord[bytes, bytes]) -> None:
+    async def _process(self, record: ConsumerRecord[bytes, bytes], delivery_count: int | None = None) -> None:
+        """The handler on one record, inside its ``process {topic}`` span (the producer's child)."""
+        key = record.key.decode("utf-8", "replace") if record.key is not None else None
+        with tracing.process_span(
+            record.topic,
+            group=self.group_id,
+            headers=record.headers,
+            partition=record.partition,
+            offset=record.offset,
+            key=key,
+            delivery_count=delivery_count,
+        ):
+            await self._process_traced(record)
+
+    async def _process_traced(self, record: ConsumerRecord[bytes, bytes]) -> None:
         failures = 0
         infra_delay = self.backoff_initial
         while True:
@@ -482,7 +498,9 @@ class ConsumerRunner:
         delay = self.backoff_initial
         while True:
             try:
-                future = await self.producer.send_raw(record.topic + self.dlq_suffix, record.key, record.value, headers)
+                future = await self.producer.send_raw(
+                    record.topic + self.dlq_suffix, record.key, record.value, headers, keep_trace=True
+                )
                 await future
                 break
             except KafkaError as e:

@@ -22,7 +22,9 @@ from typing import Any, Self
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
+from opentelemetry.trace import Span
 
+from kit import tracing
 from schemas.serde import AvroSchema, AvroSerializer
 
 __all__ = ["EventProducer", "Headers", "encode_headers"]
@@ -131,17 +133,39 @@ class EventProducer:
         headers: Headers | None = None,
         *,
         partition: int | None = None,
+        traced: bool = True,
+        keep_trace: bool = False,
     ) -> asyncio.Future[RecordMetadata]:
         """Queue already encoded bytes; the returned future resolves when the broker acknowledged.
 
         Awaiting this call waits only for buffer space: send many, then gather the futures (the
         outbox relay and the dead-letter path do).  Records of one partition are acknowledged in
         send order.
+
+        Each record gets a ``send {topic}`` span, ended by the broker's answer: a child of the
+        ``traceparent`` in `headers` (an outbox row's request, a dead letter's first producer),
+        else of the current span; the record carries the span's own ``traceparent``.  With
+        `keep_trace` (a dead letter), the span is the current one's child and the record keeps
+        the ``traceparent`` it came with.  With `traced` false (the log shipper: a span per log
+        line would log and trace itself), there is no span.
         """
         raw_key = key.encode() if isinstance(key, str) else key
-        future: asyncio.Future[RecordMetadata] = await self._started().send(
-            topic, value=value, key=raw_key, headers=encode_headers(headers), partition=partition
-        )
+        encoded = encode_headers(headers)
+        if not traced:
+            plain: asyncio.Future[RecordMetadata] = await self._started().send(
+                topic, value=value, key=raw_key, headers=encoded, partition=partition
+            )
+            return plain
+        text_key = raw_key.decode("utf-8", "replace") if raw_key is not None else None
+        span, encoded = tracing.send_span(topic, text_key, encoded, keep=keep_trace)
+        try:
+            future: asyncio.Future[RecordMetadata] = await self._started().send(
+                topic, value=value, key=raw_key, headers=encoded, partition=partition
+            )
+        except BaseException as e:
+            tracing.sent(span, error=e)
+            raise
+        future.add_done_callback(lambda done: _end_send(span, done))
         return future
 
     async def send_batch_raw(self, topic: str, key: bytes | None, values: Sequence[bytes]) -> list[asyncio.Future[Any]]:
@@ -169,3 +193,13 @@ class EventProducer:
         """The topic's partitions (fetches metadata; auto-creates where the broker allows)."""
         partitions: set[int] = await self._started().partitions_for(topic)
         return partitions
+
+
+def _end_send(span: Span, done: asyncio.Future[RecordMetadata]) -> None:
+    if done.cancelled():
+        tracing.sent(span, error=asyncio.CancelledError())
+    elif (error := done.exception()) is not None:
+        tracing.sent(span, error=error)
+    else:
+        metadata = done.result()
+        tracing.sent(span, metadata.partition, metadata.offset)

@@ -59,7 +59,7 @@ log = structlog.get_logger(__name__)
 DEFAULT_EXCLUDED_LOGGERS: tuple[str, ...] = (__name__, "aiokafka", "kafka")
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _LEVEL_ALIASES = {"warn": "warning", "exception": "error", "fatal": "critical", "notset": "debug", "trace": "debug"}
-_RESERVED = frozenset({"event", "level", "logger", "timestamp", "request_id", "trace_id", "log_stream"})
+_RESERVED = frozenset({"event", "level", "logger", "timestamp", "request_id", "trace_id", "span_id", "log_stream"})
 _LONG = 2**63
 _shipping: ContextVar[bool] = ContextVar("streamshop_log_shipping", default=False)
 
@@ -72,7 +72,9 @@ class LogProducer(Protocol):
 
 
 class _SendRaw(Protocol):
-    async def send_raw(self, topic: str, key: bytes | None, value: bytes, headers: Any = None) -> Any: ...
+    async def send_raw(
+        self, topic: str, key: bytes | None, value: bytes, headers: Any = None, *, traced: bool = True
+    ) -> Any: ...
 
     async def send_batch_raw(self, topic: str, key: bytes | None, values: Sequence[bytes]) -> list[Any]: ...
 
@@ -85,7 +87,7 @@ class SendRawAdapter:
         self.producer = producer
 
     async def send(self, topic: str, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]]) -> Any:
-        return await self.producer.send_raw(topic, key, value, list(headers))
+        return await self.producer.send_raw(topic, key, value, list(headers), traced=False)
 
     async def send_many(self, topic: str, key: bytes | None, values: Sequence[bytes]) -> None:
         """All of `values` as whole batches; returns once they are acknowledged."""

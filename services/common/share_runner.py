@@ -231,11 +231,17 @@ class ShareRunner(ConsumerRunner):
                 outcomes.append(AcknowledgeType.RELEASE)  # for another instance, now
                 continue
             try:
-                await self._process(_as_record(message))
+                await self._process(_as_record(message), _delivery_count(message))
                 outcomes.append(AcknowledgeType.ACCEPT)
             except _Stopping:
                 outcomes.append(AcknowledgeType.RELEASE)
         return outcomes
+
+
+def _delivery_count(message: KafkaMessage) -> int | None:
+    """How many times the group has handed this record out, this time included (KIP-932)."""
+    count = message.delivery_count()
+    return count if isinstance(count, int) and count > 0 else None
 
 
 def _fatal(error: object) -> bool:

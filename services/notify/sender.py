@@ -37,7 +37,8 @@ import secrets
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -51,7 +52,6 @@ from kit.tracing import (
     TRACEPARENT_HEADER,
     RequestContext,
     TraceContext,
-    context_from_headers,
     current_context,
     kafka_headers,
     use_context,
@@ -246,14 +246,17 @@ def compose_email(brand: str, code: str, request: OtpRequest) -> str:
     )
 
 
-def trace_of(message: Message, request: OtpRequest) -> RequestContext:
-    """The request's trace continued: from the record's ``traceparent`` header, else (a record
-    written by another tool) from the envelope's trace id, else a new trace."""
-    ctx = context_from_headers(message.headers)
-    if message.header(TRACEPARENT_HEADER) is None and request.trace_id and _TRACE_ID.match(request.trace_id):
-        request_id = ctx.request_id if message.header(REQUEST_ID_HEADER) is not None else request.trace_id
-        ctx = RequestContext(request_id, TraceContext(request.trace_id, secrets.token_hex(8)))
-    return ctx
+@contextmanager
+def envelope_trace(message: Message, request: OtpRequest) -> Iterator[None]:
+    """The request's trace, for a record without a ``traceparent`` header (written by another
+    tool) whose envelope names one: the work below joins it.  With the header, the consumer's
+    ``process`` span, the producer's child, is current already."""
+    if message.header(TRACEPARENT_HEADER) is not None or not request.trace_id or not _TRACE_ID.match(request.trace_id):
+        yield
+        return
+    request_id = (message.header(REQUEST_ID_HEADER) or b"").decode("utf-8", "replace") or request.trace_id
+    with use_context(RequestContext(request_id, TraceContext(request.trace_id, secrets.token_hex(8)))):
+        yield
 
 
 # -- the handler -------------------------------------------------------------------------------
@@ -343,7 +346,7 @@ class Sender:
         if await self._seen(message):
             return
         request = OtpRequest.from_message(message)
-        with use_context(trace_of(message, request)):
+        with envelope_trace(message, request):
             await self._handle(message, request)
 
     async def _handle(self, message: Message, request: OtpRequest) -> None:

@@ -129,7 +129,7 @@ async def test_relay_publishes_pending_rows_in_order_per_key_and_marks_them_sent
         key = keys[i % 4]
         record = order_created(key)
         async with db.transaction() as tx:
-            await outbox.add(tx, "orders", key, "OrderCreated", record, {"traceparent": f"tp-{i}"})
+            await outbox.add(tx, "orders", key, "OrderCreated", record, {"traceparent": _request_trace(i)})
         expected[key].append(record["envelope"]["event_id"])
     records = await consume_all(broker.bootstrap, "orders", 40)
     for _ in range(100):
@@ -139,13 +139,17 @@ async def test_relay_publishes_pending_rows_in_order_per_key_and_marks_them_sent
     await relay.stop()
 
     assert len(records) == 40
+    requests = {_request_trace(i).split("-")[1] for i in range(40)}
     seen: dict[str, list[str]] = {k: [] for k in keys}
     for rec in records:
         decoded = await tools.deserializer.deserialize(rec.value)
         event_id = str(decoded.value["envelope"]["event_id"])
         assert decoded.record_name == "io.streamshop.events.orders.OrderCreated"
         assert dict(rec.headers)["event_id"] == event_id.encode()
-        assert dict(rec.headers)["traceparent"].startswith(b"tp-")
+        # The relay's send continues the request's trace stored with the row: same trace, its own span.
+        _, trace_id, span_id, _ = dict(rec.headers)["traceparent"].decode().split("-")
+        assert trace_id in requests
+        assert span_id != "00f067aa0ba902b7"
         seen[rec.key.decode()].append(event_id)
     assert seen == expected
     assert all(sent is not None for _, sent in _rows(tmp_path / "orders.db"))
@@ -227,3 +231,8 @@ async def test_relay_keeps_rows_pending_and_backs_off_while_the_registry_is_unre
     assert "RegistryUnavailableError" in row["last_error"]
     assert row["sent_at"] is None
     await db.close()
+
+
+def _request_trace(i: int) -> str:
+    """The `traceparent` of the i-th request: its own trace, one span."""
+    return f"00-{i:032x}-00f067aa0ba902b7-01".replace("-" + "0" * 32 + "-", "-" + "f" * 32 + "-")

@@ -12,23 +12,29 @@ from typing import Any
 
 import pytest
 import structlog
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 
 from kit.logging import ACCESS_LOGGER, configure_logging
 from kit.tracing import (
+    RequestContext,
     TraceContext,
-    context_from_headers,
-    context_from_http,
     current_context,
     kafka_headers,
     parse_traceparent,
+    process_span,
+    request_id_for,
     use_context,
 )
 from schemas.catalog import default_catalog
 from schemas.serde import encode
 from services.common.log_shipper import LogShipper
+from tests.support.spans import hex_trace, named, recorder
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
-TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
+SPAN_ID = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{SPAN_ID}-01"
+INCOMING = TraceContext(TRACE_ID, SPAN_ID)  # a caller's span, as an incoming traceparent names it
 
 
 @pytest.fixture
@@ -144,63 +150,80 @@ def test_a_terminal_gets_the_console_renderer_and_the_level_filters() -> None:
 
 
 @pytest.mark.usefixtures("reset_logging")
-def test_lines_inside_a_request_context_carry_its_request_and_trace_ids() -> None:
+def test_lines_inside_a_request_context_carry_its_request_trace_and_span_ids() -> None:
     out = io.StringIO()
     configure_logging(stream=out, fmt="json")
-    ctx = context_from_http({"X-Request-ID": "req-7f3a9c", "traceparent": TRACEPARENT})
-    with use_context(ctx):
+    with use_context(RequestContext("req-7f3a9c", INCOMING)):
         structlog.get_logger("x").info("inside")
         logging.getLogger("lib").info("stdlib inside")
     structlog.get_logger("x").info("outside")
     inside, stdlib_inside, outside = lines(out)
     assert inside["request_id"] == stdlib_inside["request_id"] == "req-7f3a9c"
-    assert inside["trace_id"] == TRACE_ID
+    assert inside["trace_id"] == stdlib_inside["trace_id"] == TRACE_ID
+    assert inside["span_id"] == SPAN_ID
     assert "request_id" not in outside
+    assert "trace_id" not in outside
 
 
 # -- tracing ---------------------------------------------------------------------------------------
 
 
 def test_traceparent_is_parsed_and_invalid_ones_are_ignored() -> None:
-    assert parse_traceparent(TRACEPARENT) == TraceContext(TRACE_ID, "00f067aa0ba902b7", True)
-    assert parse_traceparent(f"00-{TRACE_ID}-00f067aa0ba902b7-00") == TraceContext(TRACE_ID, "00f067aa0ba902b7", False)
+    assert parse_traceparent(TRACEPARENT) == TraceContext(TRACE_ID, SPAN_ID, True)
+    assert parse_traceparent(f"00-{TRACE_ID}-{SPAN_ID}-00") == TraceContext(TRACE_ID, SPAN_ID, False)
     for bad in (
         "",
         "garbage",
-        f"00-{'0' * 32}-00f067aa0ba902b7-01",
+        f"00-{'0' * 32}-{SPAN_ID}-01",
         f"00-{TRACE_ID}-{'0' * 16}-01",
-        f"ff-{TRACE_ID}-00f067aa0ba902b7-01",
-        f"00-{TRACE_ID.upper()}-00f067aa0ba902b7-01",
+        f"ff-{TRACE_ID}-{SPAN_ID}-01",
+        f"00-{TRACE_ID.upper()}-{SPAN_ID}-01",
+        f"00-{TRACE_ID}-{SPAN_ID}-01" + "-x" * 400,
     ):
         assert parse_traceparent(bad) is None, bad
 
 
 def test_request_id_comes_from_the_header_or_the_trace_or_is_generated() -> None:
-    given = context_from_http({"X-Request-ID": "abc-123"})
-    assert given.request_id == "abc-123"
-    from_trace = context_from_http({"traceparent": TRACEPARENT})
-    assert from_trace.request_id == TRACE_ID
-    assert from_trace.trace.trace_id == TRACE_ID
-    assert from_trace.trace.span_id != "00f067aa0ba902b7"  # our own span, child of the caller's
-    fresh = context_from_http({})
-    assert len(fresh.request_id) == 32
-    # A header that would inject log lines or is absurdly long is replaced, not trusted.
-    assert context_from_http({"X-Request-ID": "a\nb"}).request_id != "a\nb"
-    assert len(context_from_http({"X-Request-ID": "x" * 500}).request_id) == 32
+    assert request_id_for("abc-123") == "abc-123"
+    with use_context(RequestContext("ignored", INCOMING)):
+        assert request_id_for(None) == TRACE_ID
+        # A header that would inject log lines or is absurdly long is replaced, not trusted.
+        assert request_id_for("a\nb") == TRACE_ID
+        assert request_id_for("x" * 500) == TRACE_ID
+    fresh = request_id_for(None)
+    assert len(fresh) == 32
+    assert fresh not in (TRACE_ID, request_id_for(None))
 
 
-def test_kafka_headers_round_trip_the_context_to_a_consumer() -> None:
+def test_kafka_headers_carry_the_current_span_to_a_consumer_whose_span_is_its_child() -> None:
+    spans = recorder()
     assert kafka_headers() == []  # outside any request: plain events
-    ctx = context_from_http({"X-Request-ID": "req-1", "traceparent": TRACEPARENT})
-    with use_context(ctx):
-        headers = kafka_headers()
-        assert current_context() is ctx
-    assert dict(headers) == {"traceparent": ctx.trace.traceparent().encode(), "x-request-id": b"req-1"}
-    restored = context_from_headers([("other", b"x"), *headers, ("empty", None)])
-    assert restored.request_id == "req-1"
-    assert restored.trace.trace_id == TRACE_ID
-    assert restored.trace.span_id != ctx.trace.span_id  # the consumer's own span in the same trace
-    assert context_from_headers(None).trace.trace_id != TRACE_ID  # no headers: a new trace
+    with use_context(RequestContext("req-1", INCOMING)):
+        assert current_context() == RequestContext("req-1", INCOMING)
+        with trace.get_tracer("test").start_as_current_span("POST /orders") as server:
+            headers = kafka_headers()
+    ours = TraceContext.of(server.get_span_context())
+    assert dict(headers) == {"traceparent": ours.traceparent().encode(), "x-request-id": b"req-1"}
+    with process_span("orders", group="g", headers=[("other", b"x"), *headers, ("empty", None)]) as span:
+        assert current_context() == RequestContext("req-1", TraceContext.of(span.get_span_context()))
+    (consumer,) = named(spans.get_finished_spans(), "process orders")
+    assert consumer.kind == SpanKind.CONSUMER
+    assert hex_trace(consumer) == TRACE_ID  # the producer's trace, continued
+    assert consumer.parent is not None
+    assert consumer.parent.span_id == server.get_span_context().span_id
+    assert consumer.attributes is not None
+    assert consumer.attributes["messaging.consumer.group.name"] == "g"
+
+
+def test_a_record_without_or_with_a_malformed_traceparent_starts_a_new_trace() -> None:
+    spans = recorder()
+    for headers in (None, [("traceparent", b"00-zz")], [("traceparent", b"\xff" * 10_000)], [("traceparent", None)]):
+        with process_span("orders", group="g", headers=headers):
+            pass
+    finished = named(spans.get_finished_spans(), "process orders")
+    assert len(finished) == 4
+    assert all(s.parent is None for s in finished)
+    assert len({hex_trace(s) for s in finished}) == 4
 
 
 # -- shipper ---------------------------------------------------------------------------------------
@@ -215,7 +238,7 @@ def shipper(**kw: Any) -> LogShipper:
 async def test_shipped_records_follow_the_log_record_schema_and_route_by_stream() -> None:
     ship = shipper(level="info")
     configure_logging(stream=io.StringIO(), fmt="json", tap=ship)
-    with use_context(context_from_http({"X-Request-ID": "req-9", "traceparent": TRACEPARENT})):
+    with use_context(RequestContext("req-9", INCOMING)):
         structlog.get_logger(ACCESS_LOGGER).info("http request", status=201, duration_ms=3.4, tags=["a"], ua=None)
     structlog.get_logger("services.orders.db").warning("slow statement", sql="SELECT 1", big=2**70)
     structlog.get_logger("services.orders.api").info("chosen", log_stream="db")
@@ -233,7 +256,7 @@ async def test_shipped_records_follow_the_log_record_schema_and_route_by_stream(
     # The same record, before JSON encoding, is valid Avro for schemas/LogRecord.avsc.
     ship2 = shipper()
     configure_logging(stream=io.StringIO(), fmt="json", tap=ship2)
-    with use_context(context_from_http({"traceparent": TRACEPARENT})):
+    with use_context(RequestContext(TRACE_ID, INCOMING)):
         structlog.get_logger("services.orders.api").error("failed", n=1, f=1.5, ok=True, obj=object())
     ((_, record),) = list(ship2._buffer)
     encode(default_catalog().schema("LogRecord"), record)

@@ -1,0 +1,116 @@
+"""OpenTelemetry's SDK for every streamshop process, configured by the standard environment.
+
+`configure(default_name)` installs the tracer provider once per process, before the app is built:
+
+- ``OTEL_SDK_DISABLED=true``: nothing is installed; the API's no-op tracer still carries an
+  incoming trace context through (HTTP to Kafka headers), but no span is recorded or exported.
+- ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` name the process; without them it is
+  `default_name` (the process's own name: ``orders``, ``registry``, ...).
+- ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG``: read by the SDK itself (default: follow
+  the parent's decision, sample new traces).
+- ``OTEL_TRACES_EXPORTER``: ``otlp`` (OTLP over HTTP, ``OTEL_EXPORTER_OTLP_ENDPOINT``), ``zipkin``
+  (Zipkin's v2 API, ``OTEL_EXPORTER_ZIPKIN_ENDPOINT``), ``console`` (stderr) or ``none``.  The
+  kit's default differs from the specification's (``otlp`` to localhost): ``otlp`` when an OTLP
+  endpoint is set, else ``none``, so a demo without a backend does not retry one it lacks.  Spans
+  are still made without an exporter: their ids reach the log lines and the Kafka headers.
+
+Spans leave through the SDK's batch processor: a bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``,
+2,048 by default) that a worker thread drains, so a slow or absent backend costs dropped spans,
+never a request's time.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+from kit.settings import ConfigError
+
+__all__ = ["EXPORTERS", "configure", "exporter_name", "shutdown"]
+
+EXPORTERS = ("otlp", "zipkin", "console", "none")
+
+
+class _State:
+    configured = False
+    provider: TracerProvider | None = None
+
+
+def exporter_name(environ: Mapping[str, str]) -> str:
+    """The exporter ``OTEL_TRACES_EXPORTER`` asks for, with the kit's default; `ConfigError` for
+    one the kit does not have."""
+    name = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if not name:
+        endpoint = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        return "otlp" if endpoint else "none"
+    if name not in EXPORTERS:
+        raise ConfigError(f"OTEL_TRACES_EXPORTER={name!r}: expected one of {', '.join(EXPORTERS)}")
+    return name
+
+
+def _exporter(name: str) -> SpanExporter | None:
+    if name == "otlp":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter()
+    if name == "zipkin":
+        from opentelemetry.exporter.zipkin.json import ZipkinExporter
+
+        return ZipkinExporter()
+    if name == "console":
+        return ConsoleSpanExporter(out=sys.stderr)  # stdout carries the process's ready line
+    return None
+
+
+def _resource(default_name: str, environ: Mapping[str, str]) -> Resource:
+    named = environ.get("OTEL_SERVICE_NAME") or "service.name=" in environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    return Resource.create({} if named else {"service.name": default_name})
+
+
+def configure(
+    default_name: str, environ: Mapping[str, str] | None = None, *, http_client: bool = True
+) -> TracerProvider | None:
+    """Install the SDK's tracer provider (once: later calls return the first one's) and the
+    aiohttp client's instrumentation; None when ``OTEL_SDK_DISABLED`` is true.  Call before the
+    process makes its HTTP client sessions: the instrumentation traces those made after.
+    `http_client` false leaves the client alone (a test's client sends the headers it is given)."""
+    env = os.environ if environ is None else environ
+    if _State.configured:
+        return _State.provider
+    name = exporter_name(env)  # a wrong value fails the start, even with the SDK disabled
+    _State.configured = True
+    if http_client:  # disabled too: the API's no-op spans still pass the current context on
+        _instrument_http()
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    provider = TracerProvider(resource=_resource(default_name, env))
+    exporter = _exporter(name)
+    if exporter is not None:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    _State.provider = provider
+    return provider
+
+
+def _instrument_http() -> None:
+    """aiohttp's client, where the process has it (the broker and the analytics job run without
+    the services' extra).  The server side is the kit's own middleware (kit.http_tracing)."""
+    try:
+        from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
+    except ImportError:
+        return
+    AioHttpClientInstrumentor().instrument()
+
+
+def shutdown(timeout_s: float = 5.0) -> None:
+    """Export what is queued, waiting at most `timeout_s` (a backend that is down costs the
+    stop no more than that)."""
+    if _State.provider is not None:
+        _State.provider.force_flush(int(timeout_s * 1000))
+        _State.provider.shutdown()
