@@ -7,6 +7,10 @@ import base64
 import json
 from pathlib import Path
 
+import pytest
+
+from streamshop.cli import build_parser
+from streamshop.clients import CommandError
 from streamshop.stack.observability import (
     Backends,
     prometheus_config,
@@ -16,6 +20,7 @@ from streamshop.stack.observability import (
     write_targets,
 )
 from streamshop.stack.plan import CHILDREN, Secrets, StackContext, external_broker, levels, scaled, with_broker
+from streamshop.stack.supervisor import up
 
 BACKENDS = Backends(Path("/opt/zipkin/zipkin-server-exec.jar"), "/usr/bin/java", "/usr/bin/prometheus")
 SECRETS = Secrets("hash-key", base64.b64encode(bytes(range(32))).decode())
@@ -142,3 +147,10 @@ def test_the_targets_file_is_replaced_only_when_the_targets_change(tmp_path: Pat
     write_targets(path, {**ENDPOINTS, "otp": {"http": "http://127.0.0.1:18002"}})
     assert path.stat().st_ino != first
     assert json.loads(path.read_text())[-1]["labels"]["job"] == "otp"
+
+
+def test_observability_is_refused_with_secure_before_anything_starts(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["up", "--observability", "--secure", "--data-dir", str(tmp_path / "stack")])
+    with pytest.raises(CommandError, match=r"--observability .* not with --secure"):
+        up(args)
+    assert not (tmp_path / "stack").exists()
