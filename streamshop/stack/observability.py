@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -131,11 +132,15 @@ def children(found: Backends) -> tuple[ChildDef, ChildDef]:
 
 
 def traced_env(name: str, traces_url: str) -> dict[str, str]:
-    """The standard OpenTelemetry variables that send a child's spans to Zipkin, under its name."""
+    """The standard OpenTelemetry variables that send a child's spans to Zipkin: the service's
+    name (``orders`` for ``orders-2`` too, as OpenTelemetry names a service) and the child's
+    own as its instance."""
+    instance = re.fullmatch(r"(.+)-\d+", name)
     return {
         "OTEL_TRACES_EXPORTER": "zipkin",
         "OTEL_EXPORTER_ZIPKIN_ENDPOINT": traces_url.rstrip("/") + "/api/v2/spans",
-        "OTEL_SERVICE_NAME": name,
+        "OTEL_SERVICE_NAME": instance.group(1) if instance else name,
+        "OTEL_RESOURCE_ATTRIBUTES": f"service.instance.id={name}",
     }
 
 

@@ -32,7 +32,7 @@ ENDPOINTS = {
     "catcher": {"http": "http://127.0.0.1:18025", "smtp": "127.0.0.1:11025"},
     "logs": {"http": "http://127.0.0.1:18003"},
 }
-OTEL = ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_ZIPKIN_ENDPOINT", "OTEL_SERVICE_NAME")
+OTEL = ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_ZIPKIN_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES")
 
 
 def context(tmp_path: Path, endpoints: dict[str, dict[str, str]] = ENDPOINTS) -> StackContext:
@@ -48,7 +48,7 @@ def test_the_backends_start_first_need_nothing_and_every_launched_child_needs_th
     assert {c.name for level in rest for c in level} == {c.name for c in CHILDREN} | {"orders-2"}
 
 
-def test_every_launched_child_exports_its_spans_to_zipkin_under_its_own_name(tmp_path: Path) -> None:
+def test_every_launched_child_exports_its_spans_to_zipkin_under_its_service_and_instance(tmp_path: Path) -> None:
     stack = with_observability(scaled(CHILDREN, {"orders": 2, "sms-sender": 2}), BACKENDS)
     ports = {"http": 18001, "smtp": 11025, "kafka": 19092, "admin": 19644}
     endpoints = {
@@ -63,7 +63,8 @@ def test_every_launched_child_exports_its_spans_to_zipkin_under_its_own_name(tmp
         assert {k: env[k] for k in OTEL} == {
             "OTEL_TRACES_EXPORTER": "zipkin",
             "OTEL_EXPORTER_ZIPKIN_ENDPOINT": "http://127.0.0.1:19411/api/v2/spans",
-            "OTEL_SERVICE_NAME": name,
+            "OTEL_SERVICE_NAME": name.removesuffix("-2"),  # a second instance is the same service
+            "OTEL_RESOURCE_ATTRIBUTES": f"service.instance.id={name}",
         }, name
     # what the child had before is still there: the second instance's own id beside the OTEL ones
     assert launched["orders-2"]["ORDERS_INSTANCE_ID"] == "orders-2"
