@@ -40,8 +40,10 @@ __all__ = [
     "TraceContext",
     "batch_span",
     "current_context",
+    "incoming",
     "kafka_headers",
     "new_request_id",
+    "outgoing",
     "parent_from_headers",
     "parse_traceparent",
     "process_span",
@@ -318,4 +320,27 @@ def batch_span(
         links=links,
         attributes=_messaging(topic, "process", **more),
     ) as span:
+        yield span
+
+
+# -- other protocols (SMTP) ---------------------------------------------------------------------------
+
+
+@contextmanager
+def outgoing(name: str, **attributes: Any) -> Iterator[dict[str, str]]:
+    """A CLIENT span, current while the call runs, and the W3C headers that carry it (for a
+    protocol no instrumentation covers: a mail's ``Traceparent`` header, say)."""
+    with _tracer.start_as_current_span(name, kind=SpanKind.CLIENT, attributes=attributes):
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier)
+        yield carrier
+
+
+@contextmanager
+def incoming(name: str, traceparent: str | None, **attributes: Any) -> Iterator[Span]:
+    """A SERVER span, child of `traceparent` when it is valid (else a new trace), current
+    while the call is served."""
+    parent = parse_traceparent(traceparent)
+    context = trace.set_span_in_context(NonRecordingSpan(parent.span_context()), Context()) if parent else Context()
+    with _tracer.start_as_current_span(name, context=context, kind=SpanKind.SERVER, attributes=attributes) as span:
         yield span

@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
+from email.parser import BytesHeaderParser
+from email.policy import compat32
 from typing import Any
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
 
+from kit import tracing
 from kit.logging import get_logger
 from services.catcher.store import Mailbox
 
@@ -30,8 +33,11 @@ class MailboxHandler:
         raw = envelope.original_content or envelope.content or b""
         if isinstance(raw, str):
             raw = raw.encode("utf-8", "surrogateescape")
-        mail, duplicate = self.mailbox.add(raw, envelope.mail_from or "", envelope.rcpt_tos)
-        log.info("mail received", mail_id=mail.id, duplicate=duplicate, recipients=len(envelope.rcpt_tos))
+        # The sender's trace, from the mail's Traceparent header (a malformed one: a new trace).
+        traceparent = BytesHeaderParser(policy=compat32).parsebytes(raw).get("Traceparent")
+        with tracing.incoming("smtp receive", str(traceparent) if traceparent else None):
+            mail, duplicate = self.mailbox.add(raw, envelope.mail_from or "", envelope.rcpt_tos)
+            log.info("mail received", mail_id=mail.id, duplicate=duplicate, recipients=len(envelope.rcpt_tos))
         return f"250 OK: queued as {mail.id}"
 
 

@@ -12,9 +12,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import aiosmtplib
 import pytest
 from aiohttp import web
 from aiosmtpd.smtp import SMTP, Envelope, Session
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 
 from kit.ports import free_port
 from kit.tracing import RequestContext, TraceContext, use_context
@@ -28,6 +32,7 @@ from services.notify.providers import (
 )
 from services.otp.domain import Channel
 from tests.support.notify import serve_catcher, status_server
+from tests.support.spans import hex_trace, named, recorder
 
 SMS = OutgoingMessage("req-1", Channel.SMS, "+15550100", "123456 is your code")
 MAIL = OutgoingMessage("req-1", Channel.EMAIL, "a@example.com", "code 123456", "Your code")
@@ -134,6 +139,46 @@ async def test_smtp_delivers_with_a_message_id_derived_from_the_request_and_retu
     assert mail["message_id"] == "<req-1.email@streamshop.local>"
     assert mail["subject"] == "Your code"
     assert mail["text"] == "code 123456\n"
+
+
+async def test_a_mail_carries_the_senders_trace_to_the_catcher_whose_span_continues_it() -> None:
+    """The sender's ``smtp send`` CLIENT span is the current span's child and its context rides
+    in the mail's Traceparent header; the catcher's ``smtp receive`` SERVER span is its child.
+    A mail whose Traceparent is malformed is received in a trace of its own."""
+    spans = recorder()
+    async with serve_catcher() as catcher:
+        provider = SmtpEmailProvider(host="127.0.0.1", port=catcher.smtp_port, from_address="s <s@x.org>")
+        try:
+            with trace.get_tracer("test").start_as_current_span("process otp.requests") as outer:
+                await provider.send(MAIL)
+        finally:
+            await provider.close()
+        (mail,) = await catcher.mails()
+        async with aiohttp.ClientSession() as session, session.get(f"{catcher.url}/messages/{mail['id']}") as r:
+            headers = dict((await r.json())["headers"])
+        await _send_raw_mail(catcher.smtp_port, b"Traceparent: 00-zz\r\nSubject: x\r\n\r\nbody\r\n")
+    (send,) = named(spans.get_finished_spans(), "smtp send")
+    received = named(spans.get_finished_spans(), "smtp receive")
+    assert len(received) == 2
+    assert send.kind == SpanKind.CLIENT
+    assert send.parent is not None
+    assert send.parent.span_id == outer.get_span_context().span_id
+    assert send.context is not None
+    ours = TraceContext.of(send.context)
+    assert headers["Traceparent"].split("-")[1:3] == [ours.trace_id, ours.span_id]
+    assert received[0].parent is not None
+    assert received[0].parent.span_id == send.context.span_id
+    assert hex_trace(received[0]) == hex_trace(send)
+    assert received[1].parent is None  # the malformed header: a new trace, the mail still taken
+
+
+async def _send_raw_mail(port: int, data: bytes) -> None:
+    smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=port)
+    await smtp.connect()
+    try:
+        await smtp.sendmail("a@x.org", ["b@x.org"], data)
+    finally:
+        await smtp.quit()
 
 
 async def test_smtp_reopens_a_kept_connection_the_server_closed_within_the_same_attempt() -> None:
