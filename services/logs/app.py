@@ -1,8 +1,8 @@
 """The logs service's aiohttp app: the ``log-indexer`` consumer plus the search API.
 
-    GET /logs?service=orders&level=info&stream=app&q=text&since=2026-01-01T00:00:00Z&limit=50
+    GET /logs?service=orders&level=info&stream=app&q=text&since=2026-01-01T00:00:00Z&trace_id=<32 hex>&limit=50
         -> 200 {"items": [...]}   newest first; 422 naming each invalid parameter
-    GET /logs/tail?service=&level=&stream=&q=&since=&backlog=10 -> text/event-stream (services.logs.tail)
+    GET /logs/tail?service=&level=&stream=&q=&since=&trace_id=&backlog=10 -> text/event-stream (services.logs.tail)
     GET /logs/stats -> 200 {"total": n, "levels": {...}, "services": {svc: {level: n, "total": n}}}
     GET /logs/instances?since= -> 200 {"since": ..., "items": [{service, instance, lines, errors, requests, last_seen}]}
 
@@ -13,6 +13,7 @@ registry only holds back Avro lines (the runner retries them), it does not stop 
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
@@ -54,8 +55,10 @@ TAIL_KEEPALIVE_KEY = web.AppKey("log_tail_keepalive", float)
 
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 50
-_PARAMS = ("service", "level", "stream", "q", "since", "limit")
-_TAIL_PARAMS = ("service", "level", "stream", "q", "since", "backlog")
+_PARAMS = ("service", "level", "stream", "q", "since", "trace_id", "limit")
+_TAIL_PARAMS = ("service", "level", "stream", "q", "since", "trace_id", "backlog")
+# As log lines carry it (W3C trace-context): anything else could never match a stored line.
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
 
 
 _MAX_SINCE_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z; SQLite's INTEGER ends at 2^63-1
@@ -91,6 +94,9 @@ def parse_query(params: MultiMapping[str], *, allowed: tuple[str, ...] = _PARAMS
         value = values[name]
         if value is not None and value not in choices:
             errors.setdefault(name, f"must be one of {', '.join(choices)}")
+    trace_id = values["trace_id"]
+    if trace_id is not None and not _TRACE_ID.fullmatch(trace_id):
+        errors.setdefault("trace_id", "must be a trace id: 32 lowercase hexadecimal digits")
     limit = DEFAULT_LIMIT
     if values["limit"] is not None:
         try:
@@ -116,6 +122,7 @@ def parse_query(params: MultiMapping[str], *, allowed: tuple[str, ...] = _PARAMS
         stream=values["stream"],
         q=values["q"],
         since_ms=since,
+        trace_id=trace_id,
         limit=limit,
     )
 

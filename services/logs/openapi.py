@@ -49,6 +49,15 @@ def _filters(last: dict[str, Any]) -> list[dict[str, Any]]:
                     "examples": ["2026-01-01T00:00:00Z"],
                 },
             ),
+            (
+                "trace_id",
+                {
+                    "type": "string",
+                    "pattern": "^[0-9a-f]{32}$",
+                    "description": "only the lines of this trace (W3C trace id, 32 lowercase hex digits)",
+                    "examples": ["4bf92f3577b34da6a3ce929d0e0e4736"],
+                },
+            ),
         )
     ] + [last]
 
