@@ -3,7 +3,9 @@
     GET /                 the page (static/index.html); it refreshes itself every ~2 s
     GET /static/...       its script, styles and chart helpers (no CDN, no build: works offline)
     GET /api/snapshot     -> 200 {"updated_at", "stale", "error", "refresh_interval",
-                                  "cluster", "groups", "transactions", "problems", "history", "analytics"}
+                                  "cluster", "groups", "transactions", "problems", "history", "analytics",
+                                  "trace_link"}   (the trace viewer's page of a trace, `{trace_id}`
+                                  standing for its id; null without DASHBOARD_TRACES_URL)
     GET /api/inbox        -> the catcher's latest mails (services.dashboard.proxy)
     GET /api/instances    -> each service instance seen in the last five minutes (the logs service's view)
     GET /api/logs/tail    -> the logs service's live tail, Server-Sent Events (services.dashboard.proxy)
@@ -171,7 +173,8 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
         return web.FileResponse(path, headers=_NO_CACHE)
 
     async def snapshot(request: web.Request) -> web.Response:
-        return web.json_response({**poller.state(), "analytics": analytics.json()}, headers=_NO_CACHE)
+        body = {**poller.state(), "analytics": analytics.json(), "trace_link": config.trace_link}
+        return web.json_response(body, headers=_NO_CACHE)
 
     async def inbox(request: web.Request) -> web.Response:
         body = await fetch_inbox(request.app[_SESSION_KEY], config.catcher_url, config.catcher_token)

@@ -34,6 +34,9 @@ class DashboardConfig(ServiceConfig):
     port: int = setting(DEFAULT_PORTS["dashboard"], help="HTTP port")
     catcher_url: str = setting(f"http://127.0.0.1:{DEFAULT_PORTS['catcher']}", help="SMTP catcher, for the inbox")
     logs_url: str = setting(f"http://127.0.0.1:{DEFAULT_PORTS['logs']}", help="logs service, for the live tail")
+    traces_url: str = setting(
+        "", help="trace viewer (Zipkin) the page links each traced item to; empty: no trace links"
+    )
     refresh_interval: float = setting(2.0, help="seconds between two snapshots of the cluster")
     poll_timeout: float = setting(10.0, help="seconds a snapshot may take before it counts as failed")
     history_points: int = setting(150, help="snapshots kept for the rate and lag charts")
@@ -67,7 +70,8 @@ class DashboardConfig(ServiceConfig):
             problems.append(f"{self.env_name('history_points')}: must be at least 2 (a rate needs two points)")
         if not 0 <= self.port < 65536:
             problems.append(f"{self.env_name('port')}: must be a TCP port")
-        for name in ("catcher_url", "logs_url", "registry_url"):
+        urls = ["catcher_url", "logs_url", "registry_url"] + (["traces_url"] if self.traces_url else [])
+        for name in urls:
             problem = _url_problem(getattr(self, name))
             if problem:
                 problems.append(f"{self.env_name(name)}: {problem}")
@@ -85,6 +89,14 @@ class DashboardConfig(ServiceConfig):
             problems.append(f"{self.env_name('session_hours')}: must be positive")
         if problems:
             raise ConfigError(problems)
+
+    @property
+    def trace_link(self) -> str | None:
+        """Where the viewer shows one trace, `{trace_id}` standing for its id (Zipkin's UI:
+        /zipkin/traces/<id>); None without a viewer."""
+        if not self.traces_url:
+            return None
+        return self.traces_url.rstrip("/") + "/zipkin/traces/{trace_id}"
 
 
 def _url_problem(url: str) -> str | None:

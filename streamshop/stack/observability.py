@@ -5,7 +5,8 @@ child's traces sent to one of them.
   `MAX_SPANS`, the oldest traces dropped first) in a JVM of at most `ZIPKIN_HEAP_MB`; ready once
   GET /health answers 200.  Every child the stack launches exports its spans to it through the
   OpenTelemetry SDK's own Zipkin exporter, named after the child (`traced_env`): the children
-  need it, so that no span of their start is sent to a server not yet listening.
+  need it, so that no span of their start is sent to a server not yet listening.  The dashboard
+  is also told where Zipkin is (`VIEWER_ENV`): its page links traced items to their trace there.
 - ``prometheus``: Debian's Prometheus on 127.0.0.1 with a configuration of its own
   (`prometheus_config`, in DIR/prometheus with its database), scraping every `SCRAPE_INTERVAL`
   the targets of DIR/prometheus/targets.json: the supervisor rewrites that file as children
@@ -144,10 +145,16 @@ def traced_env(name: str, traces_url: str) -> dict[str, str]:
     }
 
 
+# Children whose pages link to a trace in the viewer, and the variable that says where it is.
+VIEWER_ENV = {"dashboard": "DASHBOARD_TRACES_URL"}
+
+
 def _traced(name: str, launch: Callable[[StackContext, Mapping[str, int]], Launch]) -> Callable[..., Launch]:
     def traced(ctx: StackContext, ports: Mapping[str, int]) -> Launch:
         made = launch(ctx, ports)
-        return Launch(made.command, {**made.env, **traced_env(name, ctx.url(TRACES, "http"))}, made.defaults)
+        traces_url = ctx.url(TRACES, "http")
+        viewer = {VIEWER_ENV[name]: traces_url} if name in VIEWER_ENV else {}
+        return Launch(made.command, {**made.env, **traced_env(name, traces_url), **viewer}, made.defaults)
 
     return traced
 

@@ -91,3 +91,21 @@ def test_streamshop_dashboard_is_a_command_with_a_port_option() -> None:
     args = build_parser().parse_args(["dashboard", "--port", "0"])
     assert args.port == 0
     assert callable(args.func)
+
+
+def test_the_trace_viewer_is_off_by_default_and_links_to_zipkins_page_of_a_trace() -> None:
+    """DASHBOARD_TRACES_URL empty (the default): no trace links; set: Zipkin's UI page of one
+    trace, whatever trailing slash the URL has; a URL that is not http(s) is refused by name
+    (the page puts the link in an href)."""
+    assert DashboardConfig().traces_url == ""
+    assert DashboardConfig().trace_link is None
+    for url in ("http://127.0.0.1:9411", "http://127.0.0.1:9411/"):
+        config = DashboardConfig.from_env({"DASHBOARD_TRACES_URL": url})
+        config.check()
+        assert config.trace_link == "http://127.0.0.1:9411/zipkin/traces/{trace_id}"
+    behind_a_proxy = DashboardConfig.from_env({"DASHBOARD_TRACES_URL": "https://ops.example/tools"})
+    assert behind_a_proxy.trace_link == "https://ops.example/tools/zipkin/traces/{trace_id}"
+    for bad in ("javascript:alert(1)", "127.0.0.1:9411", "ftp://zipkin:21"):
+        with pytest.raises(ConfigError) as raised:
+            DashboardConfig(traces_url=bad).check()
+        assert [p.split(":")[0] for p in raised.value.problems] == ["DASHBOARD_TRACES_URL"]

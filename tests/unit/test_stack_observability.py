@@ -32,6 +32,7 @@ ENDPOINTS = {
     "catcher": {"http": "http://127.0.0.1:18025", "smtp": "127.0.0.1:11025"},
     "logs": {"http": "http://127.0.0.1:18003"},
 }
+CHILD_NAMES = {c.name for c in CHILDREN}
 OTEL = ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_ZIPKIN_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES")
 
 
@@ -75,6 +76,17 @@ def test_without_observability_no_child_is_told_to_export_spans(tmp_path: Path) 
     for child in CHILDREN:
         launch = child.launch(context(tmp_path), ports)
         assert not [k for k in launch.environment({}) if k.startswith("OTEL_")], child.name
+        assert "DASHBOARD_TRACES_URL" not in launch.environment({}), child.name
+
+
+def test_the_dashboard_alone_is_told_where_the_trace_viewer_is(tmp_path: Path) -> None:
+    """With --observability the dashboard links traced items to Zipkin's UI: it gets the traces
+    child's URL; no other child does."""
+    ports = {"http": 18001, "smtp": 11025, "kafka": 19092, "admin": 19644}
+    stack = with_observability(CHILDREN, BACKENDS)
+    envs = {c.name: c.launch(context(tmp_path), ports).environment({}) for c in stack if c.name in CHILD_NAMES}
+    assert envs["dashboard"]["DASHBOARD_TRACES_URL"] == "http://127.0.0.1:19411"
+    assert [name for name, env in envs.items() if any(k.endswith("_TRACES_URL") for k in env)] == ["dashboard"]
 
 
 def test_an_external_broker_is_left_as_it_is() -> None:

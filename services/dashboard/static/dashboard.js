@@ -393,6 +393,8 @@ function logsQuarantined(analytics) {
 // -- polling --------------------------------------------------------------------------------
 
 let refreshMs = DEFAULT_REFRESH_MS;
+// The trace viewer's page of a trace ("{trace_id}" for the id), from the snapshot; null: no viewer.
+let traceLink = null;
 
 function render(snap) {
   const problems = snap.problems ?? [];
@@ -413,6 +415,7 @@ async function refreshSnapshot() {
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
     const snap = await response.json();
     refreshMs = Math.max(500, Math.round((snap.refresh_interval ?? 2) * 1000));
+    traceLink = typeof snap.trace_link === "string" ? snap.trace_link : null;
     render(snap);
   } catch (error) {
     setStale(true, `the dashboard does not answer: ${error.message}`);
@@ -496,6 +499,20 @@ function logText(record) {
   return record.event ?? "";
 }
 
+// A trace id as W3C trace-context writes it; anything else in a record gets no link.
+const TRACE_ID = /^[0-9a-f]{32}$/;
+
+// The links of a traced line: its trace in the viewer (when there is one), and its trace's lines here.
+function traceLinks(traceId) {
+  if (typeof traceId !== "string" || !TRACE_ID.test(traceId)) return [];
+  const links = [" ", el("button", { type: "button", class: "link", "data-trace-logs": traceId }, "logs of this trace")];
+  if (traceLink) {
+    const href = traceLink.replace("{trace_id}", traceId);
+    links.unshift(" ", el("a", { href, target: "_blank", rel: "noopener noreferrer", "data-trace": traceId }, "trace"));
+  }
+  return links;
+}
+
 function logLine(record) {
   const level = String(record.level ?? "info").toLowerCase();
   return el(
@@ -506,18 +523,28 @@ function logLine(record) {
     el("span", { class: `level level-${level}` }, level),
     " ",
     el("span", { class: "service" }, record.service ?? "?"),
+    ...traceLinks(record.trace_id), // before the text: a long line is cut at its end
     " ",
     el("span", { class: "message", "data-testid": "log-text" }, logText(record)),
   );
 }
 
-function followLogs() {
+let tailSource = null;
+
+// Follows every line, or only those of one trace (the logs service's trace_id filter).
+function followLogs(traceId = null) {
   const list = $("[data-testid=log-tail]");
   const status = $("#tail-status");
+  tailSource?.close();
+  list.replaceChildren();
+  const filter = traceId ? `&trace_id=${encodeURIComponent(traceId)}` : "";
+  const live = traceId ? `trace ${traceId}: live` : "live";
+  $("#tail-all").hidden = !traceId;
   // EventSource reconnects by itself, with Last-Event-ID: no line is shown twice.
-  const source = new EventSource(`/api/logs/tail?backlog=${TAIL_BACKLOG}`);
+  const source = new EventSource(`/api/logs/tail?backlog=${TAIL_BACKLOG}${filter}`);
+  tailSource = source;
   source.onopen = () => {
-    status.textContent = "live";
+    status.textContent = live;
   };
   source.onerror = () => {
     status.textContent = "logs service unavailable; retrying…";
@@ -534,7 +561,13 @@ function followLogs() {
   });
 }
 
-refreshSnapshot();
+$("[data-testid=log-tail]").addEventListener("click", (event) => {
+  const traceId = event.target.closest("[data-trace-logs]")?.dataset.traceLogs;
+  if (traceId && TRACE_ID.test(traceId)) followLogs(traceId);
+});
+$("#tail-all").addEventListener("click", () => followLogs());
+
+// The tail starts once the first snapshot said whether there is a trace viewer to link to.
+refreshSnapshot().finally(() => followLogs());
 refreshInbox();
 refreshInstances();
-followLogs();
