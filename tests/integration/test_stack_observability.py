@@ -1,8 +1,8 @@
-"""`streamshop up --observability --ephemeral-ports` as a real process tree, with the fewest other
-children (the catcher alone: `--without broker` leaves out everything that needs a broker):
-Zipkin lists back a span the OpenTelemetry SDK exported to it, Prometheus scrapes every child
-and answers PromQL, the catcher is told where to send its spans, and stopping the stack stops
-both backends.
+"""`streamshop up --observability --ephemeral-ports` as a real process tree (every child but the
+analytics job): Zipkin lists back a span the OpenTelemetry SDK exported to it; an order's and an
+OTP request's traces run through HTTP, the outbox, Kafka, both senders and the catcher, as
+Zipkin's API returns them; Prometheus scrapes every child and answers PromQL; stopping the stack
+stops both backends.
 
 One stack serves the whole module; the tests run in file order and the last one stops it.
 """
@@ -30,14 +30,16 @@ from tests.support.stack import Stack, alive, running_stack
 
 pytestmark = pytest.mark.stack
 
-CHILDREN = ["traces", "prometheus", "catcher"]
+BACKENDS = ["traces", "prometheus"]
+# Each serves /metrics (the broker on its admin port); the senders and the logs service too.
+SCRAPED = {"traces", "prometheus", "broker", "registry", "orders", "otp", "logs", "catcher", "dashboard"}
 T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     data = tmp_path_factory.mktemp("observability")
-    with running_stack(data, without=("broker", "analytics"), args=("--observability",)) as running:
+    with running_stack(data, without=("analytics",), args=("--observability",)) as running:
         yield running
 
 
@@ -67,14 +69,16 @@ def eventually(what: str, probe: Callable[[], T | None], within: float = 120) ->
 
 def test_both_backends_start_first_on_loopback_and_are_in_the_table_and_stack_json(stack: Stack) -> None:
     document = stack.document()
-    assert list(document["children"]) == CHILDREN
-    for name in CHILDREN:
+    assert list(document["children"])[:2] == BACKENDS
+    for name in document["children"]:
         child = document["children"][name]
         assert (child["state"], child["restarts"]) == ("ready", 0), name
         assert alive(child["pid"]), name
     output = stack.output.read_text()
-    started = [m.group(1) for m in re.finditer(r"\| (\w+) started \(pid", output)]
-    assert started.index("catcher") > max(started.index("traces"), started.index("prometheus")), started
+    started = [m.group(1) for m in re.finditer(r"\| ([\w-]+) started \(pid", output)]
+    assert min(started.index(n) for n in document["children"] if n not in BACKENDS) > max(
+        started.index("traces"), started.index("prometheus")
+    ), started
     for name in ("traces", "prometheus"):
         url = document["children"][name]["urls"]["http"]
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url), url
@@ -116,34 +120,143 @@ def test_a_span_exported_by_the_sdks_zipkin_exporter_is_listed_back_by_zipkin(st
     assert "observability-test" in services
 
 
+def _post(url: str, body: dict[str, Any], traceparent: str) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "traceparent": traceparent},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return response.status, json.loads(response.read())
+
+
+def _trace(stack: Stack, trace_id: str, has: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
+    """The spans Zipkin holds of `trace_id`, once `has` them (they arrive as each process's
+    batch processor exports, every few seconds)."""
+    traces = stack.child("traces")["urls"]["http"]
+
+    def listed() -> list[dict[str, Any]] | None:
+        status, spans = get(f"{traces}/api/v2/trace/{trace_id}")
+        return spans if status == 200 and has(spans) else None
+
+    return eventually(f"the spans of trace {trace_id}", listed, within=180)
+
+
+def _spans(spans: list[dict[str, Any]], service: str, name: str, kind: str) -> list[dict[str, Any]]:
+    return [s for s in spans if (s["localEndpoint"]["serviceName"], s["name"], s.get("kind")) == (service, name, kind)]
+
+
+def _parent_of(span: dict[str, Any], spans: list[dict[str, Any]]) -> dict[str, Any]:
+    (parent,) = [s for s in spans if s["id"] == span.get("parentId")]
+    return parent
+
+
+def test_an_orders_trace_runs_from_its_http_requests_through_the_outbox_relays_sends(stack: Stack) -> None:
+    """The order is created, paid and shipped with one caller's trace: each request's SERVER
+    span in `orders`, and the relay's ``send orders`` PRODUCER span of each event (published
+    later, from the outbox row), a child of the request that wrote it."""
+    trace_id, caller = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    traceparent = f"00-{trace_id}-{caller}-01"
+    orders = stack.child("orders")["urls"]["http"]
+    status, order = _post(f"{orders}/orders", ORDER, traceparent)
+    assert status == 201
+    for step in ("paid", "shipped"):
+        assert _post(f"{orders}/orders/{order['order_id']}/status", {"status": step}, traceparent)[0] == 200
+
+    def complete(spans: list[dict[str, Any]]) -> bool:
+        servers = _spans(spans, "orders", "post /orders", "SERVER")
+        changes = _spans(spans, "orders", "post /orders/{order_id}/status", "SERVER")
+        return len(servers + changes) == 3 and len(_spans(spans, "orders", "send orders", "PRODUCER")) == 3
+
+    spans = _trace(stack, trace_id, complete)
+    servers = _spans(spans, "orders", "post /orders", "SERVER") + _spans(
+        spans, "orders", "post /orders/{order_id}/status", "SERVER"
+    )
+    assert len(servers) == 3
+    assert {s["parentId"] for s in servers} == {caller}
+    sends = _spans(spans, "orders", "send orders", "PRODUCER")
+    assert {_parent_of(s, spans)["id"] for s in sends} == {s["id"] for s in servers}
+    assert {s["tags"]["messaging.destination.name"] for s in sends} == {"orders"}
+    assert {s["tags"]["messaging.kafka.message.key"] for s in sends} == {order["order_id"]}
+
+
+def test_an_otp_requests_trace_holds_both_senders_and_the_catchers_deliveries(stack: Stack) -> None:
+    """One OTP request, fanned out: the relay's ``send otp.requests``, then each sender's
+    ``process otp.requests`` CONSUMER span (its child: the SMS sender's consumer group, the
+    e-mail sender's share group with the delivery count), the SMS webhook's call and the
+    mail, each received by the catcher in a span of the same trace."""
+    trace_id = "5c0ffee5c0ffee5c0ffee5c0ffee5c0f"
+    otp = stack.child("otp")["urls"]["http"]
+    body = {"user_id": "u-trace", "channels": ["sms", "email"], "phone": "+15550100", "email": "t@example.com"}
+    status, _ = _post(f"{otp}/otp", body, f"00-{trace_id}-00f067aa0ba902b7-01")
+    assert status == 202
+
+    def complete(spans: list[dict[str, Any]]) -> bool:
+        return bool(
+            _spans(spans, "otp", "post /otp", "SERVER")
+            and _spans(spans, "otp", "send otp.requests", "PRODUCER")
+            and _spans(spans, "sms-sender", "process otp.requests", "CONSUMER")
+            and _spans(spans, "email-sender", "process otp.requests", "CONSUMER")
+            and _spans(spans, "catcher", "post /sms", "SERVER")
+            and _spans(spans, "catcher", "smtp receive", "SERVER")
+        )
+
+    spans = _trace(stack, trace_id, complete)
+    (send,) = _spans(spans, "otp", "send otp.requests", "PRODUCER")
+    assert _parent_of(send, spans)["name"] == "post /otp"
+    (sms,) = _spans(spans, "sms-sender", "process otp.requests", "CONSUMER")
+    (email,) = _spans(spans, "email-sender", "process otp.requests", "CONSUMER")
+    assert sms["parentId"] == email["parentId"] == send["id"]  # fan-out: two groups, one record
+    assert sms["tags"]["messaging.consumer.group.name"] != email["tags"]["messaging.consumer.group.name"]
+    assert email["tags"]["messaging.kafka.message.delivery_count"] == "1"  # a share group's record
+    (webhook,) = _spans(spans, "catcher", "post /sms", "SERVER")
+    (mail,) = _spans(spans, "catcher", "smtp receive", "SERVER")
+    assert _parent_of(_parent_of(webhook, spans), spans)["id"] == sms["id"]  # through the client's span
+    smtp = _parent_of(mail, spans)
+    assert (smtp["name"], smtp["localEndpoint"]["serviceName"]) == ("smtp send", "email-sender")
+    assert _parent_of(smtp, spans)["id"] == email["id"]
+
+
+ORDER = {"customer_id": "cust-t", "currency": "EUR", "items": [{"sku": "sku-1", "quantity": 1, "unit_price": "2.50"}]}
+
+
 def test_prometheus_scrapes_every_child_serving_metrics_and_answers_promql(stack: Stack) -> None:
     prometheus, catcher = stack.child("prometheus")["urls"]["http"], stack.child("catcher")["urls"]["http"]
 
     def all_up() -> list[dict[str, Any]] | None:
         status, body = get(prometheus + "/api/v1/targets")
         targets = body["data"]["activeTargets"] if status == 200 else []
-        jobs = sorted(t["labels"]["job"] for t in targets)
-        return targets if jobs == sorted(CHILDREN) and all(t["health"] == "up" for t in targets) else None
+        jobs = {t["labels"]["job"] for t in targets}
+        return targets if jobs >= SCRAPED and all(t["health"] == "up" for t in targets) else None
 
     targets = eventually("every target up", all_up)
     by_job = {t["labels"]["job"]: t["scrapeUrl"] for t in targets}
-    assert by_job == {
-        "traces": stack.child("traces")["urls"]["http"] + "/prometheus",
-        "prometheus": prometheus + "/metrics",
-        "catcher": catcher + "/metrics",
-    }
+    assert by_job["traces"] == stack.child("traces")["urls"]["http"] + "/prometheus"
+    assert by_job["prometheus"] == prometheus + "/metrics"
+    assert by_job["catcher"] == catcher + "/metrics"
 
     # a request the catcher counts, then Prometheus's view of that counter
     assert get(catcher + "/messages")[0] == 200
-    query = 'http_requests_total{job="catcher",route="/messages"}'
+    assert eventually("the catcher's counter", lambda: _query(prometheus, _CATCHER_QUERY)) >= 1
+    # Orders placed: a rate once Prometheus saw the counter grow (its first sample, the order the
+    # traces' test placed, starts the series; the rate is of what came after).
+    assert eventually("the orders counter", lambda: _query(prometheus, _ORDERS_PLACED)) >= 1
+    assert _post(stack.child("orders")["urls"]["http"] + "/orders", ORDER, _NEW_TRACE)[0] == 201
+    assert eventually("the orders rate", lambda: _query(prometheus, _ORDERS_RATE) or None) > 0
 
-    def counted() -> float | None:
-        status, body = get(f"{prometheus}/api/v1/query?{urllib.parse.urlencode({'query': query})}")
-        assert status == 200, body
-        result = body["data"]["result"]
-        return float(result[0]["value"][1]) if result else None
 
-    assert eventually(query, counted) >= 1
+_CATCHER_QUERY = 'http_requests_total{job="catcher",route="/messages"}'
+_NEW_TRACE = "00-garbage"  # malformed: the order is placed in a trace of its own
+_ORDERS_PLACED = 'sum(http_requests_total{job="orders",route="/orders",method="POST"})'
+_ORDERS_RATE = 'sum(rate(http_requests_total{job="orders",route="/orders",method="POST"}[5m]))'
+
+
+def _query(prometheus: str, query: str) -> float | None:
+    status, body = get(f"{prometheus}/api/v1/query?{urllib.parse.urlencode({'query': query})}")
+    assert status == 200, body
+    result = body["data"]["result"]
+    return float(result[0]["value"][1]) if result else None
 
 
 def test_prometheus_accepts_its_generated_configuration(stack: Stack) -> None:
@@ -154,7 +267,7 @@ def test_prometheus_accepts_its_generated_configuration(stack: Stack) -> None:
 
 
 def test_stopping_the_stack_stops_both_backends(stack: Stack) -> None:
-    pids = {name: stack.child(name)["pid"] for name in CHILDREN}
+    pids = {name: child["pid"] for name, child in stack.document()["children"].items()}
     stack.proc.send_signal(signal.SIGTERM)
     assert stack.proc.wait(timeout=120) == 0
     document = stack.document()
