@@ -5,7 +5,8 @@
 
 It has ``/healthz`` (the process is alive), ``/readyz`` (every readiness check passes, else 503
 with each check's result), ``/metrics`` (Prometheus text from the app's own registry, with
-request count and latency by route and status), the request-context and error middlewares
+request count and latency by route and status, and the process's spans exported, failed and
+dropped: kit.span_export), the request-context and error middlewares
 (kit.middleware), and the request size limit from `config.client_max_size`.
 Handlers read bodies with `read_json` and validate them with kit.validation.
 """
@@ -33,6 +34,7 @@ from kit.middleware import (
     request_context_middleware,
 )
 from kit.settings import HttpSettings
+from kit.span_export import SpanExportCollector
 from kit.validation import nul_problems
 
 __all__ = [
@@ -74,6 +76,7 @@ def create_base_app(
     (polled by a page, say) are access-logged at debug, as the probes are."""
     registry = registry if registry is not None else CollectorRegistry()
     metrics = HttpMetrics(registry)
+    registry.register(SpanExportCollector())
     for collector in collectors:
         registry.register(collector)
     auth = [api_key_middleware(api_keys)] if api_keys is not None else []

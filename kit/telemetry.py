@@ -16,7 +16,8 @@
 
 Spans leave through the SDK's batch processor: a bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``,
 2,048 by default) that a worker thread drains, so a slow or absent backend costs dropped spans,
-never a request's time.
+never a request's time.  The spans exported, failed and dropped are counted (kit.span_export)
+and shown on every app's ``/metrics``.
 """
 
 from __future__ import annotations
@@ -30,11 +31,14 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
+from kit import span_export
 from kit.settings import ConfigError
 
-__all__ = ["EXPORTERS", "configure", "exporter_name", "shutdown"]
+__all__ = ["EXPORTERS", "configure", "exporter_name", "queue_size", "shutdown"]
 
 EXPORTERS = ("otlp", "zipkin", "console", "none")
+DEFAULT_QUEUE_SIZE = 2048  # the specification's default for OTEL_BSP_MAX_QUEUE_SIZE
+DEFAULT_BATCH_SIZE = 512  # ... and for OTEL_BSP_MAX_EXPORT_BATCH_SIZE
 
 
 class _State:
@@ -52,6 +56,22 @@ def exporter_name(environ: Mapping[str, str]) -> str:
     if name not in EXPORTERS:
         raise ConfigError(f"OTEL_TRACES_EXPORTER={name!r}: expected one of {', '.join(EXPORTERS)}")
     return name
+
+
+def queue_size(environ: Mapping[str, str]) -> int:
+    """``OTEL_BSP_MAX_QUEUE_SIZE``: read here and given to the batch processor, so that the
+    processor and the gate that counts its drops agree on it; `ConfigError` unless a positive
+    integer."""
+    raw = environ.get("OTEL_BSP_MAX_QUEUE_SIZE", "").strip()
+    if not raw:
+        return DEFAULT_QUEUE_SIZE
+    try:
+        size = int(raw)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise ConfigError(f"OTEL_BSP_MAX_QUEUE_SIZE={raw!r}: expected a positive integer")
+    return size
 
 
 def _exporter(name: str) -> SpanExporter | None:
@@ -84,6 +104,7 @@ def configure(
     if _State.configured:
         return _State.provider
     name = exporter_name(env)  # a wrong value fails the start, even with the SDK disabled
+    capacity = queue_size(env)
     _State.configured = True
     if http_client:  # disabled too: the API's no-op spans still pass the current context on
         _instrument_http()
@@ -92,7 +113,11 @@ def configure(
     provider = TracerProvider(resource=_resource(default_name, env))
     exporter = _exporter(name)
     if exporter is not None:
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        counted = span_export.CountingExporter(exporter, span_export.PROCESS)
+        # A batch larger than the queue is refused by the SDK: a small queue alone sets both.
+        batch = None if env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") else min(DEFAULT_BATCH_SIZE, capacity)
+        batches = BatchSpanProcessor(counted, max_queue_size=capacity, max_export_batch_size=batch)
+        provider.add_span_processor(span_export.QueueGate(batches, capacity, span_export.PROCESS))
     trace.set_tracer_provider(provider)
     _State.provider = provider
     return provider
