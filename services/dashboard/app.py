@@ -9,6 +9,8 @@
     GET /api/inbox        -> the catcher's latest mails (services.dashboard.proxy)
     GET /api/instances    -> each service instance seen in the last five minutes (the logs service's view)
     GET /api/logs/tail    -> the logs service's live tail, Server-Sent Events (services.dashboard.proxy)
+    GET /api/traced       -> the newest orders, OTP requests and dead letters, each with its trace
+                             (services.dashboard.traced)
     GET /healthz, /readyz (the broker is reachable), /metrics
 
 Two background tasks run while the app does: the poller (services.dashboard.poller), which
@@ -47,6 +49,7 @@ from services.dashboard.kafka_reader import ClusterReader
 from services.dashboard.login import Sessions, add_login_routes, login_middleware
 from services.dashboard.poller import SnapshotPoller
 from services.dashboard.proxy import fetch_inbox, fetch_instances, proxy_tail
+from services.dashboard.traced import TracedRecords
 
 __all__ = ["FEED_KEY", "POLLER_KEY", "STATIC_DIR", "create_app"]
 
@@ -116,6 +119,14 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
         retry_interval=config.refresh_interval,
     )
     analytics = _AnalyticsView(feed)
+    traced = TracedRecords(
+        lambda: AIOKafkaConsumer(
+            **kafka, client_id="streamshop-dashboard-traced", group_id=None, enable_auto_commit=False
+        ),
+        poller.topics,
+        config.trace_link,
+        max_age=config.refresh_interval,
+    )
 
     login: list[Middleware] = []
     if config.users_file is not None:
@@ -127,7 +138,7 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
         checks={"broker": broker_check(config.bootstrap_servers)},
         shipper=shipper,
         # the page asks for these every refresh: at info they would bury everything else
-        quiet_paths=("/api/snapshot", "/api/inbox", "/api/instances"),
+        quiet_paths=("/api/snapshot", "/api/inbox", "/api/instances", "/api/traced"),
     )
     app[POLLER_KEY] = poller
     app[FEED_KEY] = feed
@@ -184,6 +195,9 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
         body = await fetch_instances(request.app[_SESSION_KEY], config.logs_url, config.logs_token)
         return web.json_response(body, headers=_NO_CACHE)
 
+    async def traced_records(request: web.Request) -> web.Response:
+        return web.json_response(await traced.json(), headers=_NO_CACHE)
+
     async def logs_tail(request: web.Request) -> web.StreamResponse:
         return await proxy_tail(request, request.app[_SESSION_KEY], config.logs_url, config.logs_token)
 
@@ -193,6 +207,7 @@ def create_app(config: DashboardConfig, *, shipper: LogShipper | None = None) ->
     app.router.add_get("/api/inbox", inbox)
     app.router.add_get("/api/instances", instances)
     app.router.add_get("/api/logs/tail", logs_tail)
+    app.router.add_get("/api/traced", traced_records)
     app.router.add_get("/static/{name}", static_file)
     if config.users_file is not None:
         users = Users.load(config.users_file, LoginThrottle(max_s=config.login_throttle_max_s))

@@ -155,6 +155,12 @@ class SnapshotPoller:
         info = self.previous.topics.get(topic) if self.previous is not None else None
         return None if info is None else [p.partition for p in info.partitions]
 
+    def topics(self) -> dict[str, list[int]]:
+        """Every topic and its partitions as last observed (none before the first good poll)."""
+        if self.previous is None:
+            return {}
+        return {name: [p.partition for p in info.partitions] for name, info in self.previous.topics.items()}
+
     def state(self) -> dict[str, Any]:
         """The snapshot's cluster part: what the last good poll saw, and whether it is stale."""
         return {

@@ -1,8 +1,9 @@
 """The dashboard's trace links in a real browser (headless Chromium, as in
 test_dashboard_browser.py, but against a broker, registry, logs service and dashboard of the
 test's own, no stack): a traced log line links to its trace's page in the viewer and to "logs of
-this trace", which follows that trace's lines alone; a trace id that is not one (the topics are
-anyone's to write) gets no link and is never markup; without a viewer there is no trace link."""
+this trace", which follows that trace's lines alone, and so does an order listed with its trace;
+a trace id that is not one (the topics are anyone's to write) gets no link and is never markup;
+without a viewer there is no trace link."""
 
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ async def _until_tail(page: Page, expected: list[str]) -> None:
 async def test_traced_lines_link_to_the_viewer_and_to_their_traces_lines_and_hostile_ids_get_none(
     broker: ThreadBroker, running_registry: RunningRegistry, browser: Browser, tmp_path: Path
 ) -> None:
-    for topic in LOG_TOPICS:
+    for topic in (*LOG_TOPICS, "orders", "orders.dlq"):
         create_topic(broker.bootstrap, topic, 1)
     logs = LogsConfig(
         bootstrap_servers=broker.bootstrap,
@@ -94,6 +95,9 @@ async def test_traced_lines_link_to_the_viewer_and_to_their_traces_lines_and_hos
             await _line(p, "otp", "code sent", TRACE_B)
             await _line(p, "orders", "untraced", None)
             await _line(p, "orders", HOSTILE, HOSTILE)
+            traceparent = f"00-{TRACE_A}-00f067aa0ba902b7-01".encode()
+            await p.send_and_wait("orders", b"\x00", key=b"order-1", headers=[("traceparent", traceparent)])
+            await p.send_and_wait("orders.dlq", b"\x00", key=HOSTILE.encode(), headers=[("traceparent", b"00-x")])
             everything = [HOSTILE, "untraced", "code sent", "order created"]  # newest first
             errors: list[str] = []
 
@@ -116,7 +120,17 @@ async def test_traced_lines_link_to_the_viewer_and_to_their_traces_lines_and_hos
                 assert await page.evaluate("window.pwned") is None
                 assert await page.locator('[data-testid="tail-all"]').is_hidden()
 
-                await page.locator(f'[data-trace-logs="{TRACE_A}"]').click()
+                records = page.locator('[data-testid="traced-table"] tbody tr')
+                await records.nth(1).wait_for(timeout=WITHIN_MS)  # the order and the dead letter
+                assert await records.count() == 2
+                order = page.locator('[data-testid="traced-table"] tr[data-traced="orders[0]@0"]')
+                assert await order.locator("a[data-trace]").get_attribute("href") == f"{VIEWER}/zipkin/traces/{TRACE_A}"
+                dead = page.locator('[data-testid="traced-table"] tr[data-traced="orders.dlq[0]@0"]')
+                assert HOSTILE in await dead.inner_text()  # as text, never markup
+                assert await dead.locator("a, button").count() == 0  # no trace: no links
+                assert await page.locator("img").count() == 0
+
+                await order.locator(f'[data-trace-logs="{TRACE_A}"]').click()
                 await _until_tail(page, ["order created"])
                 assert TRACE_A in await page.locator("#tail-status").inner_text()
                 await _line(p, "otp", "other trace", TRACE_B)

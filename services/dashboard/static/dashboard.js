@@ -1,4 +1,5 @@
-// The dashboard page: polls /api/snapshot, /api/instances and /api/inbox, follows /api/logs/tail (SSE).
+// The dashboard page: polls /api/snapshot, /api/instances, /api/inbox and /api/traced, follows
+// /api/logs/tail (SSE).
 // Everything is built with textContent, never innerHTML: topic names, mail subjects and log
 // lines come from outside.
 
@@ -487,6 +488,32 @@ async function refreshInstances() {
   }
 }
 
+async function refreshTraced() {
+  const status = $("#traced-status");
+  try {
+    const body = await getJson("/api/traced");
+    status.textContent = body.error ?? (body.items.length === 0 ? "none yet" : "");
+    const rows = body.items.map((r) => {
+      const where = `${r.topic}[${r.partition}]@${r.offset}`;
+      const what = r.error ? `${r.kind}: ${r.error}` : r.kind;
+      return el(
+        "tr",
+        { "data-traced": where },
+        el("td", { title: r.timestamp ?? "" }, r.timestamp ? formatTime(Date.parse(r.timestamp)) : ""),
+        el("td", {}, what),
+        el("td", {}, r.key ?? ""),
+        el("td", { title: r.original_topic ? `from ${r.original_topic}` : "" }, where),
+        el("td", {}, ...traceLinks(r.trace_id)),
+      );
+    });
+    $("[data-testid=traced-table] tbody").replaceChildren(...rows);
+  } catch (error) {
+    status.textContent = `unavailable: ${error.message}`;
+  } finally {
+    setTimeout(refreshTraced, Math.max(refreshMs, 5000));
+  }
+}
+
 // -- live log tail ---------------------------------------------------------------------------
 
 // An access log line says what was asked and answered: "POST /orders → 201 in 4.2 ms".
@@ -561,13 +588,19 @@ function followLogs(traceId = null) {
   });
 }
 
-$("[data-testid=log-tail]").addEventListener("click", (event) => {
-  const traceId = event.target.closest("[data-trace-logs]")?.dataset.traceLogs;
-  if (traceId && TRACE_ID.test(traceId)) followLogs(traceId);
+// "logs of this trace", on a log line or a record: the tail follows that trace alone.
+document.addEventListener("click", (event) => {
+  const traceId = event.target.closest?.("[data-trace-logs]")?.dataset.traceLogs;
+  if (!traceId || !TRACE_ID.test(traceId)) return;
+  followLogs(traceId);
+  $("#logs").scrollIntoView();
 });
 $("#tail-all").addEventListener("click", () => followLogs());
 
 // The tail starts once the first snapshot said whether there is a trace viewer to link to.
-refreshSnapshot().finally(() => followLogs());
+refreshSnapshot().finally(() => {
+  followLogs();
+  refreshTraced();
+});
 refreshInbox();
 refreshInstances();
