@@ -121,6 +121,8 @@ class QueueGate(SpanProcessor):
             self._inner.on_end(span)
 
     def shutdown(self) -> None:
+        if self._stopped:  # the provider's exit hook, after a shutdown given up on: no second wait
+            return
         self._stopped = True
         self._inner.shutdown()
 

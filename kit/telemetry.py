@@ -16,14 +16,15 @@
 
 Spans leave through the SDK's batch processor: a bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``,
 2,048 by default) that a worker thread drains, so a slow or absent backend costs dropped spans,
-never a request's time.  The spans exported, failed and dropped are counted (kit.span_export)
-and shown on every app's ``/metrics``.
+never a request's time, and its stop at most `shutdown`'s bound.  The spans exported, failed and
+dropped are counted (kit.span_export) and shown on every app's ``/metrics``.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Mapping
 
 from opentelemetry import trace
@@ -134,8 +135,14 @@ def _instrument_http() -> None:
 
 
 def shutdown(timeout_s: float = 5.0) -> None:
-    """Export what is queued, waiting at most `timeout_s` (a backend that is down costs the
-    stop no more than that)."""
-    if _State.provider is not None:
-        _State.provider.force_flush(int(timeout_s * 1000))
-        _State.provider.shutdown()
+    """Export what is queued, waiting at most `timeout_s`: a backend that is down or hung costs
+    the stop no more than that.  The SDK's own flush and shutdown wait for the export in course,
+    up to the exporter's timeout per batch, whatever they are given: so they run on a daemon
+    thread, abandoned when the time is up (the process is ending)."""
+    provider = _State.provider
+    if provider is None:
+        return
+    # The provider's shutdown has its batch processor export what is queued, then stop.
+    stopping = threading.Thread(target=provider.shutdown, name="otel-shutdown", daemon=True)
+    stopping.start()
+    stopping.join(timeout_s)

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -26,9 +27,15 @@ from tests.support.harness import REPO
 SPANS_PER_REQUEST = 2  # GET /work: the request's server span and the handler's own
 
 
+@dataclass
+class Served:
+    url: str
+    proc: subprocess.Popen[str]
+
+
 @contextmanager
-def traced_app(log: Path, otel: Mapping[str, str]) -> Iterator[str]:
-    """The app served with `otel` as its only ``OTEL_*`` variables; its base URL."""
+def served_app(log: Path, otel: Mapping[str, str]) -> Iterator[Served]:
+    """The app served with `otel` as its only ``OTEL_*`` variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env |= {"TRACED_APP_PORT": "0", "PYTHONUNBUFFERED": "1", **otel}
     with log.open("w") as err:
@@ -45,7 +52,7 @@ def traced_app(log: Path, otel: Mapping[str, str]) -> Iterator[str]:
             line = proc.stdout.readline()
             ready = parse_service_ready_line(line)
             assert ready is not None, f"{line!r}; see {log}"
-            yield ready.url
+            yield Served(ready.url, proc)
         finally:
             proc.terminate()  # its last flush may wait on the backend: not the test's concern
             try:
@@ -55,6 +62,13 @@ def traced_app(log: Path, otel: Mapping[str, str]) -> Iterator[str]:
                 proc.wait()
             if proc.stdout is not None:
                 proc.stdout.close()
+
+
+@contextmanager
+def traced_app(log: Path, otel: Mapping[str, str]) -> Iterator[str]:
+    """`served_app`'s base URL."""
+    with served_app(log, otel) as served:
+        yield served.url
 
 
 @contextmanager
@@ -205,3 +219,26 @@ def test_a_queue_size_that_is_not_a_positive_integer_stops_the_start_naming_it()
     )
     assert done.returncode == 2, done.stderr
     assert "OTEL_BSP_MAX_QUEUE_SIZE='many'" in done.stderr
+
+
+async def test_a_hung_backend_costs_the_stop_no_more_than_the_kits_bound(tmp_path: Path) -> None:
+    """The SDK's flush waits for the export in course, up to the exporter's timeout (a minute
+    here); the kit gives the whole of its shutdown 5 s (kit.telemetry.shutdown)."""
+    exporter_timeout = 60
+    with black_hole() as hung:
+        otel = quick_exports(
+            OTEL_TRACES_EXPORTER="zipkin",
+            OTEL_EXPORTER_ZIPKIN_ENDPOINT=f"http://127.0.0.1:{hung}/api/v2/spans",
+            OTEL_EXPORTER_ZIPKIN_TIMEOUT=str(exporter_timeout),
+        )
+        with served_app(tmp_path / "app.log", otel) as served:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+                for _ in range(20):
+                    await timed_get(session, f"{served.url}/work")
+                await until(session, served.url, "otel_spans_queued", 1)  # the exporter is stuck
+            started = time.monotonic()
+            served.proc.terminate()
+            returncode = await asyncio.to_thread(served.proc.wait, exporter_timeout * 2)
+            stopped_in = time.monotonic() - started
+    assert returncode == 0
+    assert stopped_in < exporter_timeout / 2, stopped_in
