@@ -4,6 +4,7 @@ side by side on SQLite, on PostgreSQL, and on PostgreSQL with two orders instanc
     python -m loadtest.bench_services [--configs sqlite,postgres,postgres-2] [--rate 1000]
                                       [--seconds 20] [--concurrency 64]
                                       [--otp-rate 50] [--otp-seconds 10] [--json PATH]
+    python -m loadtest.bench_services --tracing [...]   # what tracing costs
 
 For each configuration the stack (broker, registry, catcher, orders, otp, sms-sender,
 email-sender, logs; with `--postgres`, its PostgreSQL server) is started with `streamshop up
@@ -26,6 +27,12 @@ Besides latencies, over the two orders steps: the CPU the orders instances spent
 acknowledged, the CPU of the whole stack (each child with its descendants: PostgreSQL's backends
 count) and of the load generator, which share the same cores, and on PostgreSQL the database
 transactions per order (from `pg_stat_database`).
+
+`--tracing` compares instead SQLite stacks with `--observability` (Zipkin and Prometheus beside
+them) twice: every child tracing with 100 % sampling, exporting to that real Zipkin
+(`sqlite-traced`), and the same stack with ``OTEL_SDK_DISABLED=true`` (`sqlite-untraced`): the
+closed-loop rate, the paced p99 and the orders CPU per order side by side, with the ratio, and
+what became of the orders service's spans (its ``otel_spans_*`` metrics, Zipkin's services).
 
 Targets: 1,000 orders/s sustained with p99 under 100 ms on each backend, closed-loop throughput
 on PostgreSQL at least SQLite's; OTP p99 under 500 ms.
@@ -50,6 +57,7 @@ from typing import Any
 
 import aiohttp
 from aiokafka import AIOKafkaConsumer
+from prometheus_client.parser import text_string_to_metric_families
 
 from loadtest.brokers import cpu_seconds, tree_cpu_seconds
 from schemas.client import RegistryClient
@@ -57,6 +65,8 @@ from schemas.serde import AvroDeserializer
 from streamshop.stack.state import read_stack
 
 READY_TIMEOUT = 120.0
+ZIPKIN_TIMEOUT = 300.0  # a JVM's start on two busy cores
+TRACES = "traces"  # the stack's Zipkin child (--observability)
 DELIVERY_GRACE = 10.0
 CURRENCIES = ("EUR", "USD", "GBP")
 
@@ -98,6 +108,15 @@ CONFIGS: dict[str, tuple[str, ...]] = {
     "sqlite": (),
     "postgres": ("--postgres",),
     "postgres-2": ("--postgres", "--scale", "orders=2"),
+    "sqlite-untraced": ("--observability",),
+    "sqlite-traced": ("--observability",),
+}
+DEFAULT_CONFIGS = ("sqlite", "postgres", "postgres-2")
+TRACING_CONFIGS = ("sqlite-untraced", "sqlite-traced")
+# Variables set for the whole stack in a configuration (the children inherit them).
+ENVIRONMENTS: dict[str, dict[str, str]] = {
+    "sqlite-untraced": {"OTEL_SDK_DISABLED": "true"},
+    "sqlite-traced": {"OTEL_TRACES_SAMPLER": "always_on"},  # every request traced: the worst case
 }
 
 
@@ -105,11 +124,16 @@ class Stack:
     """`streamshop up --ephemeral-ports` in `data_dir`, until `stop()`."""
 
     def __init__(
-        self, data_dir: Path, options: tuple[str, ...] = (), without: tuple[str, ...] = ("analytics", "dashboard")
+        self,
+        data_dir: Path,
+        options: tuple[str, ...] = (),
+        without: tuple[str, ...] = ("analytics", "dashboard"),
+        environ: dict[str, str] | None = None,
     ) -> None:
         # The Spark job and the dashboard's polling would take CPU from the services measured.
         self.data_dir = data_dir
-        env = {**os.environ, "NO_COLOR": "1"}
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}  # the configuration's only
+        env = {**inherited, "NO_COLOR": "1", **(environ or {})}
         self.log = (data_dir / "up.log").open("w")
         self.proc = subprocess.Popen(
             [
@@ -339,10 +363,47 @@ async def _transactions(doc: dict[str, Any], data_dir: Path) -> int | None:
         await conn.close()
 
 
+# -- tracing ------------------------------------------------------------------------------------
+
+
+async def zipkin_ready(session: aiohttp.ClientSession, doc: dict[str, Any]) -> str | None:
+    """Zipkin's URL once it answers (the stack serves before that JVM is up), None without it."""
+    if TRACES not in doc["children"]:
+        return None
+    base = url(doc, TRACES)
+    deadline = time.monotonic() + ZIPKIN_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            async with session.get(f"{base}/health") as response:
+                if response.status == 200:
+                    return base
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(1)
+    raise RuntimeError(f"Zipkin did not answer at {base} within {ZIPKIN_TIMEOUT:g} s")
+
+
+async def span_fate(session: aiohttp.ClientSession, doc: dict[str, Any], zipkin: str) -> dict[str, Any]:
+    """The orders service's ``otel_span*`` metrics, and the services Zipkin has spans of."""
+    async with session.get(f"{url(doc, 'orders')}/metrics") as response:
+        text = await response.text()
+    metrics = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("otel_span")
+    }
+    async with session.get(f"{zipkin}/api/v2/services") as response:
+        services = await response.json()
+    return {"orders_metrics": metrics, "zipkin_services": sorted(services)}
+
+
 async def run(args: argparse.Namespace, doc: dict[str, Any], stack: Stack) -> dict[str, Any]:
     orders = url(doc, "orders")
     connector = aiohttp.TCPConnector(limit=max(args.concurrency, 256))
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+        zipkin = await zipkin_ready(session, doc)
+        load0 = os.getloadavg()[0]
         await closed_loop(OrdersLoad(session, orders, random.Random(0)), 2, 16)  # warm-up: connections, caches
         await asyncio.sleep(1)  # pg_stat_database is reported by the server at most every 500 ms
         tx0 = await _transactions(doc, stack.data_dir)
@@ -359,6 +420,8 @@ async def run(args: argparse.Namespace, doc: dict[str, Any], stack: Stack) -> di
         orders_cpu = sum(cpu_seconds(pid) for pid in stack.pids("orders")) - orders_cpu0
         await asyncio.sleep(1)
         tx1 = await _transactions(doc, stack.data_dir)
+        load1 = os.getloadavg()[0]
+        spans = None if zipkin is None else await span_fate(session, doc, zipkin)
 
         wanted = set(closed.ids) | set(paced_load.ids)
         found = await orders_on_topic(bootstrap_of(doc), url(doc, "registry"), wanted, within=60)
@@ -395,6 +458,8 @@ async def run(args: argparse.Namespace, doc: dict[str, Any], stack: Stack) -> di
             "missing": otp_missing,
             "errors": otp_lat.errors,
         },
+        "load_average": {"before": load0, "after": load1},  # 1-minute, of the whole host
+        "spans": spans,
         "_latencies": (closed.lat, paced_load.lat, otp_lat),
     }
 
@@ -435,6 +500,36 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None
         )
 
 
+def report_tracing(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
+    """Untraced and traced side by side, with the ratio."""
+    off, on = (results[name] for name in TRACING_CONFIGS)
+    rows: tuple[tuple[str, str, str, str], ...] = (
+        ("orders/s, closed loop", "orders_closed", "rate", "{:,.0f}"),
+        (f"p99 ms, paced at {args.rate:g}/s", "orders_paced", "p99_ms", "{:.1f}"),
+        (f"rate achieved, paced at {args.rate:g}/s", "orders_paced", "rate", "{:,.0f}"),
+        ("orders CPU ms per order", "cpu", "orders_ms_per_order", "{:.2f}"),
+        ("stack CPU s, both orders steps", "cpu", "stack_s", "{:.1f}"),
+    )
+    print("\n| tracing | OTEL_SDK_DISABLED=true | 100 % sampled, to Zipkin | traced / untraced |")
+    print("|---|---|---|---|")
+    for label, step, key, fmt in rows:
+        a, b = float(off[step][key]), float(on[step][key])
+        print(f"| {label} | {fmt.format(a)} | {fmt.format(b)} | {b / a if a else float('nan'):.2f} |")
+    loads = ", ".join(
+        f"{name} {f['load_average']['before']:.2f} -> {f['load_average']['after']:.2f}"
+        for name, f in zip(TRACING_CONFIGS, (off, on), strict=True)
+    )
+    print(f"\nload average (1 min) before -> after: {loads}")
+    spans = on["spans"] or {}
+    fate = spans.get("orders_metrics", {})
+    print(
+        f"orders' spans when traced: {fate.get('otel_spans_exported_total', 0):,.0f} exported, "
+        f"{fate.get('otel_span_export_failures_total', 0):,.0f} failed, "
+        f"{fate.get('otel_spans_dropped_total', 0):,.0f} dropped, {fate.get('otel_spans_queued', 0):,.0f} queued; "
+        f"Zipkin has spans of: {', '.join(spans.get('zipkin_services', [])) or 'nothing'}"
+    )
+
+
 def met(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> bool:
     ok = all(
         f["orders_paced"]["rate"] >= 0.97 * args.rate
@@ -451,7 +546,12 @@ def met(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench_services", description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--configs", default=",".join(CONFIGS), help=f"configurations to compare (default {','.join(CONFIGS)})"
+        "--configs",
+        default=",".join(DEFAULT_CONFIGS),
+        help=f"configurations to compare, of {', '.join(CONFIGS)} (default {','.join(DEFAULT_CONFIGS)})",
+    )
+    parser.add_argument(
+        "--tracing", action="store_true", help=f"what tracing costs: --configs {','.join(TRACING_CONFIGS)}"
     )
     parser.add_argument("--rate", type=float, default=1000, help="paced POST /orders per second (default 1000)")
     parser.add_argument("--seconds", type=float, default=20, help="duration of each orders step (default 20)")
@@ -460,19 +560,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--otp-seconds", type=float, default=10, help="duration of the OTP step (default 10)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    names = [n.strip() for n in args.configs.split(",") if n.strip()]
+    names = list(TRACING_CONFIGS) if args.tracing else [n.strip() for n in args.configs.split(",") if n.strip()]
     if unknown := [n for n in names if n not in CONFIGS]:
         parser.error(f"unknown configuration {', '.join(unknown)} (known: {', '.join(CONFIGS)})")
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         with tempfile.TemporaryDirectory(prefix="streamshop-bench-") as tmp:
-            stack = Stack(Path(tmp), CONFIGS[name])
+            stack = Stack(Path(tmp), CONFIGS[name], environ=ENVIRONMENTS.get(name))
             try:
                 doc = stack.wait_ready()
                 results[name] = asyncio.run(run(args, doc, stack))
             finally:
                 stack.stop()
     report(args, results)
+    if all(name in results for name in TRACING_CONFIGS):
+        report_tracing(args, results)
     if args.json:
         args.json.write_text(
             json.dumps({n: {k: v for k, v in f.items() if not k.startswith("_")} for n, f in results.items()}, indent=2)
