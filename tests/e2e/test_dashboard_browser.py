@@ -176,6 +176,10 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
         timeout=90_000,
     )
 
+    # The orders are listed with their trace (no viewer without --observability: no "trace" link).
+    page.wait_for_selector('[data-testid="traced-table"] tr[data-traced^="orders["] [data-trace-logs]', timeout=90_000)
+    assert page.locator('[data-testid="traced-table"] a[data-trace]').count() == 0
+
     # Each service instance, from its logs: orders served the demo's requests.
     page.wait_for_function(
         """() => [...document.querySelectorAll('[data-testid="instances-table"] tbody tr')]
