@@ -168,10 +168,10 @@ async def test_a_trace_backend_that_is_down_or_hung_costs_requests_no_time(tmp_p
     for name in ("refused", "hung"):
         assert len(latencies[name]) == rounds  # every request answered 200 (timed_get asserts it)
         # A request waiting on the backend would take its timeout (1 or 2 s): hundreds of times
-        # the control.  Two and three times the control leave room for the host's noise.
+        # the control.  Three and five times the control leave room for a shared host's noise.
         p50, p90 = p50_p90(latencies[name])
-        assert p50 < 2 * control_p50, (name, p50, control_p50)
-        assert p90 < 3 * control_p90, (name, p90, control_p90)
+        assert p50 < 3 * control_p50, (name, p50, control_p50)
+        assert p90 < 5 * control_p90, (name, p90, control_p90)
 
 
 def p50_p90(samples: list[float]) -> tuple[float, float]:
