@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from confluent_kafka import KafkaError, KafkaException
+from opentelemetry.trace import Span
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
@@ -42,7 +43,8 @@ from analytics.jobs import JOBS, Job, aggregate, facts_of, reader_schema
 from analytics.ledger import Ledger, next_generation
 from analytics.settings import AnalyticsConfig
 from analytics.sinks import ParquetOutputs, ResultsTopic, now
-from kit import process
+from analytics.tracing import BatchTracer, topics_of
+from kit import process, telemetry
 from kit.process import StartupError
 from kit.start_phases import StartPhases
 from schemas.blocking_registry import shown
@@ -174,12 +176,19 @@ class JobSink:
         self.progress = progress
         self.batches = 0
         self.last_batch: int | None = None
+        self.tracer = BatchTracer(job.name, config.group_id, config.kafka_conf())
+        self.topics = topics_of(job.subscription)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        with self.tracer.batch(batch_id, self.topics) as span:
+            self._batch(df, batch_id, span)
+
+    def _batch(self, df: DataFrame, batch_id: int, span: Span) -> None:
         started = time.monotonic()
         if not self.ledger.started:
             self.ledger.start()
         facts, quarantined = facts_of(aggregate(df, self.facts).collect(), self.arity)
+        self.tracer.done(span, facts.records, facts.coverage)
         applied = self.ledger.apply(batch_id, facts)
         computed_at = now()
         self.parquet.write_metrics(self.job.name, self.generation, batch_id, applied.values, computed_at)
@@ -317,6 +326,8 @@ def run_jobs(
             session.streams.removeListener(progress)
             for topic in topics.values():
                 topic.close()
+            for sink in sinks:
+                sink.tracer.close()
             if own_session:
                 from analytics.spark import stop_spark_session
 
@@ -477,11 +488,15 @@ def _run(args: argparse.Namespace, jobs: Callable[..., int]) -> int:
         clock.mark("imports")
         config = AnalyticsConfig.from_args(args)
         process.start_logging(config, "analytics")
+        telemetry.configure("analytics")  # a batch's span (analytics.tracing), exported per OTEL_*
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
         clock.mark("settings")
-        return jobs(config, stop=stop, clock=clock)
+        try:
+            return jobs(config, stop=stop, clock=clock)
+        finally:
+            telemetry.shutdown()
 
     return process.main("streamshop analytics", body)
 

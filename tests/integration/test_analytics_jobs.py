@@ -20,16 +20,20 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind
 from pyspark.sql import SparkSession
 
 from analytics.results import read_metrics, read_quarantine
 from analytics.runner import replay_jobs, run_jobs
 from analytics.settings import AnalyticsConfig
 from analytics.source import StreamshopKafkaSource
+from analytics.tracing import SAMPLE
 from schemas.serde import encode, frame
 from tests.support.analytics import (
     CATALOG,
     T0,
+    TOPICS,
     Produced,
     Producer,
     create_topics,
@@ -39,12 +43,14 @@ from tests.support.analytics import (
     meta_totals,
     parquet_values,
     produce_events,
+    producer_traceparent,
     records_read,
     topic_values,
 )
 from tests.support.analytics_job import BATCH, JOB_TIMEOUT, Job, kill_after_batches, orders_only, wait_until_committed
 from tests.support.harness import ThreadBroker
 from tests.support.registry import ThreadRegistry
+from tests.support.spans import recorder
 from tests.support.spark import committed, planned_end
 
 pytestmark = pytest.mark.spark
@@ -79,6 +85,7 @@ class Processed:
     lag_before_second: dict[tuple[str, int], int] = field(default_factory=dict)
     lag_after_second: dict[tuple[str, int], int] = field(default_factory=dict)
     output: str = ""
+    spans: tuple[ReadableSpan, ...] = ()  # what the two runs traced
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +120,7 @@ def processed(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
         data_dir = root / "data"
         out = io.StringIO()
         result = Processed(broker.bootstrap, registry.url, data_dir, produced, bad, 0)
+        traced = recorder()
 
         assert (
             run_jobs(config(broker.bootstrap, registry.url, data_dir, max_records_per_trigger=40), spark=spark, out=out)
@@ -129,6 +137,7 @@ def processed(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
         result.lag_after_second = group_lag(broker.bootstrap, "analytics")
         produced += more
         result.output = out.getvalue()
+        result.spans = traced.get_finished_spans()
         yield result
     finally:
         registry.close()
@@ -189,6 +198,42 @@ def test_the_group_lag_shrinks_to_zero_and_covers_only_the_jobs_topics(processed
     assert set(processed.lag_after_first.values()) == {0}
     assert sum(processed.lag_before_second.values()) == processed.second_batch_records
     assert set(processed.lag_after_second.values()) == {0}
+
+
+def test_each_batch_is_a_span_linked_to_a_sample_of_its_records_producers(processed: Processed) -> None:
+    """A ``process {topics}`` span per batch of each job, in a trace of its own, with its
+    records and offsets, linked to the producers of up to 32 of its records; each of those
+    records also has a ``process`` span in its producer's trace, linked back to the batch."""
+    producers = {
+        (int(tp.split("-")[1], 16), int(tp.split("-")[2], 16))
+        for topic in TOPICS
+        for i in range(200)
+        for tp in [producer_traceparent(topic, i)]
+    }
+    batches = [s for s in processed.spans if s.parent is None and s.name == "process orders"]
+    assert len(batches) >= 2  # two runs, at most 40 records a batch
+    by_id = {}
+    for batch in batches:
+        assert batch.kind == SpanKind.CONSUMER
+        assert batch.attributes is not None
+        assert batch.attributes["streamshop.analytics.job"] == "orders"
+        assert batch.attributes["messaging.consumer.group.name"] == "analytics"
+        assert 0 < int(str(batch.attributes["messaging.batch.message_count"])) <= 40
+        offsets = batch.attributes["streamshop.analytics.offsets"]
+        assert isinstance(offsets, tuple)
+        assert all(str(o).startswith("orders-") for o in offsets)
+        assert len(batch.links) <= SAMPLE  # none for a batch of records without a traceparent
+        assert {(link.context.trace_id, link.context.span_id) for link in batch.links} <= producers
+        assert batch.context is not None
+        by_id[batch.context.span_id] = batch
+    assert sum(len(b.links) for b in batches) >= 2 * 30  # the two 40-record batches: 10 of each partition
+    sampled = [s for s in processed.spans if s.parent is not None and s.name == "process orders"]
+    assert len(sampled) == sum(len(b.links) for b in batches)
+    for span in sampled:
+        assert span.parent is not None
+        assert (span.parent.trace_id, span.parent.span_id) in producers  # in the producer's trace
+        (back,) = span.links
+        assert back.context.span_id in by_id
 
 
 def test_each_batch_prints_a_progress_line(processed: Processed) -> None:
