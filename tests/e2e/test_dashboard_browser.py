@@ -5,14 +5,21 @@ section; the screenshot is kept in ``test-artifacts/`` (or ``$STREAMSHOP_TEST_AR
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -42,7 +49,9 @@ LIVE_WITHIN_MS = 300_000
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     env = {"ANALYTICS_TRIGGER_SECONDS": "1"}
-    with running_stack(tmp_path_factory.mktemp("browser"), env=env, within=300, without=()) as running:
+    with running_stack(
+        tmp_path_factory.mktemp("browser"), env=env, within=300, without=(), args=("--observability",)
+    ) as running:
         yield running
 
 
@@ -176,9 +185,14 @@ def test_the_page_shows_live_data_from_every_part_of_the_stack(stack: Stack, bro
         timeout=90_000,
     )
 
-    # The orders are listed with their trace (no viewer without --observability: no "trace" link).
+    # The orders are listed with their trace, and a link to it in the stack's viewer (--observability).
     page.wait_for_selector('[data-testid="traced-table"] tr[data-traced^="orders["] [data-trace-logs]', timeout=90_000)
-    assert page.locator('[data-testid="traced-table"] a[data-trace]').count() == 0
+    links = page.locator('[data-testid="traced-table"] a[data-trace]')
+    assert links.count() > 0
+    viewer = stack.child("traces")["urls"]["http"] + "/zipkin/traces/"
+    assert all(
+        (href or "").startswith(viewer) for href in (links.nth(i).get_attribute("href") for i in range(links.count()))
+    )
 
     # Each service instance, from its logs: orders served the demo's requests.
     page.wait_for_function(
@@ -211,6 +225,57 @@ def frozen(pid: int) -> Callable[[], None]:
     supervisor, silent to everyone else, as a hung process is; the function resumes it."""
     os.killpg(pid, signal.SIGSTOP)
     return lambda: os.killpg(pid, signal.SIGCONT)
+
+
+def test_an_orders_trace_in_the_viewer_runs_from_its_request_through_the_relay_to_the_analytics_job(
+    stack: Stack, browser: Browser
+) -> None:
+    """One order with a caller's trace: Zipkin's API holds its HTTP request in `orders`, the
+    relay's ``send orders`` and the analytics job's ``process orders`` (its batch's sample, a
+    child of the send); Zipkin's own page shows it, and the screenshot is kept."""
+    traces, orders = stack.child("traces")["urls"]["http"], stack.child("orders")["urls"]["http"]
+    trace_id = secrets.token_hex(16)
+    body = {"customer_id": "cust-trace", "currency": "EUR", "items": [{"sku": "s", "quantity": 1, "unit_price": "1"}]}
+    request = urllib.request.Request(
+        f"{orders}/orders",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 201
+
+    def span(spans: list[dict[str, Any]], service: str, name: str) -> dict[str, Any] | None:
+        found = [s for s in spans if (s["localEndpoint"]["serviceName"], s["name"]) == (service, name)]
+        return found[0] if found else None
+
+    deadline = time.monotonic() + 300  # the job's next batch, then its exporter's next round
+    spans: list[dict[str, Any]] = []
+    wanted = (("orders", "post /orders"), ("orders", "send orders"), ("analytics", "process orders"))
+    while any(span(spans, *w) is None for w in wanted):
+        assert time.monotonic() < deadline, f"trace {trace_id} lacks one of {wanted}: {spans}"
+        time.sleep(1)
+        with (
+            contextlib.suppress(urllib.error.HTTPError),
+            urllib.request.urlopen(f"{traces}/api/v2/trace/{trace_id}", timeout=15) as response,
+        ):
+            spans = json.loads(response.read())
+    server, send, job = (span(spans, *w) for w in wanted)
+    assert server is not None
+    assert send is not None
+    assert job is not None
+    assert (server["kind"], send["kind"], job["kind"]) == ("SERVER", "PRODUCER", "CONSUMER")
+    assert send["parentId"] == server["id"]
+    assert job["parentId"] == send["id"]
+    assert job["tags"]["streamshop.analytics.job"] == "orders"
+
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.goto(f"{traces}/zipkin/traces/{trace_id}")
+    page.get_by_text("analytics", exact=False).first.wait_for(timeout=60_000)
+    page.get_by_text("send orders", exact=False).first.wait_for(timeout=60_000)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "zipkin-order-trace.png"), full_page=True)
+    page.close()
 
 
 def test_the_banner_says_what_is_wrong_the_job_stopped_or_the_broker_down_and_clears(
