@@ -62,7 +62,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running_stack(
         tmp_path_factory.mktemp("pg-stack"),
         without=("analytics", "dashboard"),
-        args=("--postgres", "--scale", SCALE),
+        args=("--postgres", "--scale", SCALE, "--observability"),
     ) as running:
         yield running
 
@@ -147,6 +147,38 @@ async def _paced_orders(
         await asyncio.sleep(max(0.0, began + (n + 1) / rate - time.monotonic()))
     await asyncio.gather(*tasks)
     return acknowledged, failures
+
+
+async def test_the_relay_of_whichever_instance_leads_continues_the_trace_of_the_request_another_took(
+    stack: Stack,
+) -> None:
+    """Orders placed through the three instances (the kernel spreads the connections), each with
+    a trace of its own: in Zipkin, each request's SERVER span and the ``send orders`` of its
+    event, its child, published by the instance leading the relay, which for some is another
+    instance than the one that took the request: the context travelled in the outbox row."""
+    orders, traces = url(stack, "orders"), url(stack, "traces")
+    trace_ids = [uuid.uuid4().hex for _ in range(12)]
+    async with aiohttp.ClientSession() as session:
+        for i, trace_id in enumerate(trace_ids):
+            headers = {"traceparent": f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01", "Connection": "close"}
+            async with session.post(f"{orders}/orders", json=order_body(i), headers=headers) as r:
+                assert r.status == 201
+
+        async def both(trace_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+            async with session.get(f"{traces}/api/v2/trace/{trace_id}") as r:
+                spans = await r.json() if r.status == 200 else []
+            server = [s for s in spans if s["name"] == "post /orders" and s.get("kind") == "SERVER"]
+            send = [s for s in spans if s["name"] == "send orders" and s.get("kind") == "PRODUCER"]
+            return (server[0], send[0]) if server and send else None
+
+        pairs = [await e2e.eventually(f"trace {t}", lambda t=t: both(t), within=180, every=1) for t in trace_ids]
+    instances = []
+    for server, send in pairs:
+        assert send["parentId"] == server["id"]
+        assert server["localEndpoint"]["serviceName"] == send["localEndpoint"]["serviceName"] == "orders"
+        instances.append((server["tags"]["service.instance.id"], send["tags"]["service.instance.id"]))
+    assert len({took for took, _ in instances}) > 1, instances  # the kernel spread the requests
+    assert any(took != sent for took, sent in instances), instances  # another instance's relay sent it
 
 
 async def test_orders_through_three_instances_lose_nothing_when_an_instance_and_the_relay_are_killed(
