@@ -13,12 +13,13 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamshop.broker_process import parse_service_ready_line
@@ -242,3 +243,56 @@ async def test_a_hung_backend_costs_the_stop_no_more_than_the_kits_bound(tmp_pat
             stopped_in = time.monotonic() - started
     assert returncode == 0
     assert stopped_in < exporter_timeout / 2, stopped_in
+
+
+@asynccontextmanager
+async def span_receiver() -> AsyncIterator[tuple[str, list[float]]]:
+    """A Zipkin v2 endpoint on an OS port that takes every POST and notes when it came."""
+    arrivals: list[float] = []
+
+    async def spans(request: web.Request) -> web.Response:
+        await request.read()
+        arrivals.append(time.monotonic())
+        return web.Response(status=202)
+
+    app = web.Application()
+    app.router.add_post("/api/v2/spans", spans)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}/api/v2/spans", arrivals
+    finally:
+        await runner.cleanup()
+
+
+async def test_with_the_sdk_disabled_nothing_is_exported_and_an_incoming_trace_still_names_the_request(
+    tmp_path: Path,
+) -> None:
+    """OTEL_SDK_DISABLED=true beside an exporter and its endpoint: requests are answered, the
+    caller's trace id is still the request's id (the API passes the context on), and the
+    receiver gets nothing in ten times what the same app enabled took to send its first spans."""
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    headers = {"traceparent": f"00-{trace_id}-b7ad6b7169203331-01"}
+    async with span_receiver() as (endpoint, arrivals), aiohttp.ClientSession() as session:
+        otel = quick_exports(OTEL_TRACES_EXPORTER="zipkin", OTEL_EXPORTER_ZIPKIN_ENDPOINT=endpoint)
+        with traced_app(tmp_path / "enabled.log", otel) as base:
+            sent = time.monotonic()
+            async with session.get(f"{base}/work", headers=headers) as response:
+                assert response.status == 200
+            while not arrivals:
+                assert time.monotonic() - sent < 60, "the enabled app exported nothing"
+                await asyncio.sleep(0.02)
+            first_export = arrivals[0] - sent
+        arrivals.clear()
+        with traced_app(tmp_path / "disabled.log", {**otel, "OTEL_SDK_DISABLED": "true"}) as base:
+            sent = time.monotonic()
+            for _ in range(20):
+                async with session.get(f"{base}/work", headers=headers) as response:
+                    assert response.status == 200
+                    assert response.headers["X-Request-ID"] == trace_id
+            await asyncio.sleep(max(1.0, 10 * first_export) - (time.monotonic() - sent))
+            assert arrivals == []
+            assert {k: v for k, v in (await span_metrics(session, base)).items() if v} == {}
