@@ -510,7 +510,7 @@ def report_tracing(args: argparse.Namespace, results: dict[str, dict[str, Any]])
         ("orders CPU ms per order", "cpu", "orders_ms_per_order", "{:.2f}"),
         ("stack CPU s, both orders steps", "cpu", "stack_s", "{:.1f}"),
     )
-    print("\n| tracing | OTEL_SDK_DISABLED=true | 100 % sampled, to Zipkin | traced / untraced |")
+    print(f"\n| tracing | OTEL_SDK_DISABLED=true | {args.trace_ratio:.0%} sampled, to Zipkin | traced / untraced |")
     print("|---|---|---|---|")
     for label, step, key, fmt in rows:
         a, b = float(off[step][key]), float(on[step][key])
@@ -553,6 +553,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tracing", action="store_true", help=f"what tracing costs: --configs {','.join(TRACING_CONFIGS)}"
     )
+    parser.add_argument(
+        "--trace-ratio",
+        type=float,
+        default=1.0,
+        help="with --tracing: the share of new traces sampled (parentbased_traceidratio; default 1: every one)",
+    )
     parser.add_argument("--rate", type=float, default=1000, help="paced POST /orders per second (default 1000)")
     parser.add_argument("--seconds", type=float, default=20, help="duration of each orders step (default 20)")
     parser.add_argument("--concurrency", type=int, default=64, help="clients of the closed-loop step (default 64)")
@@ -563,10 +569,18 @@ def main(argv: list[str] | None = None) -> int:
     names = list(TRACING_CONFIGS) if args.tracing else [n.strip() for n in args.configs.split(",") if n.strip()]
     if unknown := [n for n in names if n not in CONFIGS]:
         parser.error(f"unknown configuration {', '.join(unknown)} (known: {', '.join(CONFIGS)})")
+    if not 0 < args.trace_ratio <= 1:
+        parser.error("--trace-ratio: a share in (0, 1]")
+    environments = dict(ENVIRONMENTS)
+    if args.trace_ratio < 1:
+        environments["sqlite-traced"] = {
+            "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+            "OTEL_TRACES_SAMPLER_ARG": f"{args.trace_ratio:g}",
+        }
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         with tempfile.TemporaryDirectory(prefix="streamshop-bench-") as tmp:
-            stack = Stack(Path(tmp), CONFIGS[name], environ=ENVIRONMENTS.get(name))
+            stack = Stack(Path(tmp), CONFIGS[name], environ=environments.get(name))
             try:
                 doc = stack.wait_ready()
                 results[name] = asyncio.run(run(args, doc, stack))
