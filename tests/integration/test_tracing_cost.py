@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streamshop.broker_process import parse_service_ready_line
 from tests.support.harness import REPO
+from tests.support.services import serve_app
 
 SPANS_PER_REQUEST = 2  # GET /work: the request's server span and the handler's own
 
@@ -257,15 +258,8 @@ async def span_receiver() -> AsyncIterator[tuple[str, list[float]]]:
 
     app = web.Application()
     app.router.add_post("/api/v2/spans", spans)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}/api/v2/spans", arrivals
-    finally:
-        await runner.cleanup()
+    async with serve_app(app) as (url, _):
+        yield f"{url}/api/v2/spans", arrivals
 
 
 async def test_with_the_sdk_disabled_nothing_is_exported_and_an_incoming_trace_still_names_the_request(
