@@ -208,6 +208,11 @@ def parent_from_headers(headers: Headers | None, fallback_trace_id: str | None =
     parent = parse_traceparent(_last(headers, TRACEPARENT_HEADER))
     if parent is None and fallback_trace_id is not None and _TRACE_ID.fullmatch(fallback_trace_id):
         parent = TraceContext(fallback_trace_id, secrets.token_hex(8))
+    return _context_of(parent)
+
+
+def _context_of(parent: TraceContext | None) -> Context:
+    """A context whose current span is `parent` (remote), or an empty one: a new trace."""
     if parent is None:
         return Context()
     return trace.set_span_in_context(NonRecordingSpan(parent.span_context()), Context())
@@ -340,7 +345,6 @@ def outgoing(name: str, **attributes: Any) -> Iterator[dict[str, str]]:
 def incoming(name: str, traceparent: str | None, **attributes: Any) -> Iterator[Span]:
     """A SERVER span, child of `traceparent` when it is valid (else a new trace), current
     while the call is served."""
-    parent = parse_traceparent(traceparent)
-    context = trace.set_span_in_context(NonRecordingSpan(parent.span_context()), Context()) if parent else Context()
+    context = _context_of(parse_traceparent(traceparent))
     with _tracer.start_as_current_span(name, context=context, kind=SpanKind.SERVER, attributes=attributes) as span:
         yield span
