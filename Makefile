@@ -109,8 +109,8 @@ docker: docker-tools
 	@compose/docker-host.sh engine
 
 # The images compose/local.env names, for a host that reaches no image registry
-# (compose/local/build.sh, as root: debootstrap), with a running engine and Kafka's jars.
-docker-images: docker kafka
+# (compose/local/build.sh, as root: debootstrap), with a running engine and Kafka's and Zipkin's jars.
+docker-images: docker kafka zipkin
 	$(SUDO) compose/local/build.sh
 
 # Debian's fiu-utils (libfiu: fiu-run, fiu-ctrl), for the fault tier (`pytest -m fault`): it fails
@@ -147,7 +147,7 @@ test: setup browser kafka zipkin prometheus postgres docker-tools faults
 
 # The compose tier alone: builds the images (on a local Debian base: no image registry needed)
 # and runs docker-compose.yml's profiles, one after the other (tests/compose/).
-test-compose: setup kafka postgres docker-tools
+test-compose: setup kafka zipkin postgres docker-tools
 	$(CACHE_BYTECODE) $(PY) -m pytest -q --durations=10 -m compose tests/compose $(COMPOSE_ARGS)
 
 # The fast tier, for development: no JVM (Kafka, Spark), no browser, no stack, no fuzzer; needs

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The three images compose/local.env names, made on this host from Debian's packages and Maven
+# The five images compose/local.env names, made on this host from Debian's packages and Maven
 # Central's jars, for a Docker engine that reaches no image registry:
 #
 #   sudo compose/local/build.sh
@@ -8,8 +8,10 @@
 # STREAMSHOP_BASE_IMAGE: Debian bookworm with Python 3.11 (compose/local/base.sh), kept while
 # that script is unchanged; the Dockerfile's two images build on it (compose's --build).
 # KAFKA_IMAGE: the Apache Kafka release `streamshop kafka-cluster` runs, from the jars `make kafka`
-# fetched, on Debian's Java 17.  POSTGRES_IMAGE: Debian's PostgreSQL 15.  Docker's build cache
-# makes a rebuild of an unchanged recipe take seconds.
+# fetched, on Debian's Java 17.  POSTGRES_IMAGE: Debian's PostgreSQL 15.  ZIPKIN_IMAGE and
+# PROMETHEUS_IMAGE, the `observability` profile's: Zipkin's server from the jar `make zipkin`
+# fetched, on Debian's Java 17, and Debian's Prometheus.  Docker's build cache makes a rebuild of
+# an unchanged recipe take seconds.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 set -a
@@ -34,3 +36,10 @@ echo "$KAFKA_IMAGE: built"
 docker build --quiet --build-arg BASE="$STREAMSHOP_BASE_IMAGE" -t "$POSTGRES_IMAGE" \
   -f compose/local/postgres/Dockerfile compose/local/postgres > /dev/null
 echo "$POSTGRES_IMAGE: built"
+
+compose/local/zipkin/build.sh "$ZIPKIN_IMAGE" -- --quiet > /dev/null
+echo "$ZIPKIN_IMAGE: built"
+
+docker build --quiet --build-arg BASE="$STREAMSHOP_BASE_IMAGE" -t "$PROMETHEUS_IMAGE" \
+  -f compose/local/prometheus/Dockerfile compose/local/prometheus > /dev/null
+echo "$PROMETHEUS_IMAGE: built"
