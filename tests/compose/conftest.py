@@ -31,7 +31,7 @@ def images(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     """The local images of compose/local.env, then the Dockerfile's two on that base, built by
     compose from the file as a user's `up --build` would."""
     seconds = build_local_images(docker_host, tmp_path_factory.mktemp("build") / "build.log")
-    FIGURES["build: local base, Kafka and PostgreSQL images"] = f"{seconds:.0f} s"
+    FIGURES["build: local base, Kafka, PostgreSQL, Zipkin and Prometheus images"] = f"{seconds:.0f} s"
     began = time.monotonic()
     Compose(docker_host, "streamshop-build", profiles=("bundled",))("build", timeout=1800)
     FIGURES["build: the broker and app images (compose build)"] = f"{time.monotonic() - began:.0f} s"

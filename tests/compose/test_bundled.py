@@ -1,22 +1,43 @@
-"""The default profile (the bundled broker) as a compose user runs it: `up --wait` returns when
-every service is healthy; an order POSTed on :8001 is a keyed Avro event on `orders`; an OTP
-reaches both senders and the catcher; the logs service finds the order's logs; the dashboard
-sees every group; a killed service comes back by its restart policy; `down` and `up` keep the
-named volumes' data; `down -v` leaves nothing behind."""
+"""The default profile (the bundled broker) as a compose user runs it, with the `observability`
+profile added as compose/observability.env adds it (`--env-file .env --env-file
+compose/observability.env`, no --profile flag): `up --wait` returns when every service is
+healthy; an order POSTed on :8001 is a keyed Avro event on `orders`; an OTP reaches both senders
+and the catcher; the logs service finds the order's logs; the dashboard sees every group; an
+order's and an OTP's traces are in Zipkin on :9411 and the dashboard links to them; Prometheus on
+:9090 scrapes every service and answers the orders rate; a killed service comes back by its
+restart policy; `down` and `up` keep the named volumes' data; `down -v` leaves nothing behind.
+
+The observability profile only adds two containers and turns the services' span export on:
+everything else checked here is what the default run does (`up --wait` of the default alone is
+test_readme_docker's).  One stack for both saves the tier a full start."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.compose.conftest import FIGURES, running
-from tests.compose.stackcheck import DASHBOARD, LOGS, ORDERS, eventually, http, otp_delivered, post_order, read_orders
-from tests.support.docker import Compose, docker
+from tests.compose.stackcheck import (
+    DASHBOARD,
+    LOGS,
+    ORDERS,
+    OTP,
+    eventually,
+    http,
+    order_body,
+    otp_delivered,
+    post_order,
+    read_orders,
+)
+from tests.integration.test_stack_observability import _ORDERS_PLACED, _ORDERS_RATE, _query, _spans
+from tests.support.docker import LOCAL_ENV, OBSERVABILITY_ENV, Compose, docker
+from tests.support.harness import REPO
 
 pytestmark = pytest.mark.compose
 
@@ -25,8 +46,9 @@ ORDER_IDS: list[str] = []  # the orders of this run, checked again after `down` 
 
 @pytest.fixture(scope="module")
 def stack(docker_host: str, images: None) -> Iterator[Compose]:
-    project = Compose(docker_host, "streamshop-test")  # .env's profile: bundled
-    with running(project, "up --wait, bundled broker (cold volumes)") as up:
+    # The profiles of the last env file's COMPOSE_PROFILES: bundled and observability.
+    project = Compose(docker_host, "streamshop-test", env_files=(REPO / ".env", LOCAL_ENV, OBSERVABILITY_ENV))
+    with running(project, "up --wait, bundled broker and observability (cold volumes)") as up:
         yield up
 
 
@@ -66,6 +88,91 @@ def test_the_dashboard_sees_every_group(stack: Compose) -> None:
     eventually("every group on the dashboard", groups, within=300, every=2)
 
 
+ZIPKIN = "http://127.0.0.1:9411"
+PROMETHEUS = "http://127.0.0.1:9090"
+# Every service serving /metrics, by its job in the compose file's Prometheus configuration.
+SCRAPED = {"prometheus", "traces", "broker", "registry", "catcher", "orders", "otp", "logs", "sms-sender",
+           "email-sender", "dashboard"}  # fmt: skip
+
+
+def traced(trace_id: str, complete: Any, within: float = 300) -> list[dict[str, Any]]:
+    """Zipkin's spans of `trace_id` through its published port, once `complete(spans)` (each
+    process's batch processor exports every few seconds; the analytics job's span comes with its
+    next micro-batch)."""
+
+    def listed() -> list[dict[str, Any]] | None:
+        status, spans = http("GET", f"{ZIPKIN}/api/v2/trace/{trace_id}")
+        return spans if status == 200 and complete(spans) else None
+
+    return eventually(f"the spans of trace {trace_id} in Zipkin", listed, within=within, every=2)
+
+
+def test_an_orders_trace_in_zipkin_holds_its_request_the_relays_send_and_the_analytics_job(stack: Compose) -> None:
+    trace_id, caller = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    status, order = http("POST", f"{ORDERS}/orders", order_body(9), {"traceparent": f"00-{trace_id}-{caller}-01"})
+    assert status == 201, order
+
+    def complete(spans: list[dict[str, Any]]) -> bool:
+        return bool(
+            _spans(spans, "orders", "post /orders", "SERVER")
+            and _spans(spans, "orders", "send orders", "PRODUCER")
+            and _spans(spans, "analytics", "process orders", "CONSUMER")
+        )
+
+    spans = traced(trace_id, complete)
+    (server,) = _spans(spans, "orders", "post /orders", "SERVER")
+    assert server["parentId"] == caller
+    (send,) = _spans(spans, "orders", "send orders", "PRODUCER")
+    assert send["parentId"] == server["id"]  # the relay's send, in the request's trace
+    assert send["tags"]["messaging.kafka.message.key"] == order["order_id"]
+    assert {s["parentId"] for s in _spans(spans, "analytics", "process orders", "CONSUMER")} == {send["id"]}
+
+    # The dashboard links the order to that trace, at the address the browser opens.
+    def listed() -> dict[str, Any] | None:
+        got, body = http("GET", f"{DASHBOARD}/api/traced")
+        items = body.get("items", []) if got == 200 and isinstance(body, dict) else []
+        return next((item for item in items if item.get("key") == order["order_id"]), None)
+
+    item = eventually("the order among the dashboard's traced items", listed)
+    assert item["trace_url"] == f"{ZIPKIN}/zipkin/traces/{trace_id}"
+    assert http("GET", item["trace_url"])[0] == 200
+
+
+def test_an_otp_requests_trace_in_zipkin_reaches_both_senders_and_the_catcher(stack: Compose) -> None:
+    trace_id = uuid.uuid4().hex
+    body = {"user_id": "compose-traced", "channels": ["sms", "email"], "phone": "+15550199", "email": "t@example.com"}
+    status, answer = http("POST", f"{OTP}/otp", body, {"traceparent": f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"})
+    assert status == 202, answer
+
+    def complete(spans: list[dict[str, Any]]) -> bool:
+        return bool(
+            _spans(spans, "otp", "post /otp", "SERVER")
+            and _spans(spans, "sms-sender", "process otp.requests", "CONSUMER")
+            and _spans(spans, "email-sender", "process otp.requests", "CONSUMER")
+            and _spans(spans, "catcher", "post /sms", "SERVER")
+            and _spans(spans, "catcher", "smtp receive", "SERVER")
+        )
+
+    traced(trace_id, complete, within=180)
+
+
+def test_prometheus_scrapes_every_service_and_answers_the_orders_rate(stack: Compose) -> None:
+    def all_up() -> list[dict[str, Any]] | None:
+        status, body = http("GET", f"{PROMETHEUS}/api/v1/targets")
+        targets = body["data"]["activeTargets"] if status == 200 else []
+        jobs = {t["labels"]["job"] for t in targets}
+        return targets if jobs >= SCRAPED and all(t["health"] == "up" for t in targets) else None
+
+    targets = eventually("every target up", all_up, within=180, every=2)
+    by_job = {t["labels"]["job"]: t["scrapeUrl"] for t in targets}
+    assert by_job["traces"].endswith(":9411/prometheus"), by_job
+    assert by_job["broker"].endswith(":9644/metrics"), by_job
+    # A rate once Prometheus saw the counter grow: the orders of the tests above start the series.
+    assert eventually("the orders counter", lambda: _query(PROMETHEUS, _ORDERS_PLACED), within=120) >= 1
+    post_order(10)
+    assert eventually("the orders rate", lambda: _query(PROMETHEUS, _ORDERS_RATE) or None, within=120) > 0
+
+
 def test_logs_are_json_lines(stack: Compose) -> None:
     lines = stack("logs", "--no-color", "--no-log-prefix", "orders").stdout.splitlines()
     events = [json.loads(line) for line in lines if line.startswith("{")]
@@ -90,7 +197,7 @@ def test_a_killed_service_comes_back_by_its_restart_policy(stack: Compose) -> No
 
 def test_down_and_up_keep_the_named_volumes(stack: Compose) -> None:
     stack("down", "--timeout", "20")
-    FIGURES["up --wait, bundled broker (volumes kept)"] = f"{stack.up():.0f} s"
+    FIGURES["up --wait, bundled broker and observability (volumes kept)"] = f"{stack.up():.0f} s"
     for order_id in ORDER_IDS:
         status, order = http("GET", f"{ORDERS}/orders/{order_id}")
         assert status == 200, order

@@ -28,6 +28,7 @@ from tests.support.harness import REPO
 COMPOSE = str(Path(importlib.util.find_spec("compose").origin or "").with_name("docker-compose"))  # type: ignore[union-attr]
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 LOCAL_ENV = REPO / "compose" / "local.env"
+OBSERVABILITY_ENV = REPO / "compose" / "observability.env"
 BUILD_LOCAL = REPO / "compose" / "local" / "build.sh"
 
 
@@ -234,8 +235,8 @@ class Compose:
 
 
 def build_local_images(host: str, log: Path, timeout: float = 1800) -> float:
-    """compose/local/build.sh: the base, Kafka and PostgreSQL images compose/local.env names
-    (each kept while its recipe is unchanged), in seconds."""
+    """compose/local/build.sh: the base, Kafka, PostgreSQL, Zipkin and Prometheus images
+    compose/local.env names (each kept while its recipe is unchanged), in seconds."""
     began = time.monotonic()
     with log.open("a") as out:
         done = subprocess.run(
