@@ -1,7 +1,7 @@
 """Request ids and traces with OpenTelemetry's API, across HTTP and Kafka.
 
-One HTTP request has one server span (OpenTelemetry's aiohttp instrumentation: a child of an
-incoming ``traceparent``, else a new trace) and one request id (the incoming ``X-Request-ID``
+One HTTP request has one server span (kit.http_tracing: a child of an incoming
+``traceparent``, else a new trace) and one request id (the incoming ``X-Request-ID``
 when it is a sane token, else the trace id).  While they are current, every log line carries
 ``request_id``, ``trace_id`` and ``span_id`` (kit.logging), and `kafka_headers()` gives the
 headers to store with the events the request causes.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +39,9 @@ __all__ = [
     "RequestContext",
     "TraceContext",
     "batch_span",
+    "child_span",
     "current_context",
+    "db_span",
     "incoming",
     "kafka_headers",
     "new_request_id",
@@ -50,6 +52,7 @@ __all__ = [
     "request_id_for",
     "request_scope",
     "send_span",
+    "sql_verb",
     "use_context",
 ]
 
@@ -326,6 +329,37 @@ def batch_span(
         attributes=_messaging(topic, "process", **more),
     ) as span:
         yield span
+
+
+@contextmanager
+def child_span(name: str, *, kind: SpanKind = SpanKind.INTERNAL, **attributes: Any) -> Iterator[Span]:
+    """A span current while the work runs, made only inside a recorded trace: work outside any
+    request (a relay's poll, a timer) starts no trace of its own, and an unsampled request's
+    work costs no span."""
+    if not trace.get_current_span().is_recording():
+        yield trace.INVALID_SPAN
+        return
+    with _tracer.start_as_current_span(name, kind=kind, attributes=attributes) as span:
+        yield span
+
+
+def db_span(system: str, namespace: str, operation: str) -> AbstractContextManager[Span]:
+    """A CLIENT span for one call of a database's (`child_span`: inside a recorded trace only),
+    named and attributed by OpenTelemetry's database conventions.  `operation` is a statement's
+    verb, or ``write`` / ``read`` / ``transaction`` for a whole transaction: one span, its wait
+    for a group commit included, rather than a span per statement (group commits run many
+    requests' statements in one transaction, on a task that is none of theirs)."""
+    return child_span(
+        f"{operation} {namespace}",
+        kind=SpanKind.CLIENT,
+        **{"db.system.name": system, "db.namespace": namespace, "db.operation.name": operation},
+    )
+
+
+def sql_verb(sql: str) -> str:
+    """A statement's first word, upper case: its ``db.operation.name``."""
+    head = sql.lstrip()[:16].split(None, 1)
+    return head[0].upper() if head else "SQL"
 
 
 # -- other protocols (SMTP) ---------------------------------------------------------------------------

@@ -40,13 +40,15 @@ import contextlib
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any, Self, TypeVar
 
 import asyncpg
+from opentelemetry.trace import Span
 
 from kit.health import Check
 from kit.logging import get_logger
+from kit.tracing import db_span, sql_verb
 from services.common.db import (
     DatabaseUnavailable,
     Migration,
@@ -342,6 +344,10 @@ class PostgresDatabase:
         its result, or its exception with nothing of it written; `DatabaseUnavailable` at once
         when `max_queued_writes` writes already wait.  A caller cancelled while its write waits
         in a batch does not undo it (the batch is everyone's)."""
+        with self._span("write"):
+            return await self._write(fn)
+
+    async def _write(self, fn: Callable[[Session], Awaitable[T]]) -> T:
         if self._running_writes < self.write_batches:
             self._running_writes += 1
             try:
@@ -509,31 +515,39 @@ class PostgresDatabase:
 
     async def read(self, fn: Callable[[Session], Awaitable[T]]) -> T:
         """`fn(session)` in a read-only REPEATABLE READ transaction: one snapshot for all its reads."""
-        return await self._run(fn, readonly=True)
+        with self._span("read"):
+            return await self._run(fn, readonly=True)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Session]:
-        async with self._connection() as conn:
-            session = PgSession(conn)
-            async with conn.transaction():
-                yield session
-                await session.flush()
+        with self._span("transaction"):
+            async with self._connection() as conn:
+                session = PgSession(conn)
+                async with conn.transaction():
+                    yield session
+                    await session.flush()
         for callback in session.commit_callbacks:
             callback()
 
     async def execute(self, sql: str, params: Params = ()) -> int:
-        async with self._connection() as conn:
-            return _rows_changed(await conn.execute(numbered(sql), *params))
+        with self._span(sql_verb(sql)):
+            async with self._connection() as conn:
+                return _rows_changed(await conn.execute(numbered(sql), *params))
 
     async def fetchone(self, sql: str, params: Params = ()) -> Row | None:
-        async with self._connection() as conn:
-            row: Row | None = await conn.fetchrow(numbered(sql), *params)
-            return row
+        with self._span(sql_verb(sql)):
+            async with self._connection() as conn:
+                row: Row | None = await conn.fetchrow(numbered(sql), *params)
+                return row
 
     async def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
-        async with self._connection() as conn:
-            rows: list[Row] = await conn.fetch(numbered(sql), *params)
-            return rows
+        with self._span(sql_verb(sql)):
+            async with self._connection() as conn:
+                rows: list[Row] = await conn.fetch(numbered(sql), *params)
+                return rows
+
+    def _span(self, operation: str) -> AbstractContextManager[Span]:
+        return db_span(self.dialect, self.target.rsplit("/", 1)[-1] or "postgres", operation)
 
     async def ping(self) -> bool:
         try:

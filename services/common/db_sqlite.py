@@ -44,11 +44,14 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
+from opentelemetry.trace import Span
+
 from kit.logging import get_logger
+from kit.tracing import db_span, sql_verb
 from services.common.db import Migration, Params, Row, Session, Step, check_version, drive
 
 __all__ = ["SqliteDatabase"]
@@ -174,19 +177,26 @@ class SqliteDatabase:
 
     async def read(self, fn: Callable[[Session], Awaitable[T]]) -> T:
         """`fn(session)` in the worker thread in one hop, outside any transaction."""
-        return await self.run(lambda conn: drive(fn(ThreadSession(conn))))  # type: ignore[arg-type]
+        with self._span("read"):
+            return await self.run(lambda conn: drive(fn(ThreadSession(conn))))  # type: ignore[arg-type]
 
     async def execute(self, sql: str, params: Params = ()) -> int:
         """One statement in autocommit mode; the rows it changed."""
-        return await self.run(lambda c: c.execute(sql, params).rowcount)
+        with self._span(sql_verb(sql)):
+            return await self.run(lambda c: c.execute(sql, params).rowcount)
 
     async def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
-        rows: list[Row] = await self.run(lambda c: c.execute(sql, params).fetchall())
+        with self._span(sql_verb(sql)):
+            rows: list[Row] = await self.run(lambda c: c.execute(sql, params).fetchall())
         return rows
 
     async def fetchone(self, sql: str, params: Params = ()) -> Row | None:
-        row: Row | None = await self.run(lambda c: c.execute(sql, params).fetchone())
+        with self._span(sql_verb(sql)):
+            row: Row | None = await self.run(lambda c: c.execute(sql, params).fetchone())
         return row
+
+    def _span(self, operation: str) -> AbstractContextManager[Span]:
+        return db_span(self.dialect, self.path.name, operation)
 
     async def ping(self) -> bool:
         """True when the database answers a query (for readiness checks)."""
@@ -200,6 +210,12 @@ class SqliteDatabase:
     async def transaction(self) -> AsyncIterator[Session]:
         """`BEGIN IMMEDIATE`; commit when the body ends, roll back when it raises (or is cancelled)."""
         self._check_not_in_transaction()
+        with self._span("transaction"):
+            async with self._transaction() as tx:
+                yield tx
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Session]:
         async with self._lock:
             conn = self._connection()
             try:
@@ -242,7 +258,8 @@ class SqliteDatabase:
         self._writes.append((fn, future))  # type: ignore[arg-type]
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_batches(), name=f"sqlite-writes-{self.path.name}")
-        return await future
+        with self._span("write"):
+            return await future
 
     async def _write_batches(self) -> None:
         while self._writes:

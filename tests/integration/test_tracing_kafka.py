@@ -110,3 +110,13 @@ async def test_an_orders_trace_runs_from_the_http_request_through_the_outbox_to_
     assert process.attributes["messaging.kafka.offset"] == 0
     assert server.attributes is not None
     assert server.attributes["http.response.status_code"] == 201
+    # The request's transaction is one CLIENT span, its wait for the group commit included; the
+    # relay's polls of the outbox, outside any request, start no trace of their own.
+    (write,) = named(finished, "write orders.db")
+    assert write.kind == SpanKind.CLIENT
+    assert _parent(write) == _id(server)
+    assert write.attributes is not None
+    assert write.attributes["db.system.name"] == "sqlite"
+    assert write.attributes["db.operation.name"] == "write"
+    database = [s for s in finished if s.attributes and "db.system.name" in s.attributes]
+    assert all(hex_trace(s) == TRACE_ID for s in database), [(s.name, hex_trace(s)) for s in database]
