@@ -32,6 +32,7 @@ from tests.support import processes
 from tests.support.fault_clients import Fleet
 from tests.support.harness import BrokerProcess, ThreadBroker
 from tests.support.registry import registry
+from tests.support.timeline import Timeline
 
 # Every Spark JVM of the run (the shared session, and each analytics job or stack it starts, which
 # inherit the environment) is short-lived and small: C1 alone starts one with about a third less
@@ -61,6 +62,8 @@ hypothesis.settings.load_profile("streamshop")
 def pytest_configure(config: pytest.Config) -> None:
     processes.mark_run()
     processes.interrupt_on_sigterm()
+    if not hasattr(config, "workerinput"):  # the controller sees every worker's reports
+        config.pluginmanager.register(Timeline(), "streamshop-timeline")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups

@@ -25,12 +25,11 @@ _tracer = trace.get_tracer("tests")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    """Which backend, and its file or URL (the PostgreSQL server started outside any loop)."""
+def target(request: pytest.FixtureRequest, tmp_path: Path, pg_server: postgres.Server) -> tuple[str, str]:
+    """Which backend, and its file or URL (a new database made outside any event loop)."""
     if request.param == "sqlite":
         return "sqlite", str(tmp_path / "spans.db")
-    server: postgres.Server = request.getfixturevalue("pg_server")
-    return "postgresql", fresh_database(server)
+    return "postgresql", fresh_database(pg_server)
 
 
 @pytest.fixture
