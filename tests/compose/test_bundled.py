@@ -4,8 +4,9 @@ compose/observability.env`, no --profile flag): `up --wait` returns when every s
 healthy; an order POSTed on :8001 is a keyed Avro event on `orders`; an OTP reaches both senders
 and the catcher; the logs service finds the order's logs; the dashboard sees every group; an
 order's and an OTP's traces are in Zipkin on :9411 and the dashboard links to them; Prometheus on
-:9090 scrapes every service and answers the orders rate; a killed service comes back by its
-restart policy; `down` and `up` keep the named volumes' data; `down -v` leaves nothing behind.
+:9090 scrapes every service and answers the orders rate; with Zipkin stopped orders are still
+placed, their spans' failed exports counted; a killed service comes back by its restart policy;
+`down` and `up` keep the named volumes' data; `down -v` leaves nothing behind.
 
 The observability profile only adds two containers and turns the services' span export on:
 everything else checked here is what the default run does (`up --wait` of the default alone is
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import uuid
 from collections.abc import Iterator
@@ -171,6 +173,27 @@ def test_prometheus_scrapes_every_service_and_answers_the_orders_rate(stack: Com
     assert eventually("the orders counter", lambda: _query(PROMETHEUS, _ORDERS_PLACED), within=120) >= 1
     post_order(10)
     assert eventually("the orders rate", lambda: _query(PROMETHEUS, _ORDERS_RATE) or None, within=120) > 0
+
+
+def test_a_stopped_zipkin_costs_spans_not_orders(stack: Compose) -> None:
+    """Nothing waits for the viewer: with it stopped, orders are still placed; their spans'
+    exports fail and are counted on /metrics."""
+
+    def failures() -> float:
+        status, text = http("GET", f"{ORDERS}/metrics")
+        assert status == 200, text
+        found = re.search(r"^otel_span_export_failures_total ([0-9.e+]+)$", str(text), re.M)
+        assert found, text
+        return float(found.group(1))
+
+    stack("stop", "traces")
+    try:
+        before = failures()
+        order_id = post_order(11)
+        assert http("GET", f"{ORDERS}/orders/{order_id}")[0] == 200
+        eventually("an export of the orders service failed", lambda: failures() > before, within=120, every=1)
+    finally:
+        stack("start", "traces")
 
 
 def test_logs_are_json_lines(stack: Compose) -> None:
