@@ -35,9 +35,27 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from kit import span_export
 from kit.settings import ConfigError
 
-__all__ = ["EXPORTERS", "configure", "exporter_name", "queue_size", "shutdown"]
+__all__ = ["EXPORTERS", "VARIABLES", "configure", "exporter_name", "queue_size", "shutdown"]
 
 EXPORTERS = ("otlp", "zipkin", "console", "none")
+# The standard variables the kit and the SDK read: every process's settings besides its own.
+VARIABLES = frozenset(
+    {
+        "OTEL_SDK_DISABLED",
+        "OTEL_SERVICE_NAME",
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "OTEL_TRACES_SAMPLER",
+        "OTEL_TRACES_SAMPLER_ARG",
+        "OTEL_TRACES_EXPORTER",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_ZIPKIN_ENDPOINT",
+        "OTEL_BSP_MAX_QUEUE_SIZE",
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+        "OTEL_BSP_SCHEDULE_DELAY",
+        "OTEL_BSP_EXPORT_TIMEOUT",
+    }
+)
 DEFAULT_QUEUE_SIZE = 2048  # the specification's default for OTEL_BSP_MAX_QUEUE_SIZE
 DEFAULT_BATCH_SIZE = 512  # ... and for OTEL_BSP_MAX_EXPORT_BATCH_SIZE
 

@@ -128,11 +128,21 @@ def test_local_env_names_an_image_for_each_variable_the_compose_file_reads() -> 
         for line in (REPO / "compose" / "local.env").read_text().splitlines()
         if "=" in line and not line.startswith("#")
     )
-    assert set(local) == {BASE_ARG, "KAFKA_IMAGE", "POSTGRES_IMAGE"}
+    assert set(local) == {BASE_ARG, "KAFKA_IMAGE", "POSTGRES_IMAGE", "ZIPKIN_IMAGE", "PROMETHEUS_IMAGE"}
     assert f"ARG {BASE_ARG}=" in DOCKERFILE
     swapped = {name: image(name, local) for name in SERVICES if image(name) != image(name, local)}
     from streamshop.kafka_jars import KAFKA_VERSION
+    from streamshop.zipkin_jar import ZIPKIN_VERSION
 
-    assert {image(name) for name in swapped} == {"postgres:15", f"apache/kafka:{KAFKA_VERSION}"}
+    assert {image(name) for name in swapped} == {
+        "postgres:15",
+        f"apache/kafka:{KAFKA_VERSION}",
+        f"openzipkin/zipkin:{ZIPKIN_VERSION}",
+        image("prometheus"),
+    }
+    assert image("prometheus").startswith("prom/prometheus:")
     assert local["KAFKA_IMAGE"].endswith(f":{KAFKA_VERSION}")  # the same release, from Maven Central's jars
-    assert set(swapped.values()) == {local["KAFKA_IMAGE"], local["POSTGRES_IMAGE"]}
+    assert local["ZIPKIN_IMAGE"].endswith(f":{ZIPKIN_VERSION}")  # the jar `make zipkin` fetches
+    assert set(swapped.values()) == {
+        local[name] for name in ("KAFKA_IMAGE", "POSTGRES_IMAGE", "ZIPKIN_IMAGE", "PROMETHEUS_IMAGE")
+    }

@@ -85,6 +85,9 @@ def test_named_volumes_are_declared_used_and_each_holds_one_process_state(monkey
         if name == "postgres":
             assert target == "/var/lib/postgresql/data", name  # the official image's PGDATA
             continue
+        if name == "prometheus":
+            assert f"--storage.tsdb.path={target}" in argv, name
+            continue
         if not runs_streamshop(name):
             assert env["KAFKA_LOG_DIRS"] == target, name
             continue

@@ -67,8 +67,9 @@ def streamshop_one_shots() -> dict[str, list[str]]:
 def test_the_compose_file_has_services_volumes_one_network_and_extension_fields_only() -> None:
     top = {"name", "services", "volumes", "networks", "configs"}
     assert set(COMPOSE) - top <= {k for k in COMPOSE if k.startswith("x-")}
-    # The one config: the postgres profile's databases, made by the official image on first start.
-    assert set(COMPOSE.get("configs", {})) == {"postgres-databases"}
+    # The postgres profile's databases, made by the official image on first start, and the
+    # observability profile's Prometheus configuration.
+    assert set(COMPOSE.get("configs", {})) == {"postgres-databases", "prometheus"}
     assert set(COMPOSE["networks"]) == {"default"}
 
 
@@ -119,6 +120,10 @@ def test_every_service_runs_the_project_image_or_apache_kafka() -> None:
             assert image(name) == "streamshop:local", name
         elif name == "postgres":
             assert image(name).startswith("postgres:"), name  # the official image
+        elif name == "traces":
+            assert image(name).startswith("openzipkin/zipkin:"), name
+        elif name == "prometheus":
+            assert image(name).startswith("prom/prometheus:"), name
         else:
             assert image(name).startswith("apache/kafka:"), name
 
@@ -163,6 +168,11 @@ def test_every_http_service_is_healthy_when_its_readiness_endpoint_answers() -> 
             assert _probe(name) == (http_port(name), "/")
         elif name == "postgres":
             assert service["healthcheck"]["test"][:2] == ["CMD", "pg_isready"], name
+        elif name == "traces":
+            assert service["healthcheck"]["test"] == ["CMD", "docker-healthcheck"], name  # the image's: GET /health
+        elif name == "prometheus":
+            assert service["healthcheck"]["test"][:3] == ["CMD", "promtool", "query"], name
+            assert f"http://127.0.0.1:{http_port(name)}" in service["healthcheck"]["test"], name
         elif is_long_running(name):
             test = service["healthcheck"]["test"]
             assert test[:2] == ["CMD", "/opt/kafka/bin/kafka-broker-api-versions.sh"], name

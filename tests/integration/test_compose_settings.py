@@ -20,6 +20,7 @@ from analytics.settings import ENV as ANALYTICS_ENV
 from analytics.settings import AnalyticsConfig
 from broker.settings import BrokerSettings
 from contracts.otp import SEAL_KEY_BYTES
+from kit import telemetry
 from kit.settings import Settings
 from loadtest.targets import LoadTargets
 from registry.config import RegistryConfig
@@ -58,6 +59,9 @@ def test_every_variable_a_service_sets_is_a_setting_of_that_service(monkeypatch:
         env = environment(name)
         # Read by the CLI itself (and the locustfile) before any component: streamshop.env_file
         assert env.pop(ENV_FILE, None), f"{name} names no settings file"
+        # OpenTelemetry's standard variables, read by kit.telemetry in every process: a valid exporter
+        traced = {k: env.pop(k) for k in set(env) & telemetry.VARIABLES}
+        telemetry.exporter_name(traced)
         sub = argv[0]
         if sub in SERVICE_CONFIGS:
             cls = SERVICE_CONFIGS[sub]

@@ -187,6 +187,8 @@ def http_port(service: str) -> int:
         return admin.port
     if runs_locust(service):
         return int(argv[argv.index("--web-port") + 1])
+    if service in OTHER_HTTP_PORTS:
+        return OTHER_HTTP_PORTS[service]
     raise AssertionError(f"{service} serves no HTTP")
 
 
@@ -197,6 +199,9 @@ def url_target(url: str) -> tuple[str, int]:
     return parts.hostname, parts.port
 
 
+# Others' images serving HTTP, on their own default ports: Zipkin's QUERY_PORT, Prometheus's
+# --web.listen-address.
+OTHER_HTTP_PORTS = {"traces": 9411, "prometheus": 9090}
 BASE_ARG = "STREAMSHOP_BASE_IMAGE"  # the Dockerfile's base, taken from the environment when set
 
 
