@@ -28,7 +28,8 @@ class Timeline:
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         _, at, group = report.nodeid.rpartition("@")
-        group = group if at and "::" not in group else "(no group)"
+        # A parameter may hold an "@" too (an e-mail address): a group name has no "]" or "::".
+        group = group if at and "::" not in group and "]" not in group else "(no group)"
         self.by_group[group] += report.duration
         if report.when == "call":
             self.tests_by_group[group] += 1
