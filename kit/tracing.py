@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +39,6 @@ __all__ = [
     "RequestContext",
     "TraceContext",
     "batch_span",
-    "child_span",
     "current_context",
     "db_span",
     "incoming",
@@ -332,28 +331,33 @@ def batch_span(
 
 
 @contextmanager
-def child_span(name: str, *, kind: SpanKind = SpanKind.INTERNAL, **attributes: Any) -> Iterator[Span]:
-    """A span current while the work runs, made only inside a recorded trace: work outside any
-    request (a relay's poll, a timer) starts no trace of its own, and an unsampled request's
-    work costs no span."""
+def db_span(system: str, namespace: str, operation: str) -> Iterator[Span]:
+    """A CLIENT span for one call of a database's, named and attributed by OpenTelemetry's
+    database conventions.  `operation` is a statement's verb, or ``write`` / ``read`` /
+    ``transaction`` for a whole transaction: one span, its wait for a group commit included,
+    rather than a span per statement (group commits run many requests' statements in one
+    transaction, on a task that is none of theirs).
+
+    Made only inside a recorded trace: work outside any request (a relay's poll) starts no trace
+    of its own, and an unsampled request's calls cost no span.  Not made current: what a
+    transaction's body causes (an outbox row's context) stays the request's child."""
     if not trace.get_current_span().is_recording():
         yield trace.INVALID_SPAN
         return
-    with _tracer.start_as_current_span(name, kind=kind, attributes=attributes) as span:
-        yield span
-
-
-def db_span(system: str, namespace: str, operation: str) -> AbstractContextManager[Span]:
-    """A CLIENT span for one call of a database's (`child_span`: inside a recorded trace only),
-    named and attributed by OpenTelemetry's database conventions.  `operation` is a statement's
-    verb, or ``write`` / ``read`` / ``transaction`` for a whole transaction: one span, its wait
-    for a group commit included, rather than a span per statement (group commits run many
-    requests' statements in one transaction, on a task that is none of theirs)."""
-    return child_span(
+    span = _tracer.start_span(
         f"{operation} {namespace}",
         kind=SpanKind.CLIENT,
-        **{"db.system.name": system, "db.namespace": namespace, "db.operation.name": operation},
+        attributes={"db.system.name": system, "db.namespace": namespace, "db.operation.name": operation},
     )
+    try:
+        yield span
+    except Exception as e:
+        span.record_exception(e)
+        span.set_status(trace.Status(trace.StatusCode.ERROR, type(e).__name__))
+        span.set_attribute("error.type", type(e).__name__)
+        raise
+    finally:
+        span.end()
 
 
 def sql_verb(sql: str) -> str:

@@ -37,9 +37,9 @@ from tests.compose.stackcheck import (
     post_order,
     read_orders,
 )
-from tests.integration.test_stack_observability import _ORDERS_PLACED, _ORDERS_RATE, _query, _spans
 from tests.support.docker import LOCAL_ENV, OBSERVABILITY_ENV, Compose, docker
 from tests.support.harness import REPO
+from tests.support.observability import ORDERS_PLACED, ORDERS_RATE, query, spans_of
 
 pytestmark = pytest.mark.compose
 
@@ -116,18 +116,18 @@ def test_an_orders_trace_in_zipkin_holds_its_request_the_relays_send_and_the_ana
 
     def complete(spans: list[dict[str, Any]]) -> bool:
         return bool(
-            _spans(spans, "orders", "post /orders", "SERVER")
-            and _spans(spans, "orders", "send orders", "PRODUCER")
-            and _spans(spans, "analytics", "process orders", "CONSUMER")
+            spans_of(spans, "orders", "post /orders", "SERVER")
+            and spans_of(spans, "orders", "send orders", "PRODUCER")
+            and spans_of(spans, "analytics", "process orders", "CONSUMER")
         )
 
     spans = traced(trace_id, complete)
-    (server,) = _spans(spans, "orders", "post /orders", "SERVER")
+    (server,) = spans_of(spans, "orders", "post /orders", "SERVER")
     assert server["parentId"] == caller
-    (send,) = _spans(spans, "orders", "send orders", "PRODUCER")
+    (send,) = spans_of(spans, "orders", "send orders", "PRODUCER")
     assert send["parentId"] == server["id"]  # the relay's send, in the request's trace
     assert send["tags"]["messaging.kafka.message.key"] == order["order_id"]
-    assert {s["parentId"] for s in _spans(spans, "analytics", "process orders", "CONSUMER")} == {send["id"]}
+    assert {s["parentId"] for s in spans_of(spans, "analytics", "process orders", "CONSUMER")} == {send["id"]}
 
     # The dashboard links the order to that trace, at the address the browser opens.
     def listed() -> dict[str, Any] | None:
@@ -148,11 +148,11 @@ def test_an_otp_requests_trace_in_zipkin_reaches_both_senders_and_the_catcher(st
 
     def complete(spans: list[dict[str, Any]]) -> bool:
         return bool(
-            _spans(spans, "otp", "post /otp", "SERVER")
-            and _spans(spans, "sms-sender", "process otp.requests", "CONSUMER")
-            and _spans(spans, "email-sender", "process otp.requests", "CONSUMER")
-            and _spans(spans, "catcher", "post /sms", "SERVER")
-            and _spans(spans, "catcher", "smtp receive", "SERVER")
+            spans_of(spans, "otp", "post /otp", "SERVER")
+            and spans_of(spans, "sms-sender", "process otp.requests", "CONSUMER")
+            and spans_of(spans, "email-sender", "process otp.requests", "CONSUMER")
+            and spans_of(spans, "catcher", "post /sms", "SERVER")
+            and spans_of(spans, "catcher", "smtp receive", "SERVER")
         )
 
     traced(trace_id, complete, within=180)
@@ -170,9 +170,9 @@ def test_prometheus_scrapes_every_service_and_answers_the_orders_rate(stack: Com
     assert by_job["traces"].endswith(":9411/prometheus"), by_job
     assert by_job["broker"].endswith(":9644/metrics"), by_job
     # A rate once Prometheus saw the counter grow: the orders of the tests above start the series.
-    assert eventually("the orders counter", lambda: _query(PROMETHEUS, _ORDERS_PLACED), within=120) >= 1
+    assert eventually("the orders counter", lambda: query(PROMETHEUS, ORDERS_PLACED), within=120) >= 1
     post_order(10)
-    assert eventually("the orders rate", lambda: _query(PROMETHEUS, _ORDERS_RATE) or None, within=120) > 0
+    assert eventually("the orders rate", lambda: query(PROMETHEUS, ORDERS_RATE) or None, within=120) > 0
 
 
 def test_a_stopped_zipkin_costs_spans_not_orders(stack: Compose) -> None:

@@ -115,3 +115,19 @@ async def test_no_span_outside_a_recorded_trace(database: tuple[Database, str]) 
         await db.write(_insert(2))  # type: ignore[arg-type]
         await db.fetchone("SELECT n FROM t WHERE n = ?", (2,))
     assert _database_spans(spans.get_finished_spans()) == []
+
+
+async def test_what_a_transaction_causes_stays_the_requests_child(database: tuple[Database, str]) -> None:
+    """The database span is not current: an outbox row written in a transaction stores the
+    request's context, so the relay's send is the request's child, beside the database call."""
+    db, namespace = database
+    spans = recorder()
+    with _tracer.start_as_current_span("request") as request:
+        async with db.transaction() as tx:
+            inside = trace.get_current_span()
+            await tx.execute("INSERT INTO t (n) VALUES (?)", (3,))
+    assert inside is request
+    (call,) = _database_spans(spans.get_finished_spans())
+    assert call.name == f"transaction {namespace}"
+    assert call.parent is not None
+    assert call.parent.span_id == request.get_span_context().span_id

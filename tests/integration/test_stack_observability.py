@@ -26,6 +26,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
+from tests.support.observability import ORDERS_PLACED, ORDERS_RATE, get, parent_of, query, spans_of
 from tests.support.stack import Stack, alive, running_stack
 
 pytestmark = pytest.mark.stack
@@ -41,19 +42,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     data = tmp_path_factory.mktemp("observability")
     with running_stack(data, without=("analytics",), args=("--observability",)) as running:
         yield running
-
-
-def get(url: str) -> tuple[int, Any]:
-    """The status and the body: JSON read, anything else as text."""
-    try:
-        with urllib.request.urlopen(url, timeout=15) as response:
-            status, body = response.status, response.read()
-    except urllib.error.HTTPError as e:
-        status, body = e.code, e.read()
-    try:
-        return status, json.loads(body)
-    except ValueError:
-        return status, body.decode("utf-8", "replace")
 
 
 def eventually(what: str, probe: Callable[[], T | None], within: float = 120) -> T:
@@ -143,15 +131,6 @@ def _trace(stack: Stack, trace_id: str, has: Callable[[list[dict[str, Any]]], bo
     return eventually(f"the spans of trace {trace_id}", listed, within=180)
 
 
-def _spans(spans: list[dict[str, Any]], service: str, name: str, kind: str) -> list[dict[str, Any]]:
-    return [s for s in spans if (s["localEndpoint"]["serviceName"], s["name"], s.get("kind")) == (service, name, kind)]
-
-
-def _parent_of(span: dict[str, Any], spans: list[dict[str, Any]]) -> dict[str, Any]:
-    (parent,) = [s for s in spans if s["id"] == span.get("parentId")]
-    return parent
-
-
 def test_an_orders_trace_runs_from_its_http_requests_through_the_outbox_relays_sends(stack: Stack) -> None:
     """The order is created, paid and shipped with one caller's trace: each request's SERVER
     span in `orders`, and the relay's ``send orders`` PRODUCER span of each event (published
@@ -165,18 +144,18 @@ def test_an_orders_trace_runs_from_its_http_requests_through_the_outbox_relays_s
         assert _post(f"{orders}/orders/{order['order_id']}/status", {"status": step}, traceparent)[0] == 200
 
     def complete(spans: list[dict[str, Any]]) -> bool:
-        servers = _spans(spans, "orders", "post /orders", "SERVER")
-        changes = _spans(spans, "orders", "post /orders/{order_id}/status", "SERVER")
-        return len(servers + changes) == 3 and len(_spans(spans, "orders", "send orders", "PRODUCER")) == 3
+        servers = spans_of(spans, "orders", "post /orders", "SERVER")
+        changes = spans_of(spans, "orders", "post /orders/{order_id}/status", "SERVER")
+        return len(servers + changes) == 3 and len(spans_of(spans, "orders", "send orders", "PRODUCER")) == 3
 
     spans = _trace(stack, trace_id, complete)
-    servers = _spans(spans, "orders", "post /orders", "SERVER") + _spans(
+    servers = spans_of(spans, "orders", "post /orders", "SERVER") + spans_of(
         spans, "orders", "post /orders/{order_id}/status", "SERVER"
     )
     assert len(servers) == 3
     assert {s["parentId"] for s in servers} == {caller}
-    sends = _spans(spans, "orders", "send orders", "PRODUCER")
-    assert {_parent_of(s, spans)["id"] for s in sends} == {s["id"] for s in servers}
+    sends = spans_of(spans, "orders", "send orders", "PRODUCER")
+    assert {parent_of(s, spans)["id"] for s in sends} == {s["id"] for s in servers}
     assert {s["tags"]["messaging.destination.name"] for s in sends} == {"orders"}
     assert {s["tags"]["messaging.kafka.message.key"] for s in sends} == {order["order_id"]}
 
@@ -194,28 +173,28 @@ def test_an_otp_requests_trace_holds_both_senders_and_the_catchers_deliveries(st
 
     def complete(spans: list[dict[str, Any]]) -> bool:
         return bool(
-            _spans(spans, "otp", "post /otp", "SERVER")
-            and _spans(spans, "otp", "send otp.requests", "PRODUCER")
-            and _spans(spans, "sms-sender", "process otp.requests", "CONSUMER")
-            and _spans(spans, "email-sender", "process otp.requests", "CONSUMER")
-            and _spans(spans, "catcher", "post /sms", "SERVER")
-            and _spans(spans, "catcher", "smtp receive", "SERVER")
+            spans_of(spans, "otp", "post /otp", "SERVER")
+            and spans_of(spans, "otp", "send otp.requests", "PRODUCER")
+            and spans_of(spans, "sms-sender", "process otp.requests", "CONSUMER")
+            and spans_of(spans, "email-sender", "process otp.requests", "CONSUMER")
+            and spans_of(spans, "catcher", "post /sms", "SERVER")
+            and spans_of(spans, "catcher", "smtp receive", "SERVER")
         )
 
     spans = _trace(stack, trace_id, complete)
-    (send,) = _spans(spans, "otp", "send otp.requests", "PRODUCER")
-    assert _parent_of(send, spans)["name"] == "post /otp"
-    (sms,) = _spans(spans, "sms-sender", "process otp.requests", "CONSUMER")
-    (email,) = _spans(spans, "email-sender", "process otp.requests", "CONSUMER")
+    (send,) = spans_of(spans, "otp", "send otp.requests", "PRODUCER")
+    assert parent_of(send, spans)["name"] == "post /otp"
+    (sms,) = spans_of(spans, "sms-sender", "process otp.requests", "CONSUMER")
+    (email,) = spans_of(spans, "email-sender", "process otp.requests", "CONSUMER")
     assert sms["parentId"] == email["parentId"] == send["id"]  # fan-out: two groups, one record
     assert sms["tags"]["messaging.consumer.group.name"] != email["tags"]["messaging.consumer.group.name"]
     assert email["tags"]["messaging.kafka.message.delivery_count"] == "1"  # a share group's record
-    (webhook,) = _spans(spans, "catcher", "post /sms", "SERVER")
-    (mail,) = _spans(spans, "catcher", "smtp receive", "SERVER")
-    assert _parent_of(_parent_of(webhook, spans), spans)["id"] == sms["id"]  # through the client's span
-    smtp = _parent_of(mail, spans)
+    (webhook,) = spans_of(spans, "catcher", "post /sms", "SERVER")
+    (mail,) = spans_of(spans, "catcher", "smtp receive", "SERVER")
+    assert parent_of(parent_of(webhook, spans), spans)["id"] == sms["id"]  # through the client's span
+    smtp = parent_of(mail, spans)
     assert (smtp["name"], smtp["localEndpoint"]["serviceName"]) == ("smtp send", "email-sender")
-    assert _parent_of(smtp, spans)["id"] == email["id"]
+    assert parent_of(smtp, spans)["id"] == email["id"]
 
 
 ORDER = {"customer_id": "cust-t", "currency": "EUR", "items": [{"sku": "sku-1", "quantity": 1, "unit_price": "2.50"}]}
@@ -238,25 +217,16 @@ def test_prometheus_scrapes_every_child_serving_metrics_and_answers_promql(stack
 
     # a request the catcher counts, then Prometheus's view of that counter
     assert get(catcher + "/messages")[0] == 200
-    assert eventually("the catcher's counter", lambda: _query(prometheus, _CATCHER_QUERY)) >= 1
+    assert eventually("the catcher's counter", lambda: query(prometheus, _CATCHER_QUERY)) >= 1
     # Orders placed: a rate once Prometheus saw the counter grow (its first sample, the order the
     # traces' test placed, starts the series; the rate is of what came after).
-    assert eventually("the orders counter", lambda: _query(prometheus, _ORDERS_PLACED)) >= 1
+    assert eventually("the orders counter", lambda: query(prometheus, ORDERS_PLACED)) >= 1
     assert _post(stack.child("orders")["urls"]["http"] + "/orders", ORDER, _NEW_TRACE)[0] == 201
-    assert eventually("the orders rate", lambda: _query(prometheus, _ORDERS_RATE) or None) > 0
+    assert eventually("the orders rate", lambda: query(prometheus, ORDERS_RATE) or None) > 0
 
 
 _CATCHER_QUERY = 'http_requests_total{job="catcher",route="/messages"}'
 _NEW_TRACE = "00-garbage"  # malformed: the order is placed in a trace of its own
-_ORDERS_PLACED = 'sum(http_requests_total{job="orders",route="/orders",method="POST"})'
-_ORDERS_RATE = 'sum(rate(http_requests_total{job="orders",route="/orders",method="POST"}[5m]))'
-
-
-def _query(prometheus: str, query: str) -> float | None:
-    status, body = get(f"{prometheus}/api/v1/query?{urllib.parse.urlencode({'query': query})}")
-    assert status == 200, body
-    result = body["data"]["result"]
-    return float(result[0]["value"][1]) if result else None
 
 
 def test_prometheus_accepts_its_generated_configuration(stack: Stack) -> None:
