@@ -23,6 +23,7 @@ dropped are counted (kit.span_export) and shown on every app's ``/metrics``.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 from collections.abc import Mapping
@@ -35,7 +36,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from kit import span_export
 from kit.settings import ConfigError
 
-__all__ = ["EXPORTERS", "VARIABLES", "configure", "exporter_name", "queue_size", "shutdown"]
+__all__ = ["EXPORTERS", "VARIABLES", "configure", "exporter_name", "queue_size", "resource", "shutdown"]
 
 EXPORTERS = ("otlp", "zipkin", "console", "none")
 # The standard variables the kit and the SDK read: every process's settings besides its own.
@@ -107,9 +108,17 @@ def _exporter(name: str) -> SpanExporter | None:
     return None
 
 
-def _resource(default_name: str, environ: Mapping[str, str]) -> Resource:
-    named = environ.get("OTEL_SERVICE_NAME") or "service.name=" in environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
-    return Resource.create({} if named else {"service.name": default_name})
+def resource(default_name: str, environ: Mapping[str, str]) -> Resource:
+    """The SDK's resource from the environment, with the kit's defaults for what it leaves out:
+    the process's own name, and an instance id telling replicas apart (host name and pid: a
+    container's host name is its id)."""
+    given = environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    defaults: dict[str, str] = {}
+    if not (environ.get("OTEL_SERVICE_NAME") or "service.name=" in given):
+        defaults["service.name"] = default_name
+    if "service.instance.id=" not in given:
+        defaults["service.instance.id"] = f"{socket.gethostname()}:{os.getpid()}"
+    return Resource.create(defaults)
 
 
 def configure(
@@ -129,7 +138,7 @@ def configure(
         _instrument_http()
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return None
-    provider = TracerProvider(resource=_resource(default_name, env))
+    provider = TracerProvider(resource=resource(default_name, env))
     exporter = _exporter(name)
     if exporter is not None:
         counted = span_export.CountingExporter(exporter, span_export.PROCESS)

@@ -4,6 +4,8 @@ exported, failed; and the Prometheus text they make."""
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -128,3 +130,19 @@ def test_the_queue_size_is_read_as_the_sdk_reads_it() -> None:
     for bad in ("0", "-1", "many", "1.5"):
         with pytest.raises(ConfigError, match="OTEL_BSP_MAX_QUEUE_SIZE"):
             telemetry.queue_size({"OTEL_BSP_MAX_QUEUE_SIZE": bad})
+
+
+def test_the_resource_names_the_process_and_tells_replicas_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without OTEL_SERVICE_NAME the process's own name; without an instance id in
+    OTEL_RESOURCE_ATTRIBUTES the host name and pid (a container's host name is its id); what
+    the environment gives wins."""
+    for name in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
+        monkeypatch.delenv(name, raising=False)
+    plain = telemetry.resource("orders", {}).attributes
+    assert plain["service.name"] == "orders"
+    assert plain["service.instance.id"] == f"{socket.gethostname()}:{os.getpid()}"
+    given = {"OTEL_SERVICE_NAME": "shop", "OTEL_RESOURCE_ATTRIBUTES": "service.instance.id=orders-2"}
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    chosen = telemetry.resource("orders", given).attributes
+    assert (chosen["service.name"], chosen["service.instance.id"]) == ("shop", "orders-2")
