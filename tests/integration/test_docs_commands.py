@@ -30,6 +30,7 @@ from tests.support import processes
 from tests.support.doc_commands import check_command, check_loadtest, command_name
 from tests.support.docblocks import Block, documents, shell_blocks
 from tests.support.harness import REPO, ThreadBroker
+from tests.support.kafka_clients import confluent_produce, create_topic
 
 BLOCKS = [block for document in documents() for block in shell_blocks(document)]
 VENV_BIN = str(Path(sys.executable).parent)
@@ -43,9 +44,11 @@ STACK = "needs the whole stack on its default ports (long-running until Ctrl-C)"
 # added to an example does not rename it); blocks of one name share their entry.
 POSTGRES_EXAMPLE = "docs/services.md: streamshop postgres start | streamshop orders"
 USERS_EXAMPLE = "docs/broker.md: streamshop broker users | streamshop broker users"
+CONSUMER_PROTOCOL_EXAMPLE = "docs/broker.md: streamshop consume | streamshop groups describe"
 RUN_HERE = {
     POSTGRES_EXAMPLE: "test_the_postgresql_example_serves_orders_from_its_database",
     USERS_EXAMPLE: "test_the_broker_users_example_creates_and_lists_a_user",
+    CONSUMER_PROTOCOL_EXAMPLE: "test_the_consumer_protocol_example_joins_with_kip_848",
 }
 
 # Blocks not run here, and why; their syntax is still checked.
@@ -62,9 +65,6 @@ NOT_RUN = {
     "docs/broker.md: streamshop broker": "a long-running server on fixed ports (the TLS one with keystores made first)",
     "docs/broker.md: .venv/bin/streamshop broker verify": "a synopsis, over the data of a stack that ran",
     "docs/broker.md: streamshop groups | streamshop groups": "a synopsis, against the stack's broker and groups",
-    "docs/broker.md: streamshop consume | streamshop groups describe": (
-        "a consumer that runs until Ctrl-C, against the stack's broker"
-    ),
     "docs/faults.md: .venv/bin/python -m pytest | .venv/bin/python -m pytest": "the fault tier: minutes",
     "docs/operations.md: streamshop up | make demo": "a synopsis; " + STACK,
     "docs/operations.md: streamshop topics | streamshop topics": (
@@ -208,3 +208,33 @@ def test_the_broker_users_example_creates_and_lists_a_user(tmp_path: Path) -> No
     listed = shell(listing, tmp_path)
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert re.search(r"^admin\s+SCRAM-SHA-256.*SCRAM-SHA-512", listed.stdout, re.MULTILINE), listed.stdout
+
+
+def test_the_consumer_protocol_example_joins_with_kip_848(tmp_path: Path, broker: ThreadBroker) -> None:
+    """docs/broker.md: `streamshop consume ... -X group.protocol=consumer` joins group g1 with the
+    consumer group protocol (KIP-848), as `streamshop groups describe g1` shows while it runs."""
+    consume, describe = block_of(CONSUMER_PROTOCOL_EXAMPLE).commands()
+    create_topic(broker.bootstrap, "orders", 2)
+    confluent_produce(broker.bootstrap, "orders", [{"value": b"an order"}])
+    # The example's commands as typed, against this test's broker (the CLI's bootstrap variable).
+    env = {"STREAMSHOP_BOOTSTRAP_SERVERS": broker.bootstrap}
+    output = tmp_path / "consume.out"
+    with output.open("w") as out:
+        proc = subprocess.Popen(
+            ["bash", "-c", f"exec {consume}"],
+            cwd=tmp_path,
+            env={**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            # The record read back: the member joined and was given the partitions.
+            while "an order" not in output.read_text():
+                assert proc.poll() is None, output.read_text()[-3000:]
+                time.sleep(0.2)
+            described = shell(describe, tmp_path, env)
+            assert described.returncode == 0, described.stderr[-2000:]
+            head = described.stdout.splitlines()[0]
+            assert re.search(r"^Group: g1 .*protocol: consumer/uniform .*members: 1 ", head), described.stdout
+        finally:
+            processes.stop(proc, grace=30)
