@@ -106,7 +106,13 @@ def _stable_offsets(
     tps = [TopicPartition(t, p) for t, p in partitions]
     ends: dict[str, dict[Any, int]] = {}
     for isolation in ("read_uncommitted", "read_committed"):
-        consumer = KafkaConsumer(isolation_level=isolation, request_timeout_ms=int(args.timeout * 1000) + 1, **config)
+        # Without a group it commits nothing: said here, kafka-python does not warn that it turns
+        # auto-commit off (a warning on stderr around the command's answer).
+        consumer = KafkaConsumer(
+            isolation_level=isolation,
+            request_timeout_ms=int(args.timeout * 1000) + 1,
+            **{"enable_auto_commit": False, **config},
+        )
         try:
             ends[isolation] = _call("ListOffsets", consumer.end_offsets, tps)
         finally:

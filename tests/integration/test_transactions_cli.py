@@ -70,16 +70,21 @@ def test_describe_shows_the_lso_lag_an_open_transaction_causes(
     assert (done["state"], done["partitions"], done["duration_ms"]) == ("CompleteCommit", [], None)
     text = transactions(broker, "describe", "pending")
     assert "LSO-LAG" in text.stdout
+    assert text.stderr == ""
     unknown = transactions(broker, "describe", "never-used")
     assert unknown.returncode == 1
-    assert "TransactionalIdNotFound" in unknown.stderr
+    # The error alone, in the CLI's own format: no client library's log line around it.
+    [error] = unknown.stderr.splitlines()
+    assert error.startswith("streamshop transactions: ")
+    assert "TransactionalIdNotFound" in error
 
 
 def test_find_hanging_reports_transactions_older_than_the_bound(
     broker: ThreadBroker, open_and_done: tuple[TxnProducer, TxnProducer]
 ) -> None:
-    assert transactions(broker, "find-hanging", "--json").returncode == 0  # young: not hanging
+    young = transactions(broker, "find-hanging", "--json")
+    assert (young.returncode, young.stderr) == (0, "")  # young: not hanging
     time.sleep(0.3)
     found = transactions(broker, "find-hanging", "--max-timeout-ms", "100", "--json")
-    assert found.returncode == 1
+    assert (found.returncode, found.stderr) == (1, "")
     assert [t["transactional_id"] for t in json.loads(found.stdout)] == ["pending"]
