@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -40,6 +40,7 @@ __all__ = [
     "TraceContext",
     "batch_span",
     "current_context",
+    "current_traceparent",
     "db_span",
     "incoming",
     "kafka_headers",
@@ -134,6 +135,14 @@ class RequestContext:
 def _current_span_context() -> SpanContext | None:
     found = trace.get_current_span().get_span_context()
     return found if found.is_valid else None
+
+
+def current_traceparent() -> str | None:
+    """The current span's W3C ``traceparent`` (ids and sampled flag); None outside any span."""
+    span = _current_span_context()
+    if span is None:
+        return None
+    return f"00-{span.trace_id:032x}-{span.span_id:016x}-{int(span.trace_flags):02x}"
 
 
 def current_context() -> RequestContext | None:
@@ -309,16 +318,28 @@ def process_span(
 
 @contextmanager
 def batch_span(
-    topic: str, *, group: str | None, records: Sequence[Headers | None], **attributes: Any
+    topic: str,
+    *,
+    group: str | None,
+    records: Sequence[Headers | None],
+    origin: Callable[[int], str | None] | None = None,
+    **attributes: Any,
 ) -> Iterator[Span]:
     """A ``process {topic}`` span for a batch handled at once, a new trace linked to the
-    producers of up to `BATCH_LINKS` of its records (evenly spread)."""
+    producers of up to `BATCH_LINKS` of its records (evenly spread): a record's producer is the
+    ``traceparent`` in its headers, else the one `origin(index)` finds in its payload (a shipped
+    log line's).  Each of those records also gets a moment's ``process {topic}`` span in its
+    producer's trace, linked back to the batch: a viewer without links (Zipkin) shows the batch
+    in each of those traces."""
     step = max(1, len(records) // BATCH_LINKS)
-    links = []
-    for headers in records[::step][:BATCH_LINKS]:
-        producer = trace.get_current_span(parent_from_headers(headers)).get_span_context()
-        if producer.is_valid:
-            links.append(Link(producer))
+    producers: list[Context] = []
+    for index in range(0, len(records), step)[:BATCH_LINKS]:
+        parent = parent_from_headers(records[index])
+        if not trace.get_current_span(parent).get_span_context().is_valid and origin is not None:
+            parent = _context_of(parse_traceparent(origin(index)))
+        if trace.get_current_span(parent).get_span_context().is_valid:
+            producers.append(parent)
+    links = [Link(trace.get_current_span(p).get_span_context()) for p in producers]
     more = {"messaging.consumer.group.name": group, "messaging.batch.message_count": len(records), **attributes}
     with _tracer.start_as_current_span(
         f"process {topic}",
@@ -327,6 +348,13 @@ def batch_span(
         links=links,
         attributes=_messaging(topic, "process", **more),
     ) as span:
+        if span.is_recording():
+            batch = [Link(span.get_span_context())]
+            one = _messaging(topic, "process", **{"messaging.consumer.group.name": group})
+            for producer in producers:
+                _tracer.start_span(
+                    f"process {topic}", context=producer, kind=SpanKind.CONSUMER, links=batch, attributes=one
+                ).end()
         yield span
 
 

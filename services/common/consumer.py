@@ -36,7 +36,9 @@ Guarantees and behaviour:
 - **Batches**: a handler with a `handle_batch(messages)` method gets each fetched run of decoded
   records of a partition at once (one transaction for many records instead of one each).  It
   must be all-or-nothing; when it raises, the run is replayed record by record through the
-  handler itself, so retries and the DLQ hit the record at fault only.
+  handler itself, so retries and the DLQ hit the record at fault only.  The run's span links to
+  its records' producers; a handler whose records carry their producer in the payload rather
+  than the headers (shipped log lines) gives it with an `origin(message)` method.
 - **Lag**: `await runner.lag()` -> {TopicPartition: log end offset - position} for the assigned
   partitions; `runner.last_lag` is a snapshot refreshed about once a second, for a sync gauge.
 - **Effects outside the database** (an e-mail, an HTTP call): `IdempotentHandler.already_processed`
@@ -420,8 +422,10 @@ class ConsumerRunner:
         if not run or batch_handler is None:
             return
         self._positions[tp] = run[0][0].offset
+        origin_of = getattr(self.handler, "origin", None)  # a record's producer in its payload
+        origin = None if origin_of is None else lambda index: origin_of(run[index][1])
         try:
-            with tracing.batch_span(tp.topic, group=self.group_id, records=[r.headers for r, _ in run]):
+            with tracing.batch_span(tp.topic, group=self.group_id, records=[r.headers for r, _ in run], origin=origin):
                 await batch_handler([message for _, message in run])
         except Exception as e:
             self._count(e)

@@ -38,6 +38,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from structlog.typing import EventDict, WrappedLogger
 
+from kit import tracing
 from kit.logging import ACCESS_LOGGER, dumps_json
 
 if TYPE_CHECKING:
@@ -217,6 +218,11 @@ class LogShipper:
         now = datetime.now(UTC)
         trace_id = data.get("trace_id")
         trace_id = trace_id if isinstance(trace_id, str) else None
+        # The span the line was logged in (this processor runs in the logging call's context),
+        # when it is the line's trace: the logs indexer links its batches to it.
+        traceparent = tracing.current_traceparent() if trace_id else None
+        if traceparent is not None and traceparent[3:35] != trace_id:
+            traceparent = None
         request_id = data.get("request_id")
         record = {
             "envelope": {
@@ -232,6 +238,7 @@ class LogShipper:
             "logger": name,
             "timestamp": now,
             "trace_id": trace_id,
+            "traceparent": traceparent,
             "request_id": request_id if isinstance(request_id, str) else None,
             "fields": {k: _field_value(v) for k, v in data.items() if k not in _RESERVED},
         }

@@ -118,6 +118,13 @@ class Indexer:
     async def __call__(self, message: Message) -> None:
         await self.handler(message)
 
+    @staticmethod
+    def origin(message: Message) -> str | None:
+        """The ``traceparent`` of the span a shipped line was logged in: the consumer runner
+        links each batch to (a sample of) its lines' spans."""
+        value = message.value.get("traceparent") if isinstance(message.value, Mapping) else None
+        return value if isinstance(value, str) else None
+
     async def handle_batch(self, messages: list[Message]) -> None:
         """Index a run of records in one transaction (the consumer runner's batch path); all or
         nothing: a record that is not a log line fails the batch, which the runner then replays

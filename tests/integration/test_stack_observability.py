@@ -134,7 +134,9 @@ def _trace(stack: Stack, trace_id: str, has: Callable[[list[dict[str, Any]]], bo
 def test_an_orders_trace_runs_from_its_http_requests_through_the_outbox_relays_sends(stack: Stack) -> None:
     """The order is created, paid and shipped with one caller's trace: each request's SERVER
     span in `orders`, and the relay's ``send orders`` PRODUCER span of each event (published
-    later, from the outbox row), a child of the request that wrote it."""
+    later, from the outbox row), a child of the request that wrote it; each request's database
+    transaction, a CLIENT span; and the logs indexer's ``process logs.ingress``, in the trace as
+    the child of a request whose access log line its batch indexed."""
     trace_id, caller = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
     traceparent = f"00-{trace_id}-{caller}-01"
     orders = stack.child("orders")["urls"]["http"]
@@ -146,7 +148,9 @@ def test_an_orders_trace_runs_from_its_http_requests_through_the_outbox_relays_s
     def complete(spans: list[dict[str, Any]]) -> bool:
         servers = spans_of(spans, "orders", "post /orders", "SERVER")
         changes = spans_of(spans, "orders", "post /orders/{order_id}/status", "SERVER")
-        return len(servers + changes) == 3 and len(spans_of(spans, "orders", "send orders", "PRODUCER")) == 3
+        sends = spans_of(spans, "orders", "send orders", "PRODUCER")
+        indexed = spans_of(spans, "logs", "process logs.ingress", "CONSUMER")
+        return len(servers + changes) == 3 and len(sends) == 3 and bool(indexed)
 
     spans = _trace(stack, trace_id, complete)
     servers = spans_of(spans, "orders", "post /orders", "SERVER") + spans_of(
@@ -158,6 +162,12 @@ def test_an_orders_trace_runs_from_its_http_requests_through_the_outbox_relays_s
     assert {parent_of(s, spans)["id"] for s in sends} == {s["id"] for s in servers}
     assert {s["tags"]["messaging.destination.name"] for s in sends} == {"orders"}
     assert {s["tags"]["messaging.kafka.message.key"] for s in sends} == {order["order_id"]}
+    writes = [s for s in spans if s.get("kind") == "CLIENT" and s["tags"].get("db.system.name") == "sqlite"]
+    assert {parent_of(s, spans)["id"] for s in writes} == {s["id"] for s in servers}
+    assert {s["tags"]["db.operation.name"] for s in writes} == {"write"}
+    indexed = spans_of(spans, "logs", "process logs.ingress", "CONSUMER")
+    assert {parent_of(s, spans)["id"] for s in indexed} <= {s["id"] for s in servers}
+    assert {s["tags"]["messaging.consumer.group.name"] for s in indexed} == {"log-indexer"}
 
 
 def test_an_otp_requests_trace_holds_both_senders_and_the_catchers_deliveries(stack: Stack) -> None:

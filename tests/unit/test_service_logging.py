@@ -251,6 +251,8 @@ async def test_shipped_records_follow_the_log_record_schema_and_route_by_stream(
     access = json.loads(producer.sent[0][2])
     assert access["request_id"] == "req-9"
     assert access["trace_id"] == access["envelope"]["trace_id"] == TRACE_ID
+    assert access["traceparent"] == INCOMING.traceparent()  # the span the line was logged in
+    assert json.loads(producer.sent[1][2])["traceparent"] is None  # logged outside any span
     assert access["fields"] == {"status": 201, "duration_ms": 3.4, "tags": '["a"]', "ua": None}
     assert json.loads(producer.sent[1][2])["fields"]["big"] == str(2**70)  # beyond Avro long: text
     # The same record, before JSON encoding, is valid Avro for schemas/LogRecord.avsc.
