@@ -287,11 +287,7 @@ class Child:
                 await asyncio.wait_for(self.stop_event.wait(), delay)
 
     def why(self, failure: str) -> str:
-        """`failure` with the child's last error line and where the rest of its output is.  A child
-        killed by a signal did not choose its last line (often an access-log line): only an
-        error line it wrote is quoted then."""
-        words = last_words(self._recent, errors_only="killed by" in failure)
-        return f"{self.name} {failure}" + (f": {words}" if words else "") + f"; see {self.log_path}"
+        return exit_reason(self.name, failure, self._recent, self.log_path)
 
     async def _run_once(self) -> str:
         """Start the child, wait until it is ready, then until it exits or a stop is asked for;
@@ -754,6 +750,15 @@ def _readable(line: str) -> str:
             exc = str(record.get("exception", "")).strip().splitlines()
             return ": ".join([str(record["event"]), *extra, *exc[-1:]])
     return line
+
+
+def exit_reason(name: str, failure: str, lines: Iterable[str], log_path: Path) -> str:
+    """The console's line for child `name`'s `failure` (``exited (killed by SIGKILL)``): with
+    the last error line of its output `lines` and where the rest is.  A child killed by a signal
+    did not choose its last line (often an access-log line): only an error line it wrote is
+    quoted then, else the signal alone says why."""
+    words = last_words(lines, errors_only="killed by" in failure)
+    return f"{name} {failure}" + (f": {words}" if words else "") + f"; see {log_path}"
 
 
 def last_words(lines: Iterable[str], *, errors_only: bool = False) -> str:

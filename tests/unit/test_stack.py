@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 import random
+import signal
 import stat
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,7 @@ from streamshop.stack.plan import (
     url_table,
 )
 from streamshop.stack.state import read_stack, running_stack, write_stack
-from streamshop.stack.supervisor import default_data_dir, last_words
+from streamshop.stack.supervisor import _describe_exit, default_data_dir, exit_reason, last_words
 
 BY_NAME = {c.name: c for c in CHILDREN}
 SECRETS = Secrets("hash-key", base64.b64encode(bytes(range(32))).decode(), "k7")
@@ -272,6 +274,43 @@ def test_a_childs_last_words_are_its_last_error_line_not_a_stack_frame() -> None
     assert last_words([]) == ""
 
 
+def access_line(method: str, path: str, status: int, level: str = "info") -> str:
+    """A line of the services' access log, as kit.middleware writes it."""
+    return json.dumps(
+        {
+            "event": "http request",
+            "method": method,
+            "path": path,
+            "status": status,
+            "duration_ms": 3.2,
+            "remote": "127.0.0.1",
+            "user_agent": "Python/3.11 aiohttp/3.12",
+            "level": level,
+            "logger": "services.common.access",
+            "timestamp": "2026-12-07T10:00:00.000000Z",
+        }
+    )
+
+
+def test_a_killed_childs_reason_is_the_signal_not_its_last_access_log_line(tmp_path: Path) -> None:
+    log = tmp_path / "orders.log"
+    killed = f"exited ({_describe_exit(-signal.SIGKILL)})"
+    assert killed == "exited (killed by SIGKILL)"
+    served = [
+        '{"event": "orders ready", "level": "info"}',
+        access_line("POST", "/orders", 201),
+        access_line("POST", "/orders/0c9e/status", 409, "warning"),
+        access_line("GET", "/orders/0c9e", 200),
+    ]
+    assert exit_reason("orders", killed, served, log) == f"orders exited (killed by SIGKILL); see {log}"
+    # An error it wrote before the kill is quoted, whatever it served after.
+    failing = [*served[:2], '{"event": "relay failed", "error": "timed out", "level": "error"}', *served[2:]]
+    reason = exit_reason("orders", killed, failing, log)
+    assert reason == f"orders exited (killed by SIGKILL): relay failed: timed out; see {log}"
+    # A child that exited by itself chose its last line: it is quoted.
+    assert exit_reason("orders", "exited (status 1)", served, log).startswith("orders exited (status 1): http request")
+
+
 # -- backoff ----------------------------------------------------------------------------------------
 
 
@@ -339,6 +378,26 @@ def test_url_table_shows_the_main_url_other_endpoints_pid_and_log(tmp_path: Path
     assert lines[1].split() == ["broker", "127.0.0.1:9092", "admin", "http://127.0.0.1:9644", "10", "b.log"]
     assert lines[2].split() == ["catcher", "http://127.0.0.1:8025", "smtp", "127.0.0.1:1025", "11", "c.log"]
     assert lines[3].split() == ["orders", "-", "/elsewhere/o.log"]
+
+
+def test_url_table_shows_where_the_analytics_job_runs(tmp_path: Path) -> None:
+    """`up --spark-cluster`: the job's row names the master it was submitted to and its web UI,
+    as its ready line announced them."""
+    ready = BY_NAME["analytics"].parse_ready(
+        "streamshop analytics ready: jobs orders,otp,logs, group analytics, data d, results topic r, "
+        "trigger 5 s, master spark://127.0.0.1:27077, ui http://127.0.0.1:40405"
+    )
+    assert ready is not None
+    [line] = url_table([Row("analytics", ready.urls, 12, tmp_path / "a.log")], tmp_path).splitlines()[1:]
+    assert line.split() == [
+        "analytics",
+        "master",
+        "spark://127.0.0.1:27077",
+        "ui",
+        "http://127.0.0.1:40405",
+        "12",
+        "a.log",
+    ]
 
 
 def test_console_pads_names_and_colours_only_when_asked() -> None:
