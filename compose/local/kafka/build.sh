@@ -8,8 +8,8 @@
 # puts them (STREAMSHOP_KAFKA_CACHE moves it, as for streamshop).  The build context is a
 # temporary directory holding them and this directory's scripts: .dockerignore keeps .cache out
 # of a context at the repository root, and Docker's classic builder, unlike BuildKit's named
-# contexts, takes one directory.  STREAMSHOP_BASE_IMAGE names the base (default
-# streamshop-base:bookworm, made by compose/local/base.sh).  Extra options after `--` go to
+# contexts, takes one directory.  The image is built on compose/local/java's Java 17 layer, itself
+# on STREAMSHOP_BASE_IMAGE (default streamshop-base:bookworm, made by compose/local/base.sh).  Extra options after `--` go to
 # `docker build`, e.g. -- --no-cache.
 set -euo pipefail
 
@@ -22,13 +22,13 @@ if [[ $# -gt 0 && $1 != -- ]]; then
   shift
 fi
 [[ ${1-} != -- ]] || shift
-base=${STREAMSHOP_BASE_IMAGE:-streamshop-base:bookworm}
 lib=${STREAMSHOP_KAFKA_CACHE:-$repo/.cache/apache-kafka}/$version/lib
 
 die() { echo "build.sh: $*" >&2; exit 1; }
 [[ -f $lib/kafka_2.13-$version.jar && -f $lib/kafka-tools-$version.jar ]] \
   || die "no Kafka $version jars in $lib: fetch them with \`make kafka\` (or .venv/bin/streamshop kafka-cluster fetch)"
 
+base=$("$here/../java/build.sh")
 context=$(mktemp -d "${TMPDIR:-/tmp}/streamshop-kafka.XXXXXX")
 trap 'rm -rf "$context"' EXIT
 mkdir "$context/libs"

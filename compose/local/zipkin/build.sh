@@ -7,7 +7,8 @@
 # The server's jar comes from the project's cache, where `make zipkin` (python -m
 # streamshop.zipkin_jar) puts it (STREAMSHOP_ZIPKIN_CACHE moves it, as for streamshop).  The build
 # context is a temporary directory holding it and bin/, as for compose/local/kafka/build.sh.
-# STREAMSHOP_BASE_IMAGE names the base (default streamshop-base:bookworm).  Extra options after
+# The image is built on compose/local/java's Java 17 layer, itself on STREAMSHOP_BASE_IMAGE
+# (default streamshop-base:bookworm).  Extra options after
 # `--` go to `docker build`.
 set -euo pipefail
 
@@ -20,12 +21,12 @@ if [[ $# -gt 0 && $1 != -- ]]; then
   shift
 fi
 [[ ${1-} != -- ]] || shift
-base=${STREAMSHOP_BASE_IMAGE:-streamshop-base:bookworm}
 jar=${STREAMSHOP_ZIPKIN_CACHE:-$repo/.cache/zipkin}/$version/lib/zipkin-server-$version-exec.jar
 
 die() { echo "build.sh: $*" >&2; exit 1; }
 [[ -f $jar ]] || die "no Zipkin $version jar at $jar: fetch it with \`make zipkin\` (or .venv/bin/python -m streamshop.zipkin_jar)"
 
+base=$("$here/../java/build.sh")
 context=$(mktemp -d "${TMPDIR:-/tmp}/streamshop-zipkin.XXXXXX")
 trap 'rm -rf "$context"' EXIT
 # A hard link when the cache is on the same file system, a copy otherwise.
