@@ -39,7 +39,7 @@ from tests.compose.stackcheck import (
 )
 from tests.support.docker import LOCAL_ENV, OBSERVABILITY_ENV, Compose, docker
 from tests.support.harness import REPO
-from tests.support.observability import ORDERS_PLACED, ORDERS_RATE, query, spans_of
+from tests.support.observability import ORDERS_PLACED, ORDERS_RATE, OTP_TRACE, holds, query, spans_of
 
 pytestmark = pytest.mark.compose
 
@@ -115,10 +115,11 @@ def test_an_orders_trace_in_zipkin_holds_its_request_the_relays_send_and_the_ana
     assert status == 201, order
 
     def complete(spans: list[dict[str, Any]]) -> bool:
-        return bool(
-            spans_of(spans, "orders", "post /orders", "SERVER")
-            and spans_of(spans, "orders", "send orders", "PRODUCER")
-            and spans_of(spans, "analytics", "process orders", "CONSUMER")
+        return holds(
+            spans,
+            ("orders", "post /orders", "SERVER"),
+            ("orders", "send orders", "PRODUCER"),
+            ("analytics", "process orders", "CONSUMER"),
         )
 
     spans = traced(trace_id, complete)
@@ -146,16 +147,7 @@ def test_an_otp_requests_trace_in_zipkin_reaches_both_senders_and_the_catcher(st
     status, answer = http("POST", f"{OTP}/otp", body, {"traceparent": f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"})
     assert status == 202, answer
 
-    def complete(spans: list[dict[str, Any]]) -> bool:
-        return bool(
-            spans_of(spans, "otp", "post /otp", "SERVER")
-            and spans_of(spans, "sms-sender", "process otp.requests", "CONSUMER")
-            and spans_of(spans, "email-sender", "process otp.requests", "CONSUMER")
-            and spans_of(spans, "catcher", "post /sms", "SERVER")
-            and spans_of(spans, "catcher", "smtp receive", "SERVER")
-        )
-
-    traced(trace_id, complete, within=180)
+    traced(trace_id, lambda spans: holds(spans, *OTP_TRACE), within=180)
 
 
 def test_prometheus_scrapes_every_service_and_answers_the_orders_rate(stack: Compose) -> None:

@@ -26,7 +26,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from tests.support.observability import ORDERS_PLACED, ORDERS_RATE, get, parent_of, query, spans_of
+from tests.support.observability import ORDERS_PLACED, ORDERS_RATE, OTP_TRACE, get, holds, parent_of, query, spans_of
 from tests.support.stack import Stack, alive, running_stack
 
 pytestmark = pytest.mark.stack
@@ -181,17 +181,7 @@ def test_an_otp_requests_trace_holds_both_senders_and_the_catchers_deliveries(st
     status, _ = _post(f"{otp}/otp", body, f"00-{trace_id}-00f067aa0ba902b7-01")
     assert status == 202
 
-    def complete(spans: list[dict[str, Any]]) -> bool:
-        return bool(
-            spans_of(spans, "otp", "post /otp", "SERVER")
-            and spans_of(spans, "otp", "send otp.requests", "PRODUCER")
-            and spans_of(spans, "sms-sender", "process otp.requests", "CONSUMER")
-            and spans_of(spans, "email-sender", "process otp.requests", "CONSUMER")
-            and spans_of(spans, "catcher", "post /sms", "SERVER")
-            and spans_of(spans, "catcher", "smtp receive", "SERVER")
-        )
-
-    spans = _trace(stack, trace_id, complete)
+    spans = _trace(stack, trace_id, lambda spans: holds(spans, *OTP_TRACE))
     (send,) = spans_of(spans, "otp", "send otp.requests", "PRODUCER")
     assert parent_of(send, spans)["name"] == "post /otp"
     (sms,) = spans_of(spans, "sms-sender", "process otp.requests", "CONSUMER")
