@@ -24,7 +24,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 from opentelemetry import trace
-from opentelemetry.trace import Link, Span, SpanKind
+from opentelemetry.trace import Span, SpanKind
 
 from analytics.ledger import Span as Covered
 from kit import tracing
@@ -76,27 +76,21 @@ class BatchTracer:
             return
         batch = span.get_span_context()
         for (topic, partition, offset), headers in self._sample(coverage):
-            parent = tracing.parent_from_headers(headers)
-            producer = trace.get_current_span(parent).get_span_context()
+            producer = trace.get_current_span(tracing.parent_from_headers(headers)).get_span_context()
             if not producer.is_valid:
                 continue
             span.add_link(producer)
-            # A moment's span in the producer's trace, linked back to the batch that counted it.
-            _tracer.start_span(
-                f"process {topic}",
-                context=parent,
-                kind=SpanKind.CONSUMER,
-                links=[Link(batch)],
-                attributes={
-                    "messaging.system": "kafka",
-                    "messaging.operation.type": "process",
-                    "messaging.destination.name": topic,
+            tracing.batch_member(
+                topic,
+                producer,
+                batch,
+                **{
                     "messaging.consumer.group.name": self.group,
                     "messaging.destination.partition.id": str(partition),
                     "messaging.kafka.offset": offset,
                     "streamshop.analytics.job": self.job,
                 },
-            ).end()
+            )
 
     def _sample(self, coverage: Mapping[Partition, Covered]) -> list[tuple[tuple[str, int, int], Any]]:
         """(topic, partition, offset) and headers of the first records of each covered

@@ -38,9 +38,10 @@ __all__ = [
     "TRACEPARENT_HEADER",
     "RequestContext",
     "TraceContext",
+    "batch_member",
     "batch_span",
     "current_context",
-    "current_traceparent",
+    "current_trace",
     "db_span",
     "incoming",
     "kafka_headers",
@@ -137,12 +138,10 @@ def _current_span_context() -> SpanContext | None:
     return found if found.is_valid else None
 
 
-def current_traceparent() -> str | None:
-    """The current span's W3C ``traceparent`` (ids and sampled flag); None outside any span."""
+def current_trace() -> TraceContext | None:
+    """The current span's trace context (ids and sampled flag); None outside any span."""
     span = _current_span_context()
-    if span is None:
-        return None
-    return f"00-{span.trace_id:032x}-{span.span_id:016x}-{int(span.trace_flags):02x}"
+    return None if span is None else TraceContext.of(span)
 
 
 def current_context() -> RequestContext | None:
@@ -332,30 +331,38 @@ def batch_span(
     producer's trace, linked back to the batch: a viewer without links (Zipkin) shows the batch
     in each of those traces."""
     step = max(1, len(records) // BATCH_LINKS)
-    producers: list[Context] = []
+    producers: list[SpanContext] = []
     for index in range(0, len(records), step)[:BATCH_LINKS]:
-        parent = parent_from_headers(records[index])
-        if not trace.get_current_span(parent).get_span_context().is_valid and origin is not None:
-            parent = _context_of(parse_traceparent(origin(index)))
-        if trace.get_current_span(parent).get_span_context().is_valid:
-            producers.append(parent)
-    links = [Link(trace.get_current_span(p).get_span_context()) for p in producers]
+        producer = trace.get_current_span(parent_from_headers(records[index])).get_span_context()
+        if not producer.is_valid and origin is not None and (found := parse_traceparent(origin(index))):
+            producer = found.span_context()
+        if producer.is_valid:
+            producers.append(producer)
     more = {"messaging.consumer.group.name": group, "messaging.batch.message_count": len(records), **attributes}
     with _tracer.start_as_current_span(
         f"process {topic}",
         context=Context(),
         kind=SpanKind.CONSUMER,
-        links=links,
+        links=[Link(p) for p in producers],
         attributes=_messaging(topic, "process", **more),
     ) as span:
         if span.is_recording():
-            batch = [Link(span.get_span_context())]
-            one = _messaging(topic, "process", **{"messaging.consumer.group.name": group})
             for producer in producers:
-                _tracer.start_span(
-                    f"process {topic}", context=producer, kind=SpanKind.CONSUMER, links=batch, attributes=one
-                ).end()
+                batch_member(topic, producer, span.get_span_context(), **{"messaging.consumer.group.name": group})
         yield span
+
+
+def batch_member(topic: str, producer: SpanContext, batch: SpanContext, **attributes: Any) -> None:
+    """A moment's ``process {topic}`` span in the trace of a record a batch handled (`producer`,
+    its producer's span), linked back to the batch: a viewer without links (Zipkin) shows the
+    batch in that trace too."""
+    _tracer.start_span(
+        f"process {topic}",
+        context=trace.set_span_in_context(NonRecordingSpan(producer), Context()),
+        kind=SpanKind.CONSUMER,
+        links=[Link(batch)],
+        attributes=_messaging(topic, "process", **attributes),
+    ).end()
 
 
 @contextmanager

@@ -220,9 +220,8 @@ class LogShipper:
         trace_id = trace_id if isinstance(trace_id, str) else None
         # The span the line was logged in (this processor runs in the logging call's context),
         # when it is the line's trace: the logs indexer links its batches to it.
-        traceparent = tracing.current_traceparent() if trace_id else None
-        if traceparent is not None and traceparent[3:35] != trace_id:
-            traceparent = None
+        span = tracing.current_trace() if trace_id else None
+        traceparent = span.traceparent() if span is not None and span.trace_id == trace_id else None
         request_id = data.get("request_id")
         record = {
             "envelope": {
