@@ -222,6 +222,7 @@ class Broker:
 
     async def stop(self) -> None:
         self._ticker.stop()
+        await self.transactions.drain()  # ends already answered: their markers, before the flusher stops
         flushes = [*self._flushes, *([self._flush_ms_task] if self._flush_ms_task is not None else [])]
         for task in [*self._tasks, *flushes]:
             task.cancel()

@@ -3,10 +3,13 @@
 Every transactional id's state is a record in the compacted internal topic
 `__transaction_state` (partition ``crc32(id) % transaction.state.log.num.partitions``), fsynced
 before any answer depends on it, and replayed on start.  A transaction ends in two durable
-steps, as in Kafka: the decision (PrepareCommit / PrepareAbort) is stored first; then a marker
-is written to every partition of the transaction, its offsets are committed to their groups
-(only on commit) and the completion stored.  A broker killed between the two finishes the
-transaction on its next start, so a decision once taken is never lost or reversed.
+steps, as in Kafka: the decision (PrepareCommit / PrepareAbort) is stored first, and EndTxn is
+answered once it is on disk (one fsync round); then, in the background, a marker is written to
+every partition of the transaction and its offsets are committed to their groups (only on
+commit), both made durable in one more round, and the completion stored.  The id's next request
+waits for that completion (it queues on the id's lock), as Kafka's coordinator holds the next
+AddPartitionsToTxn until its markers are written.  A broker killed between the two steps
+finishes the transaction on its next start, so a decision once taken is never lost or reversed.
 
 Requests for one transactional id are served one at a time (a lock per id), so a client's
 pipelined requests see each other's effects in order.  Transactions older than their timeout
@@ -85,6 +88,7 @@ class TransactionCoordinator:
         self._notify = notify
         self.txns: dict[str, TxnMetadata] = {}
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # per id: the lock, its users
+        self._completing: set[asyncio.Task[None]] = set()  # ends answered, their markers not yet written
         self.markers_written = 0
         self.timed_out = 0
         topic = store.get(TRANSACTION_TOPIC)
@@ -364,7 +368,7 @@ class TransactionCoordinator:
                 state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, update_ms=self.clock.now_ms()
             )
             await self._store(prepared, transactional_id)
-            await self._complete(prepared)
+            await self._complete_next(transactional_id)
             return meta.producer_id, meta.producer_epoch
 
     async def _end_v2(
@@ -429,9 +433,10 @@ class TransactionCoordinator:
             update_ms=now,
         )
         await self._store(prepared, meta.transactional_id)
-        await self._complete(prepared)
-        done = self.txns[meta.transactional_id]
-        return done.producer_id, done.producer_epoch
+        await self._complete_next(meta.transactional_id)
+        if exhausted:  # what the completion moves the producer to
+            return prepared.next_producer_id, 0
+        return prepared.producer_id, prepared.producer_epoch
 
     def holds(self, transactional_id: str, producer_id: int, producer_epoch: int, tp: tuple[str, int]) -> bool:
         """Whether the producer's ongoing transaction has `tp` already (nothing to add)."""
@@ -461,11 +466,38 @@ class TransactionCoordinator:
 
     # --- completion ------------------------------------------------------------------
 
+    async def _complete_next(self, transactional_id: str) -> None:
+        """Complete the decided transaction in the background, next under the id's lock (the
+        caller holds it): the task queues on the lock before the caller lets it go, so the id's
+        next request finds the transaction complete.  A completion the disk refuses stays
+        decided; the periodic pass or the next start finishes it."""
+        task = asyncio.create_task(self._finish_decided(transactional_id, quiet=True))
+        self._completing.add(task)
+        task.add_done_callback(self._completed)
+        await asyncio.sleep(0)  # the task's first step: it waits on the lock
+
+    def _completed(self, task: asyncio.Task[None]) -> None:
+        self._completing.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            message = error.message if isinstance(error, KafkaError) else repr(error)
+            log.warning("transaction completion deferred: the periodic pass retries it", error=message)
+
+    async def drain(self, within_s: float = 10.0) -> None:
+        """Wait for the completions in flight, so a clean stop leaves none to recover; those
+        still waiting `within_s` later (a disk that hangs) are cancelled: their decisions are
+        durable, and the next start completes them."""
+        if not self._completing:
+            return
+        _, pending = await asyncio.wait(self._completing, timeout=within_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
     async def _complete(self, meta: TxnMetadata) -> None:
         """Markers, offsets, then the completion record: the second step of an end."""
         commit = meta.state == TxnState.PREPARE_COMMIT
         control = ControlType.COMMIT if commit else ControlType.ABORT
-        touched = []
+        touched: list[PartitionLog] = []
         for topic, partition in sorted(meta.partitions):
             if topic == OFFSETS_TOPIC:
                 continue  # offsets are held by the transaction, not written to the log early
@@ -484,16 +516,18 @@ class TransactionCoordinator:
             self.markers_written += 1
             self._notify(plog, result.last_offset - result.base_offset + 1)
             touched.append(plog)
-        try:
-            await self._sync(touched)
-        except OSError as e:
-            raise KafkaError(ErrorCode.coordinator_not_available, f"markers not stored: {e}") from e
-        if commit:
-            for group_id, offsets in meta.offsets.items():
-                try:
-                    await self.groups.commit(group_id, offsets)
-                except OSError as e:
-                    raise KafkaError(ErrorCode.coordinator_not_available, f"offsets not stored: {e}") from e
+        # The markers and the offsets in one fsync round: started in one loop iteration, their
+        # syncs share the flusher's round.  Their order does not matter: the decision is durable,
+        # and completing again writes both again.
+        offsets = meta.offsets.items() if commit else ()
+        stored = await asyncio.gather(
+            self._sync(touched), *(self.groups.commit(g, o) for g, o in offsets), return_exceptions=True
+        )
+        for error in stored:
+            if isinstance(error, OSError):
+                raise KafkaError(ErrorCode.coordinator_not_available, f"markers or offsets not stored: {error}")
+            if isinstance(error, BaseException):
+                raise error
         completed = meta.evolve(
             state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
             partitions=frozenset(),
@@ -516,12 +550,13 @@ class TransactionCoordinator:
             if meta.state.preparing:
                 await self._finish_decided(transactional_id)
 
-    async def _finish_decided(self, transactional_id: str) -> None:
+    async def _finish_decided(self, transactional_id: str, *, quiet: bool = False) -> None:
         async with self._locked(transactional_id):
             current = self.txns.get(transactional_id)
             if current is not None and current.state.preparing:
                 await self._complete(current)
-                log.info("decided transaction completed", transactional_id=transactional_id)
+                if not quiet:
+                    log.info("decided transaction completed", transactional_id=transactional_id)
 
     async def tick(self) -> None:
         """Abort timed-out transactions; forget ids idle past transactional.id.expiration.ms;
