@@ -63,6 +63,7 @@ from loadtest.brokers import (
     PEERS,
     BrokerProcess,
     Metrics,
+    add_durability_option,
     add_peers_option,
     baseline_tree,
     cell,
@@ -315,6 +316,7 @@ class Options:
     baseline: Path | None = None  # the project at --baseline REF, run beside this checkout
     run_id: str = field(default_factory=lambda: time.strftime("%H%M%S"))
     floor: Floor | None = None  # measured before and after the steps
+    durability: str = "fsync"  # streamshop's log.durability
 
 
 @dataclass
@@ -445,7 +447,7 @@ def run_suite(benches: list[Bench], opts: Options) -> None:
 
 def run_all(names: list[str], opts: Options) -> dict[str, Metrics]:
     """Start the brokers (stopped again on the way out, whatever happens) and run the suite."""
-    with started_brokers(names, opts.tansu_binary, opts.baseline) as brokers:
+    with started_brokers(names, opts.tansu_binary, opts.baseline, opts.durability) as brokers:
         before = measure_beside(brokers)
         benches = [Bench(broker, opts) for broker in brokers]
         run_suite(benches, opts)
@@ -526,7 +528,8 @@ def format_report(results: dict[str, Metrics], opts: Options) -> str:
     peers = [name for name in PEERS if name in results]
     lines = [
         f"streamshop vs {' and '.join(peers) or 'no peer'}: {opts.records:,} records x {RECORD_BYTES} B, "
-        f"keys i % {KEY_SPACE}, {PARTITIONS} partitions, confluent-kafka linger.ms={LINGER_MS}",
+        f"keys i % {KEY_SPACE}, {PARTITIONS} partitions, confluent-kafka linger.ms={LINGER_MS}, "
+        f"streamshop's log.durability={opts.durability}",
         f"throughput: median of {opts.repeat} run(s); MB/s of values; broker CPU s = median of the runs' CPU "
         "time of the broker process (user + kernel)",
         f"{'':44}{'streamshop':>14}"
@@ -584,6 +587,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--records", type=int, default=1_000_000, help="records per produce run (default 1,000,000)")
     p.add_argument("--only", choices=(*BROKERS, *DURABLE_PEERS), help="benchmark one broker only")
     add_peers_option(p)
+    add_durability_option(p)
     p.add_argument("--skip-e2e", action="store_true", help="skip the end-to-end latency test")
     p.add_argument(
         "--repeat",
@@ -610,6 +614,7 @@ def main(argv: list[str] | None = None) -> int:
         skip_e2e=args.skip_e2e,
         repeat=max(1, args.repeat),
         tansu_binary=args.tansu_binary or default_tansu_binary(),
+        durability=args.durability,
     )
     names = [*([args.only] if args.only else BROKERS), *args.peers]
     with contextlib.ExitStack() as stack:

@@ -117,6 +117,7 @@ from loadtest.brokers import (
     PEERS,
     BrokerProcess,
     Metrics,
+    add_durability_option,
     add_peers_option,
     baseline_tree,
     cell,
@@ -340,6 +341,7 @@ class Options:
     baseline: Path | None = None  # the project at --baseline REF, run beside this checkout
     run_id: str = field(default_factory=lambda: time.strftime("%H%M%S"))
     floor: Floor | None = None  # measured once the brokers run
+    durability: str = "fsync"  # streamshop's log.durability
 
 
 @dataclass
@@ -488,7 +490,7 @@ def run_suite(benches: list[Bench], opts: Options) -> None:
 
 def run_all(names: list[str], opts: Options) -> list[Bench]:
     """Start the brokers (stopped again on the way out, whatever happens) and run the suite."""
-    with started_brokers(names, opts.tansu_binary, opts.baseline) as brokers:
+    with started_brokers(names, opts.tansu_binary, opts.baseline, opts.durability) as brokers:
         before = measure_beside(brokers) if "commits" in opts.steps else None
         benches = [Bench(broker, opts) for broker in brokers]
         run_suite(benches, opts)
@@ -617,7 +619,7 @@ def format_report(benches: list[Bench], opts: Options) -> str:
     lines = [
         f"consumer groups, streamshop vs {' and '.join(peers) or 'no peer'}: {CONSUMERS} consumers on a "
         f"{PARTITIONS}-partition topic, default client settings; {opts.commits:,} synchronous commits of "
-        f"{PARTITIONS} offsets",
+        f"{PARTITIONS} offsets; streamshop's log.durability={opts.durability}",
         f"heartbeats: {HEARTBEAT_MEMBERS} confluent-kafka members, partitions paused, {window}",
         f"median of {opts.repeat} run(s); times and CPU: lower is better (ratio s/t, s/k < 1: streamshop lower "
         "than Tansu, Apache Kafka); commits/s: higher is better",
@@ -682,6 +684,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m loadtest.bench_groups", description=__doc__.split("\n")[0])
     p.add_argument("--only", choices=(*BROKERS, *DURABLE_PEERS), help="benchmark one broker only")
     add_peers_option(p)
+    add_durability_option(p)
     p.add_argument(
         "--repeat", type=int, default=3, metavar="K", help="run each step K times and report the median (default 3)"
     )
@@ -726,6 +729,7 @@ def main(argv: list[str] | None = None) -> int:
         commits=max(1, args.commits),
         window=max(0.0, args.heartbeat_window),
         steps=tuple(args.steps.split(",")),
+        durability=args.durability,
     )
     names = [*([args.only] if args.only else BROKERS), *args.peers]
     with contextlib.ExitStack() as stack:

@@ -44,6 +44,7 @@ from loadtest.brokers import (
     DURABLE_PEERS,
     BrokerProcess,
     Metrics,
+    add_durability_option,
     add_peers_option,
     cell,
     cpu_seconds,
@@ -172,10 +173,11 @@ class Options:
     repeat: int
     tansu_binary: Path
     json_path: Path | None
+    durability: str = "fsync"  # streamshop's log.durability
 
 
 def run_all(opts: Options) -> tuple[list[Bench], Floor]:
-    with started_brokers(opts.names, opts.tansu_binary) as brokers:
+    with started_brokers(opts.names, opts.tansu_binary, durability=opts.durability) as brokers:
         before = measure_beside(brokers)
         benches = [Bench(b) for b in brokers]
         for step in STEPS:
@@ -223,7 +225,8 @@ def format_report(benches: list[Bench], opts: Options, floor: Floor) -> str:
     lines = [
         f"transactional vs idempotent produce: {opts.records:,} records x 100 B, {PARTITIONS} partitions, "
         "confluent-kafka acks=all linger.ms=5",
-        f"median of {opts.repeat} run(s); ratios are streamshop's value over the peer's",
+        f"median of {opts.repeat} run(s), streamshop's log.durability={opts.durability}; "
+        "ratios are streamshop's value over the peer's",
         f"{'':34}" + "".join(f"{n:>14}" for n in names) + "".join(f"{'s/' + _SHORT.get(n, n):>10}" for n in names[1:]),
     ]
     for label, key, fmt in rows():
@@ -241,6 +244,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", action="append", choices=(*NAMES, *DURABLE_PEERS), help="only this broker (repeatable)")
     add_peers_option(p)
+    add_durability_option(p)
     p.add_argument("--records", type=int, default=10_000)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--tansu-binary", type=Path, default=None)
@@ -252,6 +256,7 @@ def main() -> int:
         repeat=args.repeat,
         tansu_binary=args.tansu_binary or default_tansu_binary(),
         json_path=args.json_path,
+        durability=args.durability,
     )
     signal.signal(signal.SIGTERM, exit_on_sigterm)
     benches, floor = run_all(opts)

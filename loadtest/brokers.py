@@ -364,18 +364,22 @@ def wait_idle(pid: int, *, busy_below: float = 0.03, quiet_for: float = 1.0, tim
 
 
 def start_broker(
-    name: str, workdir: Path, tansu_binary: Path, baseline: Path | None = None
+    name: str, workdir: Path, tansu_binary: Path, baseline: Path | None = None, durability: str = "fsync"
 ) -> contextlib.AbstractContextManager[BrokerProcess]:
+    """A broker by name; streamshop's (and its baseline) with `durability` as its log.durability."""
+    settings = None if durability == "fsync" else {"log.durability": durability}
     if name == "baseline":
         assert baseline is not None
-        return streamshop_broker(workdir, baseline)
+        return streamshop_broker(workdir, baseline, settings=settings)
     if name == "apache-kafka":
         return apache_kafka_broker(workdir)
     if name == "kafka-fsync":
         return apache_kafka_broker(workdir, fsync=True)
     if name == "tansu-pg":
         return tansu_pg_broker(workdir)
-    return streamshop_broker(workdir) if name == "streamshop" else tansu_broker(workdir, tansu_binary)
+    if name == "streamshop":
+        return streamshop_broker(workdir, settings=settings)
+    return tansu_broker(workdir, tansu_binary)
 
 
 @contextlib.contextmanager
@@ -403,15 +407,16 @@ def _copy_extension(tree: Path) -> None:
 
 @contextlib.contextmanager
 def started_brokers(
-    names: list[str], tansu_binary: Path, baseline: Path | None = None
+    names: list[str], tansu_binary: Path, baseline: Path | None = None, durability: str = "fsync"
 ) -> Iterator[list[BrokerProcess]]:
     """Start the named brokers, each in its own temporary work directory; all are stopped
-    (and the directories removed) on the way out, whatever happens."""
+    (and the directories removed) on the way out, whatever happens.  `durability`: streamshop's
+    log.durability (fsync, its default, or page-cache)."""
     with contextlib.ExitStack() as stack:
         brokers = []
         for name in names:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"bench-{name}-")))
-            broker = stack.enter_context(start_broker(name, workdir, tansu_binary, baseline))
+            broker = stack.enter_context(start_broker(name, workdir, tansu_binary, baseline, durability))
             print(f"{name}: {broker.bootstrap} (pid {broker.pid}), workdir {workdir}", flush=True)
             brokers.append(broker)
         yield brokers
@@ -434,6 +439,16 @@ def add_peers_option(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="LIST",
         help=f"also run these peers that wait for the disk, of {', '.join(DURABLE_PEERS)} (comma-separated)",
+    )
+
+
+def add_durability_option(parser: argparse.ArgumentParser) -> None:
+    """The benchmarks' `--durability`: the bundled broker's log.durability for this run."""
+    parser.add_argument(
+        "--durability",
+        choices=("fsync", "page-cache"),
+        default="fsync",
+        help="streamshop's log.durability: fsync (default) answers after fdatasync, page-cache after the write",
     )
 
 

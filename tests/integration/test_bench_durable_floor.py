@@ -3,12 +3,14 @@ schema the `tansu-pg` peer is given (loadtest.tansu_build) on a real PostgreSQL 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 from pathlib import Path
 
 import asyncpg
+from confluent_kafka.admin import AdminClient, ConfigResource
 
-from loadtest import floor, tansu_build
+from loadtest import brokers, floor, tansu_build
 from streamshop import postgres
 from tests.support.harness import ThreadBroker
 from tests.support.postgres import fresh_database
@@ -86,3 +88,17 @@ def test_tansu_schema_is_created_by_postgresql_with_the_kafka_types(pg_server: p
     assert types[("topic", "id")] == "int4"
     assert types[("topic", "uuid")] == "uuid"
     assert types[("topic", "is_internal")] == "bool"
+
+
+def test_the_benchmarks_durability_option_starts_the_broker_in_that_mode(tmp_path: Path) -> None:
+    """`--durability page-cache` reaches the broker the benchmarks start: its DescribeConfigs
+    says so, and a broker started without it keeps the default."""
+    parser = argparse.ArgumentParser()
+    brokers.add_durability_option(parser)
+    for argv, expected in ((["--durability", "page-cache"], "page-cache"), ([], "fsync")):
+        durability = parser.parse_args(argv).durability
+        with brokers.started_brokers(["streamshop"], Path("unused"), durability=durability) as (broker,):
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            resource = ConfigResource(ConfigResource.Type.BROKER, "1")
+            described = admin.describe_configs([resource])[resource].result(30)
+            assert described["log.durability"].value == expected
