@@ -2,15 +2,16 @@
 
 Each batch of a job is one ``process {topics}`` CONSUMER span (job, batch id, records, the
 offsets it covered per partition, the consumer group its progress is committed to), a trace of
-its own, linked to the producers of up to `SAMPLE` of its records; each of those sampled records
-also gets a short ``process {topic}`` span in its producer's trace, so a viewer without links
-(Zipkin) still shows the job in an order's trace.
+its own, linked to the producers of up to `SAMPLE` of its records: the newest of each partition
+it covered, the records someone who has just placed an order looks for.  Each of those also gets
+a short ``process {topic}`` span in its producer's trace, so a viewer without links (Zipkin)
+still shows the job in an order's trace.
 
 Why a sample and not every record: the records are decoded and aggregated on the executors as
 Arrow columns, never one Python object per record; a span per record would need a Python pass
 over every row (and its header column decoded for every record), tens of thousands of spans a
 batch for a job that counts them, and an exporter queue overflowing at any real rate.  The
-sample costs one small read on the driver: the first records of each partition the batch
+sample costs one small read on the driver: the last records of each partition the batch
 covered, up to `SAMPLE` in all, read back with the job's own Kafka settings, only when the span
 is recorded.
 """
@@ -32,7 +33,7 @@ from kit import tracing
 __all__ = ["SAMPLE", "BatchTracer", "topics_of"]
 
 SAMPLE = 32
-_READ_WITHIN_S = 2.0  # the sample never holds a batch longer than this
+_READ_WITHIN_S = 5.0  # the sample never holds a batch longer than this
 
 _tracer = trace.get_tracer("streamshop.analytics")
 Partition = tuple[str, int]
@@ -93,12 +94,13 @@ class BatchTracer:
             )
 
     def _sample(self, coverage: Mapping[Partition, Covered]) -> list[tuple[tuple[str, int, int], Any]]:
-        """(topic, partition, offset) and headers of the first records of each covered
+        """(topic, partition, offset) and headers of the last records of each covered
         partition, `SAMPLE` in all at most; fewer when the read takes too long."""
         each = max(1, SAMPLE // len(coverage))
-        wanted = {tp: min(c.last, c.first + each - 1) for tp, c in list(coverage.items())[:SAMPLE]}
+        covered = list(coverage.items())[:SAMPLE]
+        wanted = {tp: c.last for tp, c in covered}
         consumer = self._reader()
-        consumer.assign([TopicPartition(t, p, coverage[(t, p)].first) for t, p in wanted])
+        consumer.assign([TopicPartition(t, p, max(c.first, c.last - each + 1)) for (t, p), c in covered])
         found: list[tuple[tuple[str, int, int], Any]] = []
         open_ = dict(wanted)
         deadline = time.monotonic() + _READ_WITHIN_S

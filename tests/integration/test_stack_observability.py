@@ -124,11 +124,20 @@ def _trace(stack: Stack, trace_id: str, has: Callable[[list[dict[str, Any]]], bo
     batch processor exports, every few seconds)."""
     traces = stack.child("traces")["urls"]["http"]
 
+    seen: list[tuple[str, str, str]] = []
+
     def listed() -> list[dict[str, Any]] | None:
         status, spans = get(f"{traces}/api/v2/trace/{trace_id}")
-        return spans if status == 200 and has(spans) else None
+        if status != 200:
+            return None
+        seen[:] = [(s["localEndpoint"]["serviceName"], s["name"], s.get("kind", "")) for s in spans]
+        return spans if has(spans) else None
 
-    return eventually(f"the spans of trace {trace_id}", listed, within=180)
+    try:
+        return eventually(f"the spans of trace {trace_id}", listed, within=180)
+    except AssertionError as e:
+        said = [line for line in stack.output.read_text().splitlines() if re.search(r"(?i)error|warn|refused", line)]
+        raise AssertionError(f"{e}; it held {sorted(seen)}; the stack's last problems: {said[-20:]}") from None
 
 
 def test_an_orders_trace_runs_from_its_http_requests_through_the_outbox_relays_sends(stack: Stack) -> None:
