@@ -8,25 +8,36 @@ the versions the table serves, and its unions hold exactly kio's classes of thos
 
 from __future__ import annotations
 
+import functools
+import importlib
 import sys
 import typing
 
 import broker.handlers
-from broker.handlers import APIS, kio_types, kio_types_share, kio_types_txn
+from broker.handlers import APIS
 from broker.handlers.base import Messages
 from broker.protocol.codec import request_type, response_type
 
 _MODULES = [m for name, m in sorted(sys.modules.items()) if name.startswith("broker.handlers.") and m is not None]
+# The unions' modules load every class of kio's (seconds of CPU): loaded by the first test here,
+# not when the suite's every worker collects this module.
+_UNION_MODULES = ("kio_types", "kio_types_txn", "kio_types_share")
 
 
 def _classes(alias: object) -> set[object]:
     return set(typing.get_args(alias)) or {alias}  # a single version's alias is the class itself
 
 
+@functools.cache
+def _namespace() -> dict[str, object]:
+    unions = [importlib.import_module(f"broker.handlers.{name}") for name in _UNION_MODULES]
+    return {name: value for module in unions for name, value in vars(module).items()} | {"Messages": Messages}
+
+
 def _declared() -> dict[int, tuple[Messages[object, object], set[object], set[object]]]:
     """Every `Messages` of the handler modules, with the classes its annotation names."""
     found = {}
-    namespace = {**vars(kio_types), **vars(kio_types_txn), **vars(kio_types_share), "Messages": Messages}
+    namespace = _namespace()
     for module in _MODULES:
         for attr, annotation in getattr(module, "__annotations__", {}).items():
             value = getattr(module, attr, None)
