@@ -31,7 +31,7 @@ from streamshop.kafka_cluster import Cluster
 from tests.support import processes
 from tests.support.fault_clients import Fleet
 from tests.support.harness import BrokerProcess, ThreadBroker
-from tests.support.registry import registry
+from tests.support.registry import ThreadRegistry, registry
 from tests.support.timeline import Timeline
 
 # Every Spark JVM of the run (the shared session, and each analytics job or stack it starts, which
@@ -186,6 +186,22 @@ async def running_registry(broker: ThreadBroker) -> AsyncIterator[RunningRegistr
     """A real schema registry, in-process on the test's loop, storing in `broker`."""
     async with registry(broker.bootstrap) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def shared_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadRegistry]:
+    """A schema registry for tests that only register and look up the services' schemas (the
+    services' tests, not the registry's): one per worker, on a broker of its own, started once
+    instead of per test.  Its subjects gather every test's registrations of the same schemas."""
+    broker = ThreadBroker(tmp_path_factory.mktemp("shared-registry-broker")).start()
+    try:
+        running = ThreadRegistry(broker.bootstrap)
+        try:
+            yield running
+        finally:
+            running.close()
+    finally:
+        broker.close()
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
-from registry.app import RunningRegistry
 from services.common.consumer import ConsumerRunner, Handler, Message, PermanentError
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import create_topic
@@ -32,6 +31,7 @@ from tests.support.kit_processes import (
     read_line,
     spawn,
 )
+from tests.support.registry import ThreadRegistry
 
 ORDER_CREATED = CATALOG.schema("OrderCreated")
 
@@ -43,8 +43,8 @@ def broker(broker_factory: Callable[..., ThreadBroker]) -> ThreadBroker:
 
 
 @pytest.fixture
-async def tools(broker: ThreadBroker, running_registry: RunningRegistry) -> AsyncIterator[Kit]:
-    async with kit(broker.bootstrap, running_registry.url) as k:
+async def tools(broker: ThreadBroker, shared_registry: ThreadRegistry) -> AsyncIterator[Kit]:
+    async with kit(broker.bootstrap, shared_registry.url) as k:
         yield k
 
 
@@ -86,7 +86,7 @@ def headers_of(record: Any) -> dict[str, str]:
 
 
 async def test_consumer_sigkilled_mid_batch_reprocesses_uncommitted_records_and_applies_each_effect_once(
-    tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry, tools: Kit
+    tmp_path: Path, broker: ThreadBroker, shared_registry: ThreadRegistry, tools: Kit
 ) -> None:
     """A child consumer (commit every 25 records) SIGKILLs itself right after its 40th effect: 25
     offsets are committed, 15 are not.  Restarted, it gets those 15 again (at-least-once), skips
@@ -96,7 +96,7 @@ async def test_consumer_sigkilled_mid_batch_reprocesses_uncommitted_records_and_
     db = tmp_path / "consumer.db"
     spec = {
         "bootstrap": broker.bootstrap,
-        "registry": running_registry.url,
+        "registry": shared_registry.url,
         "db": str(db),
         "group": "crashy",
         "topic": "orders",

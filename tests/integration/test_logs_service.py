@@ -28,7 +28,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
 from kit.logging import configure_logging
-from registry.app import RunningRegistry
 from schemas.catalog import default_catalog
 from schemas.client import RegistryClient
 from schemas.serde import AvroSerializer
@@ -41,6 +40,7 @@ from streamshop.cli import build_parser
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import aiokafka_consume, create_topic
 from tests.support.kit_processes import consume_all
+from tests.support.registry import ThreadRegistry
 from tests.support.services import serve_app
 from tests.support.sse import read_sse
 
@@ -69,7 +69,7 @@ async def producer(broker: ThreadBroker) -> AsyncIterator[AIOKafkaProducer]:
 
 @pytest.fixture
 async def start_logs(
-    tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry
+    tmp_path: Path, broker: ThreadBroker, shared_registry: ThreadRegistry
 ) -> AsyncIterator[Callable[..., Any]]:
     """Start the logs service (`start_logs(max_records=...)`) on a real HTTP server."""
     clients: list[Client] = []
@@ -77,7 +77,7 @@ async def start_logs(
     async def start(**overrides: Any) -> Client:
         config = LogsConfig(
             bootstrap_servers=broker.bootstrap,
-            registry_url=running_registry.url,
+            registry_url=shared_registry.url,
             database_path=tmp_path / "logs.db",
             log_shipping=False,
             commit_interval_ms=100,
@@ -128,7 +128,7 @@ def events(body: dict[str, Any]) -> list[str]:
 
 
 async def test_json_and_avro_log_lines_are_indexed_and_searchable_by_service_level_and_text(
-    producer: AIOKafkaProducer, running_registry: RunningRegistry, start_logs: Callable[..., Any]
+    producer: AIOKafkaProducer, shared_registry: ThreadRegistry, start_logs: Callable[..., Any]
 ) -> None:
     """Lines of `orders` shipped as JSON (to logs.app, logs.ingress and logs.db by logger) and of
     `otp` shipped as Avro LogRecord are all indexed; service, level and q filter them, q matches
@@ -145,7 +145,7 @@ async def test_json_and_avro_log_lines_are_indexed_and_searchable_by_service_lev
             {"event": "statement", "level": "debug", "logger": "services.orders.db", "sql": "INSERT INTO orders"},
         ],
     )
-    async with RegistryClient(running_registry.url) as registry:
+    async with RegistryClient(shared_registry.url) as registry:
         serializer = AvroSerializer(registry, topic_strategies=default_catalog().topic_strategies())
         await ship(
             producer,
@@ -491,13 +491,13 @@ async def services_shipper(
 
 
 async def test_the_services_shipper_sends_whole_batches_to_the_instances_partition_in_order(
-    broker: ThreadBroker, running_registry: RunningRegistry
+    broker: ThreadBroker, shared_registry: ThreadRegistry
 ) -> None:
     """Through the services' own producer (`SendRawAdapter` over `EventProducer.send_batch_raw`),
     a burst of lines lands on one partition of logs.app — the one the instance key maps to — in
     the order logged, each once."""
     create_topic(broker.bootstrap, "logs.app", 3)
-    async with services_shipper(broker, running_registry.url, level="debug", batch_size=64) as (shipper, producer):
+    async with services_shipper(broker, shared_registry.url, level="debug", batch_size=64) as (shipper, producer):
         for i in range(500):
             shipper(None, "info", {"level": "info", "event": f"line {i}"})
         partition = producer._started()._partitioner(b"orders-7", [0, 1, 2], [0, 1, 2])
@@ -509,12 +509,12 @@ async def test_the_services_shipper_sends_whole_batches_to_the_instances_partiti
 
 
 async def test_access_log_lines_spread_over_every_partition_of_logs_ingress_batch_by_batch(
-    broker: ThreadBroker, running_registry: RunningRegistry
+    broker: ThreadBroker, shared_registry: ThreadRegistry
 ) -> None:
     """One instance's access log (one line per request, each independent) is not held to the
     instance's partition: unkeyed, each batch goes to a partition of the producer's choosing."""
     create_topic(broker.bootstrap, "logs.ingress", 3)
-    async with services_shipper(broker, running_registry.url, level="debug", batch_size=1) as (shipper, _):
+    async with services_shipper(broker, shared_registry.url, level="debug", batch_size=1) as (shipper, _):
         for i in range(60):
             shipper(None, "info", {"level": "info", "event": "http request", "logger": ACCESS_LOGGER, "n": i})
             await shipper.flush()
@@ -526,13 +526,13 @@ async def test_access_log_lines_spread_over_every_partition_of_logs_ingress_batc
 
 
 async def test_the_database_work_of_a_service_goes_to_logs_db(
-    tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry
+    tmp_path: Path, broker: ThreadBroker, shared_registry: ThreadRegistry
 ) -> None:
     """Opening, migrating, a transaction that held the write lock too long and closing a
     service's database are logged under services.common.db, which the shipper sends to logs.db."""
     create_topic(broker.bootstrap, "logs.db", 3)
     try:
-        async with services_shipper(broker, running_registry.url, level="info", batch_size=64) as (shipper, _):
+        async with services_shipper(broker, shared_registry.url, level="info", batch_size=64) as (shipper, _):
             configure_logging(stream=io.StringIO(), fmt="json", tap=shipper)
             async with SqliteDatabase(tmp_path / "work.db", slow_ms=1.0) as db:
                 await db.migrate("work", ["CREATE TABLE t (x INTEGER)"])
@@ -560,7 +560,7 @@ async def test_the_database_work_of_a_service_goes_to_logs_db(
 
 @pytest.mark.parametrize("leaves", ["close", "reset"])
 async def test_a_tail_whose_client_left_ends_within_one_keepalive_interval(
-    tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry, leaves: str
+    tmp_path: Path, broker: ThreadBroker, shared_registry: ThreadRegistry, leaves: str
 ) -> None:
     """A quiet tail (no matching records) notices its client left: its slot is free again within
     one keepalive interval, whether the client closed cleanly or its connection was reset.  Served
@@ -568,7 +568,7 @@ async def test_a_tail_whose_client_left_ends_within_one_keepalive_interval(
     keepalive = 0.5
     config = LogsConfig(
         bootstrap_servers=broker.bootstrap,
-        registry_url=running_registry.url,
+        registry_url=shared_registry.url,
         database_path=tmp_path / "logs.db",
         log_shipping=False,
         max_tail_clients=1,

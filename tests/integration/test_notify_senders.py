@@ -51,6 +51,7 @@ from tests.support.notify import (
     status_server,
     wait_for,
 )
+from tests.support.registry import ThreadRegistry
 from tests.support.services import serve_app
 
 SEAL_KEY = secrets.token_bytes(32)
@@ -134,8 +135,8 @@ async def open_stack(tmp: Path, broker: ThreadBroker, registry: RunningRegistry,
 
 
 @pytest.fixture
-async def stack(tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry) -> AsyncIterator[Stack]:
-    async with open_stack(tmp_path, broker, running_registry) as s:
+async def stack(tmp_path: Path, broker: ThreadBroker, shared_registry: ThreadRegistry) -> AsyncIterator[Stack]:
+    async with open_stack(tmp_path, broker, shared_registry.running) as s:
         yield s
 
 
@@ -330,11 +331,11 @@ async def test_redelivery_sends_nothing_again_and_a_resend_after_lost_state_is_c
 
 
 async def test_an_expired_request_gives_a_final_otp_failed_without_calling_the_provider(
-    tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry
+    tmp_path: Path, broker: ThreadBroker, shared_registry: ThreadRegistry
 ) -> None:
     """Requested with a 0.2 s TTL and picked up after it: OtpFailed expired for each channel,
     attempt 1, provider latency 0, will_retry false; nothing reaches the catcher."""
-    async with open_stack(tmp_path, broker, running_registry, code_ttl=0.2) as stack:
+    async with open_stack(tmp_path, broker, shared_registry.running, code_ttl=0.2) as stack:
         request_id = await stack.request()
         await asyncio.sleep(0.3)  # past the expiry before any sender runs
         async with senders(stack.sms_config(), stack.email_config()) as (sms, _):

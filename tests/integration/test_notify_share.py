@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from registry.app import RunningRegistry
 from services.otp.domain import seal_code
 from tests.integration.test_notify_senders import SEAL_KEY, Stack, code_in, open_stack, otp_requested
 from tests.support.harness import ThreadBroker
 from tests.support.kit_processes import CATALOG, kit
 from tests.support.notify import SenderApp, read_topic, serve_sender
+from tests.support.registry import ThreadRegistry
 
 
 @pytest.fixture
-async def stack(tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry) -> AsyncIterator[Stack]:
-    async with open_stack(tmp_path, broker, running_registry) as s:
+async def stack(tmp_path: Path, broker: ThreadBroker, shared_registry: ThreadRegistry) -> AsyncIterator[Stack]:
+    async with open_stack(tmp_path, broker, shared_registry.running) as s:
         yield s
 
 

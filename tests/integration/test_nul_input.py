@@ -15,7 +15,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from registry.app import RunningRegistry
 from services.logs.app import create_app as create_logs
 from services.logs.config import LOG_TOPICS, LogsConfig
 from services.orders.app import create_app as create_orders
@@ -26,6 +25,7 @@ from streamshop import postgres
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import create_topic
 from tests.support.postgres import fresh_database
+from tests.support.registry import ThreadRegistry
 from tests.support.services import serve_app
 
 NUL_MESSAGE = "must not contain a NUL character (U+0000)"
@@ -44,14 +44,14 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], 
 
 @pytest.fixture
 async def urls(
-    broker: ThreadBroker, running_registry: RunningRegistry, database: Callable[[str], dict[str, Any]]
+    broker: ThreadBroker, shared_registry: ThreadRegistry, database: Callable[[str], dict[str, Any]]
 ) -> AsyncIterator[dict[str, str]]:
     """The base URLs of the orders, otp and logs services, each on its own database."""
     for topic in LOG_TOPICS:
         create_topic(broker.bootstrap, topic, 1)
     common: dict[str, Any] = {
         "bootstrap_servers": broker.bootstrap,
-        "registry_url": running_registry.url,
+        "registry_url": shared_registry.url,
         "log_shipping": False,
     }
     apps = {

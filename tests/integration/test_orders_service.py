@@ -17,7 +17,6 @@ import pytest
 import structlog
 
 from kit.logging import configure_logging
-from registry.app import RunningRegistry
 from schemas.client import RegistryClient
 from schemas.serde import AvroDeserializer, Decoded
 from services.common.db_sqlite import SqliteDatabase
@@ -29,6 +28,7 @@ from services.orders.domain import CREATE_ORDER, NewOrder
 from services.orders.store import OrderStore
 from tests.support.harness import ThreadBroker
 from tests.support.kit_processes import CATALOG, consume_all
+from tests.support.registry import ThreadRegistry
 from tests.support.services import ServedApp, serve_app
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -50,10 +50,10 @@ class Service(ServedApp):
 
 
 @pytest.fixture
-def config(tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry) -> OrdersConfig:
+def config(tmp_path: Path, broker: ThreadBroker, shared_registry: ThreadRegistry) -> OrdersConfig:
     return OrdersConfig(
         bootstrap_servers=broker.bootstrap,
-        registry_url=running_registry.url,
+        registry_url=shared_registry.url,
         database_path=tmp_path / "orders.db",
         relay_poll_interval=0.2,
         log_shipping=False,

@@ -19,7 +19,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from registry.app import RunningRegistry
 from schemas.client import RegistryClient
 from schemas.serde import AvroDeserializer
 from services.common.config import ConfigError
@@ -29,6 +28,7 @@ from services.otp.domain import code_hash, open_sealed_code
 from services.otp.handlers import STORE_KEY
 from tests.support.harness import ThreadBroker
 from tests.support.kit_processes import CATALOG, consume_all
+from tests.support.registry import ThreadRegistry
 from tests.support.services import ServedApp, serve_app
 
 SEAL_KEY = secrets.token_bytes(32)
@@ -43,10 +43,10 @@ class Service(ServedApp):
 
 
 @pytest.fixture
-def config(tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry) -> OtpConfig:
+def config(tmp_path: Path, broker: ThreadBroker, shared_registry: ThreadRegistry) -> OtpConfig:
     return OtpConfig(
         bootstrap_servers=broker.bootstrap,
-        registry_url=running_registry.url,
+        registry_url=shared_registry.url,
         database_path=tmp_path / "otp.db",
         relay_poll_interval=0.2,
         log_shipping=False,

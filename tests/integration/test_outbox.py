@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from registry.app import RunningRegistry
 from schemas.client import RegistryClient
 from schemas.serde import AvroSerializer, RecordValidationError
 from services.common.consumer import ConsumerRunner
@@ -35,14 +34,15 @@ from tests.support.kit_processes import (
     read_line,
     spawn,
 )
+from tests.support.registry import ThreadRegistry
 
 ORDERS_DDL = "CREATE TABLE orders (id TEXT PRIMARY KEY, status TEXT NOT NULL);"
 
 
 @pytest.fixture
-async def tools(broker: ThreadBroker, running_registry: RunningRegistry) -> AsyncIterator[Kit]:
+async def tools(broker: ThreadBroker, shared_registry: ThreadRegistry) -> AsyncIterator[Kit]:
     create_topic(broker.bootstrap, "orders", 6)
-    async with kit(broker.bootstrap, running_registry.url) as k:
+    async with kit(broker.bootstrap, shared_registry.url) as k:
         yield k
 
 
@@ -158,7 +158,7 @@ async def test_relay_publishes_pending_rows_in_order_per_key_and_marks_them_sent
 
 
 async def test_relay_sigkilled_between_publish_and_mark_republishes_and_consumer_applies_once(
-    tmp_path: Path, broker: ThreadBroker, running_registry: RunningRegistry, tools: Kit
+    tmp_path: Path, broker: ThreadBroker, shared_registry: ThreadRegistry, tools: Kit
 ) -> None:
     """A relay child process SIGKILLs itself after the broker acknowledged its batch and before
     marking it sent: the rows stay pending, a new relay publishes them again (duplicates on the
@@ -171,7 +171,7 @@ async def test_relay_sigkilled_between_publish_and_mark_republishes_and_consumer
             await outbox.add(tx, "orders", record["order_id"], "OrderCreated", record)
     await db.close()
 
-    spec = {"bootstrap": broker.bootstrap, "registry": running_registry.url, "db": str(path)}
+    spec = {"bootstrap": broker.bootstrap, "registry": shared_registry.url, "db": str(path)}
     child = await spawn("relay", {**spec, "crash_after_publish": True})
     assert await read_line(child) == "published 10"
     assert await asyncio.wait_for(child.wait(), 30) == -9  # really killed, before the mark
