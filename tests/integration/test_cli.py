@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,18 @@ def test_an_unreachable_broker_says_what_was_tried_and_what_to_check() -> None:
         assert "STREAMSHOP_BOOTSTRAP_SERVERS" in done.stderr
 
 
+@pytest.fixture(scope="module")
+def existing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadBroker]:
+    """A broker with topic `existing` (2 partitions), which the refused commands leave as it is:
+    shared by the error cases (each checks that it is unchanged)."""
+    broker = ThreadBroker(tmp_path_factory.mktemp("cli-errors")).start()
+    try:
+        assert topics(broker, "create", "existing", "--partitions", "2").returncode == 0
+        yield broker
+    finally:
+        broker.close()
+
+
 @pytest.mark.parametrize(
     ("args", "error"),
     [
@@ -145,16 +158,15 @@ def test_an_unreachable_broker_says_what_was_tried_and_what_to_check() -> None:
     ],
 )
 def test_topics_broker_errors_print_the_kafka_error_and_exit_1(
-    broker: ThreadBroker, args: list[str], error: str
+    existing: ThreadBroker, args: list[str], error: str
 ) -> None:
-    assert topics(broker, "create", "existing", "--partitions", "2").returncode == 0
-    result = topics(broker, *args)
+    result = topics(existing, *args)
     assert result.returncode == 1
     assert re.search(rf"^streamshop topics: .+?: {error}: .+", result.stderr, re.MULTILINE), result.stderr
-    names = broker.call(lambda: sorted(broker.broker.store.topics))
+    names = existing.call(lambda: sorted(existing.broker.store.topics))
     assert "fine" not in names
     assert "bad name" not in names
-    assert broker.call(lambda: broker.broker.store.get("existing").partitions) == 2
+    assert existing.call(lambda: existing.broker.store.get("existing").partitions) == 2
 
 
 def test_produce_keyed_lines_with_headers_then_consume_from_beginning_prints_keys_and_offsets(
