@@ -227,11 +227,11 @@ def format_report(benches: list[Bench], opts: Options, floor: Floor) -> str:
         "confluent-kafka acks=all linger.ms=5",
         f"median of {opts.repeat} run(s), streamshop's log.durability={opts.durability}; "
         "ratios are streamshop's value over the peer's",
-        f"{'':34}" + "".join(f"{n:>14}" for n in names) + "".join(f"{'s/' + _SHORT.get(n, n):>10}" for n in names[1:]),
+        f"{'':34}" + "".join(f"{n:>14}" for n in names) + "".join(f"{'s/' + _SHORT.get(n, n):>12}" for n in names[1:]),
     ]
     for label, key, fmt in rows():
         values = "".join(f"{_value(b, key, fmt):>14}" for b in benches)
-        ratios = "".join(f"{cell(ratio(results, key, n), '.2f'):>10}" for n in names[1:])
+        ratios = "".join(f"{cell(ratio(results, key, n), '.2f'):>12}" for n in names[1:])
         lines.append(f"{label:34}{values}{ratios}")
     lines += ["", floor.describe()]
     notes = [f"  {b.broker.name} {step}: {reasons[0]}" for b in benches for step, reasons in b.failures.items()]
