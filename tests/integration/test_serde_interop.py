@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import struct
 import time
 from collections.abc import Iterator
 
@@ -46,6 +47,14 @@ def confluent_registry(registry: ThreadRegistry) -> Iterator[SchemaRegistryClien
         yield client
 
 
+@pytest.fixture
+def confluent_shared(shared_registry: ThreadRegistry) -> Iterator[SchemaRegistryClient]:
+    """Confluent's client of the worker's registry (tests/conftest.py), which the round trips of
+    the catalog's schemas share: registering them again finds them."""
+    with SchemaRegistryClient({"url": shared_registry.url}) as client:
+        yield client
+
+
 def _confluent_serializer(client: SchemaRegistryClient, schema: AvroSchema, topic: str) -> ConfluentSerializer:
     strategy = getattr(confluent_schema_registry, _CONFLUENT_STRATEGY[CATALOG.topics[topic].strategy])
     return ConfluentSerializer(client, schema.text, conf={"subject.name.strategy": strategy})
@@ -76,38 +85,48 @@ def _consume(bootstrap: str, topic: str, count: int) -> list[bytes]:
 
 @pytest.mark.parametrize(("event", "topic"), EVENTS)
 async def test_streamshop_writes_and_confluent_reads_through_the_broker(
-    broker: ThreadBroker, registry: ThreadRegistry, confluent_registry: SchemaRegistryClient, event: str, topic: str
+    broker: ThreadBroker,
+    shared_registry: ThreadRegistry,
+    confluent_shared: SchemaRegistryClient,
+    event: str,
+    topic: str,
 ) -> None:
     """streamshop's serializer registers and frames; Confluent's deserializer, after a trip
     through the broker, decodes the same record."""
     record = CATALOG.example(event)
-    async with RegistryClient(registry.url) as client:
+    async with RegistryClient(shared_registry.url) as client:
         serializer = AvroSerializer(client, topic_strategies=CATALOG.topic_strategies())
         data = await serializer.serialize(topic, CATALOG.schema(event), record)
     await asyncio.to_thread(_produce, broker.bootstrap, topic, [data])
     (received,) = await asyncio.to_thread(_consume, broker.bootstrap, topic, 1)
     assert received == data
     ctx = SerializationContext(topic, MessageField.VALUE)
-    decoded = await asyncio.to_thread(ConfluentDeserializer(confluent_registry), received, ctx)
+    decoded = await asyncio.to_thread(ConfluentDeserializer(confluent_shared), received, ctx)
     assert decoded == record
-    subjects = await asyncio.to_thread(confluent_registry.get_subjects)
+    subjects = await asyncio.to_thread(confluent_shared.get_subjects)
     assert CATALOG.subject(topic, event) in subjects
+    latest = await asyncio.to_thread(confluent_shared.get_latest_version, CATALOG.subject(topic, event))
+    assert latest.schema_id == struct.unpack(">bI", data[:5])[1], "the subject holds the schema the record names"
 
 
 @pytest.mark.parametrize(("event", "topic"), EVENTS)
 async def test_confluent_writes_and_streamshop_reads_through_the_broker(
-    broker: ThreadBroker, registry: ThreadRegistry, confluent_registry: SchemaRegistryClient, event: str, topic: str
+    broker: ThreadBroker,
+    shared_registry: ThreadRegistry,
+    confluent_shared: SchemaRegistryClient,
+    event: str,
+    topic: str,
 ) -> None:
     """Confluent's serializer registers under the topic's naming strategy; streamshop's
     deserializer fetches the writer schema by id and decodes the same record."""
     record = CATALOG.example(event)
     schema = CATALOG.schema(event)
-    serializer = _confluent_serializer(confluent_registry, schema, topic)
+    serializer = _confluent_serializer(confluent_shared, schema, topic)
     ctx = SerializationContext(topic, MessageField.VALUE)
     data = await asyncio.to_thread(serializer, copy.deepcopy(record), ctx)
     await asyncio.to_thread(_produce, broker.bootstrap, topic, [data])
     (received,) = await asyncio.to_thread(_consume, broker.bootstrap, topic, 1)
-    async with RegistryClient(registry.url) as client:
+    async with RegistryClient(shared_registry.url) as client:
         decoded = await AvroDeserializer(client, reader_schemas=[schema]).deserialize(received)
     assert decoded.record_name == schema.name
     assert decoded.value == record
