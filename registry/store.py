@@ -59,7 +59,7 @@ from registry.log_records import (
 )
 from registry.schema_text import ParsedSchema, checked
 from registry.state import Mode, RegistryState, SchemaVersion
-from registry.writer import Broken, Fenced, TransactionalWriter, WriteFailed
+from registry.writer import CLOSE_SECONDS, Broken, Fenced, TransactionalWriter, WriteFailed
 
 log = structlog.get_logger(__name__)
 
@@ -201,10 +201,17 @@ class SchemaStore:
         if self._spare is not None:
             await self._spare.close()
             self._spare = None
-        for consumer in (self._consumer, self._offsets):
-            if consumer is not None:
-                with contextlib.suppress(Exception):
-                    await consumer.close()
+        for name, consumer in (("tail", self._consumer), ("offsets", self._offsets)):
+            if consumer is None:
+                continue
+            # Bounded like the writers' close: a stop must end even when a consumer's close does
+            # not (its handle is left to the process's exit).
+            try:
+                await asyncio.wait_for(consumer.close(), CLOSE_SECONDS)
+            except TimeoutError:
+                log.warning("schemas consumer did not close in time", consumer=name, within_s=CLOSE_SECONDS)
+            except Exception as e:
+                log.warning("schemas consumer failed to close", consumer=name, error=str(e))
         self._consumer = self._offsets = None
 
     async def _ensure_topic(self, deadline: float, topic: str | None = None) -> None:

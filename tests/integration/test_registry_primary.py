@@ -19,6 +19,7 @@ from registry.election import Primary
 from registry.errors import FORWARDING_ERROR, RegistryError
 from registry.schema_text import parse_avro
 from registry.store import SchemaStore
+from registry.writer import CLOSE_SECONDS
 from tests.support.harness import ThreadBroker
 from tests.support.registry import Api, RegistryProcess, config, http_json, registry
 
@@ -283,3 +284,29 @@ def test_a_deleted_schemas_topic_is_never_created_again_by_the_registry_which_st
         assert http_json("GET", f"{again.url}/subjects") == []
     finally:
         assert again.stop() == 0
+
+
+async def test_a_store_whose_consumer_never_closes_still_stops_and_closes_the_other(broker: ThreadBroker) -> None:
+    """A stop ends even when a Kafka consumer's close hangs: it waits a bounded time, says which
+    consumer did not close, and closes the rest."""
+    store = SchemaStore(config(broker.bootstrap))
+    await store.start()
+    tail, offsets = store._consumer, store._offsets
+    assert tail is not None
+    assert offsets is not None
+    closed_for_real = tail.close
+
+    async def hangs() -> None:
+        await asyncio.Event().wait()
+
+    tail.close = hangs  # type: ignore[method-assign]
+    started = time.monotonic()
+    try:
+        await asyncio.wait_for(store.stop(), CLOSE_SECONDS * 4)
+        assert time.monotonic() - started >= CLOSE_SECONDS  # it did wait for the close
+        assert store._consumer is None
+        assert store._offsets is None
+        with pytest.raises(RuntimeError):  # the other consumer was closed
+            await offsets.poll(0.1)
+    finally:
+        await closed_for_real()
