@@ -38,6 +38,7 @@ from types import FrameType
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from broker.config import DURABILITY_MODES
 from kit.ports import free_port
 from kit.settings import parse_host_port
 from streamshop.broker_process import ReadyLine, broker_command, parse_ready_line
@@ -158,16 +159,22 @@ def streamshop_broker(
     admin: bool = False,
     settings: dict[str, str] | None = None,
     advertise: str | None = None,
+    durability: str | None = None,
 ) -> Iterator[BrokerProcess]:
     """This checkout's broker, or with `source` the broker of another tree of the project
     (an earlier commit, for `bench_broker --baseline`), run by the same interpreter; with
     `admin`, its admin HTTP API on a free port too.  With `advertise` (a proxy's address), it
     listens on a free port below the ephemeral range and the process's bootstrap is that port,
-    not the address its ready line announces."""
+    not the address its ready line announces.  `durability`: its `--durability` (None: the default)."""
     name = "streamshop" if source is None else "baseline"
     listen = "127.0.0.1:0" if advertise is None else f"127.0.0.1:{free_port()}"
     cmd = broker_command(
-        workdir / f"{name}-data", listen, "127.0.0.1:0" if admin else "off", settings, advertise=advertise
+        workdir / f"{name}-data",
+        listen,
+        "127.0.0.1:0" if admin else "off",
+        settings,
+        advertise=advertise,
+        durability=durability,
     )
     log_path = workdir / f"{name}.log"
     env = None if source is None else {**os.environ, "PYTHONPATH": str(source)}
@@ -366,11 +373,12 @@ def wait_idle(pid: int, *, busy_below: float = 0.03, quiet_for: float = 1.0, tim
 def start_broker(
     name: str, workdir: Path, tansu_binary: Path, baseline: Path | None = None, durability: str = "fsync"
 ) -> contextlib.AbstractContextManager[BrokerProcess]:
-    """A broker by name; streamshop's (and its baseline) with `durability` as its log.durability."""
-    settings = None if durability == "fsync" else {"log.durability": durability}
+    """A broker by name; streamshop's (and its baseline) in `durability` mode, passed on only
+    when not the default (a baseline older than `--durability` still starts)."""
+    mode = None if durability == DURABILITY_MODES[0] else durability
     if name == "baseline":
         assert baseline is not None
-        return streamshop_broker(workdir, baseline, settings=settings)
+        return streamshop_broker(workdir, baseline, durability=mode)
     if name == "apache-kafka":
         return apache_kafka_broker(workdir)
     if name == "kafka-fsync":
@@ -378,7 +386,7 @@ def start_broker(
     if name == "tansu-pg":
         return tansu_pg_broker(workdir)
     if name == "streamshop":
-        return streamshop_broker(workdir, settings=settings)
+        return streamshop_broker(workdir, durability=mode)
     return tansu_broker(workdir, tansu_binary)
 
 
@@ -446,8 +454,8 @@ def add_durability_option(parser: argparse.ArgumentParser) -> None:
     """The benchmarks' `--durability`: the bundled broker's log.durability for this run."""
     parser.add_argument(
         "--durability",
-        choices=("fsync", "page-cache"),
-        default="fsync",
+        choices=DURABILITY_MODES,
+        default=DURABILITY_MODES[0],
         help="streamshop's log.durability: fsync (default) answers after fdatasync, page-cache after the write",
     )
 
