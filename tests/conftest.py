@@ -195,11 +195,8 @@ def shared_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Thread
     instead of per test.  Its subjects gather every test's registrations of the same schemas."""
     broker = ThreadBroker(tmp_path_factory.mktemp("shared-registry-broker")).start()
     try:
-        running = ThreadRegistry(broker.bootstrap)
-        try:
+        with ThreadRegistry(broker.bootstrap) as running:
             yield running
-        finally:
-            running.close()
     finally:
         broker.close()
 

@@ -29,11 +29,8 @@ SUBJECT = f"{TOPIC}-value"
 
 @pytest.fixture
 def registry(broker: ThreadBroker) -> Iterator[ThreadRegistry]:
-    running = ThreadRegistry(broker.bootstrap)
-    try:
+    with ThreadRegistry(broker.bootstrap) as running:
         yield running
-    finally:
-        running.close()
 
 
 def register(registry: ThreadRegistry, subject: str, name: str) -> int:

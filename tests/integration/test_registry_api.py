@@ -48,11 +48,8 @@ def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadBr
 @pytest.fixture(scope="module")
 def module_registry(module_broker: ThreadBroker) -> Iterator[ThreadRegistry]:
     """The registry the module's tests share, on a loop of its own (the tests' loops come and go)."""
-    running = ThreadRegistry(module_broker.bootstrap)
-    try:
+    with ThreadRegistry(module_broker.bootstrap) as running:
         yield running
-    finally:
-        running.close()
 
 
 @pytest.fixture

@@ -121,6 +121,12 @@ class ThreadRegistry:
     def url(self) -> str:
         return self.running.url
 
+    def __enter__(self) -> ThreadRegistry:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
     def close(self, timeout: float = 30) -> None:
         asyncio.run_coroutine_threadsafe(self.running.stop(), self.loop).result(timeout)
         self.loop.call_soon_threadsafe(self.loop.stop)
