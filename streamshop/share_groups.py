@@ -1,7 +1,8 @@
 """Share groups (KIP-932) in `streamshop groups`.  librdkafka 2.16's admin client neither lists
-nor describes them, so they are read through aiokafka with the dashboard's requests (kio's
-message classes): ListGroups v5 finds them, ShareGroupDescribe v1 gives the members and their
-assignments, DescribeShareGroupOffsets v0 each partition's start offset.  That is the Kafka
+nor describes them, so they are read with the dashboard's requests (kio's message classes) over
+aiokafka's connections (streamshop/raw_requests.py): ListGroups v5 finds them,
+ShareGroupDescribe v1 gives the members and their assignments, DescribeShareGroupOffsets v0
+each partition's start offset.  That is the Kafka
 protocol, so an Apache Kafka cluster with share groups enabled answers as the bundled broker does.
 
 A share group has no committed offset: per partition it has a start offset, the first record
@@ -15,79 +16,17 @@ the same shape.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from contracts.kafka_security import KafkaSecurity
-from streamshop.clients import CLIENT_ID, CommandError, parse_pairs, table, warn
+from streamshop.clients import CommandError, table, warn
 
-T = TypeVar("T")
 Partition = tuple[str, int]
 LogEnds = Callable[[Iterable[Partition]], dict[Partition, int]]
-
-# librdkafka's -X settings that say how to connect; the others tune librdkafka alone.
-_SECURITY = {
-    "security.protocol": "protocol",
-    "sasl.mechanism": "mechanism",
-    "sasl.mechanisms": "mechanism",
-    "sasl.username": "username",
-    "sasl.password": "password",
-    "ssl.ca.location": "cafile",
-    "ssl.certificate.location": "certfile",
-    "ssl.key.location": "keyfile",
-    "ssl.key.password": "key_password",
-}
-_PATHS = {"cafile", "certfile", "keyfile"}
-
-
-def aiokafka_kwargs(bootstrap: str, extra: Sequence[str]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for key, value in parse_pairs(extra, "-X").items():
-        field = _SECURITY.get(key)
-        if field is not None:
-            values[field] = Path(value) if field in _PATHS else value.upper() if field == "protocol" else value
-    try:
-        security = KafkaSecurity(**values)
-    except ValueError as e:
-        raise CommandError(str(e)) from None
-    return {"bootstrap_servers": bootstrap, **security.aiokafka_kwargs()}
-
-
-def _run(args: argparse.Namespace, work: Callable[[Any], Awaitable[T]]) -> T:
-    """`work(admin)` with an aiokafka admin client connected to the cluster; a KafkaError or no
-    answer within --timeout is a CommandError."""
-    from aiokafka.admin import AIOKafkaAdminClient
-    from aiokafka.errors import KafkaError
-
-    async def run() -> T:
-        admin = AIOKafkaAdminClient(
-            **aiokafka_kwargs(args.bootstrap, args.client_config),
-            client_id=CLIENT_ID,
-            request_timeout_ms=int(args.timeout * 1000),
-        )
-        try:
-            await admin.start()
-            return await work(admin)
-        finally:
-            await admin.close()
-
-    try:
-        return asyncio.run(asyncio.wait_for(run(), args.timeout))
-    except KafkaError as e:
-        raise CommandError(f"share groups: {type(e).__name__}: {e}") from None
-    except TimeoutError:
-        raise CommandError(f"share groups: no answer within {args.timeout:g} s") from None
-
-
-def _node_ids(admin: Any) -> list[int]:
-    return sorted(broker.nodeId for broker in admin._client.cluster.brokers())
-
 
 # --- list -------------------------------------------------------------------------------
 
@@ -96,20 +35,19 @@ def list_share(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The cluster's share groups as `groups list` shows them; none from a broker without
     ListGroups v5 (it has no share groups), or where aiokafka is not installed (said)."""
     try:
-        from aiokafka.errors import IncompatibleBrokerVersion
-
         from services.dashboard.kafka_reader import LIST_GROUP_TYPES
         from services.dashboard.kafka_requests import ask
+        from streamshop.raw_requests import UNSUPPORTED, node_ids, run
     except ImportError as e:
         warn("groups", f"share groups not listed: {e.name} is missing (the tools extra brings it)")
         return []
 
     async def work(admin: Any) -> list[dict[str, Any]]:
         found: dict[str, str] = {}
-        for node_id in _node_ids(admin):
+        for node_id in node_ids(admin):
             try:
                 answer = await ask(admin._send_request, LIST_GROUP_TYPES, node_id)
-            except IncompatibleBrokerVersion:
+            except UNSUPPORTED:
                 continue
             for g in answer.groups:
                 if g.group_type == "share":
@@ -119,7 +57,7 @@ def list_share(args: argparse.Namespace) -> list[dict[str, Any]]:
             for g, state in sorted(found.items())
         ]
 
-    return _run(args, work)
+    return run(args, "share groups", work)
 
 
 # --- describe ---------------------------------------------------------------------------
@@ -132,6 +70,7 @@ def describe_share(args: argparse.Namespace, names: list[str], log_ends: LogEnds
         return {name: found for name in names if (found := _from_admin_api(args.admin_url, name, args.timeout))}
     try:
         from services.dashboard.share_groups import describe_share_groups
+        from streamshop.raw_requests import run
     except ImportError:
         return {}
 
@@ -148,7 +87,7 @@ def describe_share(args: argparse.Namespace, names: list[str], log_ends: LogEnds
             found.extend((await describe_share_groups(send, node_id, ids)).values())
         return found
 
-    groups = [g for g in _run(args, work) if g.group_type == "share" and g.error is None]
+    groups = [g for g in run(args, "share groups", work) if g.group_type == "share" and g.error is None]
     return {g.group_id: _record(g, log_ends) for g in groups}
 
 

@@ -1,11 +1,12 @@
 """`streamshop transactions`: list, describe and find hanging transactions, like Kafka's
 `kafka-transactions.sh`, against the bundled broker or Apache Kafka.
 
-librdkafka has no admin API for transactions, so this tool speaks through kafka-python's
-admin client (ListTransactions, DescribeTransactions); `-X` takes the same librdkafka
-settings as the other tools and they are translated.  describe also shows, per partition of
-an open transaction, the high watermark, the last stable offset and the LSO lag between them:
-the records read_committed consumers cannot read until the transaction ends.
+librdkafka has no admin API for transactions, so ListTransactions and DescribeTransactions are
+sent as kio requests over aiokafka's connections (streamshop/raw_requests.py), as the share
+groups are.  describe also shows, per partition of an open transaction, the high watermark, the
+last stable offset and the LSO lag between them: the records read_committed consumers cannot
+read until the transaction ends.  Those offsets come from the tools' client, confluent-kafka's
+ListOffsets at each isolation level; `-X` takes the same librdkafka settings as the other tools.
 """
 
 from __future__ import annotations
@@ -13,75 +14,89 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Iterable
 from typing import Any
 
-from streamshop.clients import CommandError, parse_pairs, table
+from streamshop.clients import CommandError, client_config, error_text, table
+from streamshop.transaction_requests import (
+    DescribedTransaction,
+    describe_transactions,
+    error_name,
+    list_transactions,
+)
 
-# librdkafka setting -> kafka-python keyword (and a converter).
-_SETTINGS: dict[str, tuple[str, Any]] = {
-    "security.protocol": ("security_protocol", str.upper),
-    "sasl.mechanism": ("sasl_mechanism", str),
-    "sasl.mechanisms": ("sasl_mechanism", str),
-    "sasl.username": ("sasl_plain_username", str),
-    "sasl.password": ("sasl_plain_password", str),
-    "ssl.ca.location": ("ssl_cafile", str),
-    "ssl.certificate.location": ("ssl_certfile", str),
-    "ssl.key.location": ("ssl_keyfile", str),
-    "ssl.endpoint.identification.algorithm": ("ssl_check_hostname", lambda v: v.lower() == "https"),
-    "client.id": ("client_id", str),
-}
+# ListTransactions' states of a transaction that has not ended.
+_OPEN = ("Ongoing", "PrepareCommit", "PrepareAbort")
 
 
-def kafka_python_config(bootstrap: str, extra: list[str]) -> dict[str, Any]:
-    config: dict[str, Any] = {"bootstrap_servers": bootstrap, "client_id": "streamshop-transactions"}
-    for key, value in parse_pairs(extra, "-X").items():
-        if key not in _SETTINGS:
-            raise CommandError(f"-X {key} is not a setting this command can pass on ({', '.join(sorted(_SETTINGS))})")
-        name, convert = _SETTINGS[key]
-        config[name] = convert(value)
-    return config
+class _Listing:
+    """One transaction as ListTransactions names it."""
+
+    def __init__(self, transactional_id: str, producer_id: int, state: str) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.state = state
 
 
-def _admin(args: argparse.Namespace) -> Any:
-    from kafka.admin import KafkaAdminClient
-    from kafka.errors import KafkaError
+def _failed(request: str, code: int, detail: str) -> CommandError:
+    return CommandError(f"{request}: {error_name(code)}: [Error {code}] {detail}")
 
-    try:
-        return KafkaAdminClient(
-            request_timeout_ms=int(args.timeout * 1000), **kafka_python_config(args.bootstrap, args.client_config)
+
+async def _list(admin: Any, states: Iterable[str], producer_ids: Iterable[int]) -> list[_Listing]:
+    """ListTransactions on every broker (each coordinates its share of the transactional ids)."""
+    from services.dashboard.kafka_requests import ask
+    from streamshop.raw_requests import node_ids
+
+    request = list_transactions(states, producer_ids)
+    found: list[_Listing] = []
+    for node_id in node_ids(admin):
+        answer = await ask(admin._send_request, request, node_id)
+        if answer.error_code:
+            raise _failed("ListTransactions", int(answer.error_code), f"on broker {node_id}")
+        found.extend(
+            _Listing(str(t.transactional_id), int(t.producer_id), t.transaction_state)
+            for t in answer.transaction_states
         )
-    except KafkaError as e:
-        raise CommandError(f"cannot connect: {e}") from None
+    return found
 
 
-def _call(what: str, fn: Any, *a: Any, **kw: Any) -> Any:
-    from kafka.errors import KafkaError
+async def _describe(admin: Any, transactional_ids: Iterable[str]) -> dict[str, DescribedTransaction]:
+    """DescribeTransactions of each id at its transaction coordinator (FindCoordinator with key
+    type 1); an id the coordinator answers with an error fails the command."""
+    from services.dashboard.kafka_requests import ask
 
-    try:
-        return fn(*a, **kw)
-    except KafkaError as e:
-        raise CommandError(f"{what}: {type(e).__name__}: {e}") from None
+    by_coordinator: dict[int, list[str]] = {}
+    for transactional_id in dict.fromkeys(transactional_ids):
+        by_coordinator.setdefault(await admin.find_coordinator(transactional_id, 1), []).append(transactional_id)
+    described: dict[str, DescribedTransaction] = {}
+    for node_id, ids in by_coordinator.items():
+        answer = await ask(admin._send_request, describe_transactions(ids), node_id)
+        for t in answer.transaction_states:
+            if t.error_code:
+                raise _failed(
+                    "DescribeTransactions",
+                    int(t.error_code),
+                    f"DescribeTransactionsRequest failed for transactional id '{t.transactional_id}'.",
+                )
+            described[str(t.transactional_id)] = t
+    return described
+
+
+def _partitions(d: DescribedTransaction) -> list[tuple[str, int]]:
+    return [(str(topic.topic), int(p)) for topic in d.topics for p in topic.partitions]
 
 
 def list_(args: argparse.Namespace) -> int:
-    admin = _admin(args)
-    try:
-        by_broker = _call(
-            "ListTransactions",
-            admin.list_transactions,
-            state_filters=args.state or None,
-            producer_id_filters=args.producer_id or None,
-        )
-        listings = [t for per_broker in by_broker.values() for t in per_broker]
-    finally:
-        admin.close()
-    rows = sorted(
-        (
-            {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "state": t.state.value}
-            for t in listings
-        ),
-        key=lambda r: r["transactional_id"],
-    )
+    from streamshop.raw_requests import run
+
+    async def work(admin: Any) -> list[_Listing]:
+        return await _list(admin, args.state, args.producer_id)
+
+    listings = run(args, "ListTransactions", work)
+    rows = [
+        {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "state": t.state}
+        for t in sorted(listings, key=lambda t: t.transactional_id)
+    ]
     if args.json:
         print(json.dumps(rows, indent=2))
     elif rows:
@@ -97,48 +112,59 @@ def list_(args: argparse.Namespace) -> int:
 def _stable_offsets(
     args: argparse.Namespace, partitions: list[tuple[str, int]]
 ) -> dict[tuple[str, int], tuple[int, int]]:
-    """(high watermark, last stable offset) per partition."""
-    from kafka import KafkaConsumer, TopicPartition
+    """(high watermark, last stable offset) per partition: ListOffsets' latest offset read
+    uncommitted, then read committed."""
+    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
 
     if not partitions:
         return {}
-    config = kafka_python_config(args.bootstrap, args.client_config)
-    tps = [TopicPartition(t, p) for t, p in partitions]
-    ends: dict[str, dict[Any, int]] = {}
-    for isolation in ("read_uncommitted", "read_committed"):
-        # Without a group it commits nothing: said here, kafka-python does not warn that it turns
-        # auto-commit off (a warning on stderr around the command's answer).
-        consumer = KafkaConsumer(
+    try:
+        admin = AdminClient(client_config(args.bootstrap, args.client_config))
+    except KafkaException as e:
+        raise CommandError(f"cannot connect: {error_text(e)}") from None
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # confluent-kafka ships no types here
+    ends: dict[IsolationLevel, dict[tuple[str, int], int]] = {}
+    for isolation in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
+        futures = admin.list_offsets(
+            {TopicPartition(t, p): latest for t, p in partitions},
             isolation_level=isolation,
-            request_timeout_ms=int(args.timeout * 1000) + 1,
-            **{"enable_auto_commit": False, **config},
+            request_timeout=args.timeout,
         )
         try:
-            ends[isolation] = _call("ListOffsets", consumer.end_offsets, tps)
-        finally:
-            consumer.close()
-    return {(tp.topic, tp.partition): (ends["read_uncommitted"][tp], ends["read_committed"][tp]) for tp in tps}
+            ends[isolation] = {
+                (tp.topic, tp.partition): int(f.result(args.timeout).offset) for tp, f in futures.items()
+            }
+        except KafkaException as e:
+            raise CommandError(f"ListOffsets: {error_text(e)}") from None
+        except TimeoutError:
+            raise CommandError(f"ListOffsets: no answer within {args.timeout:g} s") from None
+    return {
+        key: (ends[IsolationLevel.READ_UNCOMMITTED][key], ends[IsolationLevel.READ_COMMITTED][key])
+        for key in partitions
+    }
 
 
 def describe(args: argparse.Namespace) -> int:
-    admin = _admin(args)
-    try:
-        described = _call("DescribeTransactions", admin.describe_transactions, args.transactional_ids)
-    finally:
-        admin.close()
+    from streamshop.raw_requests import run
+
+    async def work(admin: Any) -> dict[str, DescribedTransaction]:
+        return await _describe(admin, args.transactional_ids)
+
+    described = run(args, "DescribeTransactions", work)
     now = int(time.time() * 1000)
     out = []
     for transactional_id in args.transactional_ids:
         d = described[transactional_id]
-        partitions = sorted((tp.topic, tp.partition) for tp in d.topic_partitions if not tp.topic.startswith("__"))
+        partitions = sorted({(t, p) for t, p in _partitions(d) if not t.startswith("__")})
         offsets = _stable_offsets(args, partitions)
         out.append(
             {
                 "transactional_id": transactional_id,
-                "state": d.state.value,
-                "producer_id": d.producer_id,
-                "producer_epoch": d.producer_epoch,
-                "timeout_ms": d.transaction_timeout_ms,
+                "state": d.transaction_state,
+                "producer_id": int(d.producer_id),
+                "producer_epoch": int(d.producer_epoch),
+                "timeout_ms": int(d.transaction_timeout_ms),
                 "start_time_ms": d.transaction_start_time_ms if d.transaction_start_time_ms >= 0 else None,
                 "duration_ms": now - d.transaction_start_time_ms if d.transaction_start_time_ms >= 0 else None,
                 "partitions": [
@@ -151,9 +177,7 @@ def describe(args: argparse.Namespace) -> int:
                     }
                     for t, p in partitions
                 ],
-                "groups_partitions": sorted(
-                    f"{tp.topic}-{tp.partition}" for tp in d.topic_partitions if tp.topic.startswith("__")
-                ),
+                "groups_partitions": sorted({f"{t}-{p}" for t, p in _partitions(d) if t.startswith("__")}),
             }
         )
     if args.json:
@@ -194,18 +218,16 @@ def describe(args: argparse.Namespace) -> int:
 def find_hanging(args: argparse.Namespace) -> int:
     """Open transactions older than --max-timeout-ms (Kafka's tool: the broker's
     transaction.max.timeout.ms, by default 15 minutes)."""
-    admin = _admin(args)
-    try:
-        by_broker = _call(
-            "ListTransactions", admin.list_transactions, state_filters=["Ongoing", "PrepareCommit", "PrepareAbort"]
-        )
-        ids = [t.transactional_id for per_broker in by_broker.values() for t in per_broker]
-        described = _call("DescribeTransactions", admin.describe_transactions, ids) if ids else {}
-    finally:
-        admin.close()
+    from streamshop.raw_requests import run
+
+    async def work(admin: Any) -> dict[str, DescribedTransaction]:
+        ids = [t.transactional_id for t in await _list(admin, _OPEN, ())]
+        return await _describe(admin, ids) if ids else {}
+
+    described = run(args, "transactions", work)
     now = int(time.time() * 1000)
     hanging = sorted(
-        (tid, d.producer_id, d.state.value, now - d.transaction_start_time_ms)
+        (tid, int(d.producer_id), d.transaction_state, now - d.transaction_start_time_ms)
         for tid, d in described.items()
         if d.transaction_start_time_ms >= 0 and now - d.transaction_start_time_ms > args.max_timeout_ms
     )

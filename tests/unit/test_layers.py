@@ -56,6 +56,19 @@ def test_the_tree_keeps_every_contract() -> None:
         ("broker/_forbidden.py", "import aiokafka\n", "no Kafka client library"),
         ("services/common/_forbidden.py", "import pyspark\n", "Only the analytics job loads Spark"),
         ("streamshop/_forbidden.py", "import streamshop.cli\n", "No import circles"),
+        # One Kafka client per role (docs/adr/020-one-kafka-client-per-role.md).
+        ("services/orders/_forbidden.py", "import confluent_kafka\n", "the services use aiokafka"),
+        ("services/common/_forbidden.py", "import kafka\n", "the services use aiokafka"),
+        ("registry/_forbidden.py", "from kafka.admin import KafkaAdminClient\n", "the registry uses confluent-kafka"),
+        ("registry/_forbidden.py", "import aiokafka\n", "the registry uses confluent-kafka"),
+        ("analytics/_forbidden.py", "import aiokafka\n", "the analytics job uses confluent-kafka alone"),
+        ("streamshop/_forbidden.py", "import kafka\n", "the CLI uses confluent-kafka"),
+        (
+            "streamshop/_forbidden.py",
+            "from aiokafka.admin import AIOKafkaAdminClient\n",
+            "the CLI uses confluent-kafka",
+        ),
+        ("kit/_forbidden.py", "import confluent_kafka\n", "the shared layers"),
     ],
 )
 def test_a_forbidden_import_fails_the_lint_naming_the_contract(
@@ -63,7 +76,7 @@ def test_a_forbidden_import_fails_the_lint_naming_the_contract(
 ) -> None:
     path = tree / module
     path.write_text('"""A forbidden import, added by the test."""\n\n' + source)
-    if module.startswith("streamshop/"):
+    if contract == "No import circles":
         # a circle: the command line's entry point imports the module back
         (tree / "streamshop/cli.py").write_text(
             (REPO / "streamshop/cli.py").read_text() + "\nimport streamshop._forbidden\n"
