@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeGuard, cast
 
+from broker.handlers import Services
 from broker.handlers.base import NO_RESPONSE, Api, Outcome, Response, Signal
 from broker.netlimits import MIN_CHUNK, MemoryPool
 from broker.protocol.fetch_codec import Buffer, Part, Streamed
@@ -74,7 +75,7 @@ class Pending:
     """A dispatched request whose response is (or will be) written in order."""
 
     correlation_id: int
-    api: Api
+    api: Api[Services]
     started: float
     header_v0: bool
     result: Response | None = None  # the response, when complete at dispatch

@@ -1,6 +1,7 @@
 """The broker without its sockets: storage, metadata, durability and background work.
 
-`server.py` feeds it decoded requests; handlers reach everything through this object.
+`server.py` hands it, with each decoded request, to the request's handler, which sees of it
+only the protocol of the services its module uses (`broker.handlers.Services` joins them).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
 
 import structlog
 
+from broker.appends import AppendWatch
 from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig, check_combination, validate_topic_configs, validate_topic_name
 from broker.coordinator.consumer_groups import ConsumerGroupConfig
@@ -29,7 +30,7 @@ from broker.log.files import FILES, capacity_for
 from broker.log.flusher import Flusher
 from broker.log.partition_log import PartitionLog
 from broker.log.segment import fsync_dir, replace_durably
-from broker.metadata import METADATA_TOPIC, MetadataStore, Topic
+from broker.metadata import INTERNAL_TOPICS, METADATA_TOPIC, AutoCreation, MetadataStore, Topic
 from broker.metrics import BrokerMetrics
 from broker.producer_ids import ProducerIdAllocator
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -43,7 +44,6 @@ log = structlog.get_logger(__name__)
 
 CLEAN_SHUTDOWN = ".clean-shutdown"
 _BACKGROUND_SLICE = 256  # partitions a background pass handles before yielding to the loop
-INTERNAL_TOPICS = frozenset({METADATA_TOPIC, "__consumer_offsets", "__transaction_state"})
 
 
 def _read_properties(path: Path) -> dict[str, str]:
@@ -55,22 +55,6 @@ def _read_properties(path: Path) -> dict[str, str]:
             key, value = line.split("=", 1)
             out[key.strip()] = value.strip()
     return out
-
-
-class _AppendWatch:
-    __slots__ = ("future", "keys", "needed")
-
-    def __init__(self, future: asyncio.Future[None], needed: int, keys: set[int]) -> None:
-        self.future = future
-        self.needed = needed
-        self.keys = keys
-
-
-class AutoCreation(NamedTuple):
-    """A topic being auto-created: its partitions, and the topic once made (None if not)."""
-
-    partitions: int
-    topic: asyncio.Future[Topic | None]
 
 
 class Broker:
@@ -162,7 +146,7 @@ class Broker:
         self.advertised: tuple[str, int] = config.advertise or config.listen
         self.first_listener = self.security.listeners[0].name
         self.endpoints: dict[str, tuple[str, int]] = {}
-        self._watches: dict[int, set[_AppendWatch]] = {}
+        self._watches: dict[int, set[AppendWatch]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._flushes: set[asyncio.Task[None]] = set()  # flush.messages fsyncs under way
         self._flush_ms_task: asyncio.Task[None] | None = None
@@ -471,11 +455,11 @@ class Broker:
         if not task.cancelled() and task.exception() is not None:
             log.error("background fsync failed", error=str(task.exception()))
 
-    def watch_appends(self, logs: list[PartitionLog], needed_bytes: int) -> _AppendWatch:
+    def watch_appends(self, logs: list[PartitionLog], needed_bytes: int) -> AppendWatch:
         """Register now for `needed_bytes` more appended to `logs` (together): the Fetch
         long poll, as Kafka's DelayedFetch, counts appends and reads nothing until they add
         up.  Its future completes when they do; `unwatch` when done or abandoned."""
-        watch = _AppendWatch(asyncio.get_running_loop().create_future(), needed_bytes, {id(p) for p in logs})
+        watch = AppendWatch(asyncio.get_running_loop().create_future(), needed_bytes, {id(p) for p in logs})
         for key in watch.keys:
             self._watches.setdefault(key, set()).add(watch)
         return watch
@@ -484,7 +468,7 @@ class Broker:
         """Fetch requests waiting for appends."""
         return len({watch for watches in self._watches.values() for watch in watches})
 
-    def unwatch(self, watch: _AppendWatch) -> None:
+    def unwatch(self, watch: AppendWatch) -> None:
         for key in watch.keys:
             watches = self._watches.get(key)
             if watches is not None:

@@ -9,10 +9,12 @@ clients never see it.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import msgpack
 import structlog
@@ -30,6 +32,7 @@ from broker.replay import Malformed, SkippedRecords, need
 log = structlog.get_logger(__name__)
 
 METADATA_TOPIC = "__cluster_metadata"
+INTERNAL_TOPICS = frozenset({METADATA_TOPIC, "__consumer_offsets", "__transaction_state"})
 OTHER_KINDS = frozenset({"scram", "acl", "quota"})  # records of the security store and of the quotas
 _METADATA_CONFIG = {
     "cleanup.policy": "compact",
@@ -47,6 +50,13 @@ class Topic:
     configs: dict[str, str] = field(default_factory=dict)  # overrides only
     internal: bool = False
     logs: list[PartitionLog] = field(default_factory=list, repr=False)
+
+
+class AutoCreation(NamedTuple):
+    """A topic being auto-created: its partitions, and the topic once made (None if not)."""
+
+    partitions: int
+    topic: asyncio.Future[Topic | None]
 
 
 def _normal(name: str) -> str:

@@ -140,7 +140,7 @@ async def _outcome(result: Result) -> Outcome:
     return await result if inspect.isawaitable(result) else result
 
 
-async def handled(handler: Handler, broker: Broker, ctx: RequestContext, request: Entity) -> Outcome:
+async def handled(handler: Handler[Broker], broker: Broker, ctx: RequestContext, request: Entity) -> Outcome:
     """`handler`'s answer to `request`; for an API of SPLITS, the answers to CHUNK entries
     at a time joined into one (the fields beside the array are the first chunk's: they depend
     on the request's other fields only)."""

@@ -31,7 +31,7 @@ from broker import offload
 from broker.collector import CollectorPause
 from broker.connection import Connection, Frames, Pending
 from broker.core import Broker
-from broker.handlers import APIS, BY_KEY
+from broker.handlers import APIS, BY_KEY, Services
 from broker.handlers.api_versions import API_KEY as API_VERSIONS
 from broker.handlers.api_versions import unsupported_version_response
 from broker.handlers.base import (
@@ -299,7 +299,7 @@ class KafkaServer:
             return pending
         return Pending(correlation_id, api, started, header_v0, result=result, throttle_ms=throttle_ms)
 
-    async def _serve_large(self, frame: bytes, conn: Connection, api: Api, started: float) -> Outcome:
+    async def _serve_large(self, frame: bytes, conn: Connection, api: Api[Services], started: float) -> Outcome:
         """`dispatch` for a request of many entries: decoded, and its answer encoded, in a
         worker thread; the handler runs on the loop, for some APIs a chunk of entries at a
         time (`offload`)."""

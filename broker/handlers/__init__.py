@@ -1,7 +1,12 @@
 """The API table: every request the broker implements, with the versions it speaks.
-ApiVersions advertises exactly this list."""
+ApiVersions advertises exactly this list.
+
+Each handler takes of the broker only its module's protocol; `Services` joins them, and the
+table's entries all take a `Services`: the hub the server dispatches with must satisfy it."""
 
 from __future__ import annotations
+
+from typing import Protocol
 
 from broker.handlers import (
     acls,
@@ -32,7 +37,38 @@ from broker.handlers import (
 )
 from broker.handlers.base import Api, serve
 
-_IMPLEMENTED = [
+
+class Services(
+    acls.AclsBroker,
+    cluster.ClusterBroker,
+    config_resources.ConfigResourcesBroker,
+    configs.ConfigsBroker,
+    consumer_groups.ConsumerGroupsBroker,
+    fetch.FetchBroker,
+    groups.GroupsBroker,
+    list_offsets.ListOffsetsBroker,
+    log_dirs.LogDirsBroker,
+    metadata.MetadataBroker,
+    offsets.OffsetsBroker,
+    produce.ProduceBroker,
+    quorum.QuorumBroker,
+    quotas.QuotasBroker,
+    records.RecordsBroker,
+    replicas.ReplicasBroker,
+    sasl.SaslBroker,
+    scram_users.ScramUsersBroker,
+    share_fetch.ShareFetchBroker,
+    share_groups.ShareGroupsBroker,
+    share_offsets.ShareOffsetsBroker,
+    topic_partitions.TopicPartitionsBroker,
+    topics.TopicsBroker,
+    transactions.TransactionsBroker,
+    Protocol,
+):
+    """Everything the handlers use of the broker: what its hub must provide."""
+
+
+_IMPLEMENTED: list[Api[Services]] = [
     serve("Produce", produce.MESSAGES, produce.handle),
     serve("Fetch", fetch.MESSAGES, fetch.handle),
     serve("ListOffsets", list_offsets.MESSAGES, list_offsets.handle),
@@ -95,11 +131,11 @@ _IMPLEMENTED = [
 
 # ApiVersions answers with this very list, its own entry included: its handler holds the
 # list, which is complete before any request comes.
-APIS: list[Api] = []
+APIS: list[Api[Services]] = []
 APIS.extend(
     sorted(
         [*_IMPLEMENTED, serve("ApiVersions", api_versions.MESSAGES, api_versions.make_handler(APIS))],
         key=lambda a: a.key,
     )
 )
-BY_KEY: dict[int, Api] = {a.key: a for a in APIS}
+BY_KEY: dict[int, Api[Services]] = {a.key: a for a in APIS}

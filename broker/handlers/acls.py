@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from kio.static.protocol import Entity
 
 from broker.cooperative import WorkSteps, each
-from broker.core import Broker
 from broker.handlers.base import Messages, RequestContext
+from broker.handlers.services import HasSecurity, MetadataDurability
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
 from broker.security.acls import (
@@ -44,6 +44,10 @@ DESCRIBE_ACLS: Messages[DescribeAclsRequest, DescribeAclsResponse] = Messages(29
 CREATE_ACLS: Messages[CreateAclsRequest, CreateAclsResponse] = Messages(30, 1, 3)
 DELETE_ACLS: Messages[DeleteAclsRequest, DeleteAclsResponse] = Messages(31, 1, 3)
 _E = TypeVar("_E", bound=IntEnum)
+
+
+class AclsBroker(HasSecurity, MetadataDurability, Protocol):
+    """What the ACL requests use of the broker."""
 
 
 class _FilterFields(Protocol):
@@ -107,7 +111,7 @@ def _order(b: AclBinding) -> tuple[int, str, int, str, str, int, int]:
     return (b.resource_type, b.name, b.pattern, b.principal, b.host, b.operation, b.permission)
 
 
-def _refusal(broker: Broker, ctx: RequestContext, op: Operation) -> tuple[ErrorCode, str] | None:
+def _refusal(broker: AclsBroker, ctx: RequestContext, op: Operation) -> tuple[ErrorCode, str] | None:
     security = broker.security
     if not security.enabled:
         return ErrorCode.security_disabled, "no authorizer is configured on the broker (authorizer.class.name)"
@@ -128,7 +132,7 @@ def _filter(f: _FilterFields) -> AclFilter:
     )
 
 
-async def create_acls(broker: Broker, ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
+async def create_acls(broker: AclsBroker, ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
     """As Kafka, the valid ACLs are added in one metadata batch, durable before the answer.
     Each entry is checked on its own, and against the ACLs there already, a step at a time,
     the loop free between steps; the batch of those still missing is then written in one go."""
@@ -179,7 +183,7 @@ async def _created(cls: type[CreateAclsResponse], outcomes: list[tuple[ErrorCode
     return build(cls, throttle_time=0, results=tuple(results))
 
 
-def describe_acls(broker: Broker, ctx: RequestContext, request: DescribeAclsRequest) -> DescribeAclsResponse:
+def describe_acls(broker: AclsBroker, ctx: RequestContext, request: DescribeAclsRequest) -> DescribeAclsResponse:
     cls = DESCRIBE_ACLS.response(ctx.api_version)
     refused = _refusal(broker, ctx, Operation.DESCRIBE)
     if refused is not None:
@@ -212,7 +216,7 @@ def describe_acls(broker: Broker, ctx: RequestContext, request: DescribeAclsRequ
     return build(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, resources=resources)
 
 
-async def delete_acls(broker: Broker, ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
+async def delete_acls(broker: AclsBroker, ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
     """As Kafka, every filter is matched against the same ACLs (one filter does not hide from
     the next what it deletes), and what they match is removed in one metadata batch, durable
     before the answer.  The filters are read, then matched, a step at a time, the loop free

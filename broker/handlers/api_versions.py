@@ -7,11 +7,10 @@ handlers implement.  The level never changes, so its epoch is constant."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from broker.core import Broker
-from broker.handlers.base import Api, Messages, RequestContext
+from broker.handlers.base import Api, Hub, Messages, RequestContext
 from broker.protocol.codec import build, nested, nested_or_none
 from broker.protocol.errors import ErrorCode
 
@@ -28,7 +27,7 @@ FEATURES = ((TRANSACTION_VERSION, (0, 2), 2),)
 FEATURES_EPOCH = 0
 
 
-def response(apis: list[Api], version: int, error: ErrorCode = ErrorCode.none) -> ApiVersionsResponse:
+def response(apis: Sequence[Api[Hub]], version: int, error: ErrorCode = ErrorCode.none) -> ApiVersionsResponse:
     cls = MESSAGES.response(version)
     entry = nested(cls, "ApiVersion")
     supported, finalized = nested_or_none(cls, "SupportedFeatureKey"), nested_or_none(cls, "FinalizedFeatureKey")
@@ -52,14 +51,18 @@ def response(apis: list[Api], version: int, error: ErrorCode = ErrorCode.none) -
     )
 
 
-def unsupported_version_response(apis: list[Api]) -> ApiVersionsResponse:
+def unsupported_version_response(apis: Sequence[Api[Hub]]) -> ApiVersionsResponse:
     """A client asked for an ApiVersions version newer than ours: answer in v0 with
     UNSUPPORTED_VERSION and our list, so it retries with a version we speak."""
     return response(apis, 0, ErrorCode.unsupported_version)
 
 
-def make_handler(apis: list[Api]) -> Callable[[Broker, RequestContext, ApiVersionsRequest], ApiVersionsResponse]:
-    def handle(broker: Broker, ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
+def make_handler(
+    apis: Sequence[Api[Hub]],
+) -> Callable[[object, RequestContext, ApiVersionsRequest], ApiVersionsResponse]:
+    """ApiVersions' handler, which needs nothing of the broker but the table `apis`."""
+
+    def handle(broker: object, ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
         return response(apis, ctx.api_version)
 
     return handle

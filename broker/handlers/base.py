@@ -12,7 +12,6 @@ from typing import Final, Generic, TypeAlias, TypeVar, cast
 
 from kio.static.protocol import Entity
 
-from broker.core import Broker
 from broker.protocol.codec import RequestHeader, response_type
 from broker.protocol.fetch_codec import RawResponse
 from broker.security.session import Session
@@ -93,7 +92,10 @@ class Serial:
 
 
 Result: TypeAlias = Answer[Outcome] | Serial
-Handler: TypeAlias = Callable[[Broker, RequestContext, Entity], Result]
+# What a handler is given of the broker: the protocol its module names (e.g. `FetchBroker`);
+# the table's entries all take the one object that satisfies every such protocol.
+Hub = TypeVar("Hub")
+Handler: TypeAlias = Callable[[Hub, RequestContext, Entity], Result]
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
@@ -118,21 +120,23 @@ class Messages(Generic[Req, Resp]):
 
 
 @dataclass(frozen=True, slots=True)
-class Api:
-    """An entry of the API table."""
+class Api(Generic[Hub]):
+    """An entry of the API table, whose handler takes a `Hub`."""
 
     key: int
     name: str
     min_version: int
     max_version: int
-    handler: Handler
+    handler: Handler[Hub]
 
 
-def serve(name: str, messages: Messages[Req, Resp], handler: Callable[[Broker, RequestContext, Req], Result]) -> Api:
+def serve(name: str, messages: Messages[Req, Resp], handler: Callable[[Hub, RequestContext, Req], Result]) -> Api[Hub]:
     """The table entry of one API.  The dispatcher hands `handler` kio's decoding of a frame
     of this API, an instance of the class of the frame's version, which is one of `Req`'s:
-    the cast only forgets, for the table, which request type each entry takes."""
-    return Api(messages.key, name, messages.min_version, messages.max_version, cast(Handler, handler))
+    the cast only forgets, for the table, which request type each entry takes.  `Hub` is the
+    table's: a handler taking less of the broker (its module's protocol) fits any table whose
+    hub provides that."""
+    return Api(messages.key, name, messages.min_version, messages.max_version, cast("Handler[Hub]", handler))
 
 
 # Kafka's ACL operation bits of a topic: READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE,

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from broker.core import Broker
 from broker.handlers import transactions
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext
-from broker.handlers.transactions import INIT_PRODUCER_ID
+from broker.handlers.services import (
+    AppendNotices,
+    Endpoint,
+    HasGroupCoordinator,
+    HasNodeId,
+    HasSecurity,
+    HasStore,
+    HasTransactions,
+    LogDurability,
+)
+from broker.handlers.transactions import INIT_PRODUCER_ID, TransactionsBroker
+from broker.producer_ids import ProducerIdAllocator
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
 from broker.security.acls import CLUSTER_NAME, Operation, ResourceType
@@ -23,11 +33,35 @@ DESCRIBE_CLUSTER: Messages[DescribeClusterRequest, DescribeClusterResponse] = Me
 BROKERS_ENDPOINT = 1
 
 
+class ClusterBroker(
+    TransactionsBroker,
+    HasSecurity,
+    HasStore,
+    HasNodeId,
+    HasGroupCoordinator,
+    HasTransactions,
+    LogDurability,
+    AppendNotices,
+    Endpoint,
+    Protocol,
+):
+    """What DescribeCluster and InitProducerId use of the broker (a transactional id's through
+    the transaction handlers)."""
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def producer_ids(self) -> ProducerIdAllocator: ...
+
+
 def _with_endpoint_type(request: DescribeClusterRequest) -> TypeIs[describe_cluster_v1.DescribeClusterRequest]:
     return request.__version__ >= 1  # KIP-919: controllers answer it too
 
 
-def describe_cluster(broker: Broker, ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
+def describe_cluster(
+    broker: ClusterBroker, ctx: RequestContext, request: DescribeClusterRequest
+) -> DescribeClusterResponse:
     cls = DESCRIBE_CLUSTER.response(ctx.api_version)
     broker_cls = nested(cls, "DescribeClusterBroker")
     endpoint_type = request.endpoint_type if _with_endpoint_type(request) else BROKERS_ENDPOINT
@@ -62,7 +96,7 @@ def describe_cluster(broker: Broker, ctx: RequestContext, request: DescribeClust
 
 
 def init_producer_id(
-    broker: Broker, ctx: RequestContext, request: InitProducerIdRequest
+    broker: ClusterBroker, ctx: RequestContext, request: InitProducerIdRequest
 ) -> Answer[InitProducerIdResponse]:
     cls = INIT_PRODUCER_ID.response(ctx.api_version)
     if request.transactional_id is not None:

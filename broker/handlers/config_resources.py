@@ -8,10 +8,10 @@ resources.  A type it does not know is UNSUPPORTED_VERSION."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from broker.core import Broker
 from broker.handlers.base import Messages, RequestContext
+from broker.handlers.services import HasNodeId, HasSecurity, HasStore
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
 from broker.security.acls import Operation
@@ -27,11 +27,17 @@ TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 SUPPORTED_V1 = (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP)
 
 
+class ConfigResourcesBroker(HasSecurity, HasStore, HasNodeId, Protocol):
+    """What ListConfigResources uses of the broker."""
+
+
 def _typed(request: ListConfigResourcesRequest) -> TypeIs[list_config_resources_v1.ListConfigResourcesRequest]:
     return request.__version__ >= 1
 
 
-def handle(broker: Broker, ctx: RequestContext, request: ListConfigResourcesRequest) -> ListConfigResourcesResponse:
+def handle(
+    broker: ConfigResourcesBroker, ctx: RequestContext, request: ListConfigResourcesRequest
+) -> ListConfigResourcesResponse:
     cls = MESSAGES.response(ctx.api_version)
     entry = nested(cls, "ConfigResource")
     if not broker.security.cluster(ctx.session, Operation.DESCRIBE_CONFIGS):

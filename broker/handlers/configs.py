@@ -25,9 +25,9 @@ from kio.static.protocol import Entity
 from broker.config import BROKER_SETTINGS, TOPIC_CONFIGS, check_combination, validate_topic_configs
 from broker.config_values import LIST
 from broker.cooperative import WorkSteps, each
-from broker.core import Broker
 from broker.group_configs import GROUP_CONFIGS, group_config, validate_overrides
 from broker.handlers.base import Messages, RequestContext
+from broker.handlers.services import HasConfig, HasNodeId, HasSecurity, HasStore, MetadataDurability
 from broker.protocol.codec import build, encode_body, encode_count, nested
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.fetch_codec import Part, RawResponse
@@ -61,6 +61,20 @@ DYNAMIC_TOPIC_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAU
 CLUSTER_DEFAULTS = ("min.insync.replicas",)
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _LIST_CONFIGS = {name for name, d in TOPIC_CONFIGS.items() if d.config_type == LIST}
+
+
+class ConfigSettings(HasConfig, Protocol):
+    """What a topic's config entries need of the broker: its settings, by Kafka's names."""
+
+    @property
+    def first_listener(self) -> str: ...
+
+
+class ConfigsBroker(ConfigSettings, HasSecurity, HasStore, HasConfig, HasNodeId, MetadataDurability, Protocol):
+    """What the config requests use of the broker."""
+
+    @property
+    def cluster_id(self) -> str: ...
 
 
 class _Resource(Protocol):
@@ -141,7 +155,7 @@ class ConfigEntry:
         return self.synonyms[0][2] if self.synonyms else DEFAULT_CONFIG
 
 
-def static_settings(broker: Broker) -> dict[str, str]:
+def static_settings(broker: ConfigSettings) -> dict[str, str]:
     """The settings given at start, by Kafka's names: `--advertise HOST:PORT` is the first
     listener's `advertised.listeners`, as a server.properties line would give it."""
     settings = dict(broker.config.settings)
@@ -166,7 +180,7 @@ def _broker_synonyms(settings: dict[str, str], name: str, default: str, *, with_
     return synonyms
 
 
-def topic_config_entries(broker: Broker, values: dict[str, str], overrides: set[str]) -> list[ConfigEntry]:
+def topic_config_entries(broker: ConfigSettings, values: dict[str, str], overrides: set[str]) -> list[ConfigEntry]:
     entries = []
     settings = static_settings(broker)
     for name, definition in TOPIC_CONFIGS.items():
@@ -181,7 +195,7 @@ def topic_config_entries(broker: Broker, values: dict[str, str], overrides: set[
     return entries
 
 
-def _broker_entries(broker: Broker) -> list[ConfigEntry]:
+def _broker_entries(broker: ConfigsBroker) -> list[ConfigEntry]:
     """The broker's settings and its defaults of the topic configs (every one of which Kafka
     can change at runtime), as Kafka describes its own resource."""
     entries = []
@@ -208,7 +222,7 @@ def _broker_entries(broker: Broker) -> list[ConfigEntry]:
     return entries
 
 
-def _broker_resource(broker: Broker, name: str) -> list[ConfigEntry]:
+def _broker_resource(broker: ConfigsBroker, name: str) -> list[ConfigEntry]:
     """Kafka's answers: "" is the cluster-wide dynamic defaults, an id this broker."""
     if name == "":
         # The cluster-wide value alone: its one synonym is itself.
@@ -229,7 +243,7 @@ def _broker_resource(broker: Broker, name: str) -> list[ConfigEntry]:
     return _broker_entries(broker)
 
 
-def _group_entries(broker: Broker, group_id: str) -> list[ConfigEntry]:
+def _group_entries(broker: ConfigsBroker, group_id: str) -> list[ConfigEntry]:
     """Every group config Kafka has, set for this group or not (a group need not exist)."""
     if group_id == "":
         raise KafkaError(ErrorCode.invalid_request, "Group name must not be empty")
@@ -242,7 +256,7 @@ def _group_entries(broker: Broker, group_id: str) -> list[ConfigEntry]:
     return entries
 
 
-async def describe_configs(broker: Broker, ctx: RequestContext, request: DescribeConfigsRequest) -> RawResponse:
+async def describe_configs(broker: ConfigsBroker, ctx: RequestContext, request: DescribeConfigsRequest) -> RawResponse:
     """As Kafka, every resource named is answered, a repeated one as often as it is named;
     but each distinct resource is described and encoded once and its bytes repeated, so a
     small request naming one resource thousands of times costs one description, not
@@ -284,7 +298,7 @@ def _key(resource: _Described) -> _DescribeKey:
 
 
 def _describe(
-    broker: Broker, ctx: RequestContext, request: DescribeConfigsRequest, cls: type[Entity], resource: _Described
+    broker: ConfigsBroker, ctx: RequestContext, request: DescribeConfigsRequest, cls: type[Entity], resource: _Described
 ) -> Entity:
     """One resource's DescribeConfigsResult."""
     result_cls = nested(cls, "DescribeConfigsResult")
@@ -374,7 +388,11 @@ def _apply(current: dict[str, str], resource: _Changes) -> dict[str, str]:
 
 
 def _changed_topic(
-    broker: Broker, resource: _Res, change: Callable[[dict[str, str], _Res], dict[str, str]], *, validate_only: bool
+    broker: ConfigsBroker,
+    resource: _Res,
+    change: Callable[[dict[str, str], _Res], dict[str, str]],
+    *,
+    validate_only: bool,
 ) -> bool:
     """Apply `change` to the topic's configs (unless `validate_only`); whether it changed them."""
     topic = broker.store.get(resource.resource_name)
@@ -447,7 +465,11 @@ def _replace_group(_: dict[str, str], resource: _Settings) -> dict[str, str]:
 
 
 def _changed_group(
-    broker: Broker, resource: _Res, change: Callable[[dict[str, str], _Res], dict[str, str]], *, validate_only: bool
+    broker: ConfigsBroker,
+    resource: _Res,
+    change: Callable[[dict[str, str], _Res], dict[str, str]],
+    *,
+    validate_only: bool,
 ) -> bool:
     """Check the group's whole new set before storing any of it (the group need not exist)."""
     group_id = resource.resource_name
@@ -461,7 +483,7 @@ def _changed_group(
     return True
 
 
-def _authorize(broker: Broker, ctx: RequestContext, resource: _Resource, op: Operation) -> None:
+def _authorize(broker: ConfigsBroker, ctx: RequestContext, resource: _Resource, op: Operation) -> None:
     """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic or group, or on the cluster for the broker."""
     security = broker.security
     if resource.resource_type == TOPIC:
@@ -479,7 +501,7 @@ def _authorize(broker: Broker, ctx: RequestContext, resource: _Resource, op: Ope
 
 
 async def incremental_alter_configs(
-    broker: Broker, ctx: RequestContext, request: IncrementalAlterConfigsRequest
+    broker: ConfigsBroker, ctx: RequestContext, request: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
     cls = INCREMENTAL_ALTER_CONFIGS.response(ctx.api_version)
     resources: Sequence[_Changes] = request.resources
@@ -488,7 +510,9 @@ async def incremental_alter_configs(
     )
 
 
-async def alter_configs(broker: Broker, ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
+async def alter_configs(
+    broker: ConfigsBroker, ctx: RequestContext, request: AlterConfigsRequest
+) -> AlterConfigsResponse:
     cls = ALTER_CONFIGS.response(ctx.api_version)
     resources: Sequence[_Settings] = request.resources
     return await _alter(
@@ -501,7 +525,7 @@ _Res = TypeVar("_Res", bound=_Resource)
 
 
 async def _alter(
-    broker: Broker,
+    broker: ConfigsBroker,
     ctx: RequestContext,
     cls: type[_R],
     resources: Sequence[_Res],
@@ -538,7 +562,7 @@ async def _alter(
 
 
 def _altered(
-    broker: Broker,
+    broker: ConfigsBroker,
     ctx: RequestContext,
     resource: _Res,
     *,

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from broker.coordinator.assignors import Assignment
 from broker.coordinator.consumer_group import ConsumerGroup
 from broker.coordinator.consumer_groups import Heartbeat
-from broker.core import Broker
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext
 from broker.handlers.group_describe import assignment_describer, heartbeat_assignment, undescribed
+from broker.handlers.services import HasGroupCoordinator, HasSecurity, HasStore
 from broker.protocol.codec import build, nested, timedelta_ms
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation, ResourceType
@@ -35,8 +35,12 @@ DESCRIBE: Messages[ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse] 
 CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1  # ConsumerGroupDescribe v1's member types
 
 
+class ConsumerGroupsBroker(HasSecurity, HasStore, HasGroupCoordinator, Protocol):
+    """What the consumer group (KIP-848) requests use of the broker."""
+
+
 def heartbeat(
-    broker: Broker, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
+    broker: ConsumerGroupsBroker, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
 ) -> Answer[ConsumerGroupHeartbeatResponse]:
     cls = HEARTBEAT.response(ctx.api_version)
     coordinator = broker.coordinator
@@ -86,7 +90,7 @@ def _with_regex(
     return request.__version__ >= 1  # v1 added SubscribedTopicRegex
 
 
-def _heartbeat(broker: Broker, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> Heartbeat:
+def _heartbeat(broker: ConsumerGroupsBroker, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> Heartbeat:
     owned = None
     if request.topic_partitions is not None:
         owned = _assignment((tp.topic_id, tp.partitions) for tp in request.topic_partitions)
@@ -119,7 +123,7 @@ def _assignment(pairs: Iterable[tuple[uuid.UUID | None, Iterable[int]]]) -> Assi
 
 
 def describe(
-    broker: Broker, ctx: RequestContext, request: ConsumerGroupDescribeRequest
+    broker: ConsumerGroupsBroker, ctx: RequestContext, request: ConsumerGroupDescribeRequest
 ) -> ConsumerGroupDescribeResponse:
     cls = DESCRIBE.response(ctx.api_version)
     group_cls = nested(cls, "DescribedGroup")
@@ -167,7 +171,7 @@ def describe(
     return build(cls, throttle_time=0, groups=tuple(out))
 
 
-def _members(broker: Broker, cls: type[Entity], group: ConsumerGroup) -> Iterable[Entity]:
+def _members(broker: ConsumerGroupsBroker, cls: type[Entity], group: ConsumerGroup) -> Iterable[Entity]:
     member_cls = nested(cls, "Member")
     described = assignment_describer(broker, cls)
 

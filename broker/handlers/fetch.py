@@ -16,13 +16,14 @@ import contextlib
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from broker.cooperative import STEP, each, pause
-from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext, throttled
+from broker.handlers.services import AppendWatches, HasConfig, HasMetrics, HasQuotas, HasSecurity, HasStore
 from broker.log.partition_log import PartitionLog
 from broker.log.region import NOTHING, FetchRead, SegmentRegion
 from broker.metadata import Topic
@@ -61,6 +62,13 @@ MESSAGES: Messages[FetchRequest, FetchResponse] = Messages(API_KEY, MIN_VERSION,
 
 
 READ_COMMITTED = 1
+
+
+class FetchBroker(HasSecurity, HasStore, HasConfig, HasMetrics, HasQuotas, AppendWatches, Protocol):
+    """What Fetch uses of the broker."""
+
+    @property
+    def workers(self) -> Executor: ...
 
 
 def _by_topic_id(request: FetchRequest) -> TypeIs[FetchByTopicId]:
@@ -120,7 +128,7 @@ class _Slot:
 _Named: TypeAlias = tuple[str | None, uuid.UUID | None, Topic | None, ErrorCode, Sequence[_Partition]]
 
 
-def _named(broker: Broker, request: FetchRequest) -> Iterator[_Named]:
+def _named(broker: FetchBroker, request: FetchRequest) -> Iterator[_Named]:
     """Each topic of the request, in order, looked up when its turn comes."""
     if _by_topic_id(request):
         for by_id in request.topics:
@@ -135,7 +143,7 @@ class _Slots:
     """One slot per partition named; a partition named twice is fetched once, as Kafka's
     map of fetch data does (the later entry wins, in the first one's place)."""
 
-    def __init__(self, broker: Broker, ctx: RequestContext) -> None:
+    def __init__(self, broker: FetchBroker, ctx: RequestContext) -> None:
         self.broker, self.session = broker, ctx.session
         self.slots: dict[tuple[object, int], _Slot] = {}
 
@@ -153,7 +161,7 @@ class _Slots:
         self.slots[(name if topic_id is None else topic_id, part.partition)] = slot
 
 
-def _resolve(broker: Broker, ctx: RequestContext, request: FetchRequest) -> list[_Slot]:
+def _resolve(broker: FetchBroker, ctx: RequestContext, request: FetchRequest) -> list[_Slot]:
     resolved = _Slots(broker, ctx)
     for named in _named(broker, request):
         readable = resolved.readable(named[0])
@@ -166,7 +174,7 @@ class _Reader:
     """Reads the partitions of one fetch in turn within its byte budget (only below the
     last stable offset when `committed`, with the aborted transactions the data spans)."""
 
-    def __init__(self, broker: Broker, max_bytes: int, committed: bool) -> None:
+    def __init__(self, broker: FetchBroker, max_bytes: int, committed: bool) -> None:
         self.store, self.committed = broker.store, committed
         self.budget = max_bytes
         self.total = 0
@@ -199,7 +207,7 @@ class _Reader:
         self.budget -= read.size
 
 
-def _gather(broker: Broker, slots: list[_Slot], max_bytes: int, committed: bool) -> tuple[int, bool]:
+def _gather(broker: FetchBroker, slots: list[_Slot], max_bytes: int, committed: bool) -> tuple[int, bool]:
     """Read every partition; returns (bytes gathered, any error)."""
     reader = _Reader(broker, max_bytes, committed)
     for slot in slots:
@@ -221,7 +229,7 @@ class _Limits:
     min_bytes: int
 
 
-def _limits(broker: Broker, ctx: RequestContext, request: FetchRequest) -> _Limits:
+def _limits(broker: FetchBroker, ctx: RequestContext, request: FetchRequest) -> _Limits:
     # fetch.max.bytes bounds the whole response whatever the client asks for.
     max_bytes = min(request.max_bytes, broker.config.get("fetch.max.bytes"))
     if broker.quotas.active:
@@ -235,7 +243,7 @@ def _limits(broker: Broker, ctx: RequestContext, request: FetchRequest) -> _Limi
     )
 
 
-def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> Answer[RawResponse]:
+def handle(broker: FetchBroker, ctx: RequestContext, request: FetchRequest) -> Answer[RawResponse]:
     """A fetch of more than STEP partitions is served STEP partitions at a time (`_in_steps`)."""
     version = ctx.api_version
     if not _without_sessions(request) and request.session_id != 0:
@@ -267,7 +275,7 @@ def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> Answer
     return task
 
 
-async def _in_steps(broker: Broker, ctx: RequestContext, request: FetchRequest) -> RawResponse:
+async def _in_steps(broker: FetchBroker, ctx: RequestContext, request: FetchRequest) -> RawResponse:
     """`handle` for a fetch of many partitions: named, read and answered STEP partitions at
     a time, the loop free between steps, and the answer encoded in a worker thread.  A fetch
     changes nothing, so the connection's next request need not wait for it (as a long poll)."""
@@ -305,14 +313,14 @@ async def _in_steps(broker: Broker, ctx: RequestContext, request: FetchRequest) 
     return await asyncio.get_running_loop().run_in_executor(broker.workers, encode)
 
 
-async def _gather_in_steps(broker: Broker, slots: list[_Slot], limits: _Limits) -> tuple[int, bool]:
+async def _gather_in_steps(broker: FetchBroker, slots: list[_Slot], limits: _Limits) -> tuple[int, bool]:
     reader = _Reader(broker, limits.max_bytes, limits.committed)
     async for slot in each(slots):
         reader.read(slot)
     return reader.total, reader.error
 
 
-def _consumer_quota(broker: Broker, ctx: RequestContext, slots: list[_Slot]) -> int:
+def _consumer_quota(broker: FetchBroker, ctx: RequestContext, slots: list[_Slot]) -> int:
     """Hold the answer to the client's `consumer_byte_rate`: over it, as Kafka, the answer is
     sent without records (they are not counted) and the client is throttled."""
     if not broker.quotas.active:
@@ -331,7 +339,7 @@ def _consumer_quota(broker: Broker, ctx: RequestContext, slots: list[_Slot]) -> 
 class _Answer:
     """The answer's topics, each where its first partition is, and the errors it counts."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: FetchBroker) -> None:
         self.broker = broker
         self.topics: dict[tuple[str | None, uuid.UUID | None], FetchTopic] = {}
         self.errors: Counter[ErrorCode] = Counter()
@@ -369,7 +377,7 @@ class _Answer:
 
 
 def _response(
-    broker: Broker, version: int, slots: list[_Slot], top_error: ErrorCode = ErrorCode.none, throttle_ms: int = 0
+    broker: FetchBroker, version: int, slots: list[_Slot], top_error: ErrorCode = ErrorCode.none, throttle_ms: int = 0
 ) -> RawResponse:
     answer = _Answer(broker)
     for slot in slots:

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.coordinator.assignors import Assignment
-from broker.core import Broker
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS
+from broker.handlers.services import HasStore
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
 
@@ -34,7 +34,7 @@ def undescribed(cls: type[Entity], group_id: str, error: ErrorCode, message: str
     )
 
 
-def assignment_describer(broker: Broker, cls: type[Entity]) -> Callable[[Assignment], Entity]:
+def assignment_describer(broker: HasStore, cls: type[Entity]) -> Callable[[Assignment], Entity]:
     """An Assignment entry per member's assignment: its topics with their names, in name order
     (topics deleted meanwhile left out)."""
     assignment_cls, tp_cls = nested(cls, "Assignment"), nested(cls, "TopicPartitions")

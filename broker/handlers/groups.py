@@ -4,7 +4,7 @@ OffsetDelete.  The protocol glue lives here; the behaviour in broker/coordinator
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kio.static.protocol import Entity
 
@@ -12,8 +12,17 @@ from broker.coordinator.consumer_group import ConsumerGroup
 from broker.coordinator.consumer_protocol import encode_assignment, encode_subscription
 from broker.coordinator.coordinator import GroupCoordinator
 from broker.coordinator.group import GroupState, JoinRequest
-from broker.core import Broker
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext
+from broker.handlers.services import (
+    Endpoint,
+    HasGroupCoordinator,
+    HasLogDir,
+    HasNodeId,
+    HasSecurity,
+    HasShareCoordinator,
+    HasStore,
+    HasTransactions,
+)
 from broker.protocol.codec import build, nested, timedelta_ms
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation, ResourceType
@@ -78,6 +87,20 @@ GROUP_KEY, TRANSACTION_KEY = 0, 1
 
 # Fields some versions lack: each guard narrows a request to the versions that have them,
 # or to those that do not (kio's class of a version carries its number, `__version__`).
+
+
+class GroupsBroker(
+    HasSecurity,
+    HasStore,
+    HasNodeId,
+    HasLogDir,
+    HasGroupCoordinator,
+    HasShareCoordinator,
+    HasTransactions,
+    Endpoint,
+    Protocol,
+):
+    """What the classic group requests use of the broker."""
 
 
 def _batched_keys(
@@ -152,11 +175,11 @@ def _before_operations(
     return request.__version__ < 3  # KIP-430
 
 
-def _may(broker: Broker, ctx: RequestContext, op: Operation, group_id: str) -> bool:
+def _may(broker: GroupsBroker, ctx: RequestContext, op: Operation, group_id: str) -> bool:
     return broker.security.group(ctx.session, op, group_id)
 
 
-def _coordinator(broker: Broker) -> GroupCoordinator:
+def _coordinator(broker: GroupsBroker) -> GroupCoordinator:
     coordinator = broker.coordinator
     assert coordinator is not None
     return coordinator
@@ -165,7 +188,9 @@ def _coordinator(broker: Broker) -> GroupCoordinator:
 # --- FindCoordinator ----------------------------------------------------------------
 
 
-def find_coordinator(broker: Broker, ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+def find_coordinator(
+    broker: GroupsBroker, ctx: RequestContext, request: FindCoordinatorRequest
+) -> FindCoordinatorResponse:
     cls = FIND_COORDINATOR.response(ctx.api_version)
     host, port = broker.endpoint(ctx.listener)
 
@@ -234,7 +259,7 @@ def find_coordinator(broker: Broker, ctx: RequestContext, request: FindCoordinat
 # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ---------------------------------
 
 
-def join_group(broker: Broker, ctx: RequestContext, request: JoinGroupRequest) -> Answer[JoinGroupResponse]:
+def join_group(broker: GroupsBroker, ctx: RequestContext, request: JoinGroupRequest) -> Answer[JoinGroupResponse]:
     cls = JOIN_GROUP.response(ctx.api_version)
     member_cls = nested(cls, "JoinGroupResponseMember")
     coordinator = _coordinator(broker)
@@ -294,7 +319,7 @@ def join_group(broker: Broker, ctx: RequestContext, request: JoinGroupRequest) -
     return run()
 
 
-def sync_group(broker: Broker, ctx: RequestContext, request: SyncGroupRequest) -> Answer[SyncGroupResponse]:
+def sync_group(broker: GroupsBroker, ctx: RequestContext, request: SyncGroupRequest) -> Answer[SyncGroupResponse]:
     cls = SYNC_GROUP.response(ctx.api_version)
     coordinator = _coordinator(broker)
     instance_id = None if _syncs_without_instance(request) else request.group_instance_id
@@ -329,7 +354,7 @@ def sync_group(broker: Broker, ctx: RequestContext, request: SyncGroupRequest) -
     return run()
 
 
-def heartbeat(broker: Broker, ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
+def heartbeat(broker: GroupsBroker, ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     cls = HEARTBEAT.response(ctx.api_version)
     instance_id = None if _beats_without_instance(request) else request.group_instance_id
     try:
@@ -342,7 +367,7 @@ def heartbeat(broker: Broker, ctx: RequestContext, request: HeartbeatRequest) ->
     return build(cls, throttle_time=0, error_code=error)
 
 
-def leave_group(broker: Broker, ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+def leave_group(broker: GroupsBroker, ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
     cls = LEAVE_GROUP.response(ctx.api_version)
     coordinator = _coordinator(broker)
     if not _may(broker, ctx, Operation.READ, request.group_id):
@@ -376,7 +401,7 @@ def leave_group(broker: Broker, ctx: RequestContext, request: LeaveGroupRequest)
 # --- ListGroups / DescribeGroups / DeleteGroups ----------------------------------------
 
 
-def list_groups(broker: Broker, ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
+def list_groups(broker: GroupsBroker, ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     cls = LIST_GROUPS.response(ctx.api_version)
     entry_cls = nested(cls, "ListedGroup")
     coordinator = _coordinator(broker)
@@ -406,7 +431,9 @@ def list_groups(broker: Broker, ctx: RequestContext, request: ListGroupsRequest)
     return build(cls, throttle_time=0, error_code=ErrorCode.none, groups=tuple(entries))
 
 
-def describe_groups(broker: Broker, ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+def describe_groups(
+    broker: GroupsBroker, ctx: RequestContext, request: DescribeGroupsRequest
+) -> DescribeGroupsResponse:
     cls = DESCRIBE_GROUPS.response(ctx.api_version)
     group_cls = nested(cls, "DescribedGroup")
     member_cls = nested(cls, "DescribedGroupMember")
@@ -486,7 +513,7 @@ def describe_groups(broker: Broker, ctx: RequestContext, request: DescribeGroups
 
 
 def _consumer_group_as_classic(
-    broker: Broker, group_cls: type[Entity], member_cls: type[Entity], group: ConsumerGroup, ops: int
+    broker: GroupsBroker, group_cls: type[Entity], member_cls: type[Entity], group: ConsumerGroup, ops: int
 ) -> Entity:
     """A consumer-protocol group as DescribeGroups shows it (as Kafka does): protocol type
     "consumer", its assignor as the protocol, each member's subscription and assignment in
@@ -517,7 +544,9 @@ def _consumer_group_as_classic(
     )
 
 
-def delete_groups(broker: Broker, ctx: RequestContext, request: DeleteGroupsRequest) -> Answer[DeleteGroupsResponse]:
+def delete_groups(
+    broker: GroupsBroker, ctx: RequestContext, request: DeleteGroupsRequest
+) -> Answer[DeleteGroupsResponse]:
     cls = DELETE_GROUPS.response(ctx.api_version)
     result_cls = nested(cls, "DeletableGroupResult")
     coordinator = _coordinator(broker)

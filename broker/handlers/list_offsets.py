@@ -3,10 +3,10 @@ tiered (-5), or the first offset whose record timestamp is at or after a given t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from broker.core import Broker
 from broker.handlers.base import Messages, RequestContext
+from broker.handlers.services import HasSecurity, HasStore
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acls import Operation
@@ -29,11 +29,15 @@ _SINCE = {LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TI
 # v10's timeout_ms bounds a wait for remote (tiered) storage: with none, every answer is at once.
 
 
+class ListOffsetsBroker(HasSecurity, HasStore, Protocol):
+    """What ListOffsets uses of the broker."""
+
+
 def _reads_all(request: ListOffsetsRequest) -> TypeIs[list_offsets_v1.ListOffsetsRequest]:
     return request.__version__ < 2  # v2 added the isolation level (KIP-98)
 
 
-def handle(broker: Broker, ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+def handle(broker: ListOffsetsBroker, ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     cls = MESSAGES.response(ctx.api_version)
     committed = not _reads_all(request) and request.isolation_level == READ_COMMITTED
     topic_cls = nested(cls, "ListOffsetsTopicResponse")

@@ -7,10 +7,11 @@ The broker has one log directory, its data dir, so every answer holds one result
 from __future__ import annotations
 
 import shutil
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
-from broker.core import Broker
 from broker.handlers.base import Messages, RequestContext
+from broker.handlers.services import HasLogDir, HasSecurity, VisibleTopics
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
 from broker.security.acls import Operation
@@ -24,7 +25,14 @@ MIN_VERSION, MAX_VERSION = 1, 4
 MESSAGES: Messages[DescribeLogDirsRequest, DescribeLogDirsResponse] = Messages(API_KEY, MIN_VERSION, MAX_VERSION)
 
 
-def handle(broker: Broker, ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+class LogDirsBroker(HasSecurity, HasLogDir, VisibleTopics, Protocol):
+    """What DescribeLogDirs uses of the broker."""
+
+    @property
+    def data_dir(self) -> Path: ...
+
+
+def handle(broker: LogDirsBroker, ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     cls = MESSAGES.response(ctx.api_version)
     result_cls = nested(cls, "DescribeLogDirsResult")
     topic_cls = nested(cls, "DescribeLogDirsTopic")

@@ -6,13 +6,22 @@ import asyncio
 import struct
 import uuid
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from kio.static.protocol import Entity
 
 from broker.config import validate_topic_name
-from broker.core import Broker
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext, Serial
+from broker.handlers.services import (
+    Endpoint,
+    HasNodeId,
+    HasQuotas,
+    HasSecurity,
+    HasStore,
+    MetadataDurability,
+    TopicAutoCreation,
+    VisibleTopics,
+)
 from broker.handlers.stepped import Steps, at_once, in_steps, stepped
 from broker.metadata import Topic
 from broker.protocol.codec import build, encode_body, encode_string, nested, uvarint
@@ -43,6 +52,26 @@ _ZERO_UUID = uuid.UUID(int=0)
 _I32 = struct.Struct(">i")
 # A topic of the response: name, id, error, and the topic when it exists.
 _Entry: TypeAlias = tuple[str | None, uuid.UUID | None, ErrorCode, Topic | None]
+
+
+class MetadataBroker(
+    HasSecurity,
+    HasStore,
+    HasNodeId,
+    HasQuotas,
+    MetadataDurability,
+    VisibleTopics,
+    Endpoint,
+    TopicAutoCreation,
+    Protocol,
+):
+    """What Metadata uses of the broker."""
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def response_cache(self) -> dict[object, bytes]: ...
 
 
 def _always_auto_creates(
@@ -86,7 +115,7 @@ def _by_topic_id(
     return request.__version__ >= 10  # KIP-516
 
 
-def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Answer[RawResponse] | Serial:
+def handle(broker: MetadataBroker, ctx: RequestContext, request: MetadataRequest) -> Answer[RawResponse] | Serial:
     version = ctx.api_version
     requested = request.topics
     # v0: an empty list means all topics; v1+: null means all, empty means none.
@@ -96,7 +125,7 @@ def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Ans
 
 
 def _answer(
-    broker: Broker, ctx: RequestContext, request: MetadataRequest, all_topics: bool
+    broker: MetadataBroker, ctx: RequestContext, request: MetadataRequest, all_topics: bool
 ) -> Steps[Answer[RawResponse]]:
     """Each topic looked up (and auto-created) on its own, the loop free between topics, as
     Kafka's metadata cache gives no snapshot across a request's topics either."""
@@ -198,7 +227,7 @@ _TOPIC_CACHE_SIZE = 4096
 
 
 def _response(
-    broker: Broker,
+    broker: MetadataBroker,
     version: int,
     listener: str,
     entries: list[_Entry],
@@ -210,7 +239,7 @@ def _response(
 
 
 def _response_steps(
-    broker: Broker,
+    broker: MetadataBroker,
     version: int,
     listener: str,
     entries: list[_Entry],
@@ -269,7 +298,7 @@ def _partitions(version: int, flexible: bool, node: int, count: int) -> bytes:
     return b"".join(before + pack(p) + after for p in range(count))
 
 
-def _topic_bytes(broker: Broker, cls: type[Entity], entry: _Entry, operations: int) -> bytes:
+def _topic_bytes(broker: MetadataBroker, cls: type[Entity], entry: _Entry, operations: int) -> bytes:
     name, topic_id, code, topic = entry
     if topic is None and topic_id is None and name:
         # A topic that is not there (a hostile request may name 100,000): the answer of the

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Protocol
 from kio.static.protocol import Entity
 
 from broker.cooperative import STEP
-from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext, Serial
+from broker.handlers.services import HasGroupCoordinator, HasLogDir, HasSecurity, HasStore, HasTransactions
 from broker.handlers.stepped import Steps, at_once, in_steps, stepped
 from broker.handlers.topics_seen import TopicsSeen
 from broker.protocol.codec import build, nested
@@ -50,6 +50,10 @@ OFFSET_FETCH: Messages[OffsetFetchRequest, OffsetFetchResponse] = Messages(9, 1,
 OFFSET_DELETE: Messages[OffsetDeleteRequest, OffsetDeleteResponse] = Messages(47, 0, 0)
 
 # Fields some versions lack: each guard narrows a request to the versions that have them.
+
+
+class OffsetsBroker(HasSecurity, HasStore, HasLogDir, HasGroupCoordinator, HasTransactions, Protocol):
+    """What the offset requests use of the broker."""
 
 
 def _with_leader_epochs(
@@ -133,12 +137,12 @@ class _Topic:
     partitions: Sequence[int]
 
 
-def _by_name(broker: Broker, name: str, partitions: Sequence[int]) -> _Topic:
+def _by_name(broker: OffsetsBroker, name: str, partitions: Sequence[int]) -> _Topic:
     topic = broker.store.get(name)
     return _Topic(name, topic.topic_id if topic is not None else None, partitions)
 
 
-def _by_id(broker: Broker, topic_id: uuid.UUID | None, partitions: Sequence[int]) -> _Topic:
+def _by_id(broker: OffsetsBroker, topic_id: uuid.UUID | None, partitions: Sequence[int]) -> _Topic:
     topic = broker.store.by_id.get(topic_id) if topic_id is not None else None
     return _Topic(topic.name if topic is not None else None, topic_id, partitions)
 
@@ -150,7 +154,9 @@ def _topics(request: OffsetCommitRequest) -> Sequence[_CommitTopic]:
     return request.topics
 
 
-def offset_commit(broker: Broker, ctx: RequestContext, request: OffsetCommitRequest) -> Answer[RawResponse] | Serial:
+def offset_commit(
+    broker: OffsetsBroker, ctx: RequestContext, request: OffsetCommitRequest
+) -> Answer[RawResponse] | Serial:
     """The partitions checked a step at a time (a request may name 100,000); the offsets
     accepted are then validated against the group again and stored in one step, one batch
     on `__consumer_offsets` as in Kafka."""
@@ -260,7 +266,7 @@ def offset_commit(broker: Broker, ctx: RequestContext, request: OffsetCommitRequ
 # --- OffsetFetch -------------------------------------------------------------------------
 
 
-def offset_fetch(broker: Broker, ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
+def offset_fetch(broker: OffsetsBroker, ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     cls = OFFSET_FETCH.response(ctx.api_version)
     coordinator = broker.coordinator
     # require_stable (v7+, KIP-447): a partition whose offset waits in an open transaction
@@ -347,7 +353,9 @@ def offset_fetch(broker: Broker, ctx: RequestContext, request: OffsetFetchReques
 # --- OffsetDelete ------------------------------------------------------------------------
 
 
-def offset_delete(broker: Broker, ctx: RequestContext, request: OffsetDeleteRequest) -> Answer[OffsetDeleteResponse]:
+def offset_delete(
+    broker: OffsetsBroker, ctx: RequestContext, request: OffsetDeleteRequest
+) -> Answer[OffsetDeleteResponse]:
     cls = OFFSET_DELETE.response(ctx.api_version)
     topic_cls = nested(cls, "OffsetDeleteResponseTopic")
     part_cls = nested(cls, "OffsetDeleteResponsePartition")

@@ -18,16 +18,26 @@ import inspect
 import uuid
 from collections import Counter
 from collections.abc import Coroutine, Iterator, Sequence
+from concurrent.futures import Executor
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import structlog
 
 from broker.cooperative import STEP, pause
-from broker.core import INTERNAL_TOPICS, Broker
 from broker.handlers.base import CLOSE_CONNECTION, NO_RESPONSE, Answer, Messages, RequestContext, Serial, Signal
+from broker.handlers.services import (
+    AppendNotices,
+    HasConfig,
+    HasMetrics,
+    HasSecurity,
+    HasStore,
+    HasTransactions,
+    LogDurability,
+)
 from broker.log.partition_log import OpenedBatch, PartitionLog
 from broker.log.validator import PayloadTooLarge
+from broker.metadata import INTERNAL_TOPICS
 from broker.protocol.batch import InvalidBatch, split_batches
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.fetch_codec import RawResponse
@@ -45,6 +55,17 @@ MIN_VERSION, MAX_VERSION = 3, 13
 MESSAGES: Messages[ProduceRequest, ProduceResponse] = Messages(API_KEY, MIN_VERSION, MAX_VERSION)
 
 log = structlog.get_logger(__name__)
+
+
+class ProduceBroker(
+    HasSecurity, HasStore, HasConfig, HasMetrics, HasTransactions, LogDurability, AppendNotices, Protocol
+):
+    """What Produce uses of the broker."""
+
+    @property
+    def workers(self) -> Executor: ...
+
+    def answers_wait(self) -> bool: ...
 
 
 class _Outcome:
@@ -90,7 +111,7 @@ def _by_topic_id(request: ProduceRequest) -> TypeIs[produce_v13.ProduceRequest]:
 
 
 def _topics(
-    broker: Broker, request: ProduceRequest
+    broker: ProduceBroker, request: ProduceRequest
 ) -> Iterator[tuple[str | None, uuid.UUID | None, Sequence[_PartitionData]]]:
     """Each topic of the request: its name (None: an id no topic has), its id (v13+), its
     partitions; an id is looked up when its topic's turn comes."""
@@ -150,7 +171,7 @@ def _txn_error(error: KafkaError, version: int) -> KafkaError:
 
 
 def _add_partitions(
-    broker: Broker, version: int, transactional_id: str | None, opened: list[_Outcome]
+    broker: ProduceBroker, version: int, transactional_id: str | None, opened: list[_Outcome]
 ) -> Coroutine[Any, Any, None] | None:
     """Transactions v2 (v12+): the partitions of transactional batches that their producer's
     ongoing transaction lacks join it, through the coordinator, before anything is appended;
@@ -181,7 +202,7 @@ def _add_partitions(
     return add()
 
 
-def _append(broker: Broker, out: _Outcome, transactional_id: str | None, version: int) -> bool:
+def _append(broker: ProduceBroker, out: _Outcome, transactional_id: str | None, version: int) -> bool:
     """Append an opened batch; True when it was new (not a retried duplicate).  A
     transactional batch is taken only for a partition its ongoing transaction holds."""
     assert out.plog is not None
@@ -217,7 +238,7 @@ class _Opening:
     """Checks each partition of one request and opens its batch: on the loop when small
     enough (`ready`), else later in a worker thread (`later`)."""
 
-    def __init__(self, broker: Broker, ctx: RequestContext, request: ProduceRequest) -> None:
+    def __init__(self, broker: ProduceBroker, ctx: RequestContext, request: ProduceRequest) -> None:
         self.broker, self.session = broker, ctx.session
         self.acks, self.transactional_id = request.acks, request.transactional_id
         self.limit = broker.config.get("message.max.decompressed.bytes")
@@ -281,7 +302,9 @@ def _partitions(request: ProduceRequest) -> int:
     return sum(len(t.partition_data) for t in request.topic_data)
 
 
-def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Answer[RawResponse | Signal] | Serial:
+def handle(
+    broker: ProduceBroker, ctx: RequestContext, request: ProduceRequest
+) -> Answer[RawResponse | Signal] | Serial:
     """Validate every batch; those small enough are opened here, on the event loop.  If any
     needs more work (a large or highly compressed payload, recompression), every batch of
     the request is opened in a worker thread and appended afterwards, and the connection
@@ -322,7 +345,7 @@ def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Answ
     return Serial(opened_in_worker())
 
 
-async def _in_steps(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> RawResponse | Signal:
+async def _in_steps(broker: ProduceBroker, ctx: RequestContext, request: ProduceRequest) -> RawResponse | Signal:
     """`handle` for a request of many partitions: checked and opened, then appended, STEP
     partitions at a time, the loop free between steps, and the answer encoded in a worker
     thread.  Each partition's append is whole within a step, and appends keep request order."""
@@ -356,7 +379,7 @@ async def _in_steps(broker: Broker, ctx: RequestContext, request: ProduceRequest
 
 
 def _append_opened(
-    broker: Broker, out: _Outcome, transactional_id: str | None, version: int, touched: list[PartitionLog]
+    broker: ProduceBroker, out: _Outcome, transactional_id: str | None, version: int, touched: list[PartitionLog]
 ) -> None:
     """`_append` of a batch that passed its checks; its log joins `touched`, or it fails."""
     if out.error != ErrorCode.none:
@@ -369,7 +392,7 @@ def _append_opened(
         out.fail(e)
 
 
-def _settle(broker: Broker, results: _Results) -> bool:
+def _settle(broker: ProduceBroker, results: _Results) -> bool:
     """Count the errors answered (one metric update per error code) and let go of the
     records, which the response does not need; whether any partition failed."""
     errors: Counter[ErrorCode] = Counter()
@@ -379,7 +402,7 @@ def _settle(broker: Broker, results: _Results) -> bool:
     return _count_errors(broker, errors)
 
 
-async def _settle_in_steps(broker: Broker, results: _Results) -> bool:
+async def _settle_in_steps(broker: ProduceBroker, results: _Results) -> bool:
     """`_settle`, STEP partitions at a time."""
     errors: Counter[ErrorCode] = Counter()
     count = 0
@@ -397,13 +420,13 @@ def _release(out: _Outcome, errors: Counter[ErrorCode]) -> None:
     out.batch = out.opened = None
 
 
-def _count_errors(broker: Broker, errors: Counter[ErrorCode]) -> bool:
+def _count_errors(broker: ProduceBroker, errors: Counter[ErrorCode]) -> bool:
     for code, n in errors.items():
         broker.metrics.errors.labels("Produce", code.name).inc(n)
     return bool(errors)
 
 
-async def _durable(broker: Broker, touched: list[PartitionLog], results: _Results) -> None:
+async def _durable(broker: ProduceBroker, touched: list[PartitionLog], results: _Results) -> None:
     """Wait until the appends are durable; if the fsync fails, every appended partition
     answers KAFKA_STORAGE_ERROR."""
     try:
@@ -417,7 +440,7 @@ async def _durable(broker: Broker, touched: list[PartitionLog], results: _Result
 
 
 def _finish(
-    broker: Broker,
+    broker: ProduceBroker,
     version: int,
     acks: int,
     results: _Results,

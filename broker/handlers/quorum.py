@@ -11,10 +11,11 @@ clients on: it has no separate controller listener.  DESCRIBE on the cluster is 
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from broker.core import Broker
+from broker.clock import Clock
 from broker.handlers.base import Messages, RequestContext
+from broker.handlers.services import HasNodeId, HasSecurity, HasStore
 from broker.metadata import METADATA_TOPIC
 from broker.protocol.codec import build, nested, nested_or_none
 from broker.protocol.errors import ErrorCode
@@ -31,7 +32,23 @@ LEADER_EPOCH = 1
 _NO_DIRECTORY = uuid.UUID(int=0)
 
 
-def handle(broker: Broker, ctx: RequestContext, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
+class QuorumBroker(HasSecurity, HasStore, HasNodeId, Protocol):
+    """What DescribeQuorum uses of the broker."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def advertised(self) -> tuple[str, int]: ...
+
+    @property
+    def first_listener(self) -> str: ...
+
+    @property
+    def endpoints(self) -> dict[str, tuple[str, int]]: ...
+
+
+def handle(broker: QuorumBroker, ctx: RequestContext, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
     cls = MESSAGES.response(ctx.api_version)
     if not broker.security.cluster(ctx.session, Operation.DESCRIBE):
         return _error(cls, ErrorCode.cluster_authorization_failed)
@@ -79,7 +96,7 @@ def handle(broker: Broker, ctx: RequestContext, request: DescribeQuorumRequest) 
     return build(cls, error_code=ErrorCode.none, error_message=None, topics=(topic,), nodes=nodes)
 
 
-def _endpoints(broker: Broker) -> dict[str, tuple[str, int]]:
+def _endpoints(broker: QuorumBroker) -> dict[str, tuple[str, int]]:
     return broker.endpoints or {broker.first_listener: broker.advertised}
 
 

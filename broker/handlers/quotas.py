@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from broker.cooperative import STEP, each
-from broker.core import Broker
 from broker.handlers.base import Messages, RequestContext
+from broker.handlers.services import HasQuotas, HasSecurity
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
 from broker.quotas import Entity, QuotaError, check_value, entity_of
@@ -33,6 +33,10 @@ DESCRIBE: Messages[DescribeClientQuotasRequest, DescribeClientQuotasResponse] = 
 ALTER: Messages[AlterClientQuotasRequest, AlterClientQuotasResponse] = Messages(49, 0, 1)
 
 EXACT, DEFAULT, SPECIFIED = 0, 1, 2
+
+
+class QuotasBroker(HasSecurity, HasQuotas, Protocol):
+    """What the client quota requests use of the broker."""
 
 
 class _Part(Protocol):
@@ -86,7 +90,7 @@ def _matches(entity: Entity, filters: list[tuple[str, int, str | None]], strict:
 
 
 def describe_client_quotas(
-    broker: Broker, ctx: RequestContext, request: DescribeClientQuotasRequest
+    broker: QuotasBroker, ctx: RequestContext, request: DescribeClientQuotasRequest
 ) -> DescribeClientQuotasResponse:
     cls = DESCRIBE.response(ctx.api_version)
 
@@ -118,7 +122,7 @@ def describe_client_quotas(
 
 
 async def alter_client_quotas(
-    broker: Broker, ctx: RequestContext, request: AlterClientQuotasRequest
+    broker: QuotasBroker, ctx: RequestContext, request: AlterClientQuotasRequest
 ) -> AlterClientQuotasResponse:
     """Each entry is checked on its own (which reads nothing of the quotas set), a step at a
     time, the loop free between steps; the checked changes are then applied in one go."""

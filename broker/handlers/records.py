@@ -7,11 +7,12 @@ file, fsynced in a worker thread before the answer, so it holds across a machine
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, TypeAlias
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from broker.cooperative import STEP, pause
-from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext, Serial
+from broker.handlers.services import HasSecurity, HasStore
 from broker.log.partition_log import PartitionLog
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -31,8 +32,15 @@ MESSAGES: Messages[DeleteRecordsRequest, DeleteRecordsResponse] = Messages(API_K
 _Result: TypeAlias = tuple[int, ErrorCode, int, PartitionLog | None]
 
 
+class RecordsBroker(HasSecurity, HasStore, Protocol):
+    """What DeleteRecords uses of the broker."""
+
+    @property
+    def admin_workers(self) -> Executor: ...
+
+
 def _delete(
-    broker: Broker, ctx: RequestContext, topic: str, partition: int, offset: int, *, moved: list[PartitionLog]
+    broker: RecordsBroker, ctx: RequestContext, topic: str, partition: int, offset: int, *, moved: list[PartitionLog]
 ) -> _Result:
     if not broker.security.topic(ctx.session, Operation.DELETE, topic):
         return partition, ErrorCode.topic_authorization_failed, -1, None
@@ -79,7 +87,7 @@ class _Answer:
         return build(self.cls, throttle_time=0, topics=tuple(topics))
 
 
-async def _synced(broker: Broker, moved: list[PartitionLog]) -> frozenset[int]:
+async def _synced(broker: RecordsBroker, moved: list[PartitionLog]) -> frozenset[int]:
     """Fsync the new log starts; the ids of the logs whose start could not be."""
     loop = asyncio.get_running_loop()
     failed = set()
@@ -92,7 +100,7 @@ async def _synced(broker: Broker, moved: list[PartitionLog]) -> frozenset[int]:
 
 
 def handle(
-    broker: Broker, ctx: RequestContext, request: DeleteRecordsRequest
+    broker: RecordsBroker, ctx: RequestContext, request: DeleteRecordsRequest
 ) -> Answer[DeleteRecordsResponse] | Serial:
     if sum(len(topic.partitions) for topic in request.topics) > STEP:
         return Serial(_in_steps(broker, ctx, request))
@@ -120,7 +128,7 @@ def handle(
     return durable()
 
 
-async def _in_steps(broker: Broker, ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+async def _in_steps(broker: RecordsBroker, ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
     """`handle` for a request of many partitions, STEP partitions at a time, the loop free
     between steps (each partition's deletion whole within one); the connection reads no
     further request meanwhile (`Serial`)."""

@@ -13,10 +13,11 @@ and messages included, so `kafka-leader-election`, `kafka-reassign-partitions` a
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
-from broker.core import Broker
 from broker.handlers.base import Messages, RequestContext, Serial
+from broker.handlers.services import HasNodeId, HasSecurity, HasStore, VisibleTopics
 from broker.handlers.stepped import Steps, stepped
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
@@ -47,7 +48,14 @@ PREFERRED, UNCLEAN = 0, 1  # ElectionType
 _NOT_NEEDED = "Leader election not needed for topic partition."
 
 
-def _partition_error(broker: Broker, topic: str, partition: int) -> tuple[ErrorCode, str] | None:
+class ReplicasBroker(HasSecurity, HasStore, HasNodeId, VisibleTopics, Protocol):
+    """What the replica requests use of the broker."""
+
+    @property
+    def data_dir(self) -> Path: ...
+
+
+def _partition_error(broker: ReplicasBroker, topic: str, partition: int) -> tuple[ErrorCode, str] | None:
     """Kafka's controller's words for a partition that does not exist, else None."""
     if broker.store.get(topic) is None:
         return ErrorCode.unknown_topic_or_partition, f"No such topic as {topic}"
@@ -56,7 +64,9 @@ def _partition_error(broker: Broker, topic: str, partition: int) -> tuple[ErrorC
     return None
 
 
-def elect_leaders(broker: Broker, ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse | Serial:
+def elect_leaders(
+    broker: ReplicasBroker, ctx: RequestContext, request: ElectLeadersRequest
+) -> ElectLeadersResponse | Serial:
     """Every partition already has its preferred leader, and a leader: ELECTION_NOT_NEEDED.  Asked
     for every partition (a null list), Kafka answers every topic and leaves out the partitions
     that need no election: here, all of them."""
@@ -65,7 +75,9 @@ def elect_leaders(broker: Broker, ctx: RequestContext, request: ElectLeadersRequ
     return stepped(_elections(broker, ctx, request), entries)
 
 
-def _elections(broker: Broker, ctx: RequestContext, request: ElectLeadersRequest) -> Steps[ElectLeadersResponse]:
+def _elections(
+    broker: ReplicasBroker, ctx: RequestContext, request: ElectLeadersRequest
+) -> Steps[ElectLeadersResponse]:
     """Each partition looked up on its own, the loop free between steps of them."""
     cls = ELECT_LEADERS.response(ctx.api_version)
     topic_cls = nested(cls, "ReplicaElectionResult")
@@ -106,7 +118,7 @@ def _elections(broker: Broker, ctx: RequestContext, request: ElectLeadersRequest
 
 
 def _reassignment_error(
-    broker: Broker, topic: str, partition: int, replicas: Iterable[int] | None
+    broker: ReplicasBroker, topic: str, partition: int, replicas: Iterable[int] | None
 ) -> tuple[ErrorCode, str | None]:
     if broker.store.get(topic) is None:
         return ErrorCode.unknown_topic_or_partition, f"Unable to find a topic named {topic}."
@@ -134,14 +146,14 @@ def _reassignment_error(
 
 
 def alter_partition_reassignments(
-    broker: Broker, ctx: RequestContext, request: AlterPartitionReassignmentsRequest
+    broker: ReplicasBroker, ctx: RequestContext, request: AlterPartitionReassignmentsRequest
 ) -> AlterPartitionReassignmentsResponse | Serial:
     entries = sum(1 + len(t.partitions) for t in request.topics)
     return stepped(_reassignments(broker, ctx, request), entries)
 
 
 def _reassignments(
-    broker: Broker, ctx: RequestContext, request: AlterPartitionReassignmentsRequest
+    broker: ReplicasBroker, ctx: RequestContext, request: AlterPartitionReassignmentsRequest
 ) -> Steps[AlterPartitionReassignmentsResponse]:
     """Each partition judged on its own, the loop free between steps of them."""
     cls = ALTER_REASSIGNMENTS.response(ctx.api_version)
@@ -173,7 +185,7 @@ def _reassignments(
 
 
 def list_partition_reassignments(
-    broker: Broker, ctx: RequestContext, request: ListPartitionReassignmentsRequest
+    broker: ReplicasBroker, ctx: RequestContext, request: ListPartitionReassignmentsRequest
 ) -> ListPartitionReassignmentsResponse:
     """No reassignment is ever in progress: the list is empty, whichever topics were asked for."""
     cls = LIST_REASSIGNMENTS.response(ctx.api_version)
@@ -183,7 +195,7 @@ def list_partition_reassignments(
 
 
 def alter_replica_log_dirs(
-    broker: Broker, ctx: RequestContext, request: AlterReplicaLogDirsRequest
+    broker: ReplicasBroker, ctx: RequestContext, request: AlterReplicaLogDirsRequest
 ) -> AlterReplicaLogDirsResponse:
     """A replica may be "moved" only to the log directory it is in (a no-op): any other path is
     LOG_DIR_NOT_FOUND, and a partition the broker does not host REPLICA_NOT_AVAILABLE, as Kafka."""

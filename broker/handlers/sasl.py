@@ -13,12 +13,12 @@ import asyncio
 import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
-from broker.core import Broker
 from broker.handlers.base import Messages, RequestContext, Result, Serial
+from broker.handlers.services import HasConfig, HasMetrics, HasSecurity
 from broker.protocol.codec import build
 from broker.protocol.errors import ErrorCode
 from broker.security.acls import parse_principal
@@ -49,13 +49,17 @@ AUTHENTICATE: Messages[SaslAuthenticateRequest, SaslAuthenticateResponse] = Mess
 _PLAIN_ORDER = tuple(reversed(MECHANISMS))  # PLAIN checks a user's SCRAM-SHA-512 credential first
 
 
+class SaslBroker(HasSecurity, HasConfig, HasMetrics, Protocol):
+    """What the SASL requests use of the broker."""
+
+
 @functools.lru_cache(maxsize=8)
 def _decoy_credential(mechanism: str, iterations: int, salt_length: int) -> ScramCredential:
     """What an unknown PLAIN user's password is hashed against: the shape of a real credential."""
     return make_credential(mechanism, "not a password", iterations, b"s" * salt_length)
 
 
-def handshake(broker: Broker, ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
+def handshake(broker: SaslBroker, ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
     cls = HANDSHAKE.response(ctx.api_version)
     security = broker.security
     session = ctx.session
@@ -78,7 +82,7 @@ def handshake(broker: Broker, ctx: RequestContext, request: SaslHandshakeRequest
     return answer(ErrorCode.none)
 
 
-def authenticate(broker: Broker, ctx: RequestContext, request: SaslAuthenticateRequest) -> Result:
+def authenticate(broker: SaslBroker, ctx: RequestContext, request: SaslAuthenticateRequest) -> Result:
     cls = AUTHENTICATE.response(ctx.api_version)
     security = broker.security
     session = ctx.session
@@ -118,7 +122,7 @@ def authenticate(broker: Broker, ctx: RequestContext, request: SaslAuthenticateR
 
 
 async def _plain(
-    broker: Broker, session: Session, cls: type[SaslAuthenticateResponse], user: str, password: str
+    broker: SaslBroker, session: Session, cls: type[SaslAuthenticateResponse], user: str, password: str
 ) -> SaslAuthenticateResponse:
     security = broker.security
     throttle = security.throttle
@@ -153,7 +157,13 @@ async def _plain(
 
 
 def _refused(
-    broker: Broker, session: Session, cls: type[SaslAuthenticateResponse], mechanism: str, user: str, *, wait_s: float
+    broker: SaslBroker,
+    session: Session,
+    cls: type[SaslAuthenticateResponse],
+    mechanism: str,
+    user: str,
+    *,
+    wait_s: float,
 ) -> SaslAuthenticateResponse:
     """A login for a name inside its throttle window: refused unchecked, answered when the window
     ends, then closed."""
@@ -163,7 +173,7 @@ def _refused(
 
 
 def _fail(
-    broker: Broker,
+    broker: SaslBroker,
     session: Session,
     cls: type[SaslAuthenticateResponse],
     mechanism: str | None,
@@ -179,7 +189,7 @@ def _fail(
 
 
 def _conclude(
-    broker: Broker,
+    broker: SaslBroker,
     session: Session,
     cls: type[SaslAuthenticateResponse],
     mechanism: str,
@@ -242,14 +252,14 @@ def _scram_user(session: Session) -> str:
     return (session.exchange.user if session.exchange is not None else None) or ""
 
 
-def _admit(broker: Broker, session: Session, user: str) -> None:
+def _admit(broker: SaslBroker, session: Session, user: str) -> None:
     """Refuse, unchecked, a login for a user name whose windows from this address are closed."""
     wait = broker.security.throttle.blocked_for(user, session.host)
     if wait > 0:
         raise _Throttled(wait)
 
 
-def _check_plain(broker: Broker, user: str, password: str) -> str:
+def _check_plain(broker: SaslBroker, user: str, password: str) -> str:
     store = broker.security.store
     for mechanism in _PLAIN_ORDER:
         credential = store.credential(user, mechanism)
@@ -263,7 +273,7 @@ def _check_plain(broker: Broker, user: str, password: str) -> str:
     raise AuthenticationFailed("Authentication failed: Invalid username or password")
 
 
-def _scram_step(broker: Broker, session: Session, mechanism: str, token: bytes) -> tuple[bytes, str]:
+def _scram_step(broker: SaslBroker, session: Session, mechanism: str, token: bytes) -> tuple[bytes, str]:
     """(reply, user once the exchange succeeded, else "")."""
     if session.exchange is None:
         store = broker.security.store

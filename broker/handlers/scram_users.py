@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from broker.cooperative import each
-from broker.core import Broker
 from broker.handlers.base import Messages, RequestContext
+from broker.handlers.services import HasSecurity, MetadataDurability
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode
 from broker.security.acls import CLUSTER_NAME, Operation, ResourceType
@@ -35,6 +35,10 @@ if TYPE_CHECKING:
     )
 
 
+class ScramUsersBroker(HasSecurity, MetadataDurability, Protocol):
+    """What the SCRAM credential requests use of the broker."""
+
+
 class _Named(Protocol):
     """A deletion or an upsertion: which user, which mechanism."""
 
@@ -50,7 +54,7 @@ ALTER: Messages[AlterUserScramCredentialsRequest, AlterUserScramCredentialsRespo
 
 
 async def describe(
-    broker: Broker, ctx: RequestContext, request: DescribeUserScramCredentialsRequest
+    broker: ScramUsersBroker, ctx: RequestContext, request: DescribeUserScramCredentialsRequest
 ) -> DescribeUserScramCredentialsResponse:
     cls = DESCRIBE.response(ctx.api_version)
     result, info = nested(cls, "DescribeUserScramCredentialsResult"), nested(cls, "CredentialInfo")
@@ -106,7 +110,7 @@ async def describe(
 
 
 async def alter(
-    broker: Broker, ctx: RequestContext, request: AlterUserScramCredentialsRequest
+    broker: ScramUsersBroker, ctx: RequestContext, request: AlterUserScramCredentialsRequest
 ) -> AlterUserScramCredentialsResponse:
     """As Kafka: one answer per user, in the order first named; a user with any failing entry
     has none of its entries applied; the others are applied in one metadata batch, durable

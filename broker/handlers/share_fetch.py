@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from broker.cooperative import STEP, each, pause
-from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext, Serial
+from broker.handlers.services import AppendWatches, HasConfig, HasMetrics, HasSecurity, HasShareCoordinator, HasStore
 from broker.log.partition_log import PartitionLog
 from broker.protocol.codec import build, encode_body, nested, timedelta_ms, uvarint
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -50,6 +50,10 @@ R = TypeVar("R")
 FETCH: Messages[ShareFetchRequest, ShareFetchResponse] = Messages(78, 1, 1)
 ACKNOWLEDGE: Messages[ShareAcknowledgeRequest, ShareAcknowledgeResponse] = Messages(79, 1, 1)
 _I32 = struct.Struct(">i")
+
+
+class ShareFetchBroker(HasSecurity, HasStore, HasConfig, HasMetrics, HasShareCoordinator, AppendWatches, Protocol):
+    """What ShareFetch and ShareAcknowledge use of the broker."""
 
 
 class _Batch(Protocol):
@@ -90,7 +94,7 @@ class _Request:
     """What both APIs share: the member, its group, its session, and the partitions whose
     state the request changed (to be made durable before the answer)."""
 
-    def __init__(self, broker: Broker, ctx: RequestContext, group_id: str, member_id: str) -> None:
+    def __init__(self, broker: ShareFetchBroker, ctx: RequestContext, group_id: str, member_id: str) -> None:
         self.broker, self.ctx = broker, ctx
         self.shares: ShareCoordinator = broker.shares
         self.group_id, self.member_id = group_id, member_id
@@ -133,7 +137,9 @@ class _Request:
         return self.shares.persist(self.group_id, self.changed)
 
 
-def _check(broker: Broker, ctx: RequestContext, group_id: str | None, member_id: str | None) -> tuple[str, str]:
+def _check(
+    broker: ShareFetchBroker, ctx: RequestContext, group_id: str | None, member_id: str | None
+) -> tuple[str, str]:
     if not group_id:
         raise KafkaError(ErrorCode.invalid_group_id, "GroupId can't be empty.")
     if not member_id:
@@ -156,7 +162,9 @@ def _session(shares: ShareCoordinator, ctx: RequestContext, group_id: str, membe
 # --- ShareFetch ------------------------------------------------------------------------
 
 
-def _fetch_session(broker: Broker, ctx: RequestContext, request: ShareFetchRequest) -> tuple[str, str, ShareSession]:
+def _fetch_session(
+    broker: ShareFetchBroker, ctx: RequestContext, request: ShareFetchRequest
+) -> tuple[str, str, ShareSession]:
     """The group, member and session a ShareFetch acts in (opened by one of the initial
     epoch); raises KafkaError when the request is refused whole."""
     epoch = request.share_session_epoch
@@ -194,7 +202,9 @@ def _entries(request: ShareFetchRequest) -> int:
     )
 
 
-def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest) -> Answer[RawResponse] | Serial:
+def share_fetch(
+    broker: ShareFetchBroker, ctx: RequestContext, request: ShareFetchRequest
+) -> Answer[RawResponse] | Serial:
     """A request of more than STEP partitions is served STEP partitions at a time (`_in_steps`)."""
     if _entries(request) > STEP:
         return Serial(_in_steps(broker, ctx, request))
@@ -260,7 +270,7 @@ def share_fetch(broker: Broker, ctx: RequestContext, request: ShareFetchRequest)
     return long_poll(session)
 
 
-async def _in_steps(broker: Broker, ctx: RequestContext, request: ShareFetchRequest) -> RawResponse:
+async def _in_steps(broker: ShareFetchBroker, ctx: RequestContext, request: ShareFetchRequest) -> RawResponse:
     """`share_fetch` for a request of many partitions: its partitions taken, acquired from and
     answered STEP at a time, the loop free between steps; the connection reads no further
     request until it is answered (`Serial`), as Kafka serves one request of a connection at
@@ -335,7 +345,7 @@ async def _in_steps(broker: Broker, ctx: RequestContext, request: ShareFetchRequ
 class _Limits:
     """A ShareFetch's bounds: records and bytes acquired, and its wait in seconds."""
 
-    def __init__(self, broker: Broker, request: ShareFetchRequest) -> None:
+    def __init__(self, broker: ShareFetchBroker, request: ShareFetchRequest) -> None:
         self.max_records = max(request.max_records, 1)
         self.max_bytes = min(request.max_bytes, broker.config.get("fetch.max.bytes"))
         self.max_wait = min(timedelta_ms(request.max_wait), broker.config.get("fetch.max.wait.ms")) / 1000
@@ -435,7 +445,7 @@ class _FetchAnswer:
     with the partition index written over: a request naming 50,000 partitions costs one
     encoding per distinct error, not 50,000 (partition_index is the entry's first field)."""
 
-    def __init__(self, broker: Broker, ctx: RequestContext) -> None:
+    def __init__(self, broker: ShareFetchBroker, ctx: RequestContext) -> None:
         self.broker = broker
         self.cls = FETCH.response(ctx.api_version)
         self.part_cls, self.acq_cls = nested(self.cls, "PartitionData"), nested(self.cls, "AcquiredRecords")
@@ -503,7 +513,7 @@ class _FetchAnswer:
 
 
 def _fetch_response(
-    broker: Broker,
+    broker: ShareFetchBroker,
     ctx: RequestContext,
     slots: list[_Slot],
     error: ErrorCode = ErrorCode.none,
@@ -521,7 +531,7 @@ def _fetch_response(
 
 
 def share_acknowledge(
-    broker: Broker, ctx: RequestContext, request: ShareAcknowledgeRequest
+    broker: ShareFetchBroker, ctx: RequestContext, request: ShareAcknowledgeRequest
 ) -> Answer[ShareAcknowledgeResponse]:
     epoch = request.share_session_epoch
     try:

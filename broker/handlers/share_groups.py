@@ -6,12 +6,12 @@ from __future__ import annotations
 import heapq
 import uuid
 from collections.abc import Collection, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from broker.cooperative import STEP
-from broker.core import Broker
 from broker.handlers.base import NOT_REQUESTED_OPERATIONS, Answer, Messages, RequestContext, Serial
 from broker.handlers.group_describe import assignment_describer, heartbeat_assignment, undescribed
+from broker.handlers.services import HasGroupCoordinator, HasSecurity, HasShareCoordinator, HasStore
 from broker.handlers.stepped import Steps, stepped
 from broker.protocol.codec import build, nested
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -33,8 +33,12 @@ DESCRIBE: Messages[ShareGroupDescribeRequest, ShareGroupDescribeResponse] = Mess
 ASSIGNOR = "simple"
 
 
+class ShareGroupsBroker(HasSecurity, HasStore, HasGroupCoordinator, HasShareCoordinator, Protocol):
+    """What the share group requests use of the broker."""
+
+
 def heartbeat(
-    broker: Broker, ctx: RequestContext, request: ShareGroupHeartbeatRequest
+    broker: ShareGroupsBroker, ctx: RequestContext, request: ShareGroupHeartbeatRequest
 ) -> Answer[ShareGroupHeartbeatResponse] | Serial:
     """A member may subscribe to 100,000 topic names: each distinct name is authorized and
     looked up a step at a time; the group then changes in one step, which finds the names
@@ -141,7 +145,9 @@ def _sorted_in_steps(names: Collection[str]) -> Steps[tuple[str, ...]]:
     return tuple(ordered)
 
 
-def describe(broker: Broker, ctx: RequestContext, request: ShareGroupDescribeRequest) -> ShareGroupDescribeResponse:
+def describe(
+    broker: ShareGroupsBroker, ctx: RequestContext, request: ShareGroupDescribeRequest
+) -> ShareGroupDescribeResponse:
     cls = DESCRIBE.response(ctx.api_version)
     group_cls = nested(cls, "DescribedGroup")
     out = []
@@ -183,7 +189,7 @@ def describe(broker: Broker, ctx: RequestContext, request: ShareGroupDescribeReq
     return build(cls, throttle_time=0, groups=tuple(out))
 
 
-def _members(broker: Broker, cls: type[Entity], group: ShareGroup) -> Iterable[Entity]:
+def _members(broker: ShareGroupsBroker, cls: type[Entity], group: ShareGroup) -> Iterable[Entity]:
     member_cls = nested(cls, "Member")
     described = assignment_describer(broker, cls)
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from broker.cooperative import STEP
-from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext, Serial
+from broker.handlers.services import HasGroupCoordinator, HasSecurity, HasShareCoordinator, HasStore
 from broker.handlers.stepped import Steps, at_once, in_steps, stepped
 from broker.handlers.topics_seen import TopicsSeen
 from broker.protocol.codec import build, nested
@@ -46,7 +46,11 @@ UNKNOWN_PARTITION = "This server does not host this topic-partition."
 NOT_EMPTY = "The group is not empty."
 
 
-def _share_group(broker: Broker, group_id: str) -> None:
+class ShareOffsetsBroker(HasSecurity, HasStore, HasGroupCoordinator, HasShareCoordinator, Protocol):
+    """What the share group offset requests use of the broker."""
+
+
+def _share_group(broker: ShareOffsetsBroker, group_id: str) -> None:
     """Raise GROUP_ID_NOT_FOUND unless `group_id` is a share group (Kafka's wording)."""
     if broker.shares.known(group_id):
         return
@@ -56,7 +60,7 @@ def _share_group(broker: Broker, group_id: str) -> None:
     raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
 
 
-def _empty_share_group(broker: Broker, group_id: str) -> None:
+def _empty_share_group(broker: ShareOffsetsBroker, group_id: str) -> None:
     _share_group(broker, group_id)
     group = broker.shares.groups.get(group_id)
     if group is not None and group.members:
@@ -67,7 +71,7 @@ def _empty_share_group(broker: Broker, group_id: str) -> None:
 
 
 def describe_offsets(
-    broker: Broker, ctx: RequestContext, request: DescribeShareGroupOffsetsRequest
+    broker: ShareOffsetsBroker, ctx: RequestContext, request: DescribeShareGroupOffsetsRequest
 ) -> Answer[DescribeShareGroupOffsetsResponse] | Serial:
     """Answered a step of entries at a time (a request may name 100,000): each group, topic
     and partition is looked up on its own, as in Kafka."""
@@ -163,7 +167,7 @@ def describe_offsets(
 
 
 def alter_offsets(
-    broker: Broker, ctx: RequestContext, request: AlterShareGroupOffsetsRequest
+    broker: ShareOffsetsBroker, ctx: RequestContext, request: AlterShareGroupOffsetsRequest
 ) -> Answer[AlterShareGroupOffsetsResponse] | Serial:
     """The partitions checked a step at a time (a request may name 100,000); then the group
     found empty and its offsets altered in one step; the answer built a step at a time."""
@@ -270,14 +274,14 @@ def _alter_failed(
 
 
 def delete_offsets(
-    broker: Broker, ctx: RequestContext, request: DeleteShareGroupOffsetsRequest
+    broker: ShareOffsetsBroker, ctx: RequestContext, request: DeleteShareGroupOffsetsRequest
 ) -> Answer[DeleteShareGroupOffsetsResponse] | Serial:
     """A request naming more than STEP topics is checked and answered STEP topics at a time."""
     return stepped(_deletion(broker, ctx, request), len(request.topics))
 
 
 def _deletion(
-    broker: Broker, ctx: RequestContext, request: DeleteShareGroupOffsetsRequest
+    broker: ShareOffsetsBroker, ctx: RequestContext, request: DeleteShareGroupOffsetsRequest
 ) -> Steps[Answer[DeleteShareGroupOffsetsResponse]]:
     cls = DELETE_OFFSETS.response(ctx.api_version)
     topic_cls = nested(cls, "DeleteShareGroupOffsetsResponseTopic")

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import heapq
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from broker.config import validate_topic_name
 from broker.cooperative import STEP
-from broker.core import Broker
 from broker.handlers.base import Messages, RequestContext, Serial
+from broker.handlers.services import HasConfig, HasNodeId, HasSecurity, HasStore, VisibleTopics
 from broker.handlers.stepped import Steps, stepped
 from broker.metadata import METADATA_TOPIC, Topic
 from broker.protocol.codec import build, nested
@@ -35,15 +35,19 @@ MESSAGES: Messages[DescribeTopicPartitionsRequest, DescribeTopicPartitionsRespon
 _ZERO_UUID = uuid.UUID(int=0)
 
 
+class TopicPartitionsBroker(HasSecurity, HasStore, HasConfig, HasNodeId, VisibleTopics, Protocol):
+    """What DescribeTopicPartitions uses of the broker."""
+
+
 def handle(
-    broker: Broker, ctx: RequestContext, request: DescribeTopicPartitionsRequest
+    broker: TopicPartitionsBroker, ctx: RequestContext, request: DescribeTopicPartitionsRequest
 ) -> DescribeTopicPartitionsResponse | Serial:
     entries = len(request.topics) if request.topics else len(broker.store.topics)
     return stepped(_described(broker, ctx, request), entries)
 
 
 def _described(
-    broker: Broker, ctx: RequestContext, request: DescribeTopicPartitionsRequest
+    broker: TopicPartitionsBroker, ctx: RequestContext, request: DescribeTopicPartitionsRequest
 ) -> Steps[DescribeTopicPartitionsResponse]:
     """Each topic checked and looked up on its own, the loop free between steps of them."""
     cls = MESSAGES.response(ctx.api_version)

@@ -11,9 +11,21 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import structlog
 from kio.static.protocol import Entity
 
-from broker.core import Broker
 from broker.handlers.base import Answer, Messages, RequestContext, Serial, throttled
-from broker.handlers.configs import topic_config_entries
+from broker.handlers.configs import ConfigSettings, topic_config_entries
+from broker.handlers.services import (
+    HasConfig,
+    HasGroupCoordinator,
+    HasNodeId,
+    HasQuotas,
+    HasSecurity,
+    HasShareCoordinator,
+    HasStore,
+    HasTransactions,
+    LogDurability,
+    MetadataDurability,
+    TopicLifecycle,
+)
 from broker.handlers.stepped import Steps, in_steps, stepped
 from broker.metadata import Topic
 from broker.protocol.codec import build, nested, nested_or_none
@@ -43,6 +55,24 @@ _ZERO_UUID = uuid.UUID(int=0)
 _TOO_MANY = "Excessively large number of partitions per request."
 _R = TypeVar("_R", bound=Entity)
 log = structlog.get_logger(__name__)
+
+
+class TopicsBroker(
+    ConfigSettings,
+    HasSecurity,
+    HasStore,
+    HasConfig,
+    HasNodeId,
+    HasQuotas,
+    HasGroupCoordinator,
+    HasShareCoordinator,
+    HasTransactions,
+    MetadataDurability,
+    LogDurability,
+    TopicLifecycle,
+    Protocol,
+):
+    """What the topic requests use of the broker."""
 
 
 class _Assignment(Protocol):
@@ -84,7 +114,7 @@ def _by_topic_id(request: DeleteTopicsRequest) -> TypeIs[delete_topics_v6.Delete
     return request.__version__ >= 6  # KIP-516: topics by name or id
 
 
-async def _durable(broker: Broker, response: _R) -> _R:
+async def _durable(broker: TopicsBroker, response: _R) -> _R:
     try:
         await broker.sync_metadata()
     except OSError as e:  # the log directory went offline: no change may be reported done
@@ -110,7 +140,7 @@ def _not_stored(response: _R, message: str) -> _R:
     return response
 
 
-async def _forget_topics(broker: Broker, names: list[str], response: _R) -> _R:
+async def _forget_topics(broker: TopicsBroker, names: list[str], response: _R) -> _R:
     """What groups keep about deleted topics goes with them (offsets pending in transactions,
     committed offsets, share-group state), so a topic created again under a name inherits
     none of it; answered once the deletions and their tombstones are fsynced."""
@@ -149,7 +179,7 @@ class _Creation:
         self.error, self.message = error.code, error.message
 
 
-def _requested_partitions(broker: Broker, item: _NewTopic) -> int:
+def _requested_partitions(broker: TopicsBroker, item: _NewTopic) -> int:
     """Partitions an entry asks for, counted as Kafka counts them against its per-request cap."""
     if item.assignments:
         return len(item.assignments)
@@ -158,7 +188,7 @@ def _requested_partitions(broker: Broker, item: _NewTopic) -> int:
     return max(int(item.num_partitions), 0)
 
 
-def _validate_creation(broker: Broker, c: _Creation, repeated: set[Hashable], budget_used: int) -> None:
+def _validate_creation(broker: TopicsBroker, c: _Creation, repeated: set[Hashable], budget_used: int) -> None:
     item = c.item
     if item.name in repeated:
         raise KafkaError(ErrorCode.invalid_request, f"topic {item.name!r} appears more than once")
@@ -185,13 +215,13 @@ def _validate_creation(broker: Broker, c: _Creation, repeated: set[Hashable], bu
 
 
 def create_topics(
-    broker: Broker, ctx: RequestContext, request: CreateTopicsRequest
+    broker: TopicsBroker, ctx: RequestContext, request: CreateTopicsRequest
 ) -> Answer[CreateTopicsResponse] | Serial:
     return stepped(_creations(broker, ctx, request), len(request.topics))
 
 
 def _creations(
-    broker: Broker, ctx: RequestContext, request: CreateTopicsRequest
+    broker: TopicsBroker, ctx: RequestContext, request: CreateTopicsRequest
 ) -> Steps[Answer[CreateTopicsResponse] | Serial]:
     """Each entry validated and its name reserved on its own (the loop may serve others
     between entries: a name reserved here is refused to them); what concerns the whole
@@ -271,7 +301,7 @@ def _creations(
 
 
 def _creation_response(
-    broker: Broker, ctx: RequestContext, creations: list[_Creation], throttle_ms: int = 0
+    broker: TopicsBroker, ctx: RequestContext, creations: list[_Creation], throttle_ms: int = 0
 ) -> Steps[CreateTopicsResponse]:
     cls = CREATE_TOPICS.response(ctx.api_version)
     result_cls = nested(cls, "CreatableTopicResult")
@@ -340,7 +370,7 @@ def _deleted_key(name: str | None, topic_id: uuid.UUID | None) -> Hashable:
 
 
 def delete_topics(
-    broker: Broker, ctx: RequestContext, request: DeleteTopicsRequest
+    broker: TopicsBroker, ctx: RequestContext, request: DeleteTopicsRequest
 ) -> Answer[DeleteTopicsResponse] | Serial:
     entries = len(request.topics) if _by_topic_id(request) else len(request.topic_names)
     return stepped(_deletions(broker, ctx, request), entries)
@@ -353,7 +383,7 @@ def _wanted(request: DeleteTopicsRequest) -> Iterator[tuple[str | None, uuid.UUI
 
 
 def _deletions(
-    broker: Broker, ctx: RequestContext, request: DeleteTopicsRequest
+    broker: TopicsBroker, ctx: RequestContext, request: DeleteTopicsRequest
 ) -> Steps[Answer[DeleteTopicsResponse]]:
     """Names (and ids) given more than once are refused first, once each, as Kafka's
     controller does; then each entry is looked up, checked and deleted on its own, as Kafka
@@ -436,19 +466,19 @@ def _deletions(
 
 
 def create_partitions(
-    broker: Broker, ctx: RequestContext, request: CreatePartitionsRequest
+    broker: TopicsBroker, ctx: RequestContext, request: CreatePartitionsRequest
 ) -> Answer[CreatePartitionsResponse] | Serial:
     return stepped(_growths(broker, ctx, request), len(request.topics))
 
 
-def _grow_now(broker: Broker, name: str, count: int) -> None:
+def _grow_now(broker: TopicsBroker, name: str, count: int) -> None:
     if broker.store.get(name) is None:  # deleted while the request's other entries were checked
         raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} was deleted meanwhile")
     broker.add_partitions(name, count)
 
 
 def _growths(
-    broker: Broker, ctx: RequestContext, request: CreatePartitionsRequest
+    broker: TopicsBroker, ctx: RequestContext, request: CreatePartitionsRequest
 ) -> Steps[Answer[CreatePartitionsResponse] | Serial]:
     """Each entry checked and its topic reserved on its own, the loop free between entries;
     the per-request partition cap is judged first, on the whole request."""

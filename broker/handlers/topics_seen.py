@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from broker.core import Broker
+from broker.handlers.services import HasStore
 from broker.metadata import Topic
 
 
 class TopicsSeen:
     __slots__ = ("_seen", "_store", "_version")
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: HasStore) -> None:
         self._store = broker.store
         self._version = broker.store.version
         self._seen: dict[str, Topic | None] = {}

@@ -10,11 +10,20 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import re2
 from kio.static.protocol import Entity
 
+from broker.clock import Clock
 from broker.cooperative import STEP, WorkSteps
-from broker.core import INTERNAL_TOPICS, Broker
 from broker.handlers.base import Answer, Messages, RequestContext, Serial
+from broker.handlers.services import (
+    AppendNotices,
+    HasGroupCoordinator,
+    HasSecurity,
+    HasStore,
+    HasTransactions,
+    LogDurability,
+)
 from broker.handlers.stepped import Steps, at_once, in_steps, stepped
 from broker.handlers.topics_seen import TopicsSeen
+from broker.metadata import INTERNAL_TOPICS
 from broker.protocol.codec import build, ms_to_datetime, nested
 from broker.protocol.control import ControlType
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -71,6 +80,15 @@ LIST_TRANSACTIONS: Messages[ListTransactionsRequest, ListTransactionsResponse] =
 
 # Fields some versions lack: each guard narrows a request to the versions that have them
 # (kio's class of a version carries its number, `__version__`).
+
+
+class TransactionsBroker(
+    HasSecurity, HasStore, HasGroupCoordinator, HasTransactions, LogDurability, AppendNotices, Protocol
+):
+    """What the transaction requests use of the broker."""
+
+    @property
+    def clock(self) -> Clock: ...
 
 
 def _resumes_producer(
@@ -134,7 +152,7 @@ class _Topic(Protocol):
     def partitions(self) -> Sequence[int]: ...
 
 
-def _may(broker: Broker, ctx: RequestContext, op: Operation, transactional_id: str) -> bool:
+def _may(broker: TransactionsBroker, ctx: RequestContext, op: Operation, transactional_id: str) -> bool:
     return broker.security.allowed(ctx.session, op, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
 
@@ -156,7 +174,7 @@ async def _outcome(work: Awaitable[object]) -> ErrorCode:
 
 
 def init_transactional(
-    broker: Broker, ctx: RequestContext, request: InitProducerIdRequest
+    broker: TransactionsBroker, ctx: RequestContext, request: InitProducerIdRequest
 ) -> Answer[InitProducerIdResponse]:
     cls = INIT_PRODUCER_ID.response(ctx.api_version)
 
@@ -196,7 +214,7 @@ def _entries(request: AddPartitionsToTxnRequest) -> int:
 
 
 def add_partitions_to_txn(
-    broker: Broker, ctx: RequestContext, request: AddPartitionsToTxnRequest
+    broker: TransactionsBroker, ctx: RequestContext, request: AddPartitionsToTxnRequest
 ) -> Answer[AddPartitionsToTxnResponse] | Serial:
     """Served a step of partitions at a time (a request may name 100,000): the checks of the
     topics, then the transaction's change in one step under its lock (so an EndTxn of the
@@ -302,7 +320,7 @@ def _error_only(
 
 
 def add_offsets_to_txn(
-    broker: Broker, ctx: RequestContext, request: AddOffsetsToTxnRequest
+    broker: TransactionsBroker, ctx: RequestContext, request: AddOffsetsToTxnRequest
 ) -> Answer[AddOffsetsToTxnResponse]:
     refused = None
     if not _may(broker, ctx, Operation.WRITE, request.transactional_id):
@@ -321,7 +339,7 @@ def add_offsets_to_txn(
     )
 
 
-def _member_error(broker: Broker, request: TxnOffsetCommitRequest) -> ErrorCode:
+def _member_error(broker: TransactionsBroker, request: TxnOffsetCommitRequest) -> ErrorCode:
     """KIP-447: a member commits for its generation, which must be the group's."""
     if not _from_member(request):
         return ErrorCode.none
@@ -336,7 +354,7 @@ def _member_error(broker: Broker, request: TxnOffsetCommitRequest) -> ErrorCode:
 
 
 def txn_offset_commit(
-    broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRequest
+    broker: TransactionsBroker, ctx: RequestContext, request: TxnOffsetCommitRequest
 ) -> Answer[TxnOffsetCommitResponse] | Serial:
     """Checked and answered a step of partitions at a time; the offsets join the transaction
     in one step under its lock."""
@@ -425,7 +443,7 @@ def txn_offset_commit(
 # --- EndTxn --------------------------------------------------------------------------
 
 
-def end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> Answer[EndTxnResponse]:
+def end_txn(broker: TransactionsBroker, ctx: RequestContext, request: EndTxnRequest) -> Answer[EndTxnResponse]:
     """v5+ is transactions v2: the end bumps the epoch, and the answer carries the producer id
     and epoch to go on with (-1 and -1 with an error)."""
     cls = END_TXN.response(ctx.api_version)
@@ -459,7 +477,7 @@ _RE2_OPTIONS.log_errors = False  # a client's bad pattern is its error, not a li
 
 
 def describe_transactions(
-    broker: Broker, ctx: RequestContext, request: DescribeTransactionsRequest
+    broker: TransactionsBroker, ctx: RequestContext, request: DescribeTransactionsRequest
 ) -> DescribeTransactionsResponse:
     cls = DESCRIBE_TRANSACTIONS.response(ctx.api_version)
     state_cls = nested(cls, "TransactionState")
@@ -495,7 +513,7 @@ def describe_transactions(
 
 
 def list_transactions(
-    broker: Broker, ctx: RequestContext, request: ListTransactionsRequest
+    broker: TransactionsBroker, ctx: RequestContext, request: ListTransactionsRequest
 ) -> ListTransactionsResponse:
     cls = LIST_TRANSACTIONS.response(ctx.api_version)
     state_cls = nested(cls, "TransactionState")
@@ -548,7 +566,7 @@ def list_transactions(
 
 
 def describe_producers(
-    broker: Broker, ctx: RequestContext, request: DescribeProducersRequest
+    broker: TransactionsBroker, ctx: RequestContext, request: DescribeProducersRequest
 ) -> DescribeProducersResponse:
     """Each partition's active producers: epoch, last sequence and timestamp, and the first
     offset of the transaction each has open there (what reveals a hanging transaction)."""
@@ -591,7 +609,7 @@ def describe_producers(
 
 
 def write_txn_markers(
-    broker: Broker, ctx: RequestContext, request: WriteTxnMarkersRequest
+    broker: TransactionsBroker, ctx: RequestContext, request: WriteTxnMarkersRequest
 ) -> Answer[WriteTxnMarkersResponse] | Serial:
     """Markers written on request: Kafka's inter-broker call, which its admin client also uses
     to abort a hanging transaction partition by partition (`kafka-transactions abort`).  Each
