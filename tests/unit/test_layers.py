@@ -53,6 +53,12 @@ def test_the_tree_keeps_every_contract() -> None:
         ("broker/_forbidden.py", "import registry.state\n", "Layers"),
         ("services/orders/_forbidden.py", "import services.otp.domain\n", "Services"),
         ("broker/log/_forbidden.py", "import broker.server\n", "never import the server"),
+        # even for typing only: a handler takes the protocol of the services it uses
+        (
+            "broker/handlers/_forbidden.py",
+            "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from broker.core import Broker\n",
+            "never import the broker's hub",
+        ),
         ("broker/_forbidden.py", "import aiokafka\n", "no Kafka client library"),
         ("services/common/_forbidden.py", "import pyspark\n", "Only the analytics job loads Spark"),
         ("streamshop/_forbidden.py", "import streamshop.cli\n", "No import circles"),
