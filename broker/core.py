@@ -61,23 +61,23 @@ class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
-        self.durability: str = config.get("log.durability")
+        self.durability: str = config.values.log_durability
         self.page_cache = self.durability == "page-cache"  # acknowledgements do not wait for fsync
         self.data_dir = config.data_dir
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.node_id: int = config.get("node.id")
+        self.node_id: int = config.values.node_id
         self.cluster_id = self._load_cluster_id()
         marker = self.data_dir / CLEAN_SHUTDOWN
         self.recovered = not marker.exists()  # no marker: the last run did not stop cleanly
         marker.unlink(missing_ok=True)
-        FILES.configure(capacity_for(config.get("log.open.files.max")))
+        FILES.configure(capacity_for(config.values.log_open_files_max))
         self.metrics = BrokerMetrics()
         self.metrics.long_polls.set_function(self.long_polls)
         self.store = MetadataStore(config, self.clock, recover=self.recovered)
         self.metrics.store = self.store
         self.security = Security(config, self.store, self.metrics)
         self.quotas = Quotas(
-            self.store, config.get("quota.window.num"), config.get("quota.window.size.seconds"), clock=self.clock
+            self.store, config.values.quota_window_num, config.values.quota_window_size_seconds, clock=self.clock
         )
         self.metrics.quota_sensors.set_function(lambda: self.quotas.tracked)
         self.producer_ids = ProducerIdAllocator(self.data_dir)
@@ -85,18 +85,18 @@ class Broker:
             self.store,
             self.clock,
             CoordinatorConfig(
-                offsets_partitions=config.get("offsets.topic.num.partitions"),
-                initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
-                min_session_timeout_ms=config.get("group.min.session.timeout.ms"),
-                max_session_timeout_ms=config.get("group.max.session.timeout.ms"),
-                offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
-                max_metadata_bytes=config.get("offset.metadata.max.bytes"),
-                cleanup_interval_ms=config.get("offsets.retention.check.interval.ms"),
+                offsets_partitions=config.values.offsets_topic_num_partitions,
+                initial_rebalance_delay_ms=config.values.group_initial_rebalance_delay_ms,
+                min_session_timeout_ms=config.values.group_min_session_timeout_ms,
+                max_session_timeout_ms=config.values.group_max_session_timeout_ms,
+                offsets_retention_ms=config.values.offsets_retention_minutes * 60_000,
+                max_metadata_bytes=config.values.offset_metadata_max_bytes,
+                cleanup_interval_ms=config.values.offsets_retention_check_interval_ms,
                 consumer=ConsumerGroupConfig(
-                    session_timeout_ms=config.get("group.consumer.session.timeout.ms"),
-                    heartbeat_interval_ms=config.get("group.consumer.heartbeat.interval.ms"),
-                    assignors=config.get("group.consumer.assignors"),
-                    max_size=config.get("group.consumer.max.size"),
+                    session_timeout_ms=config.values.group_consumer_session_timeout_ms,
+                    heartbeat_interval_ms=config.values.group_consumer_heartbeat_interval_ms,
+                    assignors=config.values.group_consumer_assignors,
+                    max_size=config.values.group_consumer_max_size,
                 ),
             ),
             self.sync,
@@ -106,14 +106,14 @@ class Broker:
             self.store,
             self.clock,
             ShareConfig(
-                state_partitions=config.get("share.coordinator.state.topic.num.partitions"),
-                session_timeout_ms=config.get("group.share.session.timeout.ms"),
-                heartbeat_interval_ms=config.get("group.share.heartbeat.interval.ms"),
-                lock_duration_ms=config.get("group.share.record.lock.duration.ms"),
-                delivery_limit=config.get("group.share.delivery.count.limit"),
-                max_locks=config.get("group.share.partition.max.record.locks"),
-                max_size=config.get("group.share.max.size"),
-                max_sessions=config.get("group.share.max.share.sessions"),
+                state_partitions=config.values.share_coordinator_state_topic_num_partitions,
+                session_timeout_ms=config.values.group_share_session_timeout_ms,
+                heartbeat_interval_ms=config.values.group_share_heartbeat_interval_ms,
+                lock_duration_ms=config.values.group_share_record_lock_duration_ms,
+                delivery_limit=config.values.group_share_delivery_count_limit,
+                max_locks=config.values.group_share_partition_max_record_locks,
+                max_size=config.values.group_share_max_size,
+                max_sessions=config.values.group_share_max_share_sessions,
             ),
             self.sync,
             settings=self.share_settings,
@@ -125,11 +125,11 @@ class Broker:
             self.store,
             clock=self.clock,
             config=TxnConfig(
-                partitions=config.get("transaction.state.log.num.partitions"),
-                max_timeout_ms=config.get("transaction.max.timeout.ms"),
-                id_expiration_ms=config.get("transactional.id.expiration.ms"),
-                max_ids=config.get("max.transactional.ids"),
-                max_partitions=config.get("max.partitions.per.transaction"),
+                partitions=config.values.transaction_state_log_num_partitions,
+                max_timeout_ms=config.values.transaction_max_timeout_ms,
+                id_expiration_ms=config.values.transactional_id_expiration_ms,
+                max_ids=config.values.max_transactional_ids,
+                max_partitions=config.values.max_partitions_per_transaction,
             ),
             producer_ids=self.producer_ids,
             groups=self.coordinator,
@@ -173,7 +173,7 @@ class Broker:
     def _load_cluster_id(self) -> str:
         path = self.data_dir / "meta.properties"
         props = _read_properties(path)
-        cluster_id = props.get("cluster.id") or self.config.get("cluster.id")
+        cluster_id = props.get("cluster.id") or self.config.values.cluster_id
         if not cluster_id:
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         content = f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n".encode()
@@ -230,7 +230,7 @@ class Broker:
             log.exception("completing interrupted transactions failed; the periodic pass retries")
 
     async def _every(self, setting: str, job: Callable[[], Awaitable[object]]) -> None:
-        interval = self.config.get(setting) / 1000
+        interval = self.config.values.int_setting(setting) / 1000
         while True:
             await asyncio.sleep(interval)
             try:
@@ -324,7 +324,7 @@ class Broker:
         if not self._live(plog):
             return 0  # its topic was deleted while the pass went on
         deleted = plog.apply_retention()
-        plog.producer_state.expire(self.clock.now_ms(), self.config.get("producer.id.expiration.ms"))
+        plog.producer_state.expire(self.clock.now_ms(), self.config.values.producer_id_expiration_ms)
         return deleted
 
     def _live(self, plog: PartitionLog) -> bool:
@@ -334,7 +334,7 @@ class Broker:
         return topic is not None and plog.partition < len(topic.logs) and topic.logs[plog.partition] is plog
 
     def run_cleaner(self) -> int:
-        if not self.config.get("log.cleaner.enable"):
+        if not self.config.values.log_cleaner_enable:
             return 0
         cleaned = 0
         for plog in self.store.all_logs():
@@ -348,7 +348,7 @@ class Broker:
     async def _cleaner_pass(self) -> int:
         """The periodic pass: each partition is compacted in a worker thread and its new
         segments swapped in one at a time, so the event loop only does the renames."""
-        if not self.config.get("log.cleaner.enable") or self.log_dir.offline:
+        if not self.config.values.log_cleaner_enable or self.log_dir.offline:
             return 0
         cleaned = 0
         for i, plog in enumerate(self.store.all_logs()):
@@ -502,7 +502,7 @@ class Broker:
                 "'.' and '_' are interchangeable in metric names",
             )
         if partitions == -1:
-            partitions = self.config.get("num.partitions")
+            partitions = self.config.values.num_partitions
         if partitions <= 0:
             raise KafkaError(ErrorCode.invalid_partitions, "number of partitions must be larger than 0")
         if replication not in (-1, 1):
@@ -540,7 +540,7 @@ class Broker:
 
     def check_partition_budget(self, new: int) -> None:
         """max.partitions: the broker's total, counting partitions being created."""
-        limit = self.config.get("max.partitions")
+        limit = self.config.values.max_partitions
         current = self.store.partition_count() + self._pending_partitions
         if current + new > limit:
             raise KafkaError(
@@ -628,7 +628,7 @@ class Broker:
     def auto_create_allowed(self, name: str) -> bool:
         """Would a request for this unknown topic create it (before limits)?"""
         return bool(
-            self.config.get("auto.create.topics.enable")
+            self.config.values.auto_create_topics_enable
             and validate_topic_name(name) is None
             and name not in INTERNAL_TOPICS
             and name not in self.pending_topics
@@ -642,7 +642,7 @@ class Broker:
         disabled, invalid or over the limits."""
         if not self.auto_create_allowed(name):
             return None
-        partitions = self.config.get("num.partitions")
+        partitions = self.config.values.num_partitions
         try:
             self.check_partition_budget(partitions)
         except KafkaError as e:

@@ -197,9 +197,9 @@ def _within_bounds(config: BrokerConfig, name: str, number: int) -> None:
     if bounds is None:
         return
     low, high = bounds
-    if low and number < config.get(low):
+    if low and number < config.values.int_setting(low):
         raise _invalid(f"{name} must be greater than or equal to {low}")
-    if number > config.get(high):
+    if number > config.values.int_setting(high):
         raise _invalid(f"{name} must be less than or equal to {high}")
 
 
@@ -238,8 +238,7 @@ def group_config(config: BrokerConfig, overrides: Mapping[str, str], name: str) 
     if name in overrides:
         return parse_value(name, overrides[name])
     if definition.broker_name is not None:
-        value: int = config.get(definition.broker_name)
-        return value
+        return config.values.int_setting(definition.broker_name)
     return definition.default
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 CHUNK = 256 * 1024  # bytes of a streamed file read per step while the response pool has room
@@ -80,7 +80,7 @@ class MemoryPool:
 class ConnectionCounts:
     """Open connections in total and per client address."""
 
-    def __init__(self, max_total: int, max_per_ip: int, overrides: dict[str, int]) -> None:
+    def __init__(self, max_total: int, max_per_ip: int, overrides: Mapping[str, int]) -> None:
         self.max_total = max_total
         self.max_per_ip = max_per_ip
         self.overrides = overrides

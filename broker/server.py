@@ -74,24 +74,24 @@ class KafkaServer:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         config = broker.config
-        self.max_request: int = config.get("socket.request.max.bytes")
-        self.max_elements: int = config.get("request.max.elements")
-        self.idle_ms: int = config.get("connections.max.idle.ms")
-        self.failed_auth_delay_s: float = config.get("connection.failed.authentication.delay.ms") / 1000
+        self.max_request: int = config.values.socket_request_max_bytes
+        self.max_elements: int = config.values.request_max_elements
+        self.idle_ms: int = config.values.connections_max_idle_ms
+        self.failed_auth_delay_s: float = config.values.connection_failed_authentication_delay_ms / 1000
         metrics = broker.metrics
         self.memory = MemoryPool(
-            max(config.get("queued.max.request.bytes"), self.max_request)
-            if config.get("queued.max.request.bytes") > 0
+            max(config.values.queued_max_request_bytes, self.max_request)
+            if config.values.queued_max_request_bytes > 0
             else -1,
             metrics.request_memory.set,
         )
         self.quotas = broker.quotas
-        self.responses = MemoryPool(config.get("queued.max.response.bytes"), metrics.response_memory.set)
+        self.responses = MemoryPool(config.values.queued_max_response_bytes, metrics.response_memory.set)
         kept = _DESCRIPTORS_KEPT + broker.files_reserved()
         self.counts = ConnectionCounts(
-            min(config.get("max.connections"), descriptor_headroom(kept)),
-            config.get("max.connections.per.ip"),
-            config.get("max.connections.per.ip.overrides"),
+            min(config.values.max_connections, descriptor_headroom(kept)),
+            config.values.max_connections_per_ip,
+            config.values.max_connections_per_ip_overrides,
         )
         self.connections: set[Connection] = set()
         self.heap = HeapTrimmer()

@@ -231,14 +231,14 @@ class _Limits:
 
 def _limits(broker: FetchBroker, ctx: RequestContext, request: FetchRequest) -> _Limits:
     # fetch.max.bytes bounds the whole response whatever the client asks for.
-    max_bytes = min(request.max_bytes, broker.config.get("fetch.max.bytes"))
+    max_bytes = min(request.max_bytes, broker.config.values.fetch_max_bytes)
     if broker.quotas.active:
         allowed = broker.quotas.window_bytes(CONSUMER_BYTE_RATE, quota_user(ctx.principal), ctx.client_id or "")
         max_bytes = max_bytes if allowed is None else min(max_bytes, allowed)
     return _Limits(
         max_bytes,
         request.isolation_level == READ_COMMITTED,
-        min(timedelta_ms(request.max_wait), broker.config.get("fetch.max.wait.ms")) / 1000,
+        min(timedelta_ms(request.max_wait), broker.config.values.fetch_max_wait_ms) / 1000,
         max(request.min_bytes, 1),
     )
 

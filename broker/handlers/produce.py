@@ -241,7 +241,7 @@ class _Opening:
     def __init__(self, broker: ProduceBroker, ctx: RequestContext, request: ProduceRequest) -> None:
         self.broker, self.session = broker, ctx.session
         self.acks, self.transactional_id = request.acks, request.transactional_id
-        self.limit = broker.config.get("message.max.decompressed.bytes")
+        self.limit = broker.config.values.message_max_decompressed_bytes
         self.ready: list[_Outcome] = []
         self.later: list[_Outcome] = []
 

@@ -151,7 +151,7 @@ async def _plain(
     except GateFull:
         response = _refused(broker, session, cls, "PLAIN", user, wait_s=0.0)
     if session.close_after_response:  # the connection closes after this answer: delay it first
-        base = broker.config.get("connection.failed.authentication.delay.ms") / 1000
+        base = broker.config.values.connection_failed_authentication_delay_ms / 1000
         await asyncio.sleep(max(base, session.failure_delay_s))
     return response
 

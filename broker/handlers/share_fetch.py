@@ -347,8 +347,8 @@ class _Limits:
 
     def __init__(self, broker: ShareFetchBroker, request: ShareFetchRequest) -> None:
         self.max_records = max(request.max_records, 1)
-        self.max_bytes = min(request.max_bytes, broker.config.get("fetch.max.bytes"))
-        self.max_wait = min(timedelta_ms(request.max_wait), broker.config.get("fetch.max.wait.ms")) / 1000
+        self.max_bytes = min(request.max_bytes, broker.config.values.fetch_max_bytes)
+        self.max_wait = min(timedelta_ms(request.max_wait), broker.config.values.fetch_max_wait_ms) / 1000
 
     def budget(self) -> _Budget:
         return _Budget(self.max_records, self.max_bytes)

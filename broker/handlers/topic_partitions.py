@@ -85,7 +85,7 @@ def _described(
             denied.append(_topic(cls, ErrorCode.topic_authorization_failed, name))
     # The cursor's partition counts only for a topic the principal may describe.
     first = cursor.partition_index if cursor is not None and security.topic(session, Operation.DESCRIBE, after) else 0
-    remaining = min(int(request.response_partition_limit), broker.config.get("max.request.partition.size.limit"))
+    remaining = min(int(request.response_partition_limit), broker.config.values.max_request_partition_size_limit)
     topics: list[Entity] = []
     next_cursor = None
     cursor_cls = nested(cls, "Cursor")

@@ -184,7 +184,7 @@ def _requested_partitions(broker: TopicsBroker, item: _NewTopic) -> int:
     if item.assignments:
         return len(item.assignments)
     if item.num_partitions == -1:
-        return int(broker.config.get("num.partitions"))
+        return broker.config.values.num_partitions
     return max(int(item.num_partitions), 0)
 
 
@@ -210,7 +210,7 @@ def _validate_creation(broker: TopicsBroker, c: _Creation, repeated: set[Hashabl
     c.configs = broker.check_new_topic(
         item.name, partitions, item.replication_factor, {cfg.name: cfg.value for cfg in item.configs}
     )
-    c.partitions = broker.config.get("num.partitions") if partitions == -1 else partitions
+    c.partitions = broker.config.values.num_partitions if partitions == -1 else partitions
     broker.check_partition_budget(budget_used + c.partitions)
 
 
@@ -233,7 +233,7 @@ def _creations(
         yield
         requested += _requested_partitions(broker, c.item)
     # As Kafka's controller: more partitions than the cap in one request fails every entry.
-    if requested > broker.config.get("max.partitions.per.request"):
+    if requested > broker.config.values.max_partitions_per_request:
         for c in creations:
             c.fail(KafkaError(ErrorCode.policy_violation, _TOO_MANY))
         return (yield from _creation_response(broker, ctx, creations))
@@ -492,7 +492,7 @@ def _growths(
         yield
         if (t := broker.store.get(item.name)) is not None:
             new_partitions += max(0, item.count - t.partitions)
-    too_many = new_partitions > broker.config.get("max.partitions.per.request")
+    too_many = new_partitions > broker.config.values.max_partitions_per_request
     charge = MutationCharge(broker.quotas, ctx.principal, ctx.client_id, strict=ctx.api_version >= 3)
     try:
         for item in request.topics:

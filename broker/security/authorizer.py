@@ -46,46 +46,46 @@ class Security:
         self.config = config
         self.metrics = metrics
         self.store = SecurityStore(meta)
-        self.throttle = LoginThrottle(max_s=config.get("authentication.failure.throttle.max.ms") / 1000)
+        self.throttle = LoginThrottle(max_s=config.values.authentication_failure_throttle_max_ms / 1000)
         # PLAIN's password checks, one at a time, known devices and clean addresses first
         # (handlers.sasl).
         self.plain_hashing = HashingGate(1)
         self.listeners: list[Listener] = self._listeners()
-        self.mechanisms = tuple(config.get("sasl.enabled.mechanisms"))
-        self.reauth_ms: int = config.get("connections.max.reauth.ms")
-        self.max_sasl_bytes: int = config.get("sasl.server.max.receive.size")
-        self.auth_timeout_s: float = config.get("authentication.timeout.ms") / 1000
-        self.enabled = config.get("authorizer.class.name") != ""
-        self.super_users = parse_super_users(config.get("super.users"))
-        self.allow_if_no_acl: bool = config.get("allow.everyone.if.no.acl.found")
-        self.principal_rules = PrincipalRules(config.get("ssl.principal.mapping.rules"))
-        self.client_auth: str = config.get("ssl.client.auth")
+        self.mechanisms = config.values.sasl_enabled_mechanisms
+        self.reauth_ms: int = config.values.connections_max_reauth_ms
+        self.max_sasl_bytes: int = config.values.sasl_server_max_receive_size
+        self.auth_timeout_s: float = config.values.authentication_timeout_ms / 1000
+        self.enabled = config.values.authorizer_class_name != ""
+        self.super_users = parse_super_users(config.values.super_users)
+        self.allow_if_no_acl: bool = config.values.allow_everyone_if_no_acl_found
+        self.principal_rules = PrincipalRules(config.values.ssl_principal_mapping_rules)
+        self.client_auth: str = config.values.ssl_client_auth
         # Keys the made-up salts of unknown SCRAM users: random, kept in the data directory,
         # so asking twice for the same unknown user gives the same salt, and nobody can compute it.
         self.secret = salt_secret.load_or_create(config.data_dir)
         self.tls: ssl.SSLContext | None = None
         if any(listener.tls for listener in self.listeners):
             self.tls = server_context(
-                config.get("ssl.keystore.location"),
-                config.get("ssl.key.password"),
-                config.get("ssl.truststore.location"),
+                config.values.ssl_keystore_location,
+                config.values.ssl_key_password,
+                config.values.ssl_truststore_location,
                 self.client_auth,
             )
         self._index = self._build_index()
         self._cache: dict[tuple[str, str, int, int, str], bool] = {}
 
     def _listeners(self) -> list[Listener]:
-        raw = self.config.get("listeners")
+        raw = self.config.values.listeners
         if not raw:
             host, port = self.config.listen
             return [Listener("PLAINTEXT", "PLAINTEXT", host, port)]
-        return resolve(raw, self.config.get("listener.security.protocol.map"))
+        return resolve(raw, self.config.values.listener_security_protocol_map)
 
     def advertised(self, bound: dict[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
         """Each listener's advertised address: `advertised.listeners` where it names the
         listener, else the address it is bound to (Kafka's rule)."""
         out = dict(bound)
-        raw = self.config.get("advertised.listeners")
+        raw = self.config.values.advertised_listeners
         if raw:
             for name, host, port in parse_endpoints(raw):
                 if name not in bound:

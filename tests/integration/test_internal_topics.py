@@ -23,7 +23,7 @@ from tests.support.harness import BrokerProcess
 from tests.support.kafka_wire import batch, connect
 
 GROUP = "billing"
-OFFSETS_PARTITIONS = int(BrokerConfig().get("offsets.topic.num.partitions"))  # the broker's default
+OFFSETS_PARTITIONS = BrokerConfig().values.offsets_topic_num_partitions  # the broker's default
 
 
 def _commit(bootstrap: str, offsets: dict[int, int]) -> None:

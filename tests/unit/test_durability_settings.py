@@ -28,9 +28,9 @@ def test_the_durability_flags_and_settings_listing(tmp_path: Path) -> None:
     lists BROKER_DURABILITY with its choices and default."""
     args = _parse("broker", "--durability", "page-cache")
     settings = BrokerSettings.from_env({}, overrides=broker_overrides(args))
-    assert settings.to_config().get("log.durability") == "page-cache"
+    assert settings.to_config().values.log_durability == "page-cache"
     default = BrokerSettings.from_env({}, overrides=broker_overrides(_parse("broker")))
-    assert default.to_config().get("log.durability") == "fsync"
+    assert default.to_config().values.log_durability == "fsync"
     assert "log.durability" not in default.to_config().settings  # described as DEFAULT_CONFIG
     with pytest.raises(ConfigError, match="contradicts"):
         settings.to_config({"log.durability": "fsync"})

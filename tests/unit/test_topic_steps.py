@@ -279,7 +279,7 @@ async def test_a_create_topics_abandoned_between_steps_leaves_no_name_reserved(b
         await task
     assert not broker.pending_topics
     # and no partition counted as pending: the whole budget is free
-    broker.check_partition_budget(int(broker.config.get("max.partitions")) - broker.store.partition_count())
+    broker.check_partition_budget(broker.config.values.max_partitions - broker.store.partition_count())
     assert not {f"new{i}" for i in range(MANY)} & set(broker.store.topics)
 
 
