@@ -373,18 +373,19 @@ class BrokerSettingValues:
         return value
 
 
-def _definitions() -> dict[str, BrokerSettingDef]:
-    """BROKER_SETTINGS, in the fields' order; each field must be named after its setting."""
+def _definitions(values: type[BrokerSettingValues]) -> dict[str, BrokerSettingDef]:
+    """The settings `values` holds, in its fields' order; TypeError for a field not named
+    after its setting."""
     out: dict[str, BrokerSettingDef] = {}
-    for f in fields(BrokerSettingValues):
+    for f in fields(values):
         definition: BrokerSettingDef = f.metadata[_DEFINITION]
         if f.name != definition.attribute:
-            raise TypeError(f"BrokerSettingValues.{f.name} holds {definition.name}: name it {definition.attribute}")
+            raise TypeError(f"{values.__name__}.{f.name} holds {definition.name}: name it {definition.attribute}")
         out[definition.name] = definition
     return out
 
 
-BROKER_SETTINGS: dict[str, BrokerSettingDef] = _definitions()
+BROKER_SETTINGS: dict[str, BrokerSettingDef] = _definitions(BrokerSettingValues)
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 

@@ -11,7 +11,8 @@ from typing import Literal, get_args, get_origin, get_type_hints
 
 import pytest
 
-from broker.config import BROKER_SETTINGS, BrokerConfig, BrokerSettingValues
+from broker.config import BROKER_SETTINGS, BrokerConfig, BrokerSettingValues, _definitions, _setting
+from broker.config_values import INT, integer
 from kit.settings import ConfigError
 
 HINTS = get_type_hints(BrokerSettingValues)
@@ -112,3 +113,13 @@ def test_the_values_are_frozen() -> None:
     values = BrokerConfig().values
     with pytest.raises(dataclasses.FrozenInstanceError):
         values.num_partitions = 7  # type: ignore[misc]
+
+
+def test_a_field_named_other_than_its_setting_is_refused() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Drifted(BrokerSettingValues):
+        num_partition: int = _setting("num.partitions", "3", integer(1, 100_000), INT)
+
+    with pytest.raises(TypeError, match=r"Drifted\.num_partition holds num\.partitions: name it num_partitions"):
+        _definitions(Drifted)
+    assert len(_definitions(BrokerSettingValues)) == len(BROKER_SETTINGS)
