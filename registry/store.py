@@ -37,9 +37,8 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 import structlog
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from confluent_kafka.aio import AIOConsumer
 
 from registry import errors, id_mark
@@ -63,7 +62,6 @@ from registry.writer import CLOSE_SECONDS, Broken, Fenced, TransactionalWriter, 
 
 log = structlog.get_logger(__name__)
 
-TOPIC_ALREADY_EXISTS = 36
 LATEST = -1
 TOPIC_CHECK_SECONDS = 5.0  # how often the tail checks the topic still exists
 TAIL_WAIT_SECONDS = 0.1
@@ -218,52 +216,61 @@ class SchemaStore:
         """Create the compacted single-partition topic (`_schemas`, or `topic`), or check the
         existing one is compacted."""
         last_error: BaseException | None = None
-        while (remaining := deadline - time.monotonic()) > 0:
-            admin = AIOKafkaAdminClient(
-                bootstrap_servers=self.config.bootstrap_servers,
-                client_id=self.config.client_id,
-                **self.config.kafka_security.aiokafka_kwargs(),
-            )
-            try:
-                await asyncio.wait_for(self._create_topic(admin, topic or self.config.topic), remaining)
-                return
-            except StoreUnavailable:
-                raise
-            except Exception as e:  # broker not up yet: retry until the deadline
-                last_error = e
-                await asyncio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-            finally:
-                await admin.close()
+        topic = topic or self.config.topic
+        try:
+            admin = [AdminClient(self._admin_config())]
+        except KafkaException as e:
+            raise StoreUnavailable(f"cannot create the admin client: {e}") from None
+        try:
+            # librdkafka's admin calls answer futures, awaited here within the deadline.
+            while (remaining := deadline - time.monotonic()) > 0:
+                try:
+                    await asyncio.wait_for(self._create_topic(admin[0], topic, remaining), remaining)
+                    return
+                except StoreUnavailable:
+                    raise
+                except Exception as e:  # broker not up yet: retry until the deadline
+                    last_error = e.with_traceback(None)  # its frames would keep the admin client
+                    await asyncio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        finally:
+            # Its last reference dropped off the event loop: librdkafka's destroy joins its threads.
+            await asyncio.to_thread(admin.clear)
         raise StoreUnavailable(f"broker {self.config.bootstrap_servers} unreachable: {last_error or 'timed out'}")
 
-    async def _create_topic(self, admin: AIOKafkaAdminClient, topic: str) -> None:
-        await admin.start()
-        brokers = len((await admin.describe_cluster())["brokers"])
-        replicas = max(1, min(self.config.topic_replication_factor, brokers))
-        response = await admin.create_topics(
-            [NewTopic(topic, 1, replicas, topic_configs={"cleanup.policy": "compact"})]
-        )
-        for _topic, code, message in response.topic_errors:
-            if code not in (0, TOPIC_ALREADY_EXISTS):
-                raise StoreUnavailable(f"cannot create topic {topic}: {code} {message}")
-            if code == TOPIC_ALREADY_EXISTS:
-                await self._check_topic(admin, topic)
-            else:
-                log.info("created schemas topic", topic=topic, replicas=replicas)
+    def _admin_config(self) -> dict[str, Any]:
+        return {
+            **self.config.librdkafka_config(),
+            "client.id": self.config.client_id,
+            "log_level": 3,  # librdkafka's own errors only; the store logs what it makes of them
+        }
 
-    async def _check_topic(self, admin: AIOKafkaAdminClient, topic: str) -> None:
-        described = await admin.describe_topics([topic])
-        partitions = len(described[0].get("partitions", ())) if described else 0
+    async def _create_topic(self, admin: AdminClient, topic: str, within: float) -> None:
+        cluster = await asyncio.wrap_future(admin.describe_cluster(request_timeout=within))
+        replicas = max(1, min(self.config.topic_replication_factor, len(cluster.nodes)))
+        [created] = admin.create_topics(
+            [NewTopic(topic, 1, replicas, config={"cleanup.policy": "compact"})], request_timeout=within
+        ).values()
+        try:
+            await asyncio.wrap_future(created)
+        except KafkaException as e:
+            error = e.args[0]
+            if not isinstance(error, KafkaError) or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                code = error.code() if isinstance(error, KafkaError) else None
+                text = error.str() if isinstance(error, KafkaError) else str(error)
+                raise StoreUnavailable(f"cannot create topic {topic}: {code} {text}") from None
+            await self._check_topic(admin, topic, within)
+        else:
+            log.info("created schemas topic", topic=topic, replicas=replicas)
+
+    async def _check_topic(self, admin: AdminClient, topic: str, within: float) -> None:
+        [described] = admin.describe_topics(TopicCollection([topic]), request_timeout=within).values()
+        partitions = len((await asyncio.wrap_future(described)).partitions)
         if partitions > 1:
             raise StoreUnavailable(f"topic {topic} has {partitions} partitions; the registry needs exactly 1")
-        responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
-        for response in responses:
-            for resource in response.resources:
-                for entry in resource[4]:
-                    if entry[0] == "cleanup.policy" and "compact" not in str(entry[1]).split(","):
-                        raise StoreUnavailable(
-                            f"topic {topic} has cleanup.policy={entry[1]}; the registry needs compact"
-                        )
+        [configs] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)], request_timeout=within).values()
+        policy = (await asyncio.wrap_future(configs)).get("cleanup.policy")
+        if policy is not None and "compact" not in str(policy.value).split(","):
+            raise StoreUnavailable(f"topic {topic} has cleanup.policy={policy.value}; the registry needs compact")
 
     # -- following the log -------------------------------------------------------------------
 
