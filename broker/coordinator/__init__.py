@@ -1,1 +1,3 @@
-"""Consumer groups: membership (the classic protocol state machine) and committed offsets."""
+"""Consumer groups: the shard of `__consumer_offsets` (coordinator.py) composing group
+membership (membership.py, the classic and consumer group protocols) and committed offsets
+(offsets.py)."""

@@ -1,12 +1,11 @@
 """The consumer group protocol (KIP-848): ConsumerGroupHeartbeat's behaviour, session and
-revocation timers, and the groups' records on `__consumer_offsets`.
+revocation timers, and the records each change writes to `__consumer_offsets`.
 
 Each heartbeat (1) creates or updates its member, bumping the group epoch when the
 subscription changed; (2) recomputes the target assignment with the group's server-side
 assignor when the group epoch is ahead of it; (3) moves the member one step towards its
 target (broker/coordinator/consumer_group.py).  What changed is written as records split
-the way Kafka splits them (group epoch, member metadata, target assignment metadata, one
-target per member, one current assignment per member: compacted per key), and the heartbeat
+the way Kafka splits them (broker/coordinator/consumer_group_records.py), and the heartbeat
 is answered once they are fsynced.  Heartbeats that change nothing write nothing.
 
 Regular-expression subscriptions use RE2 (Kafka uses RE2/J): matching is linear in the
@@ -28,20 +27,26 @@ from broker.coordinator.assignors import ASSIGNORS, Assignment
 from broker.coordinator.consumer_group import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
-    ClassicProtocol,
     ConsumerGroup,
     ConsumerMember,
     MemberState,
     is_subset,
 )
+from broker.coordinator.consumer_group_records import (
+    current_record,
+    group_record,
+    member_record,
+    member_tombstones,
+    target_record,
+)
+from broker.coordinator.consumer_group_records import replay as replay_record
+from broker.coordinator.records import Rec as Rec  # noqa: PLC0414 - re-exported: the heartbeat returns them
 from broker.group_configs import parse_value
 from broker.metadata import MetadataStore
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.replay import is_int, need
 
 log = structlog.get_logger(__name__)
 
-Rec = tuple[list[object], dict[str, object] | None]
 MAX_REGEX_CHARS = 1024  # longer patterns are refused: no topic name is longer than 249
 
 
@@ -194,7 +199,7 @@ class ConsumerGroups:
         if member.member_id not in group.members:
             group.add_member(member)
         if changed:
-            records.append(self._member_record(group, member))
+            records.append(member_record(group, member))
         if bump or group.metadata_version != self.store.version:
             subscribed = self.resolve(group)
             if subscribed != group.subscribed:
@@ -204,12 +209,12 @@ class ConsumerGroups:
             group.epoch += 1
             group.rebalances += 1
             self.rebalances += 1
-            records.append(self._group_record(group))
+            records.append(group_record(group))
             log.info("consumer group epoch bumped", group=group.group_id, epoch=group.epoch, members=len(group.members))
         if group.epoch > group.assignment_epoch:
             self._assign(group, records)
         if group.reconcile(member, owned, now):
-            records.append(self._current_record(group, member))
+            records.append(current_record(group, member))
 
     def classic_heartbeat(
         self,
@@ -245,18 +250,18 @@ class ConsumerGroups:
         # A member that gave its partitions up before rejoining (every classic one that
         # rebalances eagerly) has finished revoking already.
         if member.state == MemberState.UNREVOKED_PARTITIONS and group.reconcile(member, owned, now):
-            records.append(self._current_record(group, member))
+            records.append(current_record(group, member))
         if not any(r[0][0] == "cgm" for r in records):
-            records.append(self._member_record(group, member))  # its protocols may have changed
+            records.append(member_record(group, member))  # its protocols may have changed
         return member.epoch, records
 
     def snapshot(self, group: ConsumerGroup) -> list[Rec]:
         """Every record of a group, as written when a classic group becomes a consumer group."""
-        records: list[Rec] = [self._group_record(group), (["cgt", group.group_id], {"epoch": group.assignment_epoch})]
+        records: list[Rec] = [group_record(group), (["cgt", group.group_id], {"epoch": group.assignment_epoch})]
         for member in group.members.values():
-            records.append(self._member_record(group, member))
-            records.append(self._target_record(group, member.member_id))
-            records.append(self._current_record(group, member))
+            records.append(member_record(group, member))
+            records.append(target_record(group, member.member_id))
+            records.append(current_record(group, member))
         return records
 
     def _validate(self, req: Heartbeat) -> None:
@@ -338,7 +343,7 @@ class ConsumerGroups:
         partitions and epoch: no rebalance (KIP-345's promise, kept by KIP-848)."""
         target = group.target.get(old.member_id)
         group.remove_member(old.member_id)
-        records.extend(self._member_tombstones(group.group_id, old.member_id))
+        records.extend(member_tombstones(group.group_id, old.member_id))
         member = ConsumerMember(
             member_id,
             instance_id=old.instance_id,
@@ -361,15 +366,15 @@ class ConsumerGroups:
         )
         group.add_member(member)
         # Written whatever the heartbeat changes next: the new member id has no record yet.
-        records.append(self._member_record(group, member))
+        records.append(member_record(group, member))
         if target is not None:
             group.target[member_id] = target
-            records.append(self._target_record(group, member_id))
+            records.append(target_record(group, member_id))
         for assignment in (member.assigned, member.revoking):
             for topic, parts in assignment.items():
                 for p in parts:
                     group.owners[(topic, p)] = member_id
-        records.append(self._current_record(group, member))
+        records.append(current_record(group, member))
         log.info("static member replaced", group=group.group_id, instance=old.instance_id, member=member_id)
         return member
 
@@ -398,7 +403,7 @@ class ConsumerGroups:
             if member.epoch != STATIC_LEAVE_EPOCH:
                 member.previous_epoch, member.epoch = member.epoch, STATIC_LEAVE_EPOCH
             log.info("static member left for now", group=group.group_id, member=member_id)
-            return HeartbeatResult(member_id, STATIC_LEAVE_EPOCH, None), [self._current_record(group, member)]
+            return HeartbeatResult(member_id, STATIC_LEAVE_EPOCH, None), [current_record(group, member)]
         records = self.fence(group, member_id, "left the group", now)
         return HeartbeatResult(member_id, LEAVE_EPOCH, None), records
 
@@ -411,7 +416,7 @@ class ConsumerGroups:
         log.info(
             "consumer group member removed", group=group.group_id, member=member_id, reason=reason, epoch=group.epoch
         )
-        return [*self._member_tombstones(group.group_id, member_id), self._group_record(group)]
+        return [*member_tombstones(group.group_id, member_id), group_record(group)]
 
     # --- assignment --------------------------------------------------------------------
 
@@ -464,7 +469,7 @@ class ConsumerGroups:
         for member_id, assignment in target.items():
             if group.target.get(member_id) != assignment:
                 group.target[member_id] = assignment
-                records.append(self._target_record(group, member_id))
+                records.append(target_record(group, member_id))
         group.assignment_epoch = group.epoch
         records.append((["cgt", group.group_id], {"epoch": group.assignment_epoch}))
 
@@ -510,167 +515,18 @@ class ConsumerGroups:
         group = self.groups.pop(group_id)
         records: list[Rec] = [(["cg", group_id], None), (["cgt", group_id], None)]
         for member_id in list(group.members) + [m for m in group.target if m not in group.members]:
-            records.extend(self._member_tombstones(group_id, member_id))
+            records.extend(member_tombstones(group_id, member_id))
         return records
 
-    # --- records -----------------------------------------------------------------------
-
-    def _group_record(self, group: ConsumerGroup) -> Rec:
-        # With the subscribed topics the target was computed from (Kafka stores their metadata
-        # too): after a restart the first heartbeat finds them unchanged and bumps nothing.
-        subscribed = [[name, topic_id.bytes, count] for name, topic_id, count in sorted(group.subscribed, key=str)]
-        return ["cg", group.group_id], {"epoch": group.epoch, "subscribed": subscribed}
-
-    def _member_record(self, group: ConsumerGroup, m: ConsumerMember) -> Rec:
-        return ["cgm", group.group_id, m.member_id], {
-            "instance": m.instance_id,
-            "rack": m.rack_id,
-            "client": m.client_id,
-            "host": m.client_host,
-            "topics": list(m.topic_names),
-            "regex": m.topic_regex,
-            "regex_topics": sorted(m.regex_topics),
-            "assignor": m.server_assignor,
-            "rebalance_ms": m.rebalance_timeout_ms,
-            "classic": None
-            if m.classic is None
-            else {"protocols": [list(p) for p in m.classic.protocols], "session_ms": m.classic.session_timeout_ms},
-        }
-
-    def _target_record(self, group: ConsumerGroup, member_id: str) -> Rec:
-        return ["cgtm", group.group_id, member_id], {"partitions": _pack(group.target.get(member_id, {}))}
-
-    def _current_record(self, group: ConsumerGroup, m: ConsumerMember) -> Rec:
-        return ["cgc", group.group_id, m.member_id], {
-            "epoch": m.epoch,
-            "previous": m.previous_epoch,
-            "state": m.state.value,
-            "assigned": _pack(m.assigned),
-            "revoking": _pack(m.revoking),
-        }
-
-    def _member_tombstones(self, group_id: str, member_id: str) -> list[Rec]:
-        return [([kind, group_id, member_id], None) for kind in ("cgm", "cgtm", "cgc")]
-
     def replay(self, key: list[Any], value: dict[str, Any] | None) -> None:
-        """Apply one record of a consumer group; raises, changing nothing, on a shape the
-        coordinator does not write."""
-        kind, group_id = key[0], key[1]
-        if kind in ("cg", "cgt"):
-            need(len(key) == 2, "group key is malformed")
-        else:
-            need(len(key) == 3 and isinstance(key[2], str), "member key is malformed")
-        if value is None:
-            self._replay_tombstone(kind, group_id, key)
-            return
-        group = self.groups.get(group_id)
-        if group is None:  # registered below, once the record has been read whole
-            group = ConsumerGroup(group_id)
-        if kind == "cg":
-            need(is_int(value.get("epoch"), 32), "group epoch is malformed")
-            subscribed = _subscribed(value.get("subscribed", []))
-            group.epoch, group.subscribed = value["epoch"], subscribed
-        elif kind == "cgt":
-            need(is_int(value.get("epoch"), 32), "assignment epoch is malformed")
-            group.assignment_epoch = value["epoch"]
-        elif kind == "cgtm":
-            group.target[key[2]] = _unpack(value.get("partitions"))
-        elif kind == "cgm":
-            self._replay_member(group, key[2], value)
-        else:
-            state, epoch, previous = value.get("state"), value.get("epoch"), value.get("previous")
-            need(is_int(epoch, 32) and is_int(previous, 32), "member epochs are malformed")
-            need(isinstance(state, str) and state in {s.value for s in MemberState}, "member state is malformed")
-            assigned, revoking = _unpack(value.get("assigned")), _unpack(value.get("revoking"))
-            current = self._stored_member(group, key[2])
-            current.state, current.epoch, current.previous_epoch = MemberState(state), value["epoch"], value["previous"]
-            current.assigned, current.revoking = assigned, revoking
-        self.groups.setdefault(group_id, group)
-
-    def _replay_member(self, group: ConsumerGroup, member_id: str, value: dict[str, Any]) -> None:
-        topics = value.get("topics")
-        need(isinstance(topics, list) and all(isinstance(t, str) for t in topics), "member topics are malformed")
-        strings = ("instance", "rack", "regex", "assignor")
-        need(all(value.get(k) is None or isinstance(value.get(k), str) for k in strings), "member fields are malformed")
-        need(isinstance(value.get("client"), str) and isinstance(value.get("host"), str), "member client is malformed")
-        need(is_int(value.get("rebalance_ms"), 32), "member rebalance timeout is malformed")
-        matched = value.get("regex_topics", [])
-        need(isinstance(matched, list) and all(isinstance(t, str) for t in matched), "member matches are malformed")
-        classic = _classic(value.get("classic"))
-        member = self._stored_member(group, member_id)
-        if member.instance_id is not None and group.static.get(member.instance_id) == member_id:
-            del group.static[member.instance_id]
-        member.instance_id, member.rack_id = value.get("instance"), value.get("rack")
-        member.client_id, member.client_host = value["client"], value["host"]
-        member.topic_names, member.topic_regex = tuple(value["topics"]), value.get("regex")
-        member.regex_topics = frozenset(matched)
-        member.server_assignor, member.rebalance_timeout_ms = value.get("assignor"), value["rebalance_ms"]
-        member.classic = classic
-        if member.instance_id is not None:
-            group.static[member.instance_id] = member_id
-
-    def _stored_member(self, group: ConsumerGroup, member_id: str) -> ConsumerMember:
-        member = group.members.get(member_id)
-        if member is None:
-            member = group.members[member_id] = ConsumerMember(member_id)
-        return member
-
-    def _replay_tombstone(self, kind: str, group_id: str, key: list[Any]) -> None:
-        group = self.groups.get(group_id)
-        if group is None:
-            return
-        if kind == "cg":
-            del self.groups[group_id]
-        elif kind == "cgm":
-            member = group.members.pop(key[2], None)
-            if member is not None and member.instance_id is not None and group.static.get(member.instance_id) == key[2]:
-                del group.static[member.instance_id]
-        elif kind == "cgtm":
-            group.target.pop(key[2], None)
+        """Apply one record of a consumer group (broker/coordinator/consumer_group_records.py)."""
+        replay_record(self.groups, key, value)
 
     def loaded(self, now: int) -> None:
         """After the replay: owners from the members' assignments, timers from now."""
         for group in self.groups.values():
             group.rebuild_owners()
         self.restart_timers(now)
-
-
-def _subscribed(value: object) -> frozenset[tuple[str, uuid.UUID, int]]:
-    need(isinstance(value, list), "group subscription is malformed")
-    assert isinstance(value, list)
-    need(
-        all(
-            isinstance(t, list)
-            and len(t) == 3
-            and isinstance(t[0], str)
-            and isinstance(t[1], bytes)
-            and len(t[1]) == 16
-            and is_int(t[2], 32)
-            for t in value
-        ),
-        "group subscription is malformed",
-    )
-    return frozenset((t[0], uuid.UUID(bytes=t[1]), t[2]) for t in value)
-
-
-def _classic(value: object) -> ClassicProtocol | None:
-    if value is None:
-        return None
-    need(isinstance(value, dict), "member's classic protocols are malformed")
-    assert isinstance(value, dict)
-    protocols, session = value.get("protocols"), value.get("session_ms")
-    need(
-        isinstance(protocols, list)
-        and len(protocols) > 0
-        and all(
-            isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], bytes) for p in protocols
-        )
-        and is_int(session, 32),
-        "member's classic protocols are malformed",
-    )
-    assert isinstance(protocols, list)
-    assert isinstance(session, int)
-    return ClassicProtocol(tuple((p[0], p[1]) for p in protocols), session)
 
 
 def _check_epoch(member: ConsumerMember, received: int, owned: Assignment | None) -> None:
@@ -716,20 +572,3 @@ def _compiled(pattern: str) -> Any:
             _CACHE.clear()
         regex = _CACHE[pattern] = re2.compile(pattern, options=_OPTIONS)
     return regex
-
-
-def _pack(assignment: Assignment) -> dict[bytes, list[int]]:
-    return {topic.bytes: sorted(parts) for topic, parts in assignment.items()}
-
-
-def _unpack(value: object) -> Assignment:
-    need(isinstance(value, dict), "assignment is malformed")
-    assert isinstance(value, dict)
-    out: Assignment = {}
-    for topic, parts in value.items():
-        need(isinstance(topic, bytes) and len(topic) == 16, "assignment topic id is malformed")
-        need(
-            isinstance(parts, list) and all(is_int(p, 32) and p >= 0 for p in parts), "assignment partitions malformed"
-        )
-        out[uuid.UUID(bytes=topic)] = frozenset(parts)
-    return out

@@ -1,10 +1,11 @@
-"""Committed offsets: every group's position per partition, and the `o` records that store
-them on `__consumer_offsets` (Kafka keeps this apart from group membership too, in its
-OffsetMetadataManager).
+"""Committed offsets: every group's position per partition and the `o` records that store
+them on `__consumer_offsets` (Kafka's OffsetMetadataManager).  Whether a commit may be
+made (the member's generation or epoch) is group membership's question
+(broker/coordinator/membership.py); the shard asks it first, then stores here.
 
-The state here and the records always agree: each change is made in memory and handed back
-as the records (tombstones) the coordinator appends, or, for a commit, made in memory in the
-step that appends the records `commit_records` built for it.  A group with no
+Memory and the records always agree: each change is made in memory and handed back as
+the records (tombstones) the shard appends in the same step; for a commit, `apply` runs
+in the step that appends the records `commit_records` built for it.  A group with no
 committed offset has no entry at all, so an emptied group is never mistaken for one that
 still holds offsets (ListGroups, retention, DeleteGroups all ask `group_id in by_group`).
 """
@@ -15,9 +16,14 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
+from broker.coordinator.records import Rec
 from broker.replay import is_int, need
 
-Rec = tuple[list[object], dict[str, object] | None]
+log = structlog.get_logger(__name__)
+
+RECORD_KINDS = frozenset({"o"})
 TopicPartition = tuple[str, int]
 
 
@@ -43,20 +49,29 @@ def commit_records(group_id: str, offsets: Mapping[TopicPartition, tuple[int, in
 
 
 class CommittedOffsets:
+    """Every group's committed offsets, by group then (topic, partition)."""
+
     def __init__(self) -> None:
         self.by_group: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+
+    def __contains__(self, group_id: object) -> bool:
+        return group_id in self.by_group
 
     def of(self, group_id: str) -> Mapping[TopicPartition, CommittedOffset]:
         return self.by_group.get(group_id, {})
 
+    # --- commit --------------------------------------------------------------------------
+
     def apply(self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, int, str]], now: int) -> None:
         """Store (topic, partition) -> (offset, epoch, metadata) in memory; `commit_records`
-        are their records, which the coordinator appends in the same step."""
+        are their records, which the shard appends in the same step."""
         stored = self.by_group.setdefault(group_id, {})
         for tp, (offset, epoch, metadata) in offsets.items():
             stored[tp] = CommittedOffset(offset, epoch, metadata, now)
         if not stored:
             del self.by_group[group_id]
+
+    # --- deletion ------------------------------------------------------------------------
 
     def remove(self, group_id: str, partitions: Iterable[TopicPartition]) -> list[Rec]:
         """Forget those of `partitions` the group has offsets for; returns their tombstones."""
@@ -71,24 +86,38 @@ class CommittedOffsets:
     def remove_group(self, group_id: str) -> list[Rec]:
         return self.remove(group_id, list(self.of(group_id)))
 
-    def of_topics(self, topics: Collection[str]) -> dict[str, list[TopicPartition]]:
-        """The groups with offsets in any of `topics`, and which partitions (one pass)."""
-        out: dict[str, list[TopicPartition]] = {}
-        for group_id, stored in self.by_group.items():
+    def remove_topics(self, topics: Collection[str]) -> dict[str, list[Rec]]:
+        """Deleted topics' offsets, from every group (Kafka's onPartitionsDeleted): the
+        tombstones by group, for the shard to append to each group's partition."""
+        out: dict[str, list[Rec]] = {}
+        for group_id, stored in list(self.by_group.items()):
             partitions = [tp for tp in stored if tp[0] in topics]
             if partitions:
-                out[group_id] = partitions
+                out[group_id] = self.remove(group_id, partitions)
         return out
+
+    # --- retention -----------------------------------------------------------------------
 
     def expired(self, group_id: str, empty_since: int | None, now: int, retention_ms: int) -> list[TopicPartition]:
         """Kafka's rule for a group without members: an offset expires `retention_ms` after
-        its commit and after the group emptied (KIP-211)."""
+        its commit and after the group emptied (KIP-211; `empty_since` None: the commit alone
+        counts, as for a group membership does not know)."""
         return [
             tp
             for tp, committed in self.of(group_id).items()
             if now - (empty_since if empty_since is not None else committed.commit_ms) >= retention_ms
             and now - committed.commit_ms >= retention_ms
         ]
+
+    def expire(self, group_id: str, empty_since: int | None, now: int, retention_ms: int) -> list[Rec]:
+        """Forget the group's expired offsets (the caller has checked it has no members);
+        returns their tombstones."""
+        records = self.remove(group_id, self.expired(group_id, empty_since, now, retention_ms))
+        if records:
+            log.info("offsets expired", group=group_id, partitions=len(records))
+        return records
+
+    # --- replay --------------------------------------------------------------------------
 
     def replay(self, key: list[Any], value: dict[str, Any] | None) -> None:
         """Apply one `o` record; raises, changing nothing, on a shape never written."""
