@@ -11,7 +11,7 @@ from typing import Any
 
 import msgpack
 
-from broker.protocol.records import Record, build_batch
+from broker.protocol.records import Record, build_plain_batch
 from broker.replay import need
 
 Rec = tuple[list[object], dict[str, object] | None]
@@ -21,9 +21,7 @@ def encode_batch(records: Sequence[Rec], now: int, packer: msgpack.Packer | None
     """One batch of `records`, timestamped `now`.  Without a `packer` it makes its own, so a
     worker thread may build a batch while the loop packs others."""
     pack = (packer or msgpack.Packer()).pack
-    return build_batch(
-        [Record(i, now, pack(key), None if value is None else pack(value)) for i, (key, value) in enumerate(records)]
-    )
+    return build_plain_batch([(pack(key), None if value is None else pack(value)) for key, value in records], now)
 
 
 def decode(record: Record) -> tuple[list[Any], dict[str, Any] | None]:

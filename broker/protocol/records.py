@@ -9,6 +9,7 @@ records without decoding them (record_walk.py).
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import cramjam
@@ -69,6 +70,9 @@ def _varint(value: int) -> bytes:
     """Zigzag varint of a signed 64-bit value."""
     if -64 <= value < 64:
         return _SMALL_VARINTS[value + 64]
+    if 0 <= value < 8192:  # the lengths of most keys, values and records: two bytes, no loop
+        raw = value << 1
+        return bytes(((raw & 0x7F) | 0x80, raw >> 7))
     raw = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
     out = bytearray()
     while raw >= 0x80:
@@ -234,23 +238,60 @@ def build_batch(
     attributes = (compression & ATTR_COMPRESSION_MASK) | attributes_extra
     if log_append_time:
         attributes |= ATTR_TIMESTAMP_TYPE
+    header = (partition_leader_epoch, attributes, last - base, base_ts, max_ts)
+    return _framed(payload, base, header, (producer_id, producer_epoch, base_sequence), len(records))
+
+
+# A record of build_plain_batch up to its key: attributes, timestamp delta 0, offset delta.
+_PLAIN_HEADS = [b"\x00\x00" + _SMALL_VARINTS[i + 64] for i in range(64)]
+_NO_HEADERS = _SMALL_VARINTS[64]
+
+
+def build_plain_batch(pairs: Sequence[tuple[bytes | None, bytes | None]], timestamp: int) -> bytes:
+    """The batch `build_batch` makes of records (key, value) at offsets 0, 1, ..., all at
+    `timestamp`, without headers or compression: the broker's own records (the offsets a
+    commit writes to `__consumer_offsets`), encoded without a Record object per record or
+    the general encoder's per-field work.  tests/unit/test_plain_batch.py checks they agree."""
+    if not pairs:
+        raise ValueError("a batch needs at least one record")
+    parts: list[bytes] = []
+    for i, (key, value) in enumerate(pairs):
+        body = b"".join(
+            (
+                _PLAIN_HEADS[i] if i < 64 else b"\x00\x00" + _varint(i),
+                _NULL if key is None else _varint(len(key)),
+                key or b"",
+                _NULL if value is None else _varint(len(value)),
+                value or b"",
+                _NO_HEADERS,
+            )
+        )
+        parts += (_varint(len(body)), body)
+    header = (0, 0, len(pairs) - 1, timestamp, timestamp)
+    return _framed(b"".join(parts), 0, header, (NO_PRODUCER_ID, -1, NO_SEQUENCE), len(pairs))
+
+
+def _framed(
+    payload: bytes, base: int, header: tuple[int, int, int, int, int], producer: tuple[int, int, int], count: int
+) -> bytes:
+    """`payload` behind its batch header; `header` is (partition leader epoch, attributes,
+    last offset delta, base timestamp, max timestamp), `producer` (id, epoch, base sequence)."""
+    leader_epoch, attributes, last_delta, base_ts, max_ts = header
     out = bytearray(HEADER_SIZE) + payload
     _HEADER_NO_CRC.pack_into(
         out,
         0,
         base,
         len(out) - 12,
-        partition_leader_epoch,
+        leader_epoch,
         MAGIC_V2,
         0,
         attributes,
-        last - base,
+        last_delta,
         base_ts,
         max_ts,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        len(records),
+        *producer,
+        count,
     )
     _U32.pack_into(out, 17, compute_crc(out))
     return bytes(out)
