@@ -36,6 +36,7 @@ from broker.handlers import (
     transactions,
 )
 from broker.handlers.base import Api, serve
+from broker.handlers.services import TopicService
 
 
 class Services(
@@ -66,6 +67,10 @@ class Services(
     Protocol,
 ):
     """Everything the handlers use of the broker: what its hub must provide."""
+
+    @property
+    def topics(self) -> TopicService:
+        """The topic service, which the topic requests and Metadata each see a part of."""
 
 
 _IMPLEMENTED: list[Api[Services]] = [

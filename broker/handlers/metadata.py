@@ -18,8 +18,8 @@ from broker.handlers.services import (
     HasQuotas,
     HasSecurity,
     HasStore,
+    HasTopicAutoCreation,
     MetadataDurability,
-    TopicAutoCreation,
     VisibleTopics,
 )
 from broker.handlers.stepped import Steps, at_once, in_steps, stepped
@@ -62,7 +62,7 @@ class MetadataBroker(
     MetadataDurability,
     VisibleTopics,
     Endpoint,
-    TopicAutoCreation,
+    HasTopicAutoCreation,
     Protocol,
 ):
     """What Metadata uses of the broker."""
@@ -179,7 +179,7 @@ def _answer(
                 entries.append((name, None, ErrorCode.topic_authorization_failed, None))
                 continue
             topic = broker.store.get(name)
-            if topic is None and allow_auto and broker.auto_create_allowed(name):
+            if topic is None and allow_auto and broker.topics.auto_create_allowed(name):
                 if not (security.cluster(session, Operation.CREATE) or security.topic(session, Operation.CREATE, name)):
                     entries.append((name, None, ErrorCode.topic_authorization_failed, None))
                     continue
@@ -189,7 +189,7 @@ def _answer(
                 # for what it auto-creates, and a client already over it creates nothing (the
                 # client sees UNKNOWN_TOPIC_OR_PARTITION and asks again later).
                 if not mutations.exceeded():
-                    creation = broker.auto_create_off_loop(name)
+                    creation = broker.topics.auto_create_off_loop(name)
                     if creation is not None:
                         mutations.take(creation.partitions)
                         creations.append((len(entries), name, creation.topic))

@@ -153,3 +153,21 @@ class TopicAutoCreation(Protocol):
     def auto_create_allowed(self, name: str) -> bool: ...
 
     def auto_create_off_loop(self, name: str) -> AutoCreation | None: ...
+
+
+class TopicService(TopicLifecycle, TopicAutoCreation, Protocol):
+    """The hub's topic service (`broker.topic_lifecycle.Topics`): all its handlers use of it."""
+
+
+class HasTopicLifecycle(Protocol):
+    """The hub's topic service, as the topic requests use it."""
+
+    @property
+    def topics(self) -> TopicLifecycle: ...
+
+
+class HasTopicAutoCreation(Protocol):
+    """The hub's topic service, as Metadata uses it."""
+
+    @property
+    def topics(self) -> TopicAutoCreation: ...

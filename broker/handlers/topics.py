@@ -21,10 +21,10 @@ from broker.handlers.services import (
     HasSecurity,
     HasShareCoordinator,
     HasStore,
+    HasTopicLifecycle,
     HasTransactions,
     LogDurability,
     MetadataDurability,
-    TopicLifecycle,
 )
 from broker.handlers.stepped import Steps, in_steps, stepped
 from broker.metadata import Topic
@@ -69,7 +69,7 @@ class TopicsBroker(
     HasTransactions,
     MetadataDurability,
     LogDurability,
-    TopicLifecycle,
+    HasTopicLifecycle,
     Protocol,
 ):
     """What the topic requests use of the broker."""
@@ -207,11 +207,11 @@ def _validate_creation(broker: TopicsBroker, c: _Creation, repeated: set[Hashabl
                     f"{list(assignment.broker_ids)}; the only broker is {broker.node_id}",
                 )
         partitions = len(item.assignments)
-    c.configs = broker.check_new_topic(
+    c.configs = broker.topics.check_new_topic(
         item.name, partitions, item.replication_factor, {cfg.name: cfg.value for cfg in item.configs}
     )
     c.partitions = broker.config.values.num_partitions if partitions == -1 else partitions
-    broker.check_partition_budget(budget_used + c.partitions)
+    broker.topics.check_partition_budget(budget_used + c.partitions)
 
 
 def create_topics(
@@ -259,41 +259,41 @@ def _creations(
                 charge.take(c.partitions)
             planned += c.partitions
             if not validate_only:
-                broker.reserve_topic(c.item.name, c.partitions)
+                broker.topics.reserve_topic(c.item.name, c.partitions)
                 c.reserved = True
     except BaseException:  # the connection went away between entries: nothing is created
         for c in creations:
             if c.reserved:
-                broker.release_topic(c.item.name, c.partitions)
+                broker.topics.release_topic(c.item.name, c.partitions)
         raise
     throttle_ms = throttled(ctx, charge.throttle_ms())
     if validate_only:
         return (yield from _creation_response(broker, ctx, creations))
     todo = [c for c in creations if c.reserved]
-    if planned <= broker.INLINE_PARTITIONS:
+    if planned <= broker.topics.INLINE_PARTITIONS:
         for c in todo:
             try:
-                c.topic = broker.create_topic(c.item.name, c.partitions, c.configs)
+                c.topic = broker.topics.create_topic(c.item.name, c.partitions, c.configs)
             except KafkaError as e:
                 c.fail(e)
             finally:
-                broker.release_topic(c.item.name, c.partitions)
+                broker.topics.release_topic(c.item.name, c.partitions)
         return _durable(broker, (yield from _creation_response(broker, ctx, creations, throttle_ms)))
 
     async def create_off_loop() -> CreateTopicsResponse:
         try:
             for c in todo:
                 try:
-                    c.topic = await broker.create_topic_off_loop(c.item.name, c.partitions, c.configs)
+                    c.topic = await broker.topics.create_topic_off_loop(c.item.name, c.partitions, c.configs)
                 except KafkaError as e:
                     c.fail(e)
                 finally:
-                    broker.release_topic(c.item.name, c.partitions)
+                    broker.topics.release_topic(c.item.name, c.partitions)
                     c.reserved = False
         finally:
             for c in todo:
                 if c.reserved:  # cancelled before its turn
-                    broker.release_topic(c.item.name, c.partitions)
+                    broker.topics.release_topic(c.item.name, c.partitions)
         return await _durable(broker, await in_steps(_creation_response(broker, ctx, creations, throttle_ms)))
 
     # Later requests of this connection (a produce to the new topic, say) wait for it.
@@ -445,7 +445,7 @@ def _deletions(
             continue
         charge.take(topic.partitions)
         try:
-            broker.delete_topic(topic.name)
+            broker.topics.delete_topic(topic.name)
         except OSError as e:
             results.append(
                 build(
@@ -474,7 +474,7 @@ def create_partitions(
 def _grow_now(broker: TopicsBroker, name: str, count: int) -> None:
     if broker.store.get(name) is None:  # deleted while the request's other entries were checked
         raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} was deleted meanwhile")
-    broker.add_partitions(name, count)
+    broker.topics.add_partitions(name, count)
 
 
 def _growths(
@@ -521,25 +521,25 @@ def _growths(
                             raise KafkaError(
                                 ErrorCode.invalid_replica_assignment, f"the only broker is {broker.node_id}"
                             )
-                if item.name in broker.pending_topics:
+                if item.name in broker.topics.pending_topics:
                     raise KafkaError(ErrorCode.invalid_request, f"topic {item.name!r} is being changed; retry")
                 added = item.count - topic.partitions
                 # Reserved growths count against max.partitions already; validate_only reserves none.
-                broker.check_partition_budget((added_total if request.validate_only else 0) + added)
+                broker.topics.check_partition_budget((added_total if request.validate_only else 0) + added)
                 if charge.exceeded():
                     raise KafkaError(ErrorCode.throttling_quota_exceeded, THROTTLED)
                 if not request.validate_only:
                     charge.take(added)
                 added_total += added
                 if not request.validate_only:
-                    broker.reserve_topic(item.name, added)
+                    broker.topics.reserve_topic(item.name, added)
                     growths.append((len(outcomes), item.name, item.count, added))
                 outcomes.append((item.name, ErrorCode.none, None))
             except KafkaError as e:
                 outcomes.append((item.name, e.code, e.message))
     except BaseException:  # the connection went away between entries: nothing grows
         for _, name, _, added in growths:
-            broker.release_topic(name, added)
+            broker.topics.release_topic(name, added)
         raise
 
     throttle_ms = throttled(ctx, charge.throttle_ms())
@@ -554,14 +554,14 @@ def _growths(
     if request.validate_only:
         return (yield from respond())
 
-    if added_total <= broker.INLINE_PARTITIONS:
+    if added_total <= broker.topics.INLINE_PARTITIONS:
         for i, name, count, added in growths:
             try:
                 _grow_now(broker, name, count)
             except KafkaError as e:
                 outcomes[i] = (name, e.code, e.message)
             finally:
-                broker.release_topic(name, added)
+                broker.topics.release_topic(name, added)
         return _durable(broker, (yield from respond()))
 
     async def grow_off_loop() -> CreatePartitionsResponse:
@@ -570,14 +570,14 @@ def _growths(
             while todo:
                 i, name, count, added = todo.pop(0)
                 try:
-                    await broker.add_partitions_off_loop(name, count)
+                    await broker.topics.add_partitions_off_loop(name, count)
                 except KafkaError as e:
                     outcomes[i] = (name, e.code, e.message)
                 finally:
-                    broker.release_topic(name, added)
+                    broker.topics.release_topic(name, added)
         finally:
             for _, name, _, added in todo:  # cancelled before their turn
-                broker.release_topic(name, added)
+                broker.topics.release_topic(name, added)
         return await _durable(broker, await in_steps(respond()))
 
     return Serial(grow_off_loop())

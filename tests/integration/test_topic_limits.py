@@ -78,9 +78,9 @@ def test_a_10000_partition_topic_is_created_off_the_event_loop(broker: ThreadBro
         created = creator.send(_create(("wide", 10_000)))
         after = creator.send(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
         time.sleep(0.05)
-        assert broker.call(lambda: "wide" in broker.broker.pending_topics)
+        assert broker.call(lambda: "wide" in broker.broker.topics.pending_topics)
         assert other.api_versions().error_code == ErrorCode.none
-        assert broker.call(lambda: "wide" in broker.broker.pending_topics)  # answered meanwhile
+        assert broker.call(lambda: "wide" in broker.broker.topics.pending_topics)  # answered meanwhile
         response = creator.receive(19, 7, created)
         assert response.topics[0].error_code == ErrorCode.none
         assert response.topics[0].num_partitions == 10_000

@@ -103,7 +103,7 @@ async def test_a_request_served_in_steps_answers_as_its_parts_served_at_once(
 async def test_a_topic_named_twice_far_apart_is_answered_once(running: RunningBroker) -> None:
     """AlterShareGroupOffsets keys its answer by topic name, as Kafka's: a name repeated
     steps apart is one topic, at its first place, its partitions merged."""
-    await running.broker.create_topic_off_loop("orders", 2, {})
+    await running.broker.topics.create_topic_off_loop("orders", 2, {})
     for epoch in (0, -1):  # a share group with no member: its offsets may be altered
         beat = ShareGroupHeartbeatRequest(
             group_id=GroupId("pickers"),

@@ -34,7 +34,7 @@ SMALL = 400  # entries of a request served whole
 
 async def _broker(path: Path) -> RunningBroker:
     running = await start_broker(BrokerConfig(data_dir=path, listen=("127.0.0.1", 0), admin_listen=None))
-    running.broker.create_topic("orders", 3, {})
+    running.broker.topics.create_topic("orders", 3, {})
     return running
 
 

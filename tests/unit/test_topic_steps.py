@@ -44,7 +44,7 @@ TOPICS = {"orders": 2, "payments": 1, "audit": 3}
 async def _start(path: Path) -> RunningBroker:
     running = await start_broker(BrokerConfig(data_dir=path, listen=("127.0.0.1", 0), admin_listen=None))
     for name, partitions in TOPICS.items():
-        running.broker.create_topic(name, partitions, {})
+        running.broker.topics.create_topic(name, partitions, {})
     return running
 
 
@@ -206,7 +206,7 @@ async def test_create_topics_of_many_entries_answers_as_a_few_at_a_time(broker: 
     assert [(t.num_partitions, t.configs) for t in whole.topics] == [(t.num_partitions, t.configs) for t in pieces]
     assert {t.error_code for t in whole.topics} >= {ErrorCode.none, ErrorCode.invalid_partitions}
     assert broker.store.partition_count() == twin.store.partition_count()
-    assert not broker.pending_topics
+    assert not broker.topics.pending_topics
 
 
 async def test_create_topics_refuses_a_name_repeated_steps_apart_in_each_entry(broker: Broker) -> None:
@@ -271,15 +271,15 @@ async def test_a_create_topics_abandoned_between_steps_leaves_no_name_reserved(b
     result = _call(broker, _create([_creatable(f"new{i}", 1) for i in range(MANY)]))
     assert isinstance(result, Serial)
     task = asyncio.ensure_future(result.awaitable)
-    while not broker.pending_topics:  # some entries reserved, the rest not yet judged
+    while not broker.topics.pending_topics:  # some entries reserved, the rest not yet judged
         await asyncio.sleep(0)
-    assert len(broker.pending_topics) < MANY
+    assert len(broker.topics.pending_topics) < MANY
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not broker.pending_topics
+    assert not broker.topics.pending_topics
     # and no partition counted as pending: the whole budget is free
-    broker.check_partition_budget(broker.config.values.max_partitions - broker.store.partition_count())
+    broker.topics.check_partition_budget(broker.config.values.max_partitions - broker.store.partition_count())
     assert not {f"new{i}" for i in range(MANY)} & set(broker.store.topics)
 
 
@@ -289,9 +289,9 @@ async def test_the_partition_count_follows_creations_growths_and_deletions(tmp_p
     try:
         broker = running.broker
         counted = broker.store.partition_count()
-        broker.create_topic("more", 5, {})
-        broker.add_partitions("orders", 6)
-        broker.delete_topic("payments")
+        broker.topics.create_topic("more", 5, {})
+        broker.topics.add_partitions("orders", 6)
+        broker.topics.delete_topic("payments")
         assert broker.store.partition_count() == counted + 5 + 4 - 1
         assert broker.store.partition_count() == sum(t.partitions for t in broker.store.topics.values())
         await broker.sync_metadata()
