@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 from kio.static.protocol import Entity
 
 from broker.cooperative import STEP
+from broker.coordinator.coordinator import MANY_OFFSETS
 from broker.handlers.base import Answer, Messages, RequestContext, Serial
 from broker.handlers.services import HasGroupCoordinator, HasLogDir, HasSecurity, HasStore, HasTransactions
 from broker.handlers.stepped import Steps, at_once, in_steps, stepped
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
         OffsetFetchRequest,
         OffsetFetchResponse,
     )
+    from broker.log.partition_log import PartitionLog
 
 OFFSET_COMMIT: Messages[OffsetCommitRequest, OffsetCommitResponse] = Messages(8, 2, 10)
 OFFSET_FETCH: Messages[OffsetFetchRequest, OffsetFetchResponse] = Messages(9, 1, 10)
@@ -54,6 +56,8 @@ OFFSET_DELETE: Messages[OffsetDeleteRequest, OffsetDeleteResponse] = Messages(47
 
 class OffsetsBroker(HasSecurity, HasStore, HasLogDir, HasGroupCoordinator, HasTransactions, Protocol):
     """What the offset requests use of the broker."""
+
+    def answers_wait(self) -> bool: ...
 
 
 def _with_leader_epochs(
@@ -216,7 +220,7 @@ def offset_commit(
                         accepted[(topic.name, index)] = (p.committed_offset, epoch, metadata or "")
                 parts.append((index, error))
             results.append((topic, parts))
-        return durable() if accepted else answered()
+        return (durable() if many or len(accepted) > MANY_OFFSETS else committed_now()) if accepted else answered()
 
     def respond() -> Steps[RawResponse]:
         """The answer encoded a slice of about STEP entries at a time."""
@@ -256,6 +260,24 @@ def offset_commit(
             # NOT_COORDINATOR, sends the client to find the coordinator again.
             fail(ErrorCode.not_coordinator)
         return await in_steps(respond()) if many else at_once(respond())
+
+    def committed_now() -> Answer[RawResponse]:
+        """A commit of few partitions (checked in one step, so nothing changed since): stored
+        at once; answered without a task when acknowledgements wait for nothing (page-cache),
+        else once the broker's sync is done."""
+        try:
+            plog = coordinator.commit_now(request.group_id, accepted)
+        except OSError:  # as in `durable`
+            fail(ErrorCode.not_coordinator)
+            return at_once(respond())
+        return synced(plog) if broker.answers_wait() else at_once(respond())
+
+    async def synced(plog: PartitionLog) -> RawResponse:
+        try:
+            await coordinator.sync([plog])
+        except OSError:
+            fail(ErrorCode.not_coordinator)
+        return at_once(respond())
 
     def answered() -> Answer[RawResponse]:
         return in_steps(respond()) if many else at_once(respond())
