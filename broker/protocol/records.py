@@ -245,6 +245,8 @@ def build_batch(
 # A record of build_plain_batch up to its key: attributes, timestamp delta 0, offset delta.
 _PLAIN_HEADS = [b"\x00\x00" + _SMALL_VARINTS[i + 64] for i in range(64)]
 _NO_HEADERS = _SMALL_VARINTS[64]
+# The varints of lengths below 1,024 (a few dozen KiB), looked up without a call.
+_LENGTHS = [_varint(n) for n in range(1024)]
 
 
 def build_plain_batch(pairs: Sequence[tuple[bytes | None, bytes | None]], timestamp: int) -> bytes:
@@ -259,14 +261,14 @@ def build_plain_batch(pairs: Sequence[tuple[bytes | None, bytes | None]], timest
         body = b"".join(
             (
                 _PLAIN_HEADS[i] if i < 64 else b"\x00\x00" + _varint(i),
-                _NULL if key is None else _varint(len(key)),
+                _NULL if key is None else (_LENGTHS[len(key)] if len(key) < 1024 else _varint(len(key))),
                 key or b"",
-                _NULL if value is None else _varint(len(value)),
+                _NULL if value is None else (_LENGTHS[len(value)] if len(value) < 1024 else _varint(len(value))),
                 value or b"",
                 _NO_HEADERS,
             )
         )
-        parts += (_varint(len(body)), body)
+        parts += (_LENGTHS[len(body)] if len(body) < 1024 else _varint(len(body)), body)
     header = (0, 0, len(pairs) - 1, timestamp, timestamp)
     return _framed(b"".join(parts), 0, header, (NO_PRODUCER_ID, -1, NO_SEQUENCE), len(pairs))
 

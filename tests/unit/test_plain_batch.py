@@ -46,10 +46,11 @@ def test_varint_agrees_with_the_zigzag_loop_on_every_width() -> None:
         [(None, None)],
         [(b"", b"")],
         [(b"key", None), (None, b"value")],
-        [(b"k" * 63, b"v" * 64), (b"k" * 8191, b"v" * 8192), (b"k" * 20_000, b"v")],
+        [(b"k" * 63, b"v" * 64), (b"k" * 1023, b"v" * 1024), (b"k" * 1000, b"v" * 17), (b"k" * 8191, b"v" * 8192)],
+        [(b"k" * 20_000, b"v"), (b"k" * 1010, b"v" * 5), (b"k" * 1011, b"v" * 5), (b"k", b"v" * 1017)],
         [(f"key-{i}".encode(), bytes(i % 300)) for i in range(200)],  # offset deltas past 63
     ],
-    ids=["one", "null-key-and-value", "empty", "tombstone", "long-fields", "many"],
+    ids=["one", "null-key-and-value", "empty", "tombstone", "long-fields", "records-near-1024", "many"],
 )
 @pytest.mark.parametrize("timestamp", [0, NOW, -1])
 def test_plain_batch_is_the_general_batch(pairs: list[tuple[bytes | None, bytes | None]], timestamp: int) -> None:
