@@ -13,8 +13,7 @@ still holds offsets (ListGroups, retention, DeleteGroups all ask `group_id in by
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -27,8 +26,10 @@ RECORD_KINDS = frozenset({"o"})
 TopicPartition = tuple[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
+class CommittedOffset(NamedTuple):
+    """Immutable; a tuple, as a commit makes one per partition and a frozen dataclass's
+    construction costs several times a tuple's."""
+
     offset: int
     leader_epoch: int
     metadata: str

@@ -192,6 +192,8 @@ def offset_commit(
     seen = TopicsSeen(broker)
 
     def check() -> Steps[Answer[RawResponse]]:
+        # Looked up once, not per partition: a commit's answer is paced by this loop.
+        partition_log, max_metadata = broker.store.partition_log, coordinator.config.max_metadata_bytes
         for n, t in enumerate(_topics(request)):
             yield
             key = keys[n]
@@ -202,7 +204,8 @@ def offset_commit(
             if topic.name is not None:
                 seen.see(topic.name)
             for p in t.partitions:
-                yield
+                if many:  # a request of few entries is checked in one step: no pause to offer
+                    yield
                 index, metadata = p.partition_index, p.committed_metadata
                 error = top_error
                 if error == ErrorCode.none:
@@ -210,9 +213,9 @@ def offset_commit(
                         error = ErrorCode.unknown_topic_id
                     elif not readable:
                         error = ErrorCode.topic_authorization_failed
-                    elif broker.store.partition_log(topic.name, index) is None:
+                    elif partition_log(topic.name, index) is None:
                         error = ErrorCode.unknown_topic_or_partition
-                    elif len((metadata or "").encode()) > coordinator.config.max_metadata_bytes:
+                    elif (len(metadata.encode()) if metadata else 0) > max_metadata:
                         error = ErrorCode.offset_metadata_too_large
                     else:
                         # (offset, leader epoch the offset was read at, metadata)

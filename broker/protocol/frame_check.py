@@ -288,6 +288,14 @@ def entity_check(cls: type) -> Check:
         steps.append(_tag_buffer_check(tagged, owner))
     if len(steps) == 1:
         return steps[0]
+    if len(steps) == 2:  # most nested structs (partitions): two or three steps, called in a row
+        first, second = steps
+        return lambda buf, pos, end, budget: second(buf, first(buf, pos, end, budget), end, budget)
+    if len(steps) == 3:
+        first, second, third = steps
+        return lambda buf, pos, end, budget: third(
+            buf, second(buf, first(buf, pos, end, budget), end, budget), end, budget
+        )
 
     def check(buf: Any, pos: int, end: int, budget: Budget) -> int:
         for step in steps:
