@@ -235,8 +235,8 @@ class GroupCoordinator:
         await self._sync([self._store_commit(group_id, offsets, now, standalone, batch)])
 
     def commit_now(self, group_id: str, offsets: Mapping[tuple[str, int], tuple[int, int, str]]) -> PartitionLog:
-        """`commit` of at most MANY_OFFSETS (some) in memory and the log at once, without
-        waiting: durable once the returned log is synced (`sync`).  Lets a handler answer
+        """`commit` of few offsets (at most MANY_OFFSETS), in memory and the log at once,
+        without waiting: durable once the returned log is synced (`sync`).  Lets a handler answer
         without a task when the broker's acknowledgements wait for nothing (page-cache)."""
         assert 0 < len(offsets) <= MANY_OFFSETS
         now = self.clock.now_ms()

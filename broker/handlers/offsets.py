@@ -163,7 +163,7 @@ def offset_commit(
 ) -> Answer[RawResponse] | Serial:
     """The partitions checked a step at a time (a request may name 100,000); the offsets
     accepted are then validated against the group again and stored in one step, one batch
-    on `__consumer_offsets` as in Kafka."""
+    on `__consumer_offsets` as in Kafka.  A request of few is checked and stored at once."""
     coordinator = broker.coordinator
     generation = request.generation_id_or_member_epoch
     instance_id = request.group_instance_id if _commits_as_instance(request) else None
