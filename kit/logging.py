@@ -115,11 +115,6 @@ def configure_logging(
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     # Py4J (PySpark's bridge to its JVM) logs each command and connection at INFO.
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    # kafka-python (the transactions tool's admin client) logs every connection step at INFO,
-    # and its selector warns when one of its own tasks ran over 0.1 s: a measure of the host's
-    # load, which a command's caller can neither act on nor tell from its answer.
-    logging.getLogger("kafka").setLevel(logging.WARNING)
-    logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
 
     structlog.configure(
         processors=[

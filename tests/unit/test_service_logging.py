@@ -330,16 +330,3 @@ def test_lines_from_other_threads_are_buffered_too() -> None:
     for t in threads:
         t.join()
     assert ship.buffered == 400
-
-
-@pytest.mark.usefixtures("reset_logging")
-def test_kafka_pythons_connection_steps_and_slow_task_warnings_stay_out_of_the_output() -> None:
-    """A command's output is its answer: kafka-python's INFO steps and its selector's warning
-    that one of its tasks ran long (the host's load) are dropped; its errors are kept."""
-    stream = io.StringIO()
-    configure_logging(stream=stream, fmt="json")
-    logging.getLogger("kafka.conn").info("connecting to 127.0.0.1:9092")
-    logging.getLogger("kafka.net.selector").warning("Task ran for 0.232s (>0.100s threshold)")
-    logging.getLogger("kafka.net.selector").error("selector failed")
-    logging.getLogger("kafka.admin").warning("a warning of the client's own")
-    assert [line["event"] for line in lines(stream)] == ["selector failed", "a warning of the client's own"]
