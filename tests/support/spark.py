@@ -41,6 +41,9 @@ def stop_spark(session: SparkSession) -> None:
     stop_spark_session(session)
 
 
+REGISTER_TIMEOUT_S = 45.0
+
+
 def register(registry_url: str, subject: str, schema: AvroSchema | str) -> int:
     """Register a schema under `subject` over the REST API; its id."""
     text = schema.text if isinstance(schema, AvroSchema) else schema
@@ -49,7 +52,10 @@ def register(registry_url: str, subject: str, schema: AvroSchema | str) -> int:
         data=json.dumps({"schema": text}).encode(),
         headers={"Content-Type": V1},
     )
-    with urllib.request.urlopen(request, timeout=10) as response:
+    # Longer than the registry's own bound on a write (waiting for the writer, then the write:
+    # 15 s each by default): on a fresh Apache Kafka cluster the first write also waits for the
+    # transaction coordinator's topic, and a shorter wait here gives up on a write that succeeds.
+    with urllib.request.urlopen(request, timeout=REGISTER_TIMEOUT_S) as response:
         return int(json.loads(response.read())["id"])
 
 
