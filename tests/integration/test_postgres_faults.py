@@ -172,6 +172,10 @@ async def test_a_write_that_loses_a_deadlock_in_a_batch_is_run_again_alone(pg_se
         await db.execute("CREATE TABLE t (n BIGINT PRIMARY KEY)")
         await db.execute("INSERT INTO t (n) VALUES (1000)")
         calls: Counter[str] = Counter()
+        # The other side never runs the deadlock check (PostgreSQL checks a waiter once, after its
+        # deadlock_timeout): it waits first, so the batch's wait closes the cycle and the batch's
+        # own check, a second later, finds it however loaded the machine is.
+        await other.execute("SET deadlock_timeout = '10min'")
         other_tx = other.transaction()
         await other_tx.start()
         await other.execute("SELECT pg_advisory_xact_lock(2)")
@@ -181,20 +185,15 @@ async def test_a_write_that_loses_a_deadlock_in_a_batch_is_run_again_alone(pg_se
             nonlocal blocked
             await s.execute("SELECT pg_advisory_xact_lock(1)")
             if calls["deadlocked"] == 1:  # the run with savepoints (the first run stopped before it)
-                blocked = asyncio.create_task(close_cycle())
+                blocked = asyncio.create_task(other.execute("SELECT pg_advisory_xact_lock(1)"))
+                deadline = time.monotonic() + 60
+                while not await watcher.fetchval(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                ):
+                    assert time.monotonic() < deadline, "the other connection never waited for lock 1"
+                    await asyncio.sleep(0.02)
             await s.execute("SELECT pg_advisory_xact_lock(2)")
             return "done"
-
-        async def close_cycle() -> None:
-            """Once the batch waits for lock 2, wait for lock 1: the batch waited first, so the
-            server's deadlock check fires on its side, and its savepoint's rollback gives us 1."""
-            deadline = time.monotonic() + 60
-            while not await watcher.fetchval(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-            ):
-                assert time.monotonic() < deadline, "the batch never waited for lock 2"
-                await asyncio.sleep(0.02)
-            await other.execute("SELECT pg_advisory_xact_lock(1)")
 
         async def failing(s: Session) -> None:
             await s.execute("INSERT INTO t (n) VALUES (1000)")  # makes the batch run with savepoints
@@ -215,6 +214,7 @@ async def test_a_write_that_loses_a_deadlock_in_a_batch_is_run_again_alone(pg_se
             assert time.monotonic() < deadline, "the deadlock was never resolved"
             assert not gathered.done(), gathered.result()
             await asyncio.sleep(0.05)
+        assert blocked.exception() is None  # the other side was never the one aborted
         await other_tx.commit()  # lets the write that lost run again
         outcomes = await gathered
         assert isinstance(outcomes[0], asyncpg.exceptions.UniqueViolationError)
