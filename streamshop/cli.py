@@ -1,6 +1,6 @@
 """`streamshop`: one command for every process of the project and its console tools.
 
-The subcommands come from one explicit list (streamshop.commands.COMMANDS); each imports its
+The subcommands come from one explicit list (streamshop.commands.FAMILIES); each imports its
 component when it runs, so `streamshop broker` never loads the services and vice versa.
 """
 
@@ -18,17 +18,31 @@ from kit.settings import ConfigError
 __all__ = ["build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from streamshop.commands import COMMANDS
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser: for `command`, its family's subcommands alone (streamshop.commands.families_for);
+    without one, every subcommand."""
+    from streamshop.commands import families_for
 
     parser = argparse.ArgumentParser(prog="streamshop", description=__doc__)
     parser.add_argument(
         "--log-level", default=None, choices=LEVELS, help="lowest level logged (env STREAMSHOP_LOG_LEVEL; default info)"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in COMMANDS:
-        command.register(sub)
+    for family in families_for(command):
+        family.register(sub)
     return parser
+
+
+def command_named(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names: its first word that is neither an option nor the value of
+    `--log-level`."""
+    words = iter(argv)
+    for word in words:
+        if word == "--log-level":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (EnvFileError, ConfigError) as e:
         print(f"streamshop: {e}", file=sys.stderr)
         return 2
-    args = build_parser().parse_args(argv)
+    args = build_parser(command_named(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     # The console tools log as the command; a process (broker, registry, a service, the
     # analytics job) configures its own logging from its settings when it starts.
     configure_logging(level=args.log_level or settings.log_level, fmt=settings.log_format)

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import TypeAlias
 
-from kit.settings import Settings
+from kit.settings import SettingInfo, Settings
 from streamshop.settings import CliSettings
 
 __all__ = [
@@ -126,10 +126,20 @@ def setting_flag(
 
 def setting_help(cls: type[Settings], field: str, text: str | None = None) -> str:
     """A flag's help from the setting it overrides: its help text, variable and default."""
-    info = next(i for i in cls.describe() if i.field == field)
+    info = _described(cls)[field]
     default = info.default if info.default not in ("", "None") else "none"
     variables = ", then ".join((info.variable, *info.fallbacks))
     return f"{text or info.help} (env {variables}; default {default})"
+
+
+_DESCRIBED: dict[type[Settings], dict[str, SettingInfo]] = {}
+
+
+def _described(cls: type[Settings]) -> dict[str, SettingInfo]:
+    # Once per class: every command's parser is built at each start, about 60 flags in all.
+    if cls not in _DESCRIBED:
+        _DESCRIBED[cls] = {info.field: info for info in cls.describe()}
+    return _DESCRIBED[cls]
 
 
 def client_options(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
