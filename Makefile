@@ -150,10 +150,15 @@ test: setup browser kafka zipkin prometheus postgres docker-tools faults
 test-compose: setup kafka zipkin postgres docker-tools
 	$(CACHE_BYTECODE) $(PY) -m pytest -q --durations=10 -m compose tests/compose $(COMPOSE_ARGS)
 
-# The fast tier, for development: no JVM (Kafka, Spark), no browser, no stack, no fuzzer; needs
-# nothing but `make setup` and Debian's PostgreSQL programs (`make postgres`).
+# The fast tier, for development: no JVM (Kafka, Spark), no browser, no stack, no fuzzer, no test
+# marked slow; property tests try a quarter of their examples (tests/support/examples.py), which
+# `make test` tries in full.  Six workers on 2 cores: its tests wait on sockets and processes
+# often enough that six keep both cores busier than four (190 s against 197-208 s).  Needs nothing but `make setup` and Debian's PostgreSQL programs
+# (`make postgres`).
+FAST_WORKERS ?= 6
 test-fast: setup postgres
-	$(CACHE_BYTECODE) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not (kafka or spark or browser or stack or fuzz or slow or compose or fault)" $(PYTEST_ARGS)
+	$(CACHE_BYTECODE) $(PY) -m pytest -q -n $(FAST_WORKERS) --dist loadgroup --hypothesis-profile=streamshop-fast \
+		-m "not (kafka or spark or browser or stack or fuzz or slow or compose or fault)" $(PYTEST_ARGS)
 
 # ruff, then mypy --strict, then the layers (docs/adr/008-layers.md): an import against them fails here.
 lint: setup

@@ -28,7 +28,8 @@ from kit import telemetry
 from registry.app import RunningRegistry
 from streamshop import kafka_cluster, postgres
 from streamshop.kafka_cluster import Cluster
-from tests.support import processes
+from tests.support import examples as _examples  # noqa: F401 - registers the profiles
+from tests.support import processes, runtime_view
 from tests.support.fault_clients import Fleet
 from tests.support.harness import BrokerProcess, ThreadBroker
 from tests.support.registry import ThreadRegistry, registry
@@ -55,13 +56,17 @@ HEAVY = {"kafka": 900, "spark": 900, "stack": 900, "browser": 600, "fuzz": 600, 
 SHARED = ("apache_kafka", "spark", "pg_server")
 
 # Property tests count examples, never time: a loaded machine must not turn into failures.
-hypothesis.settings.register_profile("streamshop", deadline=None)
+# (tests/support/examples.py registers the profiles; `make test-fast` runs `streamshop-fast`.)
 hypothesis.settings.load_profile("streamshop")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     processes.mark_run()
     processes.interrupt_on_sigterm()
+    # The processes tests start run without the development tools (tests/support/runtime_view.py).
+    # Not the controller of a parallel run: its workers run the tests, hypothesis included.
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        runtime_view.hide_dev_tools(os.environ)
     if not hasattr(config, "workerinput"):  # the controller sees every worker's reports
         config.pluginmanager.register(Timeline(), "streamshop-timeline")
 

@@ -315,6 +315,7 @@ def test_consume_unknown_topic_exits_1_with_the_kafka_error(broker: ThreadBroker
     assert broker.call(lambda: broker.broker.store.get("nowhere")) is None  # consumers never auto-create
 
 
+@pytest.mark.slow
 def test_roundtrip_exit_runs_broker_and_registry_round_trips_records_and_avro_and_stops_cleanly(
     tmp_path: Path,
 ) -> None:

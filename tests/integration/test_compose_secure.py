@@ -354,6 +354,7 @@ def test_the_registry_healthcheck_passes_on_a_plain_registry_and_fails_on_none(
     assert "no CA file" in refused.stderr
 
 
+@pytest.mark.slow
 def test_the_set_up_run_again_beside_a_running_broker_keeps_its_users(running: Running, volumes: Volumes) -> None:
     again = run(setup_argv(volumes))
     assert again.returncode == 0, again.stderr

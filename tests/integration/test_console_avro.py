@@ -181,6 +181,7 @@ def test_produce_avro_without_a_schema_for_the_subject_or_a_registry_exits_1_and
     assert "records sent" not in unreachable.stderr
 
 
+@pytest.mark.slow
 def test_consume_auto_decodes_avro_prints_other_values_as_stored_and_explicit_formats_report_misfits(
     broker: ThreadBroker, registry: ThreadRegistry
 ) -> None:

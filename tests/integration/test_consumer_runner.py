@@ -85,6 +85,7 @@ def headers_of(record: Any) -> dict[str, str]:
     return {k: v.decode() for k, v in record.headers}
 
 
+@pytest.mark.slow
 async def test_consumer_sigkilled_mid_batch_reprocesses_uncommitted_records_and_applies_each_effect_once(
     tmp_path: Path, broker: ThreadBroker, shared_registry: ThreadRegistry, tools: Kit
 ) -> None:

@@ -731,6 +731,7 @@ async def test_an_open_transaction_is_listed_with_the_lso_lag_it_causes_until_it
         )
 
 
+@pytest.mark.slow
 async def test_the_broker_durability_is_shown_as_describe_configs_gives_it(cluster: Cluster, tmp_path: Path) -> None:
     """The bundled broker's log.durability, read with DescribeConfigs: the module's broker has
     the default, a second one started with --durability page-cache (BROKER_DURABILITY) its own."""

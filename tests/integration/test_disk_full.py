@@ -15,7 +15,7 @@ from tests.support.harness import BrokerProcess
 from tests.support.kafka_wire import batch, connect
 
 
-@pytest.mark.parametrize("acks", [1, -1])
+@pytest.mark.parametrize("acks", [pytest.param(1, marks=pytest.mark.slow), -1])
 def test_a_full_disk_answers_storage_error_and_the_log_resumes_when_space_returns(
     broker_process_factory: Callable[..., BrokerProcess], acks: int
 ) -> None:

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, KafkaException, Message
 
 from analytics.kafka import KafkaClients
@@ -196,6 +197,7 @@ def test_describe_of_an_unknown_group_fails_but_still_describes_the_known_ones(b
     assert "Consumer group 'auditors' has no active members." in groups(broker, "describe", "auditors").stdout
 
 
+@pytest.mark.slow
 def test_reset_offsets_is_refused_while_a_member_is_active_and_moves_offsets_once_it_left(
     broker: ThreadBroker,
 ) -> None:
@@ -247,6 +249,7 @@ def test_reset_offsets_is_refused_while_a_member_is_active_and_moves_offsets_onc
     ]
 
 
+@pytest.mark.slow
 def test_reset_offsets_rejects_unknown_topics_partitions_and_bad_times(broker: ThreadBroker) -> None:
     create_topic(broker.bootstrap, "refunds", 2)
     cases = {
@@ -275,6 +278,7 @@ def test_reset_offsets_rejects_unknown_topics_partitions_and_bad_times(broker: T
     assert committed(broker, "refunds-group") == {}
 
 
+@pytest.mark.slow
 def test_reset_offsets_shift_by_current_duration_all_topics_all_groups_and_csv_export(broker: ThreadBroker) -> None:
     """The other targets and scopes of Kafka's tool: --shift-by moves committed offsets (kept in
     the log), --to-current keeps them (the log end where none), --by-duration finds the first

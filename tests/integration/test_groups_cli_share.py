@@ -12,6 +12,7 @@ import subprocess
 import time
 from typing import Any
 
+import pytest
 from confluent_kafka import AcknowledgeType, ShareConsumer
 
 from tests.support.configs import set_group_configs
@@ -53,6 +54,7 @@ def hold_six(broker: ThreadBroker) -> tuple[ShareConsumer, str]:
     return consumer, member_id
 
 
+@pytest.mark.slow
 def test_a_share_group_is_listed_and_described_with_start_offsets_lag_and_records_in_flight(
     broker: ThreadBroker,
 ) -> None:

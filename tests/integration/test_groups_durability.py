@@ -99,7 +99,7 @@ def _confluent_process(
     return seen
 
 
-@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+@pytest.mark.parametrize("how", [pytest.param("sigterm", marks=pytest.mark.slow), "sigkill"])
 def test_confluent_group_resumes_after_its_last_committed_offset_across_broker_restart(
     broker_process_factory: Callable[..., BrokerProcess], how: str
 ) -> None:
@@ -161,7 +161,7 @@ async def _aiokafka_process(
     return seen
 
 
-@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+@pytest.mark.parametrize("how", [pytest.param("sigterm", marks=pytest.mark.slow), "sigkill"])
 async def test_aiokafka_group_resumes_after_its_last_committed_offset_across_broker_restart(
     broker_process_factory: Callable[..., BrokerProcess], how: str
 ) -> None:

@@ -201,6 +201,7 @@ def _churn_producer(bootstrap: str, stop: threading.Event, produced: list[tuple[
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("client", CLIENTS)
 def test_at_least_once_and_per_key_order_while_members_join_leave_and_crash(
     fast_broker: ThreadBroker, pool: MemberPool, client: str

@@ -54,7 +54,14 @@ def _skipped(admin_url: str) -> dict[str, float]:
     return out
 
 
-@pytest.mark.parametrize("topic", ["__consumer_offsets", METADATA_TOPIC, "__transaction_state"])
+@pytest.mark.parametrize(
+    "topic",
+    [
+        "__consumer_offsets",
+        pytest.param(METADATA_TOPIC, marks=pytest.mark.slow),
+        pytest.param("__transaction_state", marks=pytest.mark.slow),
+    ],
+)
 def test_a_produce_to_an_internal_topic_is_refused_and_the_broker_restarts(
     broker_process_factory: Callable[..., BrokerProcess], topic: str
 ) -> None:
@@ -94,6 +101,7 @@ def _hostile_batches() -> list[bytes]:
     return out
 
 
+@pytest.mark.slow
 def test_undecodable_internal_records_are_skipped_counted_and_the_rest_replayed(
     broker_process_factory: Callable[..., BrokerProcess],
 ) -> None:

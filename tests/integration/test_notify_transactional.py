@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
@@ -140,6 +141,7 @@ async def start_sender(stack: Stack, url: str, database: Path) -> asyncio.subpro
     )
 
 
+@pytest.mark.slow
 async def test_a_sender_killed_mid_transaction_publishes_each_outcome_once(stack: Stack) -> None:
     requests = [str(uuid.uuid4()) for _ in range(2)]
     async with kit(stack.broker.bootstrap, stack.registry_url) as k:

@@ -105,6 +105,7 @@ def test_records_that_do_not_frame_the_payload_are_corrupt_message(stored: Kafka
         _assert_serving(stored, [b"before-1", b"before-2"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", ["zstd", "gzip"])
 def test_a_small_batch_expanding_to_512_mib_is_refused_as_too_large(
     broker_factory: Callable[..., ThreadBroker], codec: str

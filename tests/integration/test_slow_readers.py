@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.list_groups.v4.request import ListGroupsRequest
@@ -193,6 +194,7 @@ def test_tls_clients_that_read_none_of_an_amplified_answer_hold_no_ciphertext_co
         assert rss_mib(broker.pid) - before < 64
 
 
+@pytest.mark.slow
 def test_memory_of_hundreds_of_slow_tls_readers_is_given_back_when_they_leave(tmp_path: Path) -> None:
     """400 TLS clients ask twice for a whole partition and read nothing, then leave.  Their
     connections used to stay in reference cycles (connection and TLS layer) until a full

@@ -10,6 +10,8 @@ import sys
 import time
 from collections.abc import Callable
 
+import pytest
+
 from broker.txn.state import TxnMetadata, TxnState
 from tests.support.harness import REPO, BrokerProcess, ThreadBroker
 from tests.support.kafka_clients import confluent_produce, create_topic
@@ -108,6 +110,7 @@ def test_a_killed_producers_transaction_blocks_readers_until_its_timeout(
     assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(txn.producer_id, 2)]
 
 
+@pytest.mark.slow
 def test_broker_sigkill_mid_transaction_keeps_commits_and_never_shows_the_open_one(
     broker_process_factory: Callable[..., BrokerProcess],
 ) -> None:

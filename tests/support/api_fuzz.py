@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.support import runtime_view
+
 # Every answer must be one the description promises: its status, content type, headers and
 # body schema, and never a 5xx; a body that breaks the schema must be refused.
 CHECKS = (
@@ -83,7 +85,7 @@ async def fuzz(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         cwd=workdir,
-        env={**os.environ, "NO_COLOR": "1"},
+        env={**runtime_view.with_dev_tools(os.environ), "NO_COLOR": "1"},
     )
     out, _ = await proc.communicate()
     report = out.decode(errors="replace")

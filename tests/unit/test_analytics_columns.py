@@ -23,6 +23,7 @@ from analytics.avro_column_plan import SchemaResolutionError, UnsupportedSchemaE
 from analytics.avro_columns import COMPILED, EventColumns
 from schemas.catalog import default_catalog
 from schemas.serde import AvroSchema, encode
+from tests.support.examples import examples
 
 CATALOG = default_catalog()
 HEADER = b"\x00\x00\x00\x00\x2a"
@@ -251,7 +252,7 @@ _RECORDS = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(_RECORDS, min_size=1, max_size=5))
 def test_random_records_of_every_type_decode_as_fastavro_decodes_them(records: list[dict[str, Any]]) -> None:
     payloads = []

@@ -34,6 +34,7 @@ from analytics.metrics import (
 from analytics.options import JOB_NAMES
 from schemas.catalog import default_catalog
 from schemas.serde import AvroSchema, encode, frame
+from tests.support.examples import examples
 
 CATALOG = default_catalog()
 T0 = 1_767_348_000_000  # 2026-01-02T10:00:00Z
@@ -305,7 +306,7 @@ class Checkpoint:
     planned: tuple[int, list[int], list[int]] | None = None
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     logs=st.lists(st.lists(st.integers(0, 5), max_size=30), min_size=2, max_size=2),
     runs=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 12), st.sampled_from(ENDINGS)), max_size=4),

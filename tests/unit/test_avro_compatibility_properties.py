@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 from registry.compatibility import InvalidSchemaError, can_read, check
 from registry.levels import Level
 from tests.support.avro_schemas import PRIMITIVES, PROMOTIONS, decimal
+from tests.support.examples import examples
 
 PROPERTY_SETTINGS = settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
 )
@@ -305,7 +306,7 @@ class Mutator:
 
 
 @settings(
-    max_examples=200,
+    max_examples=examples(200),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
 )

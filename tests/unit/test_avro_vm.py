@@ -22,6 +22,7 @@ from analytics import avro_program
 from analytics.avro_columns import EventColumns
 from schemas.catalog import default_catalog
 from schemas.serde import AvroSchema, encode
+from tests.support.examples import examples
 
 CATALOG = default_catalog()
 HEADER = b"\x00\x00\x00\x00\x2a"
@@ -180,7 +181,7 @@ def _mutate(payload: bytes, mutation: tuple[str, int, int]) -> bytes:
     return payload[:at] + bytes([payload[at] ^ (byte or 1)]) + payload[at + 1 :]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.sampled_from(range(len(_CASES))), st.lists(st.lists(_MUTATION, max_size=3), min_size=1, max_size=6))
 # A byte inserted into a timestamp: a valid long far beyond the year 9999, found by the fuzzer.
 @example(case=1, mutations=[[("insert", 0, 0), ("drop", 0, 0), ("insert", 3565, 129)]])

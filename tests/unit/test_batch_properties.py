@@ -22,6 +22,7 @@ from broker.protocol.batch import (
     whole_batches_prefix,
 )
 from broker.protocol.records import Record, build_batch, decode_records
+from tests.support.examples import examples
 
 
 def _stamped(batch: bytes | memoryview, base_offset: int, leader_epoch: int, append_time: int | None) -> bytes:
@@ -32,7 +33,7 @@ def _stamped(batch: bytes | memoryview, base_offset: int, leader_epoch: int, app
 
 CODECS = [0, 1, 2, 3, 4]  # none, gzip, snappy, lz4, zstd
 PROPERTY_SETTINGS = settings(
-    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 
 maybe_bytes = st.none() | st.binary(max_size=64)

@@ -23,11 +23,12 @@ from broker.log.partition_log import PartitionLog
 from broker.protocol.batch import split_batches, validate_batch
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch, decode_records
+from tests.support.examples import examples
 from tests.support.logs import START_MS, Env, environment
 
 DELETE_RETENTION_MS = 3_600_000
 PROPERTY_SETTINGS = settings(
-    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 COMPACT = {
     "cleanup.policy": "compact",

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from broker.coordinator.assignors import ASSIGNORS, Assignment, range_, uniform
 from tests.support.consumer_group_harness import load, partitions_of
+from tests.support.examples import examples
 
 TOPIC_IDS = [uuid.UUID(int=i + 1) for i in range(4)]
 
@@ -69,7 +70,7 @@ def assert_valid(
         assert all(ps for ps in a.values()), "empty partition sets are not listed"
 
 
-ASSIGNOR_SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+ASSIGNOR_SETTINGS = settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.mark.parametrize("assignor", sorted(ASSIGNORS))

@@ -36,6 +36,7 @@ from tests.support.consumer_group_harness import (
     replayed,
     stored_view,
 )
+from tests.support.examples import examples
 
 SUBSCRIPTIONS: list[tuple[tuple[str, ...] | None, str | None]] = [
     (("a",), None),
@@ -327,7 +328,7 @@ class GroupHistory(RuleBasedStateMachine):
 
 TestGroupHistory = GroupHistory.TestCase
 TestGroupHistory.settings = settings(
-    max_examples=40,
+    max_examples=examples(40),
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from contracts.kafka_security import KafkaSecurity
 from streamshop.env_file import ENV_FILE, MAX_BYTES, EnvFileError, apply_env_file, format_env_file, read_env_file
+from tests.support.examples import examples
 
 
 def test_values_round_trip_and_replace_the_environment(tmp_path: Path) -> None:
@@ -67,7 +68,7 @@ def test_a_value_with_a_line_break_cannot_be_written() -> None:
         format_env_file({"A": "1\nB=2"})
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=512))
 def test_any_bytes_are_read_or_refused_with_envfileerror(data: bytes) -> None:
     with tempfile.TemporaryDirectory() as tmp:

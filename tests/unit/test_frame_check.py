@@ -18,6 +18,7 @@ from kio.static.primitive import Records
 from broker.handlers import APIS
 from broker.protocol.codec import MalformedRequest, decode_request, request_type
 from broker.protocol.frame_check import FrameError, check_body
+from tests.support.examples import examples
 
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 # Every advertised version is checked by `make test`; the fast tier checks each API's newest
@@ -60,7 +61,7 @@ def _valid_body_passes_and_ends_where_kio_ends(cls: type[Any], entity: Any) -> b
 
 
 @pytest.mark.parametrize(("api_key", "version"), ADVERTISED)
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_valid_request_passes_whole_and_its_mutations_never_overrun(
     api_key: int, version: int, data: st.DataObject

@@ -45,6 +45,7 @@ def test_the_tree_keeps_every_contract() -> None:
     assert "BROKEN" not in done.stdout
 
 
+@pytest.mark.slow  # a lint run for each, 17 in all: `make test-fast` keeps the run over the tree
 @pytest.mark.parametrize(
     ("module", "source", "contract"),
     [

@@ -19,8 +19,11 @@ from broker.protocol import record_walk
 from broker.protocol.batch import HEADER_SIZE, InvalidBatch
 from broker.protocol.record_walk import _check_record, check_records, frame_records, python_check_records
 from broker.protocol.records import Record, build_batch
+from tests.support.examples import examples
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 # Sizes on both sides of the one- and two-byte varint boundaries (63/64 and 8191/8192 bytes).
 sizes = st.sampled_from([0, 1, 5, 63, 64, 200, 8191, 8192])

@@ -24,10 +24,11 @@ from kit.api_keys import ApiKeys, ApiKeysError, key_line
 from kit.users import Users, UsersFileError, hash_password, parse_basic
 from registry.auth import required_role
 from services.dashboard.login import Sessions
+from tests.support.examples import examples
 
 MECHANISM = "SCRAM-SHA-256"
 CREDENTIAL = make_credential(MECHANISM, "right", 4096)
-FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def lookup(name: str):  # type: ignore[no-untyped-def]

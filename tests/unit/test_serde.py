@@ -45,6 +45,7 @@ from schemas.serde import (
     frame,
     unframe,
 )
+from tests.support.examples import examples
 
 CATALOG = default_catalog()
 ORDER_CREATED = CATALOG.schema("OrderCreated")
@@ -208,7 +209,7 @@ async def test_bytes_left_after_the_record_are_undecodable(client: RegistryClien
         await AvroDeserializer(client).deserialize(data + b"\x00\x01\x02")
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=200))
 def test_garbage_payloads_decode_or_raise_undecodable_never_anything_else(garbage: bytes) -> None:
     for schema in (ORDER_CREATED, CATALOG.schema("OtpRequested"), CATALOG.schema("LogRecord")):

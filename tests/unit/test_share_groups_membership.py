@@ -26,6 +26,7 @@ from broker.share.group import (
     simple,
     validate,
 )
+from tests.support.examples import examples
 from tests.support.share_coordinator import hb
 
 
@@ -144,7 +145,7 @@ def owners(out: Mapping[str, Assignment], topic: uuid.UUID) -> Counter[int]:
     return Counter(p for a in out.values() for p in a.get(topic, frozenset()))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inputs=assignor_inputs(), seed=st.randoms(use_true_random=False))
 def test_simple_assignor_properties(
     inputs: tuple[dict[str, frozenset[uuid.UUID]], dict[uuid.UUID, int]], seed: random.Random

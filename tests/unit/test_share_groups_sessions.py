@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.share.sessions import FINAL_EPOCH, MAX_EPOCH, ShareSessions
+from tests.support.examples import examples
 from tests.support.share_coordinator import CONN, OTHER, code_of
 
 
@@ -136,7 +137,7 @@ def test_a_failed_open_keeps_the_previous_session() -> None:
     assert s.next("g", "a", 2, CONN) is a
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(start=st.integers(1, MAX_EPOCH), steps=st.integers(0, 20))
 def test_epochs_run_on_and_wrap(start: int, steps: int) -> None:
     s = ShareSessions(1)

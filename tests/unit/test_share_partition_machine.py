@@ -16,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.share.partition import BatchSpan, RecordState, SharePartition
+from tests.support.examples import examples
 from tests.support.share_partition import LOCK_MS, A, G, R, X, view, whole
 
 
@@ -262,7 +263,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
 
 TestSharePartitionMachine = SharePartitionMachine.TestCase
 TestSharePartitionMachine.settings = settings(
-    max_examples=60,
+    max_examples=examples(60),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -16,6 +16,7 @@ from broker.log.txn_index import ENTRY_SIZE, AbortedTxn, TxnIndex
 from broker.protocol.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL, parse_header
 from broker.protocol.control import ControlType, InvalidMarker, build_marker, read_marker
 from broker.protocol.records import Record, build_batch
+from tests.support.examples import examples
 
 
 def txn_batch(pid: int, epoch: int, seq: int, offset: int, count: int = 2) -> bytes:
@@ -51,7 +52,7 @@ def test_a_data_batch_or_a_control_batch_of_another_kind_is_not_a_marker() -> No
         read_marker(other)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.binary(max_size=200), st.integers(0, 120))
 def test_any_corruption_of_a_marker_is_read_or_refused_with_invalidmarker(noise: bytes, at: int) -> None:
     batch = bytearray(build_marker(9, 1, ControlType.ABORT, coordinator_epoch=2, offset=100, timestamp=5))
@@ -158,7 +159,7 @@ def test_a_torn_or_corrupt_tail_is_cut_off_on_open(tmp_path: Path) -> None:
     assert path.stat().st_size == ENTRY_SIZE
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=6 * ENTRY_SIZE))
 def test_any_index_file_opens_to_ordered_trusted_entries(data: bytes) -> None:
     with tempfile.TemporaryDirectory() as tmp:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from broker.replay import Malformed
 from broker.txn.state import TxnMetadata, TxnState, parse_key, record_of
+from tests.support.examples import examples
 
 META = TxnMetadata(
     "orders-eos",
@@ -67,7 +68,7 @@ _ANY = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.dictionaries(st.sampled_from(sorted(META.value())), _ANY, max_size=10), st.binary(max_size=40))
 def test_any_damaged_record_is_read_or_refused(fields: dict[str, object], key: bytes) -> None:
     value = {**META.value(), **fields}
