@@ -153,8 +153,8 @@ test-compose: setup kafka zipkin postgres docker-tools
 # The fast tier, for development: no JVM (Kafka, Spark), no browser, no stack, no fuzzer, no test
 # marked slow; property tests try a quarter of their examples (tests/support/examples.py), which
 # `make test` tries in full.  Six workers on 2 cores: its tests wait on sockets and processes
-# often enough that six keep both cores busier than four (190 s against 197-208 s).  Needs nothing but `make setup` and Debian's PostgreSQL programs
-# (`make postgres`).
+# often enough that six keep both cores busier than four (190 s against 197-208 s).  Needs
+# nothing but `make setup` and Debian's PostgreSQL programs (`make postgres`).
 FAST_WORKERS ?= 6
 test-fast: setup postgres
 	$(CACHE_BYTECODE) $(PY) -m pytest -q -n $(FAST_WORKERS) --dist loadgroup --hypothesis-profile=streamshop-fast \
