@@ -49,14 +49,17 @@ from tests.support.history import (
     History,
     Left,
     Owned,
+    Position,
     Produced,
     Read,
+    Session,
     Stored,
     Transaction,
     TxnOutcome,
     append_jsonl,
     lost_to_group,
 )
+from tests.support.kafka_wire import connect
 
 REPO = Path(__file__).resolve().parents[2]
 _stopping = False
@@ -599,6 +602,20 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) ->
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.05)
+
+
+def producer_sessions(bootstrap: str, topic: str, partitions: int) -> dict[Position, Session]:
+    """The producer id and epoch each data record of `topic` was written under, read over the
+    wire: the consumer APIs do not show a batch's producer."""
+    out: dict[Position, Session] = {}
+    with connect(bootstrap) as conn:
+        for partition in range(partitions):
+            for header, records in conn.read_batches(topic, partition):
+                if header.is_control:
+                    continue
+                for r in records:
+                    out[(topic, partition, r.offset)] = (header.producer_id, header.producer_epoch)
+    return out
 
 
 def read_back(history: History, bootstrap: str, topic: str, partitions: int, isolation: str = "read_committed") -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -29,6 +29,8 @@ TxnOutcome = Literal["committed", "aborted", "unknown"]
 
 # Record identity on a topic: (topic, partition, offset).
 Position = tuple[str, int, int]
+# The producer id and epoch a record was written under.
+Session = tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -268,17 +270,34 @@ def lost_acknowledged(history: History) -> list[str]:
     return out
 
 
-def duplicated_in_log(history: History) -> list[str]:
+def duplicated_in_log(history: History, sessions: Mapping[Position, Session] | None = None) -> list[str]:
     """No value is stored twice (each producer sends each value once, so a second copy is a
-    retry that idempotence should have dropped)."""
+    retry that idempotence should have dropped).
+
+    With `sessions`, the producer id and epoch each stored record was written under, copies
+    under different epochs of one producer are not counted.  Idempotence holds within an
+    epoch: when records time out, the client bumps its epoch and renumbers from sequence 0
+    the records whose first send it never heard back from, so no broker can tell a resend
+    from a new record (librdkafka and the Java client alike; Kafka gives exactly-once
+    across that only to transactions)."""
     where: dict[bytes, list[Position]] = defaultdict(list)
     for s in history.of(Stored):
         where[s.value].append((s.topic, s.partition, s.offset))
-    return [
-        f"{_show(value)!r} is stored {len(places)} times: {sorted(places)}"
-        for value, places in where.items()
-        if len(places) > 1
-    ]
+    out = []
+    for value, places in where.items():
+        if len(places) < 2:
+            continue
+        if sessions is not None and _across_epochs([sessions[p] for p in places]):
+            continue
+        out.append(f"{_show(value)!r} is stored {len(places)} times: {sorted(places)}")
+    return out
+
+
+def _across_epochs(writers: list[Session]) -> bool:
+    """The copies were written by one idempotent producer, each under an epoch of its own."""
+    ids = {producer_id for producer_id, _ in writers}
+    epochs = [epoch for _, epoch in writers]
+    return len(ids) == 1 and -1 not in ids and len(set(epochs)) == len(epochs)
 
 
 # --- consumer groups ---------------------------------------------------------------------

@@ -44,7 +44,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
-from broker.protocol.batch import split_batches, validate_batch
+from broker.protocol.batch import BatchHeader, split_batches, validate_batch
 from broker.protocol.records import Record, build_batch, decode_records
 
 _I32 = struct.Struct(">i")
@@ -413,7 +413,12 @@ class KafkaConnection:
 
     def read_all(self, topic: str, partition: int = 0) -> list[Record]:
         """Every record from offset 0 to the high watermark, decoded (CRC checked)."""
-        out: list[Record] = []
+        return [r for _, records in self.read_batches(topic, partition) for r in records]
+
+    def read_batches(self, topic: str, partition: int = 0) -> list[tuple[BatchHeader, list[Record]]]:
+        """Every batch from offset 0 to the high watermark with its records, decoded (CRC
+        checked); records below a batch's fetch offset are left out."""
+        out: list[tuple[BatchHeader, list[Record]]] = []
         offset = 0
         while True:
             part = self.fetch_partition(topic, partition, offset)
@@ -424,7 +429,7 @@ class KafkaConnection:
             for raw in split_batches(part.records):
                 validate_batch(raw)
                 header, records = decode_records(raw)
-                out.extend(r for r in records if r.offset >= offset)
+                out.append((header, [r for r in records if r.offset >= offset]))
                 offset = header.last_offset + 1
 
 

@@ -60,6 +60,19 @@ def test_a_value_stored_twice_is_reported_duplicated() -> None:
     assert twice == ["'a' is stored 2 times: [('t', 0, 0), ('t', 0, 2)]"]
 
 
+def test_a_copy_under_a_later_epoch_of_its_producer_is_a_resend_not_a_duplicate() -> None:
+    copies = _history(
+        Stored(topic="t", partition=0, offset=0, value=b"a"), Stored(topic="t", partition=0, offset=5, value=b"a")
+    )
+    assert duplicated_in_log(copies, {("t", 0, 0): (7, 0), ("t", 0, 5): (7, 3)}) == []
+    same_epoch = duplicated_in_log(copies, {("t", 0, 0): (7, 3), ("t", 0, 5): (7, 3)})
+    assert same_epoch == ["'a' is stored 2 times: [('t', 0, 0), ('t', 0, 5)]"]
+    two_producers = duplicated_in_log(copies, {("t", 0, 0): (7, 0), ("t", 0, 5): (8, 0)})
+    assert len(two_producers) == 1
+    not_idempotent = duplicated_in_log(copies, {("t", 0, 0): (-1, -1), ("t", 0, 5): (-1, 0)})
+    assert len(not_idempotent) == 1
+
+
 def _read(member: str, offset: int, requested: float, received: float, count: int | None = None) -> Read:
     return Read(
         client=member,
