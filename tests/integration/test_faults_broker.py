@@ -74,8 +74,8 @@ def test_broker_sigstopped_longer_than_client_timeouts_keeps_acks_and_commits(
     """The broker is SIGSTOPped for longer than the producer's message timeout and the group's
     session timeout while a producer streams and two consumer processes of a group commit
     after each batch; then SIGCONTinued.  Records whose delivery timed out may or may not be in
-    the log, but every acknowledged one is, none twice; the group reads every stored record,
-    and never again one below a commit it was told succeeded."""
+    the log, but every acknowledged one is, none twice under one producer epoch; the group
+    reads every stored record, and never again one below a commit it was told succeeded."""
     broker = broker_process_factory({"group.min.session.timeout.ms": "1000"})
     topic, partitions, group = "faults-pause", 3, "paused"
     create_topic(broker.bootstrap, topic, partitions)
