@@ -60,11 +60,18 @@ def basic_authorization(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
+# How long a registration may take: longer than a registry's own bound for a write with its
+# defaults (up to 15 s to learn its primary, then 30 s for a write forwarded to it), so that a
+# client never gives up on a write the registry still completes.  Reads answer from memory.
+WRITE_TIMEOUT = 50.0
+
+
 class RegistryClient:
     """Confluent Schema Registry REST client over aiohttp.
 
     Use as `async with RegistryClient("http://127.0.0.1:8081") as registry: ...`, or call
     `close()`.  A session passed in is used as is and left open (its owner closes it).
+    `timeout` bounds a read, `write_timeout` a registration.
     """
 
     def __init__(
@@ -73,6 +80,7 @@ class RegistryClient:
         *,
         session: aiohttp.ClientSession | None = None,
         timeout: float = 10.0,
+        write_timeout: float = WRITE_TIMEOUT,
         auth: tuple[str, str] | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
@@ -81,6 +89,7 @@ class RegistryClient:
         self._session = session
         self._owns_session = session is None
         self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._write_timeout = aiohttp.ClientTimeout(total=write_timeout)
         self._authorization = {"Authorization": basic_authorization(*auth)} if auth else {}
         self._ids: dict[tuple[str, str], int] = {}
         self._lookups: dict[tuple[str, str], RegisteredSchema] = {}
@@ -121,7 +130,7 @@ class RegistryClient:
             return cached
 
         async def call() -> int:
-            answer = await self._request("POST", ("subjects", subject, "versions"), {"schema": schema})
+            answer = await self._request("POST", ("subjects", subject, "versions"), {"schema": schema}, write=True)
             schema_id = answer.int_field("id")
             self._ids[key] = schema_id
             self._schemas.setdefault(schema_id, schema)
@@ -204,7 +213,14 @@ class RegistryClient:
         path = "/".join(quote(s, safe="") for s in segments)
         return URL(f"{self._base}/{path}", encoded=True)
 
-    async def _request(self, method: str, segments: tuple[str, ...], body: object = None) -> _Answer:
+    async def _request(
+        self,
+        method: str,
+        segments: tuple[str, ...],
+        body: object = None,
+        *,
+        write: bool = False,
+    ) -> _Answer:
         if self._closed:
             raise RuntimeError("RegistryClient is closed")
         if self._session is None:
@@ -217,7 +233,12 @@ class RegistryClient:
             data = json.dumps(body).encode()
         try:
             async with self._session.request(
-                method, url, data=data, headers=headers, timeout=self._timeout, ssl=self._ssl
+                method,
+                url,
+                data=data,
+                headers=headers,
+                timeout=self._write_timeout if write else self._timeout,
+                ssl=self._ssl,
             ) as response:
                 raw = await response.read()
                 status = response.status

@@ -17,7 +17,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from registry.config import RegistryConfig
 from registry.store import StoreUnavailable
+from schemas.client import WRITE_TIMEOUT, RegistryClient
 from tests.support.harness import ThreadBroker
 from tests.support.kafka_clients import create_topic
 from tests.support.registry import Api, RegistryProcess, http_json, registry
@@ -254,3 +256,20 @@ async def test_a_schemas_topic_that_lost_its_history_is_refused_while_its_ids_ar
     await asyncio.to_thread(_delete_topic, broker.bootstrap, "_schemas_ids")
     async with api_for(broker.bootstrap) as fresh:
         assert await fresh.register("users-value", record("User", "id")) == 1
+
+
+async def test_a_registration_outlasts_the_read_timeout_while_the_registry_waits_for_its_broker(
+    broker: ThreadBroker,
+) -> None:
+    """The services' client waits for a registration as long as the registry may take to
+    complete it, not just its read timeout: a registry whose broker is down for longer than
+    the read timeout answers once the broker is back, and the client takes that answer."""
+    async with registry(broker.bootstrap) as running, RegistryClient(running.url, timeout=1.0) as client:
+        first = await client.register("a-value", json.dumps(record("A", "x")))
+        await asyncio.to_thread(broker.stop)
+        pending = asyncio.create_task(client.register("b-value", json.dumps(record("B", "x"))))
+        await asyncio.sleep(2.0)  # twice the read timeout
+        assert not pending.done(), pending
+        await asyncio.to_thread(broker.start)
+        assert await pending == first + 1
+    assert 3 * RegistryConfig().write_timeout < WRITE_TIMEOUT  # a forwarded write's bound, and the wait for a primary
