@@ -100,9 +100,9 @@ def _exporter(name: str) -> SpanExporter | None:
 
         return OTLPSpanExporter()
     if name == "zipkin":
-        from opentelemetry.exporter.zipkin.json import ZipkinExporter
+        from kit.zipkin_export import ResendingZipkinExporter
 
-        return ZipkinExporter()
+        return ResendingZipkinExporter()
     if name == "console":
         return ConsoleSpanExporter(out=sys.stderr)  # stdout carries the process's ready line
     return None
