@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from broker.protocol.batch import NO_PRODUCER_ID
+
 ProduceOutcome = Literal["acked", "failed", "unknown"]
 CommitOutcome = Literal["acked", "failed"]
 AckKind = Literal["accept", "release", "reject"]
@@ -297,7 +299,7 @@ def _across_epochs(writers: list[Session]) -> bool:
     """The copies were written by one idempotent producer, each under an epoch of its own."""
     ids = {producer_id for producer_id, _ in writers}
     epochs = [epoch for _, epoch in writers]
-    return len(ids) == 1 and -1 not in ids and len(set(epochs)) == len(epochs)
+    return len(ids) == 1 and NO_PRODUCER_ID not in ids and len(set(epochs)) == len(epochs)
 
 
 # --- consumer groups ---------------------------------------------------------------------
